@@ -1,0 +1,180 @@
+/**
+ * HTTP benchmark (issue 3): requests/s of the same Express and Fastify apps without idemkey and with
+ * it (MemoryStore, SqliteStore), on unique keys (every request runs the handler) and on replays of one
+ * key (every request is answered from the store), in one run. Each app runs in its own process;
+ * autocannon drives the load from this one.
+ * Run alone: npx tsx bench/http.bench.ts [--seconds 3] [--connections 32]
+ * (The same file is the app server when started with --serve <framework> <store>.)
+ */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fmt, report, table } from './lib.js'
+
+interface CannonResult {
+  requests: { average: number }
+  latency: { p50: number; p99: number }
+  non2xx: number
+  errors: number
+  timeouts: number
+}
+interface CannonRequest {
+  method: string
+  path: string
+  headers: Record<string, string>
+  body: string
+}
+type Cannon = (options: Record<string, unknown>) => Promise<CannonResult>
+// autocannon ships no types: the little of it used here is declared above.
+const autocannon = createRequire(import.meta.url)('autocannon') as Cannon
+
+type Framework = 'express' | 'fastify'
+type StoreKind = 'none' | 'memory' | 'sqlite'
+
+const ROOT = join(import.meta.dirname, '..')
+const arg = (name: string, fallback: number) => {
+  const i = process.argv.indexOf(name)
+  return i > 0 ? Number(process.argv[i + 1]) : fallback
+}
+const SECONDS = arg('--seconds', 3)
+const CONNECTIONS = arg('--connections', 32)
+const BODY = JSON.stringify({ amount: 1200, currency: 'eur', customer: 'cus_42' })
+
+/** The app under test, in this (child) process: the same handler with or without idemkey. */
+async function serve(framework: Framework, storeKind: StoreKind, dbPath: string): Promise<void> {
+  const { Ledger } = await import('../src/core/ledger.js')
+  let ledger: InstanceType<typeof Ledger> | undefined
+  if (storeKind === 'memory') {
+    const { MemoryStore } = await import('../src/stores/memory/memory-store.js')
+    ledger = new Ledger({ store: new MemoryStore() })
+  } else if (storeKind === 'sqlite') {
+    const { SqliteStore } = await import('../src/stores/sqlite/sqlite-store.js')
+    ledger = new Ledger({ store: new SqliteStore({ path: dbPath }) })
+  }
+  let n = 0
+  const charge = (body: { amount?: number }) => ({ id: `ch_${++n}`, amount: body?.amount, status: 'succeeded' })
+  let port: number
+  if (framework === 'express') {
+    const { default: express } = await import('express')
+    const { idempotency } = await import('../src/http/express/index.js')
+    const app = express()
+    app.use(express.json())
+    if (ledger) app.use(idempotency({ ledger }))
+    app.post('/charges', (req, res) => {
+      res.status(201).json(charge(req.body))
+    })
+    const server = app.listen(0, '127.0.0.1')
+    await new Promise((resolve) => server.once('listening', resolve))
+    port = (server.address() as { port: number }).port
+  } else {
+    const { default: Fastify } = await import('fastify')
+    const { idempotency } = await import('../src/http/fastify/index.js')
+    const app = Fastify()
+    if (ledger) await app.register(idempotency, { ledger })
+    app.post('/charges', async (request, reply) => reply.code(201).send(charge(request.body as { amount?: number })))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    port = (app.server.address() as { port: number }).port
+  }
+  process.stdout.write(`port ${port}\n`)
+}
+
+const children: ChildProcess[] = []
+
+function start(framework: Framework, storeKind: StoreKind, dbPath: string): Promise<{ port: number; child: ChildProcess }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', import.meta.filename, '--serve', framework, storeKind, dbPath], {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  children.push(child)
+  return new Promise((resolve, reject) => {
+    let out = ''
+    child.stdout?.on('data', (chunk) => {
+      out += chunk
+      const match = /port (\d+)/.exec(out)
+      if (match) resolve({ port: Number(match[1]), child })
+    })
+    child.once('exit', (code) => reject(new Error(`${framework}/${storeKind} exited with ${code} before listening`)))
+  })
+}
+
+/** Load with a fresh key per request (`unique`) or one key answered from the store (`replay`). */
+async function load(port: number, mode: 'unique' | 'replay', seconds = SECONDS): Promise<CannonResult> {
+  const run = randomUUID()
+  const replayKey = `replay-${run}`
+  let i = 0
+  const result = await autocannon({
+    url: `http://127.0.0.1:${port}`,
+    connections: CONNECTIONS,
+    duration: seconds,
+    requests: [
+      {
+        method: 'POST',
+        path: '/charges',
+        setupRequest: (req: CannonRequest) => {
+          const key = mode === 'replay' ? replayKey : `u-${run}-${i++}`
+          return { ...req, headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: BODY }
+        },
+      },
+    ],
+  })
+  if (result.non2xx > 0 || result.errors > 0) {
+    console.warn(`  ${mode} on :${port}: ${result.non2xx} non-2xx, ${result.errors} errors, ${result.timeouts} timeouts`)
+  }
+  return result
+}
+
+async function main(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'idemkey-bench-http-'))
+  const rows: Array<Array<string | number>> = []
+  const pct = (value: number, base: number) => `${fmt((100 * value) / base)}%`
+  try {
+    for (const framework of ['fastify', 'express'] as const) {
+      const bare = await start(framework, 'none', '')
+      await load(bare.port, 'unique', 1) // warm-up: JIT and connections
+      const base = await load(bare.port, 'unique')
+      bare.child.kill('SIGKILL')
+      rows.push([framework, 'without idemkey', '-', fmt(base.requests.average), '100%', `${fmt(base.latency.p99)} ms`])
+      for (const storeKind of ['memory', 'sqlite'] as const) {
+        const app = await start(framework, storeKind, join(dir, `${framework}.db`))
+        await load(app.port, 'unique', 1)
+        for (const mode of ['unique', 'replay'] as const) {
+          const result = await load(app.port, mode)
+          rows.push([
+            framework,
+            storeKind === 'memory' ? 'MemoryStore' : 'SqliteStore (file, WAL)',
+            mode === 'unique' ? 'unique keys' : 'replays of one key',
+            fmt(result.requests.average),
+            pct(result.requests.average, base.requests.average),
+            `${fmt(result.latency.p99)} ms`,
+          ])
+        }
+        app.child.kill('SIGKILL')
+      }
+    }
+    const body = [
+      table(['app', 'idempotency', 'keys', 'requests/s', 'of the bare app', 'p99'], rows),
+      '',
+      `${CONNECTIONS} connections, ${SECONDS} s per row after a 1 s warm-up, POST /charges with a ${BODY.length}-byte JSON body and a 201 JSON answer. Each app runs in its own process; autocannon runs in another. Both share the machine's cores, so the ratios (measured side by side in this run) matter more than the absolute figures. Targets: with MemoryStore at least 85% of the bare app on unique keys and at least 100% on replays; with SqliteStore at least 70% on unique keys.`,
+    ].join('\n')
+    report(
+      'http',
+      'HTTP adapters (Express, Fastify)',
+      `npx tsx bench/http.bench.ts --seconds ${SECONDS} --connections ${CONNECTIONS}`,
+      body,
+    )
+  } finally {
+    for (const child of children) child.kill('SIGKILL')
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+const serveAt = process.argv.indexOf('--serve')
+if (serveAt > 0) {
+  const [framework, storeKind, dbPath] = process.argv.slice(serveAt + 1) as [Framework, StoreKind, string]
+  await serve(framework, storeKind, dbPath)
+} else {
+  await main()
+}

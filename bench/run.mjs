@@ -1,0 +1,37 @@
+// Runs every benchmark (bench/*.bench.ts) one after another, each in its own process, then collects
+// their tables (docs/benchmarks/<area>.md) into docs/benchmarks.md.
+// Usage: npm run bench [-- area ...]   e.g. npm run bench -- ledger http
+import { spawnSync } from 'node:child_process'
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+
+const root = join(import.meta.dirname, '..')
+const only = process.argv.slice(2)
+const order = ['ledger', 'postgres', 'redis', 'http', 'proxy', 'relay']
+const benches = readdirSync(join(root, 'bench'))
+  .filter((name) => name.endsWith('.bench.ts'))
+  .map((name) => name.replace(/\.bench\.ts$/, ''))
+  .filter((area) => only.length === 0 || only.includes(area))
+  .sort((a, b) => (order.indexOf(a) + 1 || 99) - (order.indexOf(b) + 1 || 99))
+
+let failed = 0
+for (const area of benches) {
+  console.log(`\n=== bench/${area}.bench.ts`)
+  const result = spawnSync(process.execPath, ['--import', 'tsx', join(root, 'bench', `${area}.bench.ts`)], { stdio: 'inherit', cwd: root })
+  if (result.status !== 0) {
+    failed++
+    console.error(`bench/${area}.bench.ts failed (exit ${result.status ?? result.signal})`)
+  }
+}
+
+const dir = join(root, 'docs', 'benchmarks')
+const sections = order
+  .concat(readdirSync(dir).map((f) => f.replace(/\.md$/, '')))
+  .filter((area, i, all) => all.indexOf(area) === i && area !== 'README' && existsSync(join(dir, `${area}.md`)))
+  .map((area) => readFileSync(join(dir, `${area}.md`), 'utf8').trim())
+writeFileSync(
+  join(root, 'docs', 'benchmarks.md'),
+  `# Benchmarks\n\nEvery figure below was measured by \`npm run bench\` (or the single command named in its section) on the\nmachine named there. Ratios compare rows measured side by side in the same run; absolute figures move with\nthe machine. Regenerate this page with \`npm run bench\`.\n\n${sections.join('\n\n')}\n`,
+)
+console.log(`\nwrote docs/benchmarks.md (${sections.length} sections)`)
+process.exit(failed ? 1 : 0)

@@ -1,0 +1,37 @@
+import type { Command } from 'commander'
+import { intArg, STORE_HELP, storeArg } from './options.js'
+import { printJson } from './output.js'
+import { withStore } from './run.js'
+import { DEFAULT_STORE_URL, describeStore } from './store-url.js'
+
+/** `idemkey gc`: purges expired records in bounded batches, so traffic is never blocked for long. */
+export function registerGc(program: Command): void {
+  program
+    .command('gc')
+    .description('purge expired records, in batches, and print how many')
+    .option('--store <url>', STORE_HELP, storeArg, DEFAULT_STORE_URL)
+    .option('--batch <n>', 'records deleted per round trip', intArg('--batch', 1, 100_000), 1000)
+    .option('--json', 'print the result as JSON')
+    .addHelpText(
+      'after',
+      `
+Examples:
+  idemkey gc                          purge the default sqlite:idemkey.db
+  idemkey gc --store redis://127.0.0.1:6379 --json
+  Run it from cron (e.g. hourly); expired records already count as absent before they are purged.`,
+    )
+    .action(async (options: { store: string; batch: number; json?: boolean }) => {
+      await withStore(options.store, async ({ store, spec }) => {
+        let purged = 0
+        let batches = 0
+        for (;;) {
+          const deleted = await store.purgeExpired(options.batch)
+          purged += deleted
+          batches++
+          if (deleted < options.batch) break
+        }
+        if (options.json) printJson({ store: describeStore(spec), purged, batches })
+        else process.stdout.write(`purged ${purged} expired record${purged === 1 ? '' : 's'} from ${describeStore(spec)}\n`)
+      })
+    })
+}

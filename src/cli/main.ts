@@ -1,0 +1,57 @@
+import { readFileSync } from 'node:fs'
+import { Command } from 'commander'
+import { registerDemo } from './demo.js'
+import { registerEvict } from './evict.js'
+import { registerGc } from './gc.js'
+import { registerInspect } from './inspect.js'
+import { registerList } from './list.js'
+import { registerMigrate } from './migrate.js'
+import { registerProxy } from './proxy.js'
+import { describeFailure } from './run.js'
+
+function version(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string }
+    return pkg.version ?? '0.0.0'
+  } catch {
+    return '0.0.0'
+  }
+}
+
+/** Builds the `idemkey` program with every command registered (exported for tests and embedding). */
+export function buildProgram(): Command {
+  const program = new Command()
+    .name('idemkey')
+    .description('Idempotency keys for any HTTP API: a demo, a reverse proxy, and operator commands for the ledger.')
+    .version(version(), '-v, --version')
+    .showHelpAfterError('(add --help for usage and examples)')
+    .showSuggestionAfterError(true)
+    .addHelpText(
+      'after',
+      `
+Examples:
+  idemkey demo                                  see double charges happen, then not (embedded SQLite)
+  idemkey proxy --upstream http://127.0.0.1:3000 --port 8080
+  idemkey list --status in_progress --older-than 5m
+  idemkey gc --store postgres://app@127.0.0.1:5432/app
+
+Store URLs: memory:, sqlite:PATH (default sqlite:idemkey.db), postgres://…, redis://…`,
+    )
+  program.configureHelp({ sortSubcommands: false, showGlobalOptions: false })
+  registerDemo(program)
+  registerProxy(program)
+  registerMigrate(program)
+  registerInspect(program)
+  registerList(program)
+  registerGc(program)
+  registerEvict(program)
+  return program
+}
+
+try {
+  await buildProgram().parseAsync(process.argv)
+} catch (error) {
+  const { message, exitCode } = describeFailure(error)
+  process.stderr.write(`idemkey: ${message}\n`)
+  process.exitCode = exitCode
+}

@@ -1,0 +1,92 @@
+import { InvalidArgumentError } from 'commander'
+import { parseDuration } from '../core/duration.js'
+import { isIdempotencyError } from '../errors.js'
+import { DEFAULT_STORE_URL, parseStoreUrl } from './store-url.js'
+
+/** Help text of `--store`, shared by every command that opens one. */
+export const STORE_HELP = `store URL: memory:, sqlite:PATH, postgres://…, redis://… (default ${DEFAULT_STORE_URL})`
+
+/**
+ * A commander parser for a duration flag (`30s`, `5m`, `1h30m`, or milliseconds); returns milliseconds.
+ *
+ * @example new Option('--lease <duration>').argParser(durationArg('--lease'))
+ */
+export function durationArg(flag: string): (value: string) => number {
+  return (value) => {
+    try {
+      return parseDuration(value, flag)
+    } catch (error) {
+      throw new InvalidArgumentError(
+        isIdempotencyError(error) ? error.message : `expected a duration such as 30s, 5m or 24h, got "${value}".`,
+      )
+    }
+  }
+}
+
+/** A commander parser for a store URL: checks its shape now, so a typo fails before anything starts. */
+export function storeArg(value: string): string {
+  try {
+    parseStoreUrl(value)
+    return value
+  } catch (error) {
+    throw new InvalidArgumentError((error as Error).message)
+  }
+}
+
+/** A commander parser for an integer within bounds. */
+export function intArg(flag: string, min: number, max = Number.MAX_SAFE_INTEGER): (value: string) => number {
+  return (value) => {
+    const parsed = Number(value)
+    if (!/^\d+$/.test(value.trim()) || parsed < min || parsed > max) {
+      throw new InvalidArgumentError(`${flag} expects a whole number from ${min} to ${max}, got "${value}".`)
+    }
+    return parsed
+  }
+}
+
+/** A commander parser for a rate: a fraction from 0 to 1 (`0.05`) or a percentage (`5%`). */
+export function rateArg(flag: string): (value: string) => number {
+  return (value) => {
+    const text = value.trim()
+    const parsed = text.endsWith('%') ? Number(text.slice(0, -1)) / 100 : Number(text)
+    if (text === '' || !Number.isFinite(parsed) || parsed < 0 || parsed > 1) {
+      throw new InvalidArgumentError(`${flag} expects a rate from 0 to 1 (e.g. 0.05) or a percentage (e.g. 5%), got "${value}".`)
+    }
+    return parsed
+  }
+}
+
+/** A commander parser for a comma-separated list of HTTP methods. */
+export function methodsArg(value: string): string[] {
+  const methods = value
+    .split(',')
+    .map((m) => m.trim().toUpperCase())
+    .filter((m) => m.length > 0)
+  if (methods.length === 0 || methods.some((m) => !/^[A-Z]+$/.test(m))) {
+    throw new InvalidArgumentError(`expected HTTP methods separated by commas, e.g. POST,PATCH; got "${value}".`)
+  }
+  return methods
+}
+
+const SIZE_UNITS: Record<string, number> = {
+  '': 1,
+  b: 1,
+  kb: 1024,
+  kib: 1024,
+  mb: 1024 ** 2,
+  mib: 1024 ** 2,
+  gb: 1024 ** 3,
+  gib: 1024 ** 3,
+}
+
+/** A commander parser for a size in bytes: `1048576`, `512kb`, `1mb` (binary units). */
+export function sizeArg(flag: string): (value: string) => number {
+  return (value) => {
+    const match = /^(\d+(?:\.\d+)?)\s*([a-z]*)$/i.exec(value.trim())
+    const unit = SIZE_UNITS[(match?.[2] ?? '').toLowerCase()]
+    if (!match || unit === undefined) {
+      throw new InvalidArgumentError(`${flag} expects a size such as 1048576, 512kb or 1mb, got "${value}".`)
+    }
+    return Math.floor(Number(match[1]) * unit)
+  }
+}

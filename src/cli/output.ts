@@ -1,0 +1,87 @@
+import { formatDuration } from '../core/duration.js'
+import type { StoredRecord } from '../stores/store.js'
+
+/**
+ * Renders rows as an aligned plain-text table with a header line; numbers are right-aligned.
+ *
+ * @example console.log(renderTable(['key', 'status'], [['a', 'completed']]))
+ */
+export function renderTable(headers: string[], rows: Array<Array<string | number>>): string {
+  const cells = rows.map((row) => row.map((cell) => String(cell)))
+  const widths = headers.map((h, i) => Math.max(h.length, ...cells.map((row) => (row[i] ?? '').length)))
+  const numeric = headers.map((_, i) => rows.length > 0 && rows.every((row) => typeof row[i] === 'number'))
+  const line = (row: string[]) =>
+    row
+      .map((cell, i) => (numeric[i] ? cell.padStart(widths[i] ?? 0) : cell.padEnd(widths[i] ?? 0)))
+      .join('  ')
+      .trimEnd()
+  return [line(headers), line(widths.map((w) => '-'.repeat(w))), ...cells.map(line)].join('\n')
+}
+
+/** Renders `label: value` pairs, labels aligned. */
+export function renderPairs(pairs: Array<[string, string | number]>): string {
+  const width = Math.max(...pairs.map(([label]) => label.length))
+  return pairs.map(([label, value]) => `${`${label}:`.padEnd(width + 1)} ${value}`).join('\n')
+}
+
+/** Prints a value as indented JSON on stdout (the `--json` output of every command). */
+export function printJson(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`)
+}
+
+/** A record as plain JSON: times as ISO strings and ages, the body summarized (size, and text when readable). */
+export function recordJson(record: StoredRecord, nowMs: number): Record<string, unknown> {
+  return {
+    scope: record.scope,
+    key: record.key,
+    status: record.status,
+    token: record.token,
+    attempts: record.attempts,
+    fingerprint: record.fingerprint,
+    ageMs: nowMs - record.createdAtMs,
+    createdAt: new Date(record.createdAtMs).toISOString(),
+    updatedAt: new Date(record.updatedAtMs).toISOString(),
+    expiresAt: new Date(record.expiresAtMs).toISOString(),
+    lockedUntil: record.lockedUntilMs === null ? null : new Date(record.lockedUntilMs).toISOString(),
+    leaseState: leaseState(record, nowMs),
+    resourceId: record.resourceId,
+    response: record.response
+      ? {
+          status: record.response.status,
+          headers: record.response.headers,
+          bodyBytes: record.response.body.byteLength,
+          bodyPreview: bodyPreview(record.response.body),
+        }
+      : null,
+  }
+}
+
+/** `held 12s more`, `ended 3s ago (takeover possible)`, or `-` once the record is settled. */
+export function leaseState(record: StoredRecord, nowMs: number): string {
+  if (record.status !== 'in_progress' || record.lockedUntilMs === null) return '-'
+  const left = record.lockedUntilMs - nowMs
+  return left > 0 ? `held ${formatDuration(left)} more` : `ended ${formatDuration(-left)} ago (takeover possible)`
+}
+
+/** Whether an in-progress record's holder stopped renewing it: a crash, or a release. */
+export function isStuck(record: StoredRecord, nowMs: number): boolean {
+  return record.status === 'in_progress' && (record.lockedUntilMs ?? 0) <= nowMs
+}
+
+/** Up to 120 characters of a body when it is UTF-8 text, else `null`. */
+export function bodyPreview(body: Uint8Array): string | null {
+  if (body.byteLength === 0) return ''
+  try {
+    const text = new TextDecoder('utf-8', { fatal: true }).decode(body.subarray(0, 480))
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: binary bodies are recognized by their control characters
+    if (/[\x00-\x08\x0e-\x1f]/.test(text)) return null
+    return text.length > 120 ? `${text.slice(0, 117)}...` : text
+  } catch {
+    return null
+  }
+}
+
+/** An age for people: `4s`, `2m5s`. */
+export function age(fromMs: number, nowMs: number): string {
+  return formatDuration(Math.max(0, nowMs - fromMs))
+}

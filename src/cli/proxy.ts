@@ -1,0 +1,135 @@
+import { type Command, InvalidArgumentError } from 'commander'
+import { formatDuration } from '../core/duration.js'
+import { Ledger, type LedgerEvent } from '../core/ledger.js'
+import { durationArg, intArg, methodsArg, sizeArg, storeArg } from './options.js'
+import { createProxyServer } from './proxy-server.js'
+import { ReconnectingStore } from './reconnecting-store.js'
+import { DEFAULT_STORE_URL, describeStore, isServerClockStore, openStore, parseStoreUrl } from './store-url.js'
+
+interface ProxyFlags {
+  upstream: string
+  port: number
+  host: string
+  store: string
+  lease: number
+  ttl: number
+  wait: number
+  methods: string[]
+  requireKey?: boolean
+  scopeHeader?: string
+  maxBody: number
+  upstreamTimeout: number
+  drainTimeout: number
+}
+
+/** `idemkey proxy`: SPEC §5 in front of any HTTP API. */
+export function registerProxy(program: Command): void {
+  program
+    .command('proxy')
+    .description('reverse proxy that gives any HTTP API idempotency keys (SPEC §5)')
+    .requiredOption('--upstream <url>', 'the API behind the proxy, e.g. http://127.0.0.1:3000', upstreamArg)
+    .option('--port <port>', 'port to listen on (0: any free port)', intArg('--port', 0, 65535), 8080)
+    .option('--host <host>', 'address to listen on', '127.0.0.1')
+    .option('--store <url>', 'store URL: memory:, sqlite:PATH, postgres://…, redis://…', storeArg, DEFAULT_STORE_URL)
+    .option('--lease <duration>', 'how long a request owns its key without renewal (renewed while it runs)', durationArg('--lease'), 30_000)
+    .option('--ttl <duration>', 'how long outcomes are replayed', durationArg('--ttl'), 24 * 3_600_000)
+    .option('--wait <duration>', 'how long a duplicate waits for the first request before 409', durationArg('--wait'), 10_000)
+    .option('--methods <list>', 'methods covered; others stream through untouched', methodsArg, ['POST', 'PATCH'])
+    .option('--require-key', 'answer 400 to a covered request without Idempotency-Key')
+    .option('--scope-header <name>', 'scope keys by this header (e.g. X-Tenant-Id); default: a hash of Authorization')
+    .option('--max-body <size>', 'largest covered request body (413 beyond)', sizeArg('--max-body'), 1024 * 1024)
+    .option('--upstream-timeout <duration>', 'upstream slower than this: 504, record released', durationArg('--upstream-timeout'), 30_000)
+    .option(
+      '--drain-timeout <duration>',
+      'on SIGTERM/SIGINT, how long to wait for in-flight requests',
+      durationArg('--drain-timeout'),
+      30_000,
+    )
+    .addHelpText(
+      'after',
+      `
+Examples:
+  idemkey proxy --upstream http://127.0.0.1:3000
+  idemkey proxy --upstream http://127.0.0.1:3000 --port 8080 --require-key --scope-header X-Tenant-Id
+  idemkey proxy --upstream http://api.internal:3000 --host 0.0.0.0 --store postgres://idemkey@db:5432/app
+  Several proxies may share one PostgreSQL or Redis store behind a load balancer (see docs/proxy.md).`,
+    )
+    .action(async (flags: ProxyFlags) => {
+      await runProxy(flags)
+    })
+}
+
+function upstreamArg(value: string): string {
+  let url: URL
+  try {
+    url = new URL(value)
+  } catch {
+    throw new InvalidArgumentError(`expected an http:// URL such as http://127.0.0.1:3000, got "${value}".`)
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new InvalidArgumentError(`expected an http:// or https:// URL, got "${value}".`)
+  }
+  return value
+}
+
+async function runProxy(flags: ProxyFlags): Promise<void> {
+  const spec = parseStoreUrl(flags.store)
+  // The proxy starts even when its store is down; until it answers, covered requests get 503.
+  const store = new ReconnectingStore(spec.kind, isServerClockStore(spec), async () => {
+    const opened = await openStore(flags.store)
+    try {
+      await opened.migrate()
+    } catch (error) {
+      await opened.store.close().catch(() => {})
+      throw error
+    }
+    return opened.store
+  })
+  const ledger = new Ledger({ store, lease: flags.lease, ttl: flags.ttl, wait: flags.wait })
+  let lastStoreLogMs = 0
+  const onEvent = (event: LedgerEvent) => {
+    if (event.type === 'store_error' && Date.now() - lastStoreLogMs > 5_000) {
+      lastStoreLogMs = Date.now()
+      process.stderr.write(`idemkey proxy: store unavailable, answering 503 to covered requests: ${(event.error as Error).message}\n`)
+    }
+  }
+  const proxy = createProxyServer({
+    upstream: flags.upstream,
+    ledger,
+    methods: flags.methods,
+    requireKey: flags.requireKey,
+    scopeHeader: flags.scopeHeader,
+    waitMs: flags.wait,
+    leaseMs: flags.lease,
+    ttlMs: flags.ttl,
+    maxBodyBytes: flags.maxBody,
+    upstreamTimeoutMs: flags.upstreamTimeout,
+    onEvent,
+  })
+  await new Promise<void>((resolve, reject) => {
+    proxy.server.once('error', reject)
+    proxy.server.listen(flags.port, flags.host, () => resolve())
+  })
+  const address = proxy.server.address()
+  const port = typeof address === 'object' && address ? address.port : flags.port
+  store.connect().catch((error: unknown) => {
+    process.stderr.write(`idemkey proxy: store not reachable yet (covered requests get 503 until it is): ${(error as Error).message}\n`)
+  })
+  process.stdout.write(
+    `idemkey proxy listening on http://${flags.host}:${port} -> ${flags.upstream} (store ${describeStore(spec)}, methods ${flags.methods.join(',')}, lease ${formatDuration(flags.lease)})\n`,
+  )
+
+  let stopping = false
+  const stop = async (signal: string) => {
+    if (stopping) return
+    stopping = true
+    process.stderr.write(`idemkey proxy: ${signal}, draining ${proxy.inFlight()} in-flight request(s)\n`)
+    const drained = await proxy.drain(flags.drainTimeout)
+    // Records of requests still running keep their lease: it ends by itself and another proxy takes over.
+    await store.close().catch(() => {})
+    process.stderr.write(`idemkey proxy: stopped${drained ? '' : ' (drain timeout: unfinished requests keep their lease until it ends)'}\n`)
+    process.exit(0)
+  }
+  process.once('SIGTERM', () => void stop('SIGTERM'))
+  process.once('SIGINT', () => void stop('SIGINT'))
+}

@@ -1,0 +1,357 @@
+import { randomUUID } from 'node:crypto'
+import { isIdempotencyError } from '../errors.js'
+import { MemoryStore } from '../stores/memory/memory-store.js'
+import type { IdempotencyStore, Outcome, StoredResponse, TransactionalStore } from '../stores/store.js'
+import { ManualClock } from './clock.js'
+import { fingerprintOf } from './fingerprint.js'
+import { Ledger, type LedgerEvent } from './ledger.js'
+
+const key = () => `k-${randomUUID()}`
+
+/** Resolves once `clock` has `n` sleepers, so a test moves time only after the code under test waits. */
+async function sleepers(clock: ManualClock, n = 1): Promise<void> {
+  for (let i = 0; i < 1_000 && clock.pendingSleeps < n; i++) await new Promise((r) => setImmediate(r))
+  expect(clock.pendingSleeps).toBeGreaterThanOrEqual(n)
+}
+
+/** Moves the clock by `stepMs` whenever the code under test sleeps, until `promise` settles. */
+async function drive<T>(clock: ManualClock, promise: Promise<T>, stepMs: number): Promise<T> {
+  let settled = false
+  const watched = promise.finally(() => {
+    settled = true
+  })
+  for (let i = 0; i < 10_000 && !settled; i++) {
+    await new Promise((r) => setImmediate(r))
+    if (!settled && clock.pendingSleeps > 0) clock.advance(stepMs)
+  }
+  return watched
+}
+
+function setup(options: { wait?: number } = {}) {
+  const clock = new ManualClock()
+  const store = new MemoryStore({ clock })
+  const events: LedgerEvent[] = []
+  const ledger = new Ledger({ store, clock, lease: '30s', ttl: '1h', wait: options.wait ?? 0, onEvent: (e) => events.push(e) })
+  return { clock, store, ledger, events }
+}
+
+describe('Ledger.run', () => {
+  it('executes the work once and replays its value for the same key and payload', async () => {
+    const { ledger } = setup()
+    const k = key()
+    let runs = 0
+    const first = await ledger.run({ key: k, payload: { amount: 5 } }, () => ({ charge: ++runs }))
+    const second = await ledger.run({ key: k, payload: { amount: 5 } }, () => ({ charge: ++runs }))
+    expect(first).toMatchObject({ kind: 'executed', value: { charge: 1 }, outcome: 'completed', token: 1 })
+    expect(second).toMatchObject({ kind: 'replayed', value: { charge: 1 } })
+    expect(runs).toBe(1)
+  })
+
+  it('treats the same payload with keys in another order as the same intent', async () => {
+    const { ledger } = setup()
+    const k = key()
+    await ledger.run({ key: k, payload: { a: 1, b: [1, 2] } }, () => 'x')
+    expect((await ledger.run({ key: k, payload: { b: [1, 2], a: 1 } }, () => 'y')).kind).toBe('replayed')
+  })
+
+  it('answers mismatch for the same key with another payload, without running the work', async () => {
+    const { ledger } = setup()
+    const k = key()
+    await ledger.run({ key: k, payload: { amount: 5 } }, () => 'ok')
+    let ran = false
+    const result = await ledger.run({ key: k, payload: { amount: 6 } }, () => {
+      ran = true
+    })
+    expect(result).toEqual({ kind: 'mismatch', scope: 'default', key: k })
+    expect(ran).toBe(false)
+  })
+
+  it('keeps scopes apart', async () => {
+    const { ledger } = setup()
+    const k = key()
+    await ledger.run({ key: k, scope: 'tenant-a' }, () => 'a')
+    expect(await ledger.run({ key: k, scope: 'tenant-b' }, () => 'b')).toMatchObject({ kind: 'executed', value: 'b' })
+  })
+
+  it('releases the record when the work throws, rethrows, and runs the next retry afresh', async () => {
+    const { ledger, events } = setup()
+    const k = key()
+    await expect(
+      ledger.run({ key: k }, () => {
+        throw new Error('boom')
+      }),
+    ).rejects.toThrow('boom')
+    expect(events.map((e) => e.type)).toContain('released')
+    expect(await ledger.run({ key: k }, () => 'second')).toMatchObject({ kind: 'executed', value: 'second', token: 2 })
+  })
+
+  it('releases a transient outcome (5xx, 409, 429) and stores a final one (4xx)', async () => {
+    const { ledger } = setup()
+    const encode = (status: number): StoredResponse => ({ status, headers: {}, body: new Uint8Array() })
+    for (const status of [500, 503, 401, 408, 409, 425, 429]) {
+      const k = key()
+      const result = await ledger.run({ key: k }, () => status, { encode })
+      expect(result).toMatchObject({ kind: 'executed', outcome: 'released' })
+      expect((await ledger.run({ key: k }, () => 201, { encode })).kind).toBe('executed')
+    }
+    for (const status of [400, 404, 422]) {
+      const k = key()
+      expect(await ledger.run({ key: k }, () => status, { encode })).toMatchObject({ kind: 'executed', outcome: 'failed' })
+      expect(await ledger.run({ key: k }, () => 201, { encode, decode: (r) => r.status })).toMatchObject({
+        kind: 'replayed',
+        value: status,
+      })
+    }
+  })
+
+  it('follows a custom classification', async () => {
+    const { ledger } = setup()
+    const k = key()
+    const result = await ledger.run({ key: k }, () => ({ ok: false }), { classify: (v) => (v.ok ? 'completed' : 'transient') })
+    expect(result).toMatchObject({ outcome: 'released' })
+  })
+
+  it('stores the resource id with the record', async () => {
+    const { ledger, store } = setup()
+    const k = key()
+    await ledger.run({ key: k }, () => ({ id: 'ord_1' }), { resourceId: (v) => v.id })
+    expect((await store.get('default', k))?.resourceId).toBe('ord_1')
+  })
+
+  it('answers in_progress with a retry hint when another holder runs and there is no wait', async () => {
+    const { ledger, clock } = setup({ wait: 0 })
+    const k = key()
+    let finish: () => void = () => {}
+    const running = ledger.run({ key: k }, () => new Promise<string>((resolve) => (finish = () => resolve('done'))))
+    await sleepers(clock) // the renewal loop sleeps: the work is running
+    const second = await ledger.run({ key: k }, () => 'never')
+    expect(second).toMatchObject({ kind: 'in_progress', retryAfterMs: 30_000 })
+    finish()
+    await running
+  })
+
+  it('waits for an in-flight holder and replays its outcome once it completes (woken by the store)', async () => {
+    const { ledger, clock } = setup({ wait: 10_000 })
+    const k = key()
+    let finish: () => void = () => {}
+    let runs = 0
+    const work = () =>
+      new Promise<number>((resolve) => {
+        runs++
+        finish = () => resolve(42)
+      })
+    const first = ledger.run({ key: k }, work)
+    await sleepers(clock, 1)
+    const second = ledger.run({ key: k }, work)
+    await sleepers(clock, 2) // the waiter sleeps on its poll interval
+    finish()
+    // No clock movement: only the store's notification can wake the waiter.
+    expect(await second).toMatchObject({ kind: 'replayed', value: 42 })
+    expect(await first).toMatchObject({ kind: 'executed', value: 42 })
+    expect(runs).toBe(1)
+  })
+
+  it('polls when the store has no notifications, and acquires a released record', async () => {
+    const clock = new ManualClock()
+    const memory = new MemoryStore({ clock })
+    // The same store without watch(): the ledger must fall back to polling.
+    const store: IdempotencyStore = {
+      name: 'memory-without-watch',
+      serverClock: false,
+      acquire: (...a) => memory.acquire(...a),
+      renew: (...a) => memory.renew(...a),
+      complete: (...a) => memory.complete(...a),
+      release: (...a) => memory.release(...a),
+      get: (...a) => memory.get(...a),
+      list: (...a) => memory.list(...a),
+      purgeExpired: (...a) => memory.purgeExpired(...a),
+      evict: (...a) => memory.evict(...a),
+      close: () => memory.close(),
+    }
+    const ledger = new Ledger({ store, clock, wait: '10s' })
+    const k = key()
+    let fail: (e: Error) => void = () => {}
+    const first = ledger.run({ key: k }, () => new Promise((_, reject) => (fail = reject)))
+    await sleepers(clock, 1)
+    const second = ledger.run({ key: k }, () => 'second ran')
+    await sleepers(clock, 2)
+    fail(new Error('transient'))
+    await expect(first).rejects.toThrow('transient')
+    clock.advance(1_000) // past any poll interval
+    expect(await second).toMatchObject({ kind: 'executed', value: 'second ran', token: 2 })
+  })
+
+  it('gives up waiting at the deadline with in_progress', async () => {
+    const { ledger, clock } = setup({ wait: 2_000 })
+    const k = key()
+    let finish: () => void = () => {}
+    const first = ledger.run({ key: k }, () => new Promise<void>((resolve) => (finish = resolve)))
+    await sleepers(clock, 1)
+    const second = ledger.run({ key: k }, () => 'never')
+    await sleepers(clock, 2)
+    expect(await drive(clock, second, 250)).toMatchObject({ kind: 'in_progress' })
+    finish()
+    await first
+  })
+
+  it('renews the lease while the work runs, so nobody takes over a live holder', async () => {
+    const { ledger, clock, store } = setup()
+    const k = key()
+    let finish: () => void = () => {}
+    const first = ledger.run({ key: k }, () => new Promise<string>((resolve) => (finish = () => resolve('slow'))))
+    for (let i = 0; i < 9; i++) {
+      await sleepers(clock, 1)
+      clock.advance(10_000) // 90 s in all: three leases
+      await new Promise((r) => setImmediate(r))
+    }
+    expect((await store.acquire('default', k, fingerprintOf(null), 30_000)).kind).toBe('in_progress')
+    finish()
+    expect(await first).toMatchObject({ kind: 'executed', outcome: 'completed', token: 1 })
+  })
+
+  it('aborts the work signal when the lease is lost, and discards the late outcome', async () => {
+    const { ledger, clock, store, events } = setup()
+    const k = key()
+    let signal: AbortSignal | undefined
+    let finish: () => void = () => {}
+    const zombie = ledger.run({ key: k }, (ctx) => {
+      signal = ctx.signal
+      return new Promise<string>((resolve) => (finish = () => resolve('late')))
+    })
+    await sleepers(clock, 1)
+    // Simulate a holder paused past its lease: another takes over with token 2.
+    await store.release('default', k, 1)
+    expect(await store.acquire('default', k, fingerprintOf(null), 30_000)).toEqual({ kind: 'acquired', token: 2 })
+    clock.advance(10_000) // the zombie's renewal fires and finds its token stale
+    for (let i = 0; i < 50 && !signal?.aborted; i++) await new Promise((r) => setImmediate(r))
+    expect(signal?.aborted).toBe(true)
+    expect(isIdempotencyError(signal?.reason) && signal.reason.code).toBe('FENCED_OUT')
+    finish()
+    expect(await zombie).toMatchObject({ kind: 'executed', outcome: 'fenced_out', token: 1 })
+    expect(events.map((e) => e.type)).toContain('lease_lost')
+    expect((await store.get('default', k))?.token).toBe(2)
+  })
+
+  it('tells the work when it takes over after a crashed holder', async () => {
+    const { ledger, clock, store } = setup()
+    const k = key()
+    await store.acquire('default', k, fingerprintOf(null), 30_000) // a holder that then dies
+    clock.advance(30_001)
+    const result = await ledger.run({ key: k }, (ctx) => ({ takeover: ctx.takeover, token: ctx.token }))
+    expect(result).toMatchObject({ kind: 'executed', value: { takeover: true, token: 2 } })
+  })
+
+  it('surfaces a failing store as STORE_UNAVAILABLE with the driver error as cause', async () => {
+    const clock = new ManualClock()
+    const broken = new MemoryStore({ clock })
+    const cause = new Error('ECONNREFUSED')
+    broken.acquire = async () => {
+      throw cause
+    }
+    const ledger = new Ledger({ store: broken, clock })
+    const error = await ledger.run({ key: key() }, () => 1).catch((e: unknown) => e)
+    expect(isIdempotencyError(error) && error.code).toBe('STORE_UNAVAILABLE')
+    expect((error as Error).cause).toBe(cause)
+  })
+
+  it('times out a network store that never answers instead of hanging', async () => {
+    const hanging = new MemoryStore()
+    Object.defineProperty(hanging, 'serverClock', { value: true })
+    hanging.acquire = () => new Promise(() => {})
+    const ledger = new Ledger({ store: hanging, storeTimeout: 50 })
+    await expect(ledger.run({ key: key() }, () => 1)).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
+  })
+
+  it('reports an outcome it could not store as unrecorded, after retrying', async () => {
+    const { ledger, store, clock } = setup()
+    let attempts = 0
+    store.complete = async () => {
+      attempts++
+      throw new Error('disk full')
+    }
+    const running = ledger.run({ key: key() }, () => 'ran')
+    expect(await drive(clock, running, 1_000)).toMatchObject({ kind: 'executed', value: 'ran', outcome: 'unrecorded' })
+    expect(attempts).toBe(4)
+  })
+
+  it('rejects bad keys, scopes, fingerprints and options with typed errors', async () => {
+    const { ledger } = setup()
+    await expect(ledger.run({ key: '' }, () => 1)).rejects.toMatchObject({ code: 'KEY_INVALID' })
+    await expect(ledger.run({ key: 'x'.repeat(256) }, () => 1)).rejects.toMatchObject({ code: 'KEY_INVALID' })
+    await expect(ledger.run({ key: 'k', scope: '' }, () => 1)).rejects.toMatchObject({ code: 'SCOPE_INVALID' })
+    await expect(ledger.run({ key: 'k', fingerprint: 'nope' }, () => 1)).rejects.toMatchObject({ code: 'FINGERPRINT_INVALID' })
+    expect(() => new Ledger({ store: new MemoryStore(), lease: 'soon' })).toThrow(/lease "soon" is not a duration/)
+    expect(() => new Ledger({ store: new MemoryStore(), ttl: 0 })).toThrow(/ttl must be longer than 0/)
+    expect(() => new Ledger({} as never)).toThrow(/needs a store/)
+  })
+
+  it('refuses runInTransaction on a store without transactions, naming the alternative', () => {
+    const { ledger } = setup()
+    expect(() => ledger.runInTransaction({ key: 'k' }, () => 1)).toThrow(/use run\(\) instead/i)
+  })
+})
+
+/**
+ * A transactional store for the ledger's logic: writes made on `tx` become visible only on commit.
+ * (The real thing, PostgreSQL, is tested against the server in its own suite.)
+ */
+class TxMemoryStore extends MemoryStore implements TransactionalStore<string[]> {
+  readonly committed: string[] = []
+  async transaction<R>(fn: (tx: string[]) => Promise<R>): Promise<R> {
+    const tx: string[] = []
+    const result = await fn(tx)
+    this.committed.push(...tx)
+    return result
+  }
+  completeInTransaction(_tx: string[], scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    return this.complete(scope, key, token, outcome, ttlMs)
+  }
+}
+
+describe('Ledger.runInTransaction', () => {
+  it('commits the business writes together with the completion', async () => {
+    const store = new TxMemoryStore()
+    const ledger = new Ledger({ store })
+    const k = key()
+    const result = await ledger.runInTransaction({ key: k }, ({ tx }) => {
+      tx.push(`charge ${k}`)
+      return 'charged'
+    })
+    expect(result).toMatchObject({ kind: 'executed', outcome: 'completed' })
+    expect(store.committed).toEqual([`charge ${k}`])
+    expect((await ledger.runInTransaction({ key: k }, () => 'again')).kind).toBe('replayed')
+  })
+
+  it("rolls back a fenced-out holder's writes", async () => {
+    const store = new TxMemoryStore()
+    const ledger = new Ledger({ store })
+    const k = key()
+    const result = await ledger.runInTransaction({ key: k }, async ({ tx, token }) => {
+      // Meanwhile another holder takes the record over.
+      await store.release('default', k, token)
+      await store.acquire('default', k, fingerprintOf(null), 30_000)
+      tx.push('zombie write')
+      return 'late'
+    })
+    expect(result).toMatchObject({ kind: 'executed', outcome: 'fenced_out' })
+    expect(store.committed).toEqual([])
+  })
+
+  it('rolls back and releases a transient outcome', async () => {
+    const store = new TxMemoryStore()
+    const ledger = new Ledger({ store })
+    const k = key()
+    const result = await ledger.runInTransaction(
+      { key: k },
+      ({ tx }) => {
+        tx.push('write')
+        return 503
+      },
+      { encode: (status) => ({ status, headers: {}, body: new Uint8Array() }) },
+    )
+    expect(result).toMatchObject({ outcome: 'released' })
+    expect(store.committed).toEqual([])
+    expect((await store.get('default', k))?.status).toBe('in_progress')
+    expect((await ledger.runInTransaction({ key: k }, () => 'retry')).kind).toBe('executed')
+  })
+})

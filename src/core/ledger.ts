@@ -1,0 +1,545 @@
+import { IdempotencyError, isIdempotencyError, storeUnavailable } from '../errors.js'
+import {
+  type AcquireResult,
+  type IdempotencyStore,
+  isTransactionalStore,
+  type Outcome,
+  type StoredRecord,
+  type StoredResponse,
+  type TransactionalStore,
+} from '../stores/store.js'
+import { type Clock, systemClock } from './clock.js'
+import { type Duration, parseDuration } from './duration.js'
+import { fingerprintOf } from './fingerprint.js'
+import { type Classification, classifyStatus } from './outcome.js'
+import { assertFingerprint, assertIdentity } from './validate.js'
+
+/** The default scope when an intent names none. */
+export const DEFAULT_SCOPE = 'default'
+
+/** Options of {@link Ledger}. Durations take milliseconds or strings such as `30s`, `24h`. */
+export interface LedgerOptions<S extends IdempotencyStore = IdempotencyStore> {
+  /** Where records live. */
+  store: S
+  /** How long a holder owns a record without renewing it; renewed every third of it while work runs. @default '30s' */
+  lease?: Duration
+  /** How long completed and failed records are replayed. @default '24h' */
+  ttl?: Duration
+  /** How long to wait for another holder of the same key before answering `in_progress`. @default '10s' */
+  wait?: Duration
+  /** Where time comes from; inject a `ManualClock` in tests (and give the same one to the store). @default systemClock */
+  clock?: Clock
+  /** A network store call that takes longer than this fails with `STORE_UNAVAILABLE`. @default '5s' */
+  storeTimeout?: Duration
+  /** Called for each thing the ledger does: hook logs and metrics here. Must not throw. */
+  onEvent?: (event: LedgerEvent) => void
+}
+
+/** One logical operation meant to happen once. */
+export interface Intent {
+  /** The idempotency key: 1–255 characters, each 0x20–0x7E. */
+  key: string
+  /** The namespace of the key (tenant, account). @default 'default' */
+  scope?: string
+  /** Hex SHA-256 of what the intent asks for. Give this or `payload`. */
+  fingerprint?: string
+  /** What the intent asks for; its canonical JSON is hashed into the fingerprint. */
+  payload?: unknown
+}
+
+/** What the work function receives. */
+export interface IntentContext {
+  scope: string
+  key: string
+  fingerprint: string
+  /** The fencing token this attempt holds. */
+  token: number
+  /** `true` when an earlier attempt at this key did not finish (it crashed, timed out or released a transient failure). */
+  takeover: boolean
+  /** Aborted when this attempt loses its lease (another holder took over): stop work that has not committed. */
+  signal: AbortSignal
+}
+
+/** Context of {@link Ledger.runInTransaction}: the same, plus the store's transaction. */
+export interface TransactionContext<Tx> extends IntentContext {
+  /** The open transaction that will also complete the record. Do the business writes on it. */
+  tx: Tx
+}
+
+/** How a value becomes a stored response and back. The default stores JSON with status 200. */
+export interface RunOptions<T> {
+  /** Turns the work's value into what is stored. */
+  encode?: (value: T) => StoredResponse
+  /** Turns a stored response back into a value for a replay. */
+  decode?: (response: StoredResponse, record: StoredRecord) => T
+  /** Decides whether the value is stored (`completed`/`failed`) or released (`transient`). @default by the response's status (SPEC §4) */
+  classify?: (value: T, response: StoredResponse) => Classification
+  /** A pointer to what the work created, stored with the record. */
+  resourceId?: (value: T) => string | null | undefined
+  lease?: Duration
+  ttl?: Duration
+  wait?: Duration
+}
+
+/** What happened to the outcome of an executed attempt. */
+export type ExecutedOutcome =
+  /** Stored as a success; replayed from now on. */
+  | 'completed'
+  /** Stored as a final failure; replayed from now on. */
+  | 'failed'
+  /** Transient: released, the next retry runs afresh. */
+  | 'released'
+  /** Another holder took the record over meanwhile; this outcome was discarded. */
+  | 'fenced_out'
+  /** The store could not be reached to store it; the lease will end and a retry will run again. */
+  | 'unrecorded'
+
+/** The result of {@link Ledger.run}. */
+export type RunResult<T> =
+  | { kind: 'executed'; value: T; token: number; outcome: ExecutedOutcome; response: StoredResponse }
+  | { kind: 'replayed'; value: T; record: StoredRecord }
+  | { kind: 'mismatch'; scope: string; key: string }
+  | { kind: 'in_progress'; lockedUntilMs: number; retryAfterMs: number }
+
+/** Reported through {@link LedgerOptions.onEvent}. */
+export type LedgerEvent =
+  | { type: 'acquired'; scope: string; key: string; token: number }
+  | { type: 'replayed'; scope: string; key: string }
+  | { type: 'mismatch'; scope: string; key: string }
+  | { type: 'waiting'; scope: string; key: string; lockedUntilMs: number }
+  | { type: 'stored'; scope: string; key: string; token: number; status: 'completed' | 'failed' }
+  | { type: 'released'; scope: string; key: string; token: number }
+  | { type: 'fenced_out'; scope: string; key: string; token: number }
+  | { type: 'lease_lost'; scope: string; key: string; token: number }
+  | { type: 'store_error'; scope: string; key: string; operation: string; error: unknown }
+
+type TxOf<S> = S extends TransactionalStore<infer Tx> ? Tx : never
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+const FIRST_POLL_MS = 20
+const MAX_POLL_MS = 250
+
+function encodeJson(value: unknown): StoredResponse {
+  return {
+    status: 200,
+    headers: { 'content-type': 'application/json' },
+    body: encoder.encode(JSON.stringify(value === undefined ? null : value)),
+  }
+}
+
+function decodeJson<T>(response: StoredResponse): T {
+  return JSON.parse(decoder.decode(response.body)) as T
+}
+
+/** Thrown inside a store transaction to roll it back without an error reaching the caller. */
+class Rollback {
+  constructor(
+    readonly reason: 'transient' | 'fenced_out',
+    readonly response: StoredResponse,
+    readonly value: unknown,
+  ) {}
+}
+
+/**
+ * Runs each intent once, whatever the network does: atomic acquire, a lease renewed while the work
+ * runs, replay of stored outcomes, rejection of a reused key with another payload, and release of
+ * transient failures (SPEC §3–4).
+ *
+ * @example
+ * const ledger = new Ledger({ store: new SqliteStore({ path: 'idemkey.db' }) })
+ * const result = await ledger.run({ key, payload: order }, () => charge(order))
+ * if (result.kind === 'executed' || result.kind === 'replayed') return result.value
+ */
+export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
+  readonly store: S
+  readonly clock: Clock
+  readonly leaseMs: number
+  readonly ttlMs: number
+  readonly waitMs: number
+  readonly #storeTimeoutMs: number
+  readonly #onEvent: ((event: LedgerEvent) => void) | undefined
+
+  constructor(options: LedgerOptions<S>) {
+    if (!options?.store || typeof options.store.acquire !== 'function') {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        'new Ledger({ store }) needs a store, e.g. new MemoryStore() or new SqliteStore({ path }).',
+      )
+    }
+    this.store = options.store
+    this.clock = options.clock ?? systemClock
+    this.leaseMs = positive(parseDuration(options.lease ?? '30s', 'lease'), 'lease')
+    this.ttlMs = positive(parseDuration(options.ttl ?? '24h', 'ttl'), 'ttl')
+    this.waitMs = parseDuration(options.wait ?? '10s', 'wait')
+    this.#storeTimeoutMs = positive(parseDuration(options.storeTimeout ?? '5s', 'storeTimeout'), 'storeTimeout')
+    this.#onEvent = options.onEvent
+  }
+
+  /**
+   * Runs `fn` once for the intent: executes it when the ledger grants the record, replays the stored
+   * outcome when it already ran, waits (bounded) while another holder runs it.
+   * A thrown error releases the record (transient, SPEC §4) and is rethrown.
+   */
+  run<T>(intent: Intent, fn: (ctx: IntentContext) => T | Promise<T>, options: RunOptions<T> = {}): Promise<RunResult<T>> {
+    return this.#run(intent, options, (ctx, plan) => this.#execute(ctx, plan, fn))
+  }
+
+  /**
+   * Like {@link Ledger.run}, but `fn` runs inside a store transaction that also completes the record
+   * (SPEC §6): the business writes and the record commit together or not at all, and a holder that
+   * was fenced out meanwhile has its writes rolled back. Needs a transactional store (PostgreSQL).
+   */
+  runInTransaction<T>(
+    intent: Intent,
+    fn: (ctx: TransactionContext<TxOf<S>>) => T | Promise<T>,
+    options: RunOptions<T> = {},
+  ): Promise<RunResult<T>> {
+    if (!isTransactionalStore(this.store)) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        `runInTransaction needs a store that runs transactions (PostgresStore); ${this.store.name} does not. Use run() instead.`,
+      )
+    }
+    const store = this.store as unknown as TransactionalStore<TxOf<S>>
+    return this.#run(intent, options, (ctx, plan) => this.#executeInTransaction(store, ctx, plan, fn))
+  }
+
+  /** Closes the store. */
+  close(): Promise<void> {
+    return this.store.close()
+  }
+
+  async #run<T>(
+    intent: Intent,
+    options: RunOptions<T>,
+    execute: (ctx: Attempt, plan: Plan<T>) => Promise<RunResult<T>>,
+  ): Promise<RunResult<T>> {
+    const scope = intent?.scope ?? DEFAULT_SCOPE
+    const key = intent?.key
+    assertIdentity(scope, key)
+    const fingerprint = intent.fingerprint ?? fingerprintOf(intent.payload ?? null)
+    assertFingerprint(fingerprint)
+    const plan: Plan<T> = {
+      leaseMs: options.lease === undefined ? this.leaseMs : positive(parseDuration(options.lease, 'lease'), 'lease'),
+      ttlMs: options.ttl === undefined ? this.ttlMs : positive(parseDuration(options.ttl, 'ttl'), 'ttl'),
+      encode: options.encode ?? (encodeJson as (value: T) => StoredResponse),
+      decode: options.decode ?? decodeJson<T>,
+      classify: options.classify ?? ((_value, response) => classifyStatus(response.status)),
+      resourceId: options.resourceId,
+    }
+    const waitMs = options.wait === undefined ? this.waitMs : parseDuration(options.wait, 'wait')
+    const deadlineMs = this.clock.now() + waitMs
+    let waiter: Waiter | undefined
+    try {
+      for (let pollMs = FIRST_POLL_MS; ; pollMs = Math.min(pollMs * 2, MAX_POLL_MS)) {
+        const result: AcquireResult = await this.#call('acquire', scope, key, () =>
+          this.store.acquire(scope, key, fingerprint, plan.leaseMs),
+        )
+        switch (result.kind) {
+          case 'acquired':
+            this.#emit({ type: 'acquired', scope, key, token: result.token })
+            return await execute(this.#context(scope, key, fingerprint, result.token), plan)
+          case 'replay':
+            this.#emit({ type: 'replayed', scope, key })
+            return { kind: 'replayed', value: plan.decode(result.record.response as StoredResponse, result.record), record: result.record }
+          case 'mismatch':
+            this.#emit({ type: 'mismatch', scope, key })
+            return { kind: 'mismatch', scope, key }
+          case 'in_progress': {
+            const nowMs = this.clock.now()
+            if (nowMs >= deadlineMs) {
+              return {
+                kind: 'in_progress',
+                lockedUntilMs: result.lockedUntilMs,
+                retryAfterMs: retryAfter(result.lockedUntilMs, nowMs, plan.leaseMs),
+              }
+            }
+            this.#emit({ type: 'waiting', scope, key, lockedUntilMs: result.lockedUntilMs })
+            waiter ??= new Waiter(this.store, scope, key)
+            // Polling is the fallback for lost notifications and for leases that end with no event.
+            await waiter.wait(this.clock, Math.min(pollMs, deadlineMs - nowMs))
+          }
+        }
+      }
+    } finally {
+      waiter?.close()
+    }
+  }
+
+  #context(scope: string, key: string, fingerprint: string, token: number): Attempt {
+    return new Attempt(scope, key, fingerprint, token)
+  }
+
+  async #execute<T>(ctx: Attempt, plan: Plan<T>, fn: (ctx: IntentContext) => T | Promise<T>): Promise<RunResult<T>> {
+    const { scope, key, token } = ctx
+    const renewal = this.#renewWhileRunning(ctx, plan.leaseMs)
+    let value: T
+    try {
+      value = await fn(publicContext(ctx))
+    } catch (error) {
+      await renewal.stop()
+      await this.#release(scope, key, token)
+      throw error
+    }
+    await renewal.stop()
+    const response = plan.encode(value)
+    const classification = plan.classify(value, response)
+    if (classification === 'transient') {
+      await this.#release(scope, key, token)
+      return { kind: 'executed', value, token, outcome: 'released', response }
+    }
+    const outcome: Outcome = { status: classification, response, resourceId: plan.resourceId?.(value) ?? null }
+    return { kind: 'executed', value, token, outcome: await this.#complete(scope, key, token, outcome, plan.ttlMs), response }
+  }
+
+  async #executeInTransaction<T, Tx>(
+    store: TransactionalStore<Tx>,
+    ctx: Attempt,
+    plan: Plan<T>,
+    fn: (ctx: TransactionContext<Tx>) => T | Promise<T>,
+  ): Promise<RunResult<T>> {
+    const { scope, key, token } = ctx
+    const renewal = this.#renewWhileRunning(ctx, plan.leaseMs)
+    try {
+      const done = await store.transaction(async (tx) => {
+        const value = await fn(Object.assign(publicContext(ctx), { tx }))
+        const response = plan.encode(value)
+        const classification = plan.classify(value, response)
+        if (classification === 'transient') throw new Rollback('transient', response, value)
+        const outcome: Outcome = { status: classification, response, resourceId: plan.resourceId?.(value) ?? null }
+        await renewal.stop()
+        // The token check and the business writes commit together: a zombie's writes roll back here.
+        if (!(await store.completeInTransaction(tx, scope, key, token, outcome, plan.ttlMs))) {
+          throw new Rollback('fenced_out', response, value)
+        }
+        return { value, response, status: classification }
+      })
+      this.#emit({ type: 'stored', scope, key, token, status: done.status })
+      return { kind: 'executed', value: done.value, token, outcome: done.status, response: done.response }
+    } catch (error) {
+      await renewal.stop()
+      if (error instanceof Rollback && error.reason === 'fenced_out') {
+        this.#emit({ type: 'fenced_out', scope, key, token })
+        return { kind: 'executed', value: error.value as T, token, outcome: 'fenced_out', response: error.response }
+      }
+      await this.#release(scope, key, token)
+      if (error instanceof Rollback) {
+        return { kind: 'executed', value: error.value as T, token, outcome: 'released', response: error.response }
+      }
+      throw error
+    }
+  }
+
+  /**
+   * Renews the lease every third of it while the work runs. When the store says the token is no
+   * longer current, or renewals fail for a whole lease, the attempt's signal is aborted.
+   * A plain timer, not a loop of sleeps: most work ends long before the first renewal is due.
+   */
+  #renewWhileRunning(attempt: Attempt, leaseMs: number): { stop(): Promise<void> } {
+    const everyMs = Math.max(1, Math.floor(leaseMs / 3))
+    let stopped = false
+    let renewedAtMs = this.clock.now()
+    let inFlight: Promise<void> | undefined
+    const renewOnce = async () => {
+      let current: boolean
+      try {
+        current = await this.#call('renew', attempt.scope, attempt.key, () =>
+          this.store.renew(attempt.scope, attempt.key, attempt.token, leaseMs),
+        )
+      } catch {
+        current = this.clock.now() - renewedAtMs < leaseMs
+        if (current) return schedule()
+      }
+      if (stopped) return
+      if (!current) {
+        this.#emit({ type: 'lease_lost', scope: attempt.scope, key: attempt.key, token: attempt.token })
+        attempt.lose(
+          new IdempotencyError(
+            'FENCED_OUT',
+            `Lost the lease on key "${attempt.key}" (token ${attempt.token}): another holder may run it now. Stop work that has not committed.`,
+          ),
+        )
+        return
+      }
+      renewedAtMs = this.clock.now()
+      schedule()
+    }
+    let cancel = () => {}
+    const schedule = () => {
+      if (stopped) return
+      cancel = this.clock.timer(everyMs, () => {
+        inFlight = renewOnce()
+      })
+    }
+    schedule()
+    return {
+      stop: async () => {
+        stopped = true
+        cancel()
+        await inFlight
+      },
+    }
+  }
+
+  /** Stores the outcome; retries a store outage while the lease lasts, since the work already ran. */
+  async #complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<ExecutedOutcome> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const stored = await this.#call('complete', scope, key, () => this.store.complete(scope, key, token, outcome, ttlMs))
+        if (stored) {
+          this.#emit({ type: 'stored', scope, key, token, status: outcome.status })
+          return outcome.status
+        }
+        this.#emit({ type: 'fenced_out', scope, key, token })
+        return 'fenced_out'
+      } catch (error) {
+        if (attempt >= 3 || !isIdempotencyError(error) || error.code !== 'STORE_UNAVAILABLE') return 'unrecorded'
+        await this.clock.sleep(50 * 2 ** attempt)
+      }
+    }
+  }
+
+  /** Releases after a transient failure; a store outage here only means the lease ends by itself. */
+  async #release(scope: string, key: string, token: number): Promise<void> {
+    try {
+      if (await this.#call('release', scope, key, () => this.store.release(scope, key, token))) {
+        this.#emit({ type: 'released', scope, key, token })
+      }
+    } catch {
+      // Reported by #call; the record becomes acquirable when its lease ends.
+    }
+  }
+
+  /** One store call: errors become STORE_UNAVAILABLE with the driver's error as cause; network stores get a timeout. */
+  async #call<R>(operation: string, scope: string, key: string, call: () => Promise<R>): Promise<R> {
+    try {
+      // In-process stores answer synchronously underneath: a timer per call would only cost time.
+      return this.store.serverClock ? await withTimeout(call(), this.#storeTimeoutMs, this.store.name, operation) : await call()
+    } catch (error) {
+      const wrapped = storeUnavailable(this.store.name, operation, error)
+      if (wrapped.code === 'STORE_UNAVAILABLE') this.#emit({ type: 'store_error', scope, key, operation, error: wrapped })
+      throw wrapped
+    }
+  }
+
+  #emit(event: LedgerEvent): void {
+    if (!this.#onEvent) return
+    try {
+      this.#onEvent(event)
+    } catch {
+      // A broken metrics hook must not break an intent.
+    }
+  }
+}
+
+interface Plan<T> {
+  leaseMs: number
+  ttlMs: number
+  encode: (value: T) => StoredResponse
+  decode: (response: StoredResponse, record: StoredRecord) => T
+  classify: (value: T, response: StoredResponse) => Classification
+  resourceId: ((value: T) => string | null | undefined) | undefined
+}
+
+/** Waits for a change of one record: woken by the store's notification, or after the poll interval. */
+class Waiter {
+  #changed = false
+  #wake: AbortController | undefined
+  readonly #unsubscribe: (() => void) | undefined
+
+  constructor(store: IdempotencyStore, scope: string, key: string) {
+    this.#unsubscribe = store.watch?.(scope, key, () => {
+      this.#changed = true
+      this.#wake?.abort()
+    })
+  }
+
+  async wait(clock: Clock, ms: number): Promise<void> {
+    if (this.#changed) {
+      this.#changed = false
+      return
+    }
+    this.#wake = new AbortController()
+    try {
+      await clock.sleep(ms, this.#wake.signal)
+    } catch {
+      // Woken by a notification.
+    }
+    this.#changed = false
+  }
+
+  close(): void {
+    this.#unsubscribe?.()
+  }
+}
+
+/**
+ * One attempt at an intent: the context the work sees. Its signal is made on first use, since most
+ * work never looks at it and an AbortController per call costs more than the rest of a replay.
+ */
+class Attempt implements IntentContext {
+  #controller: AbortController | undefined
+  #lostReason: unknown
+
+  constructor(
+    readonly scope: string,
+    readonly key: string,
+    readonly fingerprint: string,
+    readonly token: number,
+  ) {}
+
+  get takeover(): boolean {
+    return this.token > 1
+  }
+
+  get signal(): AbortSignal {
+    if (!this.#controller) {
+      this.#controller = new AbortController()
+      if (this.#lostReason !== undefined) this.#controller.abort(this.#lostReason)
+    }
+    return this.#controller.signal
+  }
+
+  /** The lease is gone: abort the signal now, or as soon as the work looks at it. */
+  lose(reason: unknown): void {
+    this.#lostReason = reason
+    this.#controller?.abort(reason)
+  }
+}
+
+function publicContext(ctx: IntentContext): IntentContext {
+  const view = { scope: ctx.scope, key: ctx.key, fingerprint: ctx.fingerprint, token: ctx.token, takeover: ctx.takeover }
+  return Object.defineProperty(view, 'signal', { get: () => ctx.signal, enumerable: true }) as IntentContext
+}
+
+function positive(ms: number, name: string): number {
+  if (ms <= 0) throw new IdempotencyError('INVALID_OPTION', `${name} must be longer than 0, got ${ms}ms.`)
+  return ms
+}
+
+/** When to try again: the lease's end, at least 1 s and at most one lease away (the clocks may disagree). */
+function retryAfter(lockedUntilMs: number, nowMs: number, leaseMs: number): number {
+  return Math.min(Math.max(lockedUntilMs - nowMs, 1_000), leaseMs)
+}
+
+async function withTimeout<R>(promise: Promise<R>, ms: number, storeName: string, operation: string): Promise<R> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () =>
+        reject(
+          new IdempotencyError(
+            'STORE_UNAVAILABLE',
+            `${storeName}: ${operation} took longer than ${ms}ms. Check that the store is reachable and not overloaded.`,
+          ),
+        ),
+      ms,
+    )
+  })
+  try {
+    return await Promise.race([promise, timeout])
+  } finally {
+    clearTimeout(timer)
+  }
+}

@@ -1,0 +1,143 @@
+/**
+ * One worker process of the demo's payments API (`POST /charges`), forked by the demo. The same
+ * handler runs bare (a charge for every request it gets) or behind idemkey's HTTP engine. Every
+ * charge is a row in a SQLite file shared by all workers, so the demo's counts come from the data.
+ *
+ * Faults it obeys (the demo's fault injector sets `x-demo-fault` on the attempt it picks):
+ * - `crash`: the process kills itself with SIGKILL while "talking to the bank", before the charge commits;
+ * - `slow`: the bank answers late, after the client's timeout, and then the charge commits.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import Database from 'better-sqlite3'
+import { openStore } from '../cli/store-url.js'
+import { Ledger } from '../core/ledger.js'
+import { createEngine } from '../http/engine.js'
+import { distinctHeaders, readNodeBody } from '../http/node-body.js'
+import type { HttpRequestLike, HttpResponseLike } from '../http/types.js'
+
+/** What the demo passes a worker (as JSON in `IDEMKEY_DEMO_WORKER`). */
+export interface WorkerConfig {
+  mode: 'bare' | 'protected'
+  /** SQLite file with the `charges` table. */
+  chargesPath: string
+  /** Ledger store URL (protected mode). */
+  storeUrl: string
+  /** Scope of this demo run's records, so reruns on one PostgreSQL never meet. */
+  scope: string
+  leaseMs: number
+  waitMs: number
+  /** How long a `slow` bank call takes: longer than the client's attempt timeout. */
+  slowMs: number
+}
+
+/** Messages a worker sends the demo over IPC. */
+export type WorkerMessage = { type: 'ready'; port: number } | { type: 'error'; message: string }
+
+/** Creates the charges table (the demo calls it once before forking workers). */
+export function createChargesTable(path: string): void {
+  const db = new Database(path)
+  db.pragma('journal_mode = WAL')
+  db.exec(`CREATE TABLE IF NOT EXISTS charges (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    api TEXT NOT NULL,
+    intent TEXT NOT NULL,
+    amount INTEGER NOT NULL,
+    idempotency_key TEXT,
+    worker INTEGER NOT NULL,
+    created_at INTEGER NOT NULL
+  )`)
+  db.close()
+}
+
+const encoder = new TextEncoder()
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+function json(status: number, value: unknown, headers: Record<string, string> = {}): HttpResponseLike {
+  return { status, headers: { 'content-type': 'application/json', ...headers }, body: encoder.encode(JSON.stringify(value)) }
+}
+
+async function main(): Promise<void> {
+  const config = JSON.parse(process.env.IDEMKEY_DEMO_WORKER ?? '{}') as WorkerConfig
+  const db = new Database(config.chargesPath)
+  db.pragma('busy_timeout = 5000')
+  db.pragma('synchronous = NORMAL')
+  const insert = db.prepare(
+    'INSERT INTO charges (api, intent, amount, idempotency_key, worker, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING id',
+  )
+
+  /** The payments handler: the same code for both APIs. */
+  async function charge(req: HttpRequestLike, body: Uint8Array): Promise<HttpResponseLike> {
+    if (req.method !== 'POST' || req.url.split('?')[0] !== '/charges') return json(404, { error: 'not found' })
+    let input: { intent?: unknown; amount?: unknown; currency?: unknown }
+    try {
+      input = JSON.parse(new TextDecoder().decode(body)) as typeof input
+    } catch {
+      return json(400, { error: 'body must be JSON' })
+    }
+    if (typeof input.intent !== 'string' || !Number.isInteger(input.amount) || (input.amount as number) <= 0) {
+      return json(400, { error: 'intent (string) and amount (positive integer, cents) are required' })
+    }
+    const fault = req.headers['x-demo-fault']
+    // The bank call: a few milliseconds, or late, or the process dies in the middle of it.
+    if (fault === 'crash') {
+      setTimeout(() => process.kill(process.pid, 'SIGKILL'), 5)
+      await sleep(60_000)
+    }
+    await sleep(fault === 'slow' ? config.slowMs : 1 + Math.floor(Math.random() * 3))
+    const key = req.headers['idempotency-key']
+    const row = insert.get(config.mode, input.intent, input.amount, typeof key === 'string' ? key : null, process.pid, Date.now()) as {
+      id: number
+    }
+    return json(
+      201,
+      { id: `ch_${row.id}`, intent: input.intent, amount: input.amount, currency: input.currency ?? 'eur', status: 'succeeded' },
+      { location: `/charges/ch_${row.id}` },
+    )
+  }
+
+  let handle: (req: HttpRequestLike) => Promise<HttpResponseLike>
+  if (config.mode === 'protected') {
+    const { store } = await openStore(config.storeUrl)
+    const ledger = new Ledger({ store, lease: config.leaseMs, wait: config.waitMs, ttl: '1h' })
+    const engine = createEngine({ ledger, scope: () => config.scope })
+    handle = (req) => engine.handle(req, async () => charge(req, await req.body(1024 * 1024)))
+  } else {
+    handle = async (req) => charge(req, await req.body(1024 * 1024))
+  }
+
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    let read: Promise<Uint8Array> | undefined
+    const neutral: HttpRequestLike = {
+      method: req.method ?? 'GET',
+      url: req.url ?? '/',
+      headers: distinctHeaders(req),
+      body: (limit) => {
+        read ??= readNodeBody(req, limit)
+        return read
+      },
+    }
+    handle(neutral).then(
+      (response) => {
+        res.writeHead(response.status, response.headers)
+        res.end(response.body)
+      },
+      (error: unknown) => {
+        res.writeHead(500, { 'content-type': 'application/json' })
+        res.end(JSON.stringify({ error: (error as Error).message }))
+      },
+    )
+  })
+  server.keepAliveTimeout = 30_000
+  server.listen(0, '127.0.0.1', () => {
+    const address = server.address()
+    const port = typeof address === 'object' && address ? address.port : 0
+    process.send?.({ type: 'ready', port } satisfies WorkerMessage)
+  })
+}
+
+if (process.env.IDEMKEY_DEMO_WORKER) {
+  main().catch((error: unknown) => {
+    process.send?.({ type: 'error', message: (error as Error).message } satisfies WorkerMessage)
+    process.exit(1)
+  })
+}

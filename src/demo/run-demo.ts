@@ -1,0 +1,188 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
+import { openStore, parseStoreUrl } from '../cli/store-url.js'
+import { IdempotencyError } from '../errors.js'
+import { drive, type IntentResult } from './driver.js'
+import { type Fault, FaultInjector } from './fault-injector.js'
+import { createChargesTable, type WorkerConfig } from './payments-api.js'
+import { type FaultRates, planIntents } from './plan.js'
+import { WorkerPool } from './workers.js'
+
+/** Options of {@link runDemo}. */
+export interface DemoOptions {
+  intents: number
+  rates: FaultRates
+  /** Worker processes per API. */
+  workers: number
+  /** Ledger store of the protected API. @default a SQLite file in a temporary directory */
+  store?: string
+  concurrency: number
+  seed: number
+  leaseMs: number
+  /** The clients' per-attempt timeout; the `timeout` fault makes the bank slower than this. */
+  attemptTimeoutMs: number
+  /** Called after each intent: which API, how many of its intents are done, out of how many. */
+  onProgress?: (api: ApiName, done: number, total: number) => void
+}
+
+/** The two runs of the payments API. */
+export type ApiName = 'bare' | 'protected'
+
+/** What one run of the payments API did, counted from the charges table and the clients. */
+export interface SideReport {
+  api: ApiName
+  intents: number
+  httpAttempts: number
+  chargesMade: number
+  /** Charges beyond the first for an intent. */
+  doubleCharges: number
+  /** Intents with no charge at all. */
+  lostIntents: number
+  reuseAttempts: number
+  keyReusesRejected: number
+  /** Intents whose client gave up (retries or time ran out). */
+  clientGaveUp: number
+  workerRestarts: number
+  p50Ms: number
+  p99Ms: number
+  seconds: number
+}
+
+/** The whole demo's result. */
+export interface DemoReport {
+  store: string
+  intents: number
+  workers: number
+  seed: number
+  faults: Record<Fault, number>
+  bare: SideReport
+  protected: SideReport
+  /** The protected API made no double charge, lost no intent and rejected every reused key. */
+  passed: boolean
+}
+
+/**
+ * Runs the payments API bare, then behind idemkey, with the same seeded traffic and faults, and
+ * counts what happened from the data. Everything lives in a temporary directory, removed at the end.
+ */
+export async function runDemo(options: DemoOptions): Promise<DemoReport> {
+  if (options.store && parseStoreUrl(options.store).kind === 'memory') {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      'The demo runs its API in several processes, which cannot share a memory: store. Use sqlite:PATH, postgres://… or redis://….',
+    )
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'idemkey-demo-'))
+  try {
+    const chargesPath = join(dir, 'charges.db')
+    createChargesTable(chargesPath)
+    const storeUrl = options.store ?? `sqlite:${join(dir, 'ledger.db')}`
+    const opened = await openStore(storeUrl)
+    try {
+      await opened.migrate()
+    } finally {
+      await opened.store.close()
+    }
+    const plan = planIntents(options.intents, options.rates, options.seed)
+    const faults = new Map(plan.map((intent) => [intent.id, intent.fault]))
+    const config = (mode: ApiName): WorkerConfig => ({
+      mode,
+      chargesPath,
+      storeUrl,
+      scope: `demo-${Date.now()}-${process.pid}`,
+      leaseMs: options.leaseMs,
+      waitMs: Math.floor(options.attemptTimeoutMs * 0.8),
+      slowMs: Math.floor(options.attemptTimeoutMs * 1.5),
+    })
+    const entry = new URL('./payments-api.js', import.meta.url)
+    const sides: SideReport[] = []
+    for (const api of ['bare', 'protected'] as const) {
+      const pool = new WorkerPool(entry, config(api), options.workers)
+      let injector: FaultInjector | undefined
+      try {
+        await pool.ready()
+        injector = new FaultInjector(pool, faults)
+        const origin = await injector.listen()
+        let done = 0
+        const started = performance.now()
+        const results = await drive(origin, plan, {
+          concurrency: options.concurrency,
+          attemptTimeoutMs: options.attemptTimeoutMs,
+          onIntentDone: () => options.onProgress?.(api, ++done, plan.length),
+        })
+        const seconds = (performance.now() - started) / 1000
+        sides.push(count(api, chargesPath, results, injector.attempts, pool.restarts, seconds))
+      } finally {
+        await injector?.close()
+        await pool.stop()
+      }
+    }
+    const [bare, guarded] = sides as [SideReport, SideReport]
+    const tally = Object.fromEntries(['none', 'drop', 'timeout', 'crash', 'double', 'reuse'].map((f) => [f, 0])) as Record<Fault, number>
+    for (const intent of plan) tally[intent.fault]++
+    return {
+      store: storeUrl.startsWith('sqlite:') && !options.store ? 'sqlite (temporary file)' : storeUrl.replace(/:[^:@/]*@/, ':***@'),
+      intents: options.intents,
+      workers: options.workers,
+      seed: options.seed,
+      faults: tally,
+      bare,
+      protected: guarded,
+      passed: guarded.doubleCharges === 0 && guarded.lostIntents === 0 && guarded.keyReusesRejected === guarded.reuseAttempts,
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+function count(
+  api: ApiName,
+  chargesPath: string,
+  results: IntentResult[],
+  attempts: number,
+  restarts: number,
+  seconds: number,
+): SideReport {
+  const db = new Database(chargesPath, { readonly: true })
+  let perIntent: Map<string, number>
+  try {
+    const rows = db.prepare('SELECT intent, COUNT(*) AS n FROM charges WHERE api = ? GROUP BY intent').all(api) as Array<{
+      intent: string
+      n: number
+    }>
+    perIntent = new Map(rows.map((row) => [row.intent, row.n]))
+  } finally {
+    db.close()
+  }
+  let chargesMade = 0
+  let doubleCharges = 0
+  for (const n of perIntent.values()) {
+    chargesMade += n
+    doubleCharges += Math.max(0, n - 1)
+  }
+  const latencies = results.map((r) => r.latencyMs).sort((a, b) => a - b)
+  const reuse = results.filter((r) => r.reuseRejected !== undefined)
+  return {
+    api,
+    intents: results.length,
+    httpAttempts: attempts,
+    chargesMade,
+    doubleCharges,
+    lostIntents: results.filter((r) => !perIntent.has(r.id)).length,
+    reuseAttempts: reuse.length,
+    keyReusesRejected: reuse.filter((r) => r.reuseRejected).length,
+    clientGaveUp: results.filter((r) => !r.ok).length,
+    workerRestarts: restarts,
+    p50Ms: percentile(latencies, 0.5),
+    p99Ms: percentile(latencies, 0.99),
+    seconds,
+  }
+}
+
+/** Nearest-rank percentile of sorted values. */
+function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return 0
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))] as number
+}

@@ -1,0 +1,222 @@
+import { parseDuration } from '../core/duration.js'
+import type { IntentContext, Ledger, RunOptions, RunResult, TransactionContext } from '../core/ledger.js'
+import { classifyStatus } from '../core/outcome.js'
+import { IdempotencyError, isIdempotencyError } from '../errors.js'
+import { KEY_HEADER, parseKeyHeader } from './key-header.js'
+import { DEFAULT_PROBLEM_BASE, problem } from './problem.js'
+import { defaultScope, fromStored, requestFingerprint, storedHeaderSet, toStored } from './stored.js'
+import type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
+
+/** The neutral HTTP layer: every rule of SPEC §5, once, for every adapter. */
+export interface IdempotencyEngine {
+  /** Decides what to do with a request before the handler runs (for adapters that run the handler themselves). */
+  begin(req: HttpRequestLike): Promise<Decision>
+  /**
+   * Runs one request through SPEC §5: `next` runs the real handler and returns its captured response.
+   * Resolves with the response to send: the handler's own when it ran, else a replay or a problem.
+   */
+  handle(req: HttpRequestLike, next: (ctx: IdempotencyContext | undefined) => Promise<HttpResponseLike>): Promise<HttpResponseLike>
+}
+
+const MiB = 1024 * 1024
+
+/**
+ * Creates the engine the adapters share.
+ *
+ * @example
+ * const engine = createEngine({ ledger, required: true })
+ * const response = await engine.handle(request, (ctx) => runHandler(request, ctx))
+ */
+export function createEngine(options: EngineOptions): IdempotencyEngine {
+  if (!options?.ledger || typeof options.ledger.run !== 'function') {
+    throw new IdempotencyError('INVALID_OPTION', 'idempotency({ ledger }) needs a Ledger: new Ledger({ store }).')
+  }
+  const ledger: Ledger = options.ledger
+  const methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()))
+  const allow = storedHeaderSet(options.storedHeaders)
+  const maxStoredBody = options.maxStoredBody ?? MiB
+  const maxRequestBody = options.maxRequestBody ?? MiB
+  const base = options.problemBaseUrl ?? DEFAULT_PROBLEM_BASE
+  const classify = options.classify ?? classifyStatus
+  const scopeOf = options.scope ?? defaultScope
+  const fingerprintOf = options.fingerprint ?? requestFingerprint
+  const runOptions: RunOptions<HttpResponseLike> = {
+    encode: (response) => toStored(response, allow, maxStoredBody),
+    decode: (stored) => fromStored(stored),
+    classify: (response) => classify(response.status),
+    wait: options.wait === undefined ? undefined : parseDuration(options.wait, 'wait'),
+    lease: options.lease === undefined ? undefined : parseDuration(options.lease, 'lease'),
+    ttl: options.ttl === undefined ? undefined : parseDuration(options.ttl, 'ttl'),
+  }
+
+  const settled = (result: RunResult<HttpResponseLike>, key: string): HttpResponseLike => {
+    switch (result.kind) {
+      case 'executed':
+      case 'replayed':
+        return result.value
+      case 'mismatch':
+        return problem(
+          'FINGERPRINT_MISMATCH',
+          `The Idempotency-Key "${key}" was already used with a different request (method, path or body). Use a new key for a new request.`,
+          base,
+        )
+      case 'in_progress':
+        return problem(
+          'IN_PROGRESS',
+          `A request with the Idempotency-Key "${key}" is still being processed. Retry after the Retry-After delay with the same key.`,
+          base,
+          { 'retry-after': String(Math.max(1, Math.ceil(result.retryAfterMs / 1_000))) },
+        )
+    }
+  }
+
+  const fromError = (error: unknown): Decision | undefined => {
+    if (!isIdempotencyError(error)) return undefined
+    switch (error.code) {
+      case 'STORE_UNAVAILABLE':
+      case 'STORE_SCHEMA':
+        if (options.failOpen) return { kind: 'passthrough' }
+        return { kind: 'respond', response: problem(error.code, `${error.message}`, base, { 'retry-after': '1' }) }
+      case 'KEY_INVALID':
+      case 'KEY_MISSING':
+      case 'SCOPE_INVALID':
+      case 'BODY_TOO_LARGE':
+        return { kind: 'respond', response: problem(error.code, error.message, base) }
+      default:
+        return undefined
+    }
+  }
+
+  async function begin(req: HttpRequestLike): Promise<Decision> {
+    if (!methods.has(req.method.toUpperCase())) return { kind: 'passthrough' }
+    let key: string | undefined
+    let scope: string
+    let fingerprint: string
+    try {
+      key = parseKeyHeader(req.headers[KEY_HEADER])
+      if (key === undefined) {
+        if (!options.required) return { kind: 'passthrough' }
+        throw new IdempotencyError(
+          'KEY_MISSING',
+          `${req.method.toUpperCase()} ${req.url.split('?')[0]} requires an Idempotency-Key header (for example a UUID), the same on every retry of one request.`,
+        )
+      }
+      scope = await scopeOf(req)
+      if (req.parsedBody !== undefined && Number(headerValue(req.headers['content-length'])) > maxRequestBody) {
+        throw new IdempotencyError(
+          'BODY_TOO_LARGE',
+          `The request body is larger than ${maxRequestBody} bytes, the most the idempotency layer fingerprints. Send a smaller body, or raise maxRequestBody.`,
+        )
+      }
+      const body = req.parsedBody !== undefined ? new Uint8Array(0) : await req.body(maxRequestBody)
+      fingerprint = fingerprintOf(req, body)
+    } catch (error) {
+      const decision = fromError(error)
+      if (decision) return decision
+      throw error
+    }
+    return execute(key, scope, fingerprint)
+  }
+
+  async function execute(key: string, scope: string, fingerprint: string): Promise<Decision> {
+    let started: (ctx: IdempotencyContext) => void = () => {}
+    let finishHandler: (response: HttpResponseLike) => void = () => {}
+    let failHandler: (error: unknown) => void = () => {}
+    const handlerDone = new Promise<HttpResponseLike>((resolve, reject) => {
+      finishHandler = resolve
+      failHandler = reject
+    })
+    const startedPromise = new Promise<IdempotencyContext>((resolve) => {
+      started = resolve
+    })
+    const work = (ctx: IntentContext | TransactionContext<unknown>): Promise<HttpResponseLike> => {
+      started(toContext(ctx))
+      return handlerDone
+    }
+    const intent = { key, scope, fingerprint }
+    const running = options.transactional
+      ? ledger.runInTransaction(intent, work as never, runOptions)
+      : ledger.run(intent, work, runOptions)
+    // Keep a rejection from being unhandled while we wait for whichever comes first.
+    running.catch(() => {})
+    let first: { ctx: IdempotencyContext } | { result: RunResult<HttpResponseLike> }
+    try {
+      first = await Promise.race([startedPromise.then((ctx) => ({ ctx })), running.then((result) => ({ result }))])
+    } catch (error) {
+      const decision = fromError(error)
+      if (decision) return decision
+      throw error
+    }
+    if ('result' in first) return { kind: 'respond', response: settled(first.result, key) }
+    return {
+      kind: 'execute',
+      context: first.ctx,
+      finish: async (response) => {
+        finishHandler(response)
+        const result = await running.catch((error: unknown) => ({ kind: 'error' as const, error }))
+        if (!options.transactional) return response
+        if (result.kind === 'error') {
+          return problem(
+            'STORE_UNAVAILABLE',
+            `The request's transaction did not commit, so none of its writes were kept: ${errorMessage(result.error)} Retry with the same Idempotency-Key.`,
+            base,
+            { 'retry-after': '1' },
+          )
+        }
+        if (result.kind === 'executed' && result.outcome === 'fenced_out') {
+          return problem(
+            'FENCED_OUT',
+            `Another attempt with the Idempotency-Key "${key}" took over while this one ran, so this one's writes were rolled back. Retry with the same key to get the outcome that counts.`,
+            base,
+            { 'retry-after': '1' },
+          )
+        }
+        return response
+      },
+      fail: async (error) => {
+        failHandler(error)
+        await running.catch(() => {})
+      },
+    }
+  }
+
+  return {
+    begin,
+    async handle(req, next) {
+      const decision = await begin(req)
+      if (decision.kind === 'passthrough') return next(undefined)
+      if (decision.kind === 'respond') return decision.response
+      let response: HttpResponseLike
+      try {
+        response = await next(decision.context)
+      } catch (error) {
+        await decision.fail(error)
+        throw error
+      }
+      return decision.finish(response)
+    },
+  }
+}
+
+function errorMessage(error: unknown): string {
+  const text = error instanceof Error ? error.message : String(error)
+  return /[.!?]$/.test(text) ? text : `${text}.`
+}
+
+function headerValue(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value
+}
+
+function toContext(ctx: IntentContext | TransactionContext<unknown>): IdempotencyContext {
+  const context: IdempotencyContext = {
+    key: ctx.key,
+    scope: ctx.scope,
+    token: ctx.token,
+    takeover: ctx.takeover,
+    get signal() {
+      return ctx.signal
+    },
+  }
+  if ('tx' in ctx) context.tx = ctx.tx
+  return context
+}

@@ -1,0 +1,115 @@
+/**
+ * `idemkey/fastify`: a Fastify plugin. It runs in `preHandler`, after Fastify's own validation, so a
+ * request that fails its schema never touches the ledger. The handler reads `request.idempotency`.
+ */
+import { Readable } from 'node:stream'
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { createEngine, type IdempotencyEngine } from '../engine.js'
+import { distinctHeaders } from '../node-body.js'
+import type { Decision, EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
+
+export type { IdempotencyContext } from '../types.js'
+
+/** Per-route setting: `config: { idempotency: false }` turns it off, an object overrides options. */
+export type RouteIdempotency = false | Partial<Omit<EngineOptions, 'ledger'>>
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Set by idemkey on covered requests. */
+    idempotency?: IdempotencyContext
+  }
+  interface FastifyContextConfig {
+    /** `false` to leave this route alone, or options for it (e.g. `{ required: true }`). */
+    idempotency?: RouteIdempotency
+  }
+}
+
+const decisions = new WeakMap<FastifyRequest, Extract<Decision, { kind: 'execute' }>>()
+
+const plugin: FastifyPluginAsync<EngineOptions> = async (app, options) => {
+  const base = createEngine(options)
+  const perRoute = new WeakMap<object, IdempotencyEngine>()
+  const engineFor = (config: RouteIdempotency | undefined): IdempotencyEngine | undefined => {
+    if (config === false) return undefined
+    if (config === undefined) return base
+    let engine = perRoute.get(config)
+    if (!engine) {
+      engine = createEngine({ ...options, ...config })
+      perRoute.set(config, engine)
+    }
+    return engine
+  }
+
+  app.decorateRequest('idempotency', undefined)
+
+  app.addHook('preHandler', async (request: FastifyRequest, reply: FastifyReply) => {
+    const engine = engineFor((request.routeOptions.config as { idempotency?: RouteIdempotency } | undefined)?.idempotency)
+    if (!engine) return
+    const body = request.body
+    const neutral: HttpRequestLike = {
+      method: request.method,
+      url: request.url,
+      headers: distinctHeaders(request.raw),
+      parsedBody: body !== undefined && !Buffer.isBuffer(body) && typeof body !== 'string' ? body : undefined,
+      body: async () =>
+        body === undefined || body === null ? new Uint8Array(0) : Buffer.from(typeof body === 'string' ? body : (body as Buffer)),
+    }
+    const decision = await engine.begin(neutral)
+    if (decision.kind === 'passthrough') return
+    if (decision.kind === 'respond') {
+      reply.code(decision.response.status).headers(decision.response.headers)
+      return reply.send(Buffer.from(decision.response.body))
+    }
+    request.idempotency = decision.context
+    decisions.set(request, decision)
+  })
+
+  app.addHook('onSend', async (request, reply, payload) => {
+    const decision = decisions.get(request)
+    if (!decision) return payload
+    decisions.delete(request)
+    const body = await toBuffer(payload)
+    const headers: Record<string, string | string[]> = {}
+    for (const [name, value] of Object.entries(reply.getHeaders())) {
+      if (value !== undefined) headers[name] = Array.isArray(value) ? value : String(value)
+    }
+    const captured = { status: reply.statusCode, headers, body }
+    const answer = await decision.finish(captured)
+    if (answer === captured) return body
+    // Transactional mode, and the transaction did not commit: answer the engine's problem instead.
+    for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
+    reply.code(answer.status).headers(answer.headers)
+    return Buffer.from(answer.body)
+  })
+
+  // A request that never reached onSend (aborted, or the reply was hijacked): release its record.
+  app.addHook('onResponse', async (request) => {
+    const decision = decisions.get(request)
+    if (!decision) return
+    decisions.delete(request)
+    await decision.fail(new Error('The response was not sent through Fastify.'))
+  })
+}
+
+async function toBuffer(payload: unknown): Promise<Buffer> {
+  if (payload === null || payload === undefined) return Buffer.alloc(0)
+  if (Buffer.isBuffer(payload)) return payload
+  if (typeof payload === 'string') return Buffer.from(payload)
+  if (payload instanceof Readable) {
+    const chunks: Buffer[] = []
+    for await (const chunk of payload) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk))
+    return Buffer.concat(chunks)
+  }
+  return Buffer.from(String(payload))
+}
+
+/**
+ * The plugin.
+ *
+ * @example
+ * await app.register(idempotency, { ledger })
+ * app.post('/charges', { config: { idempotency: { required: true } } }, async (request, reply) => reply.code(201).send(charge(request.body)))
+ */
+export const idempotency = fp(plugin, { name: 'idemkey', fastify: '4.x || 5.x' })
+export default idempotency

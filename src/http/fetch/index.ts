@@ -1,0 +1,51 @@
+/**
+ * `idemkey/fetch`: idempotency for any `(Request) => Response` handler: Next.js route handlers, Bun,
+ * Deno, workers, `@hono/node-server`'s fetch, undici servers.
+ */
+import type { Ledger } from '../../core/ledger.js'
+import { createEngine } from '../engine.js'
+import { headersRecord, readWebBody, toWebResponse } from '../node-body.js'
+import type { EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
+
+export type { IdempotencyContext } from '../types.js'
+
+/** Options of {@link withIdempotency}: every engine option but the ledger. */
+export type FetchIdempotencyOptions = Omit<EngineOptions, 'ledger'>
+
+const contexts = new WeakMap<Request, IdempotencyContext>()
+
+/** The idempotency context of a request a wrapped handler is serving, or `undefined` when it is not covered. */
+export function getIdempotency(request: Request): IdempotencyContext | undefined {
+  return contexts.get(request)
+}
+
+/**
+ * Wraps a fetch-style handler so each Idempotency-Key runs it once (SPEC §5). The handler's response
+ * is buffered to be stored; extra arguments (a Next.js route context) pass through.
+ *
+ * @example
+ * export const POST = withIdempotency(ledger, async (request) => Response.json(await charge(await request.json()), { status: 201 }))
+ */
+export function withIdempotency<A extends unknown[]>(
+  ledger: Ledger,
+  handler: (request: Request, ...rest: A) => Response | Promise<Response>,
+  options: FetchIdempotencyOptions = {},
+): (request: Request, ...rest: A) => Promise<Response> {
+  const engine = createEngine({ ...options, ledger })
+  return async function idempotentHandler(request: Request, ...rest: A): Promise<Response> {
+    const url = new URL(request.url)
+    const neutral: HttpRequestLike = {
+      method: request.method,
+      url: url.pathname + url.search,
+      headers: Object.fromEntries(request.headers),
+      // Read a clone, so the handler can still read the original body.
+      body: (limit) => readWebBody(request.clone().body, request.headers.get('content-length'), limit),
+    }
+    const response = await engine.handle(neutral, async (ctx) => {
+      if (ctx) contexts.set(request, ctx)
+      const result = await handler(request, ...rest)
+      return { status: result.status, headers: headersRecord(result.headers), body: new Uint8Array(await result.arrayBuffer()) }
+    })
+    return toWebResponse(response)
+  }
+}

@@ -1,0 +1,68 @@
+/**
+ * `idemkey/hono`: idempotency middleware for Hono. The handler reads the context as
+ * `c.get('idempotency')`, typed through {@link IdempotencyVariables}.
+ */
+
+import type { IncomingMessage } from 'node:http'
+import type { MiddlewareHandler } from 'hono'
+import { createEngine } from '../engine.js'
+import { distinctHeaders, headersRecord, readWebBody, toWebResponse } from '../node-body.js'
+import type { EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
+
+export type { IdempotencyContext } from '../types.js'
+
+/** Context variables the middleware sets: `c.get('idempotency')`. */
+export type IdempotencyVariables = { idempotency: IdempotencyContext | undefined }
+
+/**
+ * The middleware.
+ *
+ * @example
+ * const app = new Hono<{ Variables: IdempotencyVariables }>()
+ * app.post('/charges', idempotency({ ledger }), async (c) => c.json(await charge(await c.req.json()), 201))
+ */
+export function idempotency(options: EngineOptions): MiddlewareHandler<{ Variables: IdempotencyVariables }> {
+  const engine = createEngine(options)
+  return async function idempotencyMiddleware(c, next) {
+    const raw = c.req.raw
+    const url = new URL(raw.url)
+    const incoming = nodeRequest(c.env)
+    const neutral: HttpRequestLike = {
+      method: raw.method,
+      url: url.pathname + url.search,
+      headers: incoming?.rawHeaders ? distinctHeaders(incoming as IncomingMessage) : Object.fromEntries(raw.headers),
+      // A clone: the handler can still read the body with c.req.json() / c.req.text().
+      body: (limit) => readWebBody(raw.clone().body, raw.headers.get('content-length'), limit),
+    }
+    const decision = await engine.begin(neutral)
+    if (decision.kind === 'passthrough') {
+      c.set('idempotency', undefined)
+      await next()
+      return
+    }
+    if (decision.kind === 'respond') return toWebResponse(decision.response)
+    c.set('idempotency', decision.context)
+    await next()
+    if (c.error) {
+      // Hono turned the handler's error into a 500 already: release the record.
+      await decision.fail(c.error)
+      return
+    }
+    const response = c.res
+    const body = new Uint8Array(await response.arrayBuffer())
+    const captured = { status: response.status, headers: headersRecord(response.headers), body }
+    // The handler's response, or a problem when its transaction did not commit (transactional mode).
+    const answer = await decision.finish(captured)
+    // Reset first, so Hono does not merge the old response's headers into the new one.
+    c.res = undefined as unknown as Response
+    c.res = toWebResponse(answer)
+  }
+}
+
+/**
+ * On @hono/node-server, `c.env.incoming` is Node's request, whose raw headers keep a repeated
+ * Idempotency-Key apart (a fetch Headers object joins them into one value).
+ */
+function nodeRequest(env: unknown): { rawHeaders?: string[] } | undefined {
+  return (env as { incoming?: { rawHeaders?: string[] } } | undefined)?.incoming
+}

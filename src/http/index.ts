@@ -1,0 +1,9 @@
+/**
+ * The neutral HTTP layer (`idemkey/http`): SPEC §5 on a framework-free request/response shape.
+ * Framework adapters: `idemkey/express`, `idemkey/fastify`, `idemkey/hono`, `idemkey/fetch`.
+ */
+export { createEngine, type IdempotencyEngine } from './engine.js'
+export { KEY_HEADER, parseKeyHeader } from './key-header.js'
+export { DEFAULT_PROBLEM_BASE, problem } from './problem.js'
+export { BODY_OMITTED_HEADER, DEFAULT_STORED_HEADERS, defaultScope, REPLAYED_HEADER, requestFingerprint } from './stored.js'
+export type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'

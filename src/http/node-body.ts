@@ -1,0 +1,89 @@
+import type { IncomingMessage } from 'node:http'
+import { IdempotencyError } from '../errors.js'
+
+/** Reads a Node request body up to `limit` bytes; past it, `BODY_TOO_LARGE` (the layer answers 413). */
+export async function readNodeBody(req: IncomingMessage, limit: number): Promise<Uint8Array> {
+  const declared = Number(req.headers['content-length'])
+  if (Number.isFinite(declared) && declared > limit) throw tooLarge(limit)
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of req) {
+    const buffer = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer)
+    size += buffer.byteLength
+    if (size > limit) throw tooLarge(limit)
+    chunks.push(buffer)
+  }
+  return Buffer.concat(chunks)
+}
+
+/** Reads a fetch body stream up to `limit` bytes. */
+export async function readWebBody(
+  body: ReadableStream<Uint8Array> | null,
+  contentLength: string | null,
+  limit: number,
+): Promise<Uint8Array> {
+  if (!body) return new Uint8Array(0)
+  const declared = Number(contentLength)
+  if (contentLength !== null && Number.isFinite(declared) && declared > limit) throw tooLarge(limit)
+  const reader = body.getReader()
+  const chunks: Uint8Array[] = []
+  let size = 0
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    size += value.byteLength
+    if (size > limit) {
+      await reader.cancel().catch(() => {})
+      throw tooLarge(limit)
+    }
+    chunks.push(value)
+  }
+  return Buffer.concat(chunks)
+}
+
+function tooLarge(limit: number): IdempotencyError {
+  return new IdempotencyError(
+    'BODY_TOO_LARGE',
+    `The request body is larger than ${limit} bytes, the most the idempotency layer reads to fingerprint a request. Send a smaller body, or raise maxRequestBody.`,
+  )
+}
+
+/** Node's headers with repeated ones as arrays (so a duplicated Idempotency-Key is seen as such). */
+export function distinctHeaders(req: IncomingMessage): Record<string, string | string[] | undefined> {
+  const headers: Record<string, string | string[] | undefined> = {}
+  const raw = req.rawHeaders
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = (raw[i] as string).toLowerCase()
+    const value = raw[i + 1] as string
+    const existing = headers[name]
+    headers[name] = existing === undefined ? value : Array.isArray(existing) ? [...existing, value] : [existing, value]
+  }
+  return headers
+}
+
+/** A Headers object as a record; Set-Cookie kept apart so it is never joined. */
+export function headersRecord(headers: Headers): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {}
+  headers.forEach((value, name) => {
+    if (name !== 'set-cookie') out[name] = value
+  })
+  const cookies = headers.getSetCookie?.() ?? []
+  if (cookies.length > 0) out['set-cookie'] = cookies
+  return out
+}
+
+/** Statuses whose responses carry no body (a Response with a body for them throws). */
+export const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304])
+
+/** A neutral response as a fetch Response. */
+export function toWebResponse(response: { status: number; headers: Record<string, string | string[]>; body: Uint8Array }): Response {
+  const headers = new Headers()
+  for (const [name, value] of Object.entries(response.headers)) {
+    if (Array.isArray(value)) for (const v of value) headers.append(name, v)
+    else headers.set(name, value)
+  }
+  return new Response(NULL_BODY_STATUSES.has(response.status) ? null : (response.body as Uint8Array<ArrayBuffer>), {
+    status: response.status,
+    headers,
+  })
+}

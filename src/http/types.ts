@@ -1,0 +1,98 @@
+import type { Duration } from '../core/duration.js'
+import type { Ledger, LedgerEvent } from '../core/ledger.js'
+import type { Classification } from '../core/outcome.js'
+
+/** A request in the engine's neutral shape; adapters translate their framework's request to it. */
+export interface HttpRequestLike {
+  method: string
+  /** Path and query, e.g. `/orders?expand=items`. */
+  url: string
+  /** Lower-case names; a header given twice is an array. */
+  headers: Record<string, string | string[] | undefined>
+  /** The raw body, read lazily (only covered requests are read). Throws `BODY_TOO_LARGE` past `limit` bytes. */
+  body(limit: number): Promise<Uint8Array>
+  /** The body as the framework already parsed it (JSON), when the raw bytes are gone. */
+  parsedBody?: unknown
+}
+
+/** A response in the engine's neutral shape. */
+export interface HttpResponseLike {
+  status: number
+  headers: Record<string, string | string[]>
+  body: Uint8Array
+  /**
+   * The body's full length when `body` holds less of it: an adapter that streams stops keeping a copy
+   * past `maxStoredBody`, since such a body is stored without its bytes anyway. @default body.byteLength
+   */
+  bodyLength?: number
+}
+
+/** What a handler can read about the idempotent request it serves. */
+export interface IdempotencyContext {
+  key: string
+  scope: string
+  /** The fencing token this attempt holds. */
+  token: number
+  /** An earlier attempt at this key did not finish (crash, timeout, transient failure). */
+  takeover: boolean
+  /** Aborted when this attempt loses its lease. */
+  signal: AbortSignal
+  /** With `transactional: true`: the store transaction that also completes the record (PostgreSQL). */
+  tx?: unknown
+}
+
+/** Options of the HTTP layer, shared by every adapter. */
+export interface EngineOptions {
+  /** The ledger behind the layer. */
+  ledger: Ledger
+  /** Methods the layer covers; others pass through untouched. @default ['POST', 'PATCH'] */
+  methods?: string[]
+  /** Answer `400` to a covered request without `Idempotency-Key`. @default false */
+  required?: boolean
+  /** The scope of a request. @default a hash of the Authorization header, or 'public' */
+  scope?: (req: HttpRequestLike) => string | Promise<string>
+  /** The fingerprint of a request (hex SHA-256). @default method, path with query, canonical body */
+  fingerprint?: (req: HttpRequestLike, body: Uint8Array) => string
+  /** How long to wait for an in-flight duplicate before `409`. @default the ledger's (10s) */
+  wait?: Duration
+  /** @default the ledger's (30s) */
+  lease?: Duration
+  /** @default the ledger's (24h) */
+  ttl?: Duration
+  /** Response headers to store besides content-type, content-location, location, etag, last-modified. */
+  storedHeaders?: string[]
+  /** Largest response body stored for replay; a larger one is stored without its body. @default 1 MiB */
+  maxStoredBody?: number
+  /** Largest request body the layer reads to fingerprint it; `413` beyond. @default 1 MiB */
+  maxRequestBody?: number
+  /** When the store is unreachable, run the handler unprotected instead of answering `503`. @default false */
+  failOpen?: boolean
+  /** Which statuses are stored, replayed as failures, or released. @default SPEC §4 */
+  classify?: (status: number) => Classification
+  /** Run the handler in the store's transaction, reachable as `ctx.tx` (PostgreSQL, SPEC §6). @default false */
+  transactional?: boolean
+  /** Base of the problem `type` URIs; a slug is appended. @default 'https://idemkey.dev/docs/errors#' */
+  problemBaseUrl?: string
+  /** Called for each ledger event. */
+  onEvent?: (event: LedgerEvent) => void
+}
+
+/** What to do with a request, decided before the handler runs. */
+export type Decision =
+  /** Not covered, or no key and none required: run the handler untouched. */
+  | { kind: 'passthrough' }
+  /** Answer this now (replay, 4xx, 409, 503): do not run the handler. */
+  | { kind: 'respond'; response: HttpResponseLike }
+  /** Run the handler, then call `finish` with its response (or `fail` with its error). */
+  | {
+      kind: 'execute'
+      context: IdempotencyContext
+      /**
+       * Stores or releases the outcome; resolves once the record is settled, with the response the
+       * client should get: the handler's own, except in `transactional` mode when its transaction did
+       * not commit (fenced out: `409`; the commit failed: `503`), since its writes were rolled back.
+       */
+      finish(response: HttpResponseLike): Promise<HttpResponseLike>
+      /** The handler threw: releases the record. */
+      fail(error: unknown): Promise<void>
+    }

@@ -1,0 +1,13 @@
+/**
+ * `idemkey/inbox`: apply each message once, however often the broker delivers it (SPEC §8).
+ * The broker consumer helpers live in `idemkey/publishers/<broker>`.
+ *
+ * @example
+ * import { PgInbox } from 'idemkey/inbox'
+ * const inbox = new PgInbox({ pool, consumer: 'billing' })
+ */
+export { InboxMismatchError } from '../message.js'
+export type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
+export { PgInbox, type PgInboxOptions, payloadHash } from './pg-inbox.js'
+export { SqliteInbox, type SqliteInboxOptions } from './sqlite-inbox.js'
+export type { Inbox, InboxEvent, InboxMessage, InboxResult } from './types.js'

@@ -1,0 +1,209 @@
+import { type Duration, parseDuration } from '../../core/duration.js'
+import { sha256Hex } from '../../core/fingerprint.js'
+import { IdempotencyError, storeUnavailable } from '../../errors.js'
+import { InboxMismatchError, quoteName } from '../message.js'
+import type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
+import type { Inbox, InboxEvent, InboxMessage, InboxResult } from './types.js'
+
+/** Options of {@link PgInbox}. */
+export interface PgInboxOptions {
+  /** The user's `pg.Pool`; each message runs in a transaction on one of its clients. */
+  pool: PgPool
+  /** This consumer's name: the same message ID is processed once per consumer name. */
+  consumer: string
+  /** Table name, optionally `schema.table`. @default 'idemkey_inbox' */
+  table?: string
+  /**
+   * How long a processed ID is remembered by {@link PgInbox.purge}. Must exceed the longest time
+   * after which a broker (or a relay) may still deliver a copy: see docs/messaging.md. @default '7d'
+   */
+  retention?: Duration
+  onEvent?: (event: InboxEvent) => void
+}
+
+/** Hex SHA-256 of a payload (bytes, or text as UTF-8). */
+export function payloadHash(payload: Uint8Array | string): string {
+  return sha256Hex(payload)
+}
+
+function assertMessageId(message: InboxMessage): void {
+  if (typeof message?.id !== 'string' || message.id.length === 0) {
+    throw new IdempotencyError('INVALID_ARGUMENT', 'inbox: the message has no ID. Producers must set one (the outbox always does).')
+  }
+}
+
+/**
+ * The inbox on PostgreSQL: records each message ID in the same transaction as the effect, so the
+ * effect is applied once however often the broker redelivers. A redelivered ID is reported as
+ * `duplicate` (acknowledge it); the same ID with another payload throws {@link InboxMismatchError}.
+ * Two consumers handling the same ID at once: the second waits on the row lock and then sees a duplicate.
+ *
+ * @example
+ * const inbox = new PgInbox({ pool, consumer: 'billing' })
+ * await inbox.migrate()
+ * const result = await inbox.handle({ id, payload }, async (tx) => {
+ *   await tx.query('UPDATE accounts SET balance = balance + $1 WHERE id = $2', [amount, account])
+ * })
+ * ack() // applied or duplicate: either way the broker may forget it
+ */
+export class PgInbox implements Inbox<PgPoolClient> {
+  readonly consumer: string
+  readonly #pool: PgPool
+  readonly #table: string
+  readonly #name: string
+  readonly #retentionMs: number
+  readonly #onEvent: (event: InboxEvent) => void
+
+  constructor(options: PgInboxOptions) {
+    if (typeof options?.pool?.connect !== 'function') {
+      throw new IdempotencyError('INVALID_OPTION', 'PgInbox needs { pool }: a pg.Pool (or anything with query() and connect()).')
+    }
+    if (typeof options.consumer !== 'string' || options.consumer.length === 0) {
+      throw new IdempotencyError('INVALID_OPTION', 'PgInbox needs { consumer }: a non-empty name for this consumer, e.g. "billing".')
+    }
+    this.#pool = options.pool
+    this.consumer = options.consumer
+    this.#name = options.table ?? 'idemkey_inbox'
+    this.#table = quoteName(this.#name, 'PgInbox table')
+    this.#retentionMs = parseDuration(options.retention ?? '7d', 'retention')
+    this.#onEvent = options.onEvent ?? (() => {})
+  }
+
+  /** Creates the table. Idempotent; safe to run from several processes at once. */
+  async migrate(): Promise<void> {
+    const client = await this.#pool.connect()
+    try {
+      await client.query('BEGIN')
+      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`idemkey_inbox:${this.#name}:migrate`])
+      await client.query(`CREATE TABLE IF NOT EXISTS ${this.#table} (
+        consumer text NOT NULL,
+        message_id text NOT NULL,
+        payload_hash text NOT NULL,
+        processed_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (consumer, message_id))`)
+      const index = quoteName(`${this.#name.split('.').pop()}_processed_at`, 'index')
+      await client.query(`CREATE INDEX IF NOT EXISTS ${index} ON ${this.#table} (processed_at)`)
+      await client.query('COMMIT')
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {})
+      throw new IdempotencyError('STORE_SCHEMA', `PgInbox.migrate on ${this.#name} failed: ${(error as Error).message}.`, { cause: error })
+    } finally {
+      client.release()
+    }
+  }
+
+  /**
+   * Runs `effect` in a transaction that also records the message ID, unless the ID was processed
+   * already. An error from `effect` rolls both back and is rethrown (do not ack: let the broker
+   * redeliver). Database errors become `STORE_UNAVAILABLE`.
+   */
+  async handle<T>(message: InboxMessage, effect: (tx: PgPoolClient, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>> {
+    if (typeof message?.id !== 'string' || message.id.length === 0) {
+      throw new IdempotencyError(
+        'INVALID_ARGUMENT',
+        'inbox.handle: the message has no ID. Producers must set one (the outbox always does).',
+      )
+    }
+    const hash = payloadHash(message.payload)
+    let client: PgPoolClient
+    try {
+      client = await this.#pool.connect()
+    } catch (error) {
+      throw storeUnavailable('PgInbox', 'connect', error)
+    }
+    let inTransaction = false
+    let inEffect = false
+    try {
+      await client.query('BEGIN')
+      inTransaction = true
+      const seen = await this.#record(client, message.id, hash)
+      if (seen !== 'new') {
+        await client.query('ROLLBACK')
+        inTransaction = false
+        return this.#seenBefore(seen, message.id)
+      }
+      inEffect = true
+      const value = await effect(client, message)
+      inEffect = false
+      await client.query('COMMIT')
+      inTransaction = false
+      this.#emit({ type: 'applied', consumer: this.consumer, messageId: message.id })
+      return { status: 'applied', value }
+    } catch (error) {
+      if (inTransaction) await client.query('ROLLBACK').catch(() => {})
+      // The effect's own errors are the caller's; ours mean the database is in trouble.
+      if (inEffect || error instanceof IdempotencyError) throw error
+      throw storeUnavailable('PgInbox', `handle ${message.id}`, error)
+    } finally {
+      client.release()
+    }
+  }
+
+  /**
+   * Records the message ID inside a transaction *you* run (your `BEGIN`, your effect, your `COMMIT`),
+   * for when the effect already has its own transaction, e.g. the idempotency store's (SPEC §6).
+   * Returns `new` (apply the effect, then commit) or `duplicate` (skip the effect; rolling back or
+   * committing is the same). Throws {@link InboxMismatchError} for the same ID with another payload.
+   *
+   * @example
+   * await client.query('BEGIN')
+   * if ((await inbox.record(client, message)) === 'new') await applyEffect(client)
+   * await client.query('COMMIT')
+   */
+  async record(tx: PgQueryable, message: InboxMessage): Promise<'new' | 'duplicate'> {
+    assertMessageId(message)
+    const hash = payloadHash(message.payload)
+    let seen: 'new' | 'duplicate' | 'mismatch'
+    try {
+      seen = await this.#record(tx, message.id, hash)
+    } catch (error) {
+      throw storeUnavailable('PgInbox', `record ${message.id}`, error)
+    }
+    if (seen === 'new') {
+      this.#emit({ type: 'recorded', consumer: this.consumer, messageId: message.id })
+      return 'new'
+    }
+    this.#seenBefore(seen, message.id)
+    return 'duplicate'
+  }
+
+  async #record(tx: PgQueryable, messageId: string, hash: string): Promise<'new' | 'duplicate' | 'mismatch'> {
+    const inserted = await tx.query(
+      `INSERT INTO ${this.#table} (consumer, message_id, payload_hash) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING 1`,
+      [this.consumer, messageId, hash],
+    )
+    if (inserted.rows.length === 1) return 'new'
+    const { rows } = await tx.query<{ payload_hash: string }>(
+      `SELECT payload_hash FROM ${this.#table} WHERE consumer = $1 AND message_id = $2`,
+      [this.consumer, messageId],
+    )
+    return rows[0] && rows[0].payload_hash !== hash ? 'mismatch' : 'duplicate'
+  }
+
+  /** Reports a known ID: `duplicate`, or throws for a mismatch. */
+  #seenBefore(seen: 'duplicate' | 'mismatch', messageId: string): { status: 'duplicate' } {
+    if (seen === 'mismatch') {
+      this.#emit({ type: 'mismatch', consumer: this.consumer, messageId })
+      throw new InboxMismatchError(this.consumer, messageId)
+    }
+    this.#emit({ type: 'duplicate', consumer: this.consumer, messageId })
+    return { status: 'duplicate' }
+  }
+
+  /** Deletes IDs processed longer ago than the retention. Returns how many. Run it periodically. */
+  async purge(): Promise<number> {
+    const result = await this.#pool.query(
+      `DELETE FROM ${this.#table} WHERE consumer = $1 AND processed_at < now() - $2 * interval '1 millisecond'`,
+      [this.consumer, this.#retentionMs],
+    )
+    return result.rowCount ?? 0
+  }
+
+  #emit(event: InboxEvent): void {
+    try {
+      this.#onEvent(event)
+    } catch {
+      // A throwing metrics hook must not change the outcome.
+    }
+  }
+}

@@ -1,0 +1,123 @@
+import { type Duration, parseDuration } from '../../core/duration.js'
+import { IdempotencyError, storeUnavailable } from '../../errors.js'
+import { InboxMismatchError, quoteName } from '../message.js'
+import type { SqliteDb } from '../sqlite.js'
+import { payloadHash } from './pg-inbox.js'
+import type { Inbox, InboxEvent, InboxMessage, InboxResult } from './types.js'
+
+/** Options of {@link SqliteInbox}. */
+export interface SqliteInboxOptions {
+  /** An open better-sqlite3 database: the one your effect writes to. */
+  database: SqliteDb
+  /** This consumer's name. */
+  consumer: string
+  /** Table name. @default 'idemkey_inbox' */
+  table?: string
+  /** How long {@link SqliteInbox.purge} keeps processed IDs. @default '7d' */
+  retention?: Duration
+  /** Time source (epoch ms). @default Date.now */
+  now?: () => number
+  onEvent?: (event: InboxEvent) => void
+}
+
+/**
+ * The inbox on SQLite. better-sqlite3 transactions are synchronous, so the effect must be too: it
+ * runs inside `BEGIN IMMEDIATE` with the ID insert, and returning a promise is an error.
+ *
+ * @example
+ * const inbox = new SqliteInbox({ database: db, consumer: 'billing' })
+ * inbox.migrate()
+ * await inbox.handle(message, (db) => db.prepare('UPDATE accounts SET n = n + 1').run())
+ */
+export class SqliteInbox implements Inbox<SqliteDb> {
+  readonly consumer: string
+  readonly #db: SqliteDb
+  readonly #table: string
+  readonly #retentionMs: number
+  readonly #now: () => number
+  readonly #onEvent: (event: InboxEvent) => void
+
+  constructor(options: SqliteInboxOptions) {
+    if (typeof options?.database?.prepare !== 'function') {
+      throw new IdempotencyError('INVALID_OPTION', 'SqliteInbox needs { database }: an open better-sqlite3 Database.')
+    }
+    if (typeof options.consumer !== 'string' || options.consumer.length === 0) {
+      throw new IdempotencyError('INVALID_OPTION', 'SqliteInbox needs { consumer }: a non-empty name for this consumer.')
+    }
+    this.#db = options.database
+    this.consumer = options.consumer
+    this.#table = quoteName(options.table ?? 'idemkey_inbox', 'SqliteInbox table')
+    this.#retentionMs = parseDuration(options.retention ?? '7d', 'retention')
+    this.#now = options.now ?? Date.now
+    this.#onEvent = options.onEvent ?? (() => {})
+  }
+
+  /** Creates the table. Idempotent. */
+  migrate(): void {
+    this.#db.exec(`CREATE TABLE IF NOT EXISTS ${this.#table} (
+      consumer TEXT NOT NULL, message_id TEXT NOT NULL, payload_hash TEXT NOT NULL, processed_at INTEGER NOT NULL,
+      PRIMARY KEY (consumer, message_id))`)
+  }
+
+  /** Runs the synchronous `effect` and records the ID in one transaction, unless the ID was processed already. */
+  async handle<T>(message: InboxMessage, effect: (db: SqliteDb, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>> {
+    if (typeof message?.id !== 'string' || message.id.length === 0) {
+      throw new IdempotencyError(
+        'INVALID_ARGUMENT',
+        'inbox.handle: the message has no ID. Producers must set one (the outbox always does).',
+      )
+    }
+    const hash = payloadHash(message.payload)
+    let inEffect = false
+    const run = this.#db.transaction((): InboxResult<T> | 'mismatch' => {
+      const inserted = this.#db
+        .prepare(`INSERT INTO ${this.#table} (consumer, message_id, payload_hash, processed_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`)
+        .run(this.consumer, message.id, hash, this.#now())
+      if (inserted.changes === 0) {
+        const row = this.#db
+          .prepare(`SELECT payload_hash FROM ${this.#table} WHERE consumer = ? AND message_id = ?`)
+          .get(this.consumer, message.id) as { payload_hash: string } | undefined
+        return row && row.payload_hash !== hash ? 'mismatch' : { status: 'duplicate' }
+      }
+      inEffect = true
+      const value = effect(this.#db, message)
+      inEffect = false
+      if (value instanceof Promise) {
+        value.catch(() => {})
+        throw new IdempotencyError(
+          'INVALID_ARGUMENT',
+          'SqliteInbox effects must be synchronous (better-sqlite3 transactions cannot span an await).',
+        )
+      }
+      return { status: 'applied', value }
+    })
+    let result: InboxResult<T> | 'mismatch'
+    try {
+      result = run.immediate()
+    } catch (error) {
+      if (inEffect || error instanceof IdempotencyError) throw error
+      throw storeUnavailable('SqliteInbox', `handle ${message.id}`, error)
+    }
+    if (result === 'mismatch') {
+      this.#emit({ type: 'mismatch', consumer: this.consumer, messageId: message.id })
+      throw new InboxMismatchError(this.consumer, message.id)
+    }
+    this.#emit({ type: result.status, consumer: this.consumer, messageId: message.id })
+    return result
+  }
+
+  /** Deletes IDs processed longer ago than the retention. Returns how many. */
+  purge(): number {
+    return this.#db
+      .prepare(`DELETE FROM ${this.#table} WHERE consumer = ? AND processed_at < ?`)
+      .run(this.consumer, this.#now() - this.#retentionMs).changes
+  }
+
+  #emit(event: InboxEvent): void {
+    try {
+      this.#onEvent(event)
+    } catch {
+      // A throwing metrics hook must not change the outcome.
+    }
+  }
+}

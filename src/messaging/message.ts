@@ -1,0 +1,116 @@
+/**
+ * What the outbox, the relay, the publishers and the inbox share: the message on its way to a
+ * broker, the publisher contract and the typed errors. Imports no driver.
+ */
+import { IdempotencyError } from '../errors.js'
+
+/** Headers travel as plain strings on every broker. */
+export type MessageHeaders = Record<string, string>
+
+/** One outbox row on its way to a broker. */
+export interface OutboxMessage {
+  /** Stable message ID: the same event always carries the same ID, across retries and relays. */
+  readonly id: string
+  /** Subject (NATS), routing key (RabbitMQ) or stream key (Redis) unless the publisher maps it. */
+  readonly topic: string
+  /** The payload bytes, as written by `outbox.add()` (JSON unless a `Uint8Array` was given). */
+  readonly payload: Uint8Array
+  /** `application/json` or `application/octet-stream`. */
+  readonly contentType: string
+  readonly headers: MessageHeaders
+  /** Rows with the same partition key are published in the order they were added. */
+  readonly partitionKey: string | null
+  /** This row's position in the outbox (ascending in commit-ish order; gaps are normal). */
+  readonly seq: number
+  /** How many times a relay has claimed this row, this claim included. */
+  readonly attempts: number
+  readonly createdAtMs: number
+}
+
+/** What a publisher says about one message: confirmed by the broker, or not. */
+export type PublishResult = { ok: true } | { ok: false; error: Error; retryable: boolean }
+
+/**
+ * A broker behind one small interface. `publish` returns one result per message, in order; a
+ * message counts as sent only when its result is `ok`, which a publisher answers only after the
+ * broker confirmed it (JetStream PubAck, RabbitMQ publisher confirm, Redis XADD reply).
+ * It must not throw for a single message's failure: it reports it in that message's result.
+ *
+ * @example
+ * const publisher: Publisher = new NatsPublisher({ connection })
+ * const results = await publisher.publish(messages)
+ */
+export interface Publisher {
+  readonly name: string
+  publish(messages: readonly OutboxMessage[]): Promise<PublishResult[]>
+}
+
+/** Why a publish failed. */
+export type PublishFailure = 'unreachable' | 'nacked' | 'timeout' | 'too_large' | 'unroutable'
+
+/**
+ * A broker did not confirm a message. Its code is `STORE_UNAVAILABLE` (the broker is the store of
+ * the message); `reason` says more. The outbox row stays pending and is retried with backoff.
+ */
+export class PublishError extends IdempotencyError {
+  readonly reason: PublishFailure
+  readonly messageId: string
+  constructor(reason: PublishFailure, messageId: string, message: string, options?: { cause?: unknown }) {
+    super('STORE_UNAVAILABLE', message, options)
+    this.reason = reason
+    this.messageId = messageId
+  }
+}
+
+/** A message ID seen before with another payload: flagged, never silently skipped. */
+export class InboxMismatchError extends IdempotencyError {
+  readonly consumer: string
+  readonly messageId: string
+  constructor(consumer: string, messageId: string) {
+    super(
+      'FINGERPRINT_MISMATCH',
+      `Inbox "${consumer}" already processed message "${messageId}" with a different payload. Two different events share one ID: ` +
+        'check how the producer derives message IDs (pass `n` to outbox.add for several events of one topic per request). The message was not applied.',
+    )
+    this.consumer = consumer
+    this.messageId = messageId
+  }
+}
+
+/** Wraps a driver error from a broker as a {@link PublishError}. */
+export function publishFailed(
+  broker: string,
+  message: OutboxMessage,
+  cause: unknown,
+  reason: PublishFailure = 'unreachable',
+): PublishError {
+  if (cause instanceof PublishError) return cause
+  const text = cause instanceof Error ? cause.message : String(cause)
+  return new PublishError(
+    reason,
+    message.id,
+    `${broker}: message "${message.id}" to "${message.topic}" was not confirmed (${reason}): ${text}. The outbox row stays pending and will be retried.`,
+    { cause },
+  )
+}
+
+/** Runs `promise` with a deadline; rejects with `onTimeout()` when it passes. */
+export function withTimeout<T>(promise: Promise<T>, ms: number, onTimeout: () => Error): Promise<T> {
+  let handle: NodeJS.Timeout | undefined
+  const deadline = new Promise<never>((_, reject) => {
+    handle = setTimeout(() => reject(onTimeout()), ms)
+  })
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(handle))
+}
+
+/** A plain SQL identifier, optionally schema-qualified, quoted for PostgreSQL or SQLite. */
+export function quoteName(name: string, what: string): string {
+  const parts = name.split('.')
+  if (parts.length > 2 || !parts.every((p) => /^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(p))) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `${what} "${name}" must be a plain SQL identifier (letters, digits, underscore), optionally "schema.table".`,
+    )
+  }
+  return parts.map((p) => `"${p}"`).join('.')
+}

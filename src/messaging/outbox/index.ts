@@ -1,0 +1,28 @@
+/**
+ * `idemkey/outbox`: write events in the same transaction as the state change, and publish them
+ * with a relay (SPEC §8). Publishers live in `idemkey/publishers/<broker>`.
+ *
+ * @example
+ * import { OutboxRelay, PgOutbox } from 'idemkey/outbox'
+ * const outbox = new PgOutbox({ pool })
+ */
+export {
+  type MessageHeaders,
+  type OutboxMessage,
+  PublishError,
+  type Publisher,
+  type PublishFailure,
+  type PublishResult,
+} from '../message.js'
+export type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
+export { PgOutbox, type PgOutboxOptions } from './pg-outbox.js'
+export { OutboxRelay, type OutboxRelayOptions, type RelayEvent } from './relay.js'
+export { SqliteOutbox, type SqliteOutboxOptions } from './sqlite-outbox.js'
+export {
+  type AddResult,
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  messageIdFor,
+  type OutboxEventInput,
+  type RelayStorage,
+  type RowFailure,
+} from './storage.js'

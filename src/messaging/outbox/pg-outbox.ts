@@ -1,0 +1,174 @@
+import { type Duration, parseDuration } from '../../core/duration.js'
+import { IdempotencyError, storeUnavailable } from '../../errors.js'
+import { quoteName } from '../message.js'
+import type { PgPool, PgQueryable } from '../pg.js'
+import { PgRelayStorage } from './pg-relay-storage.js'
+import { type AddResult, DEFAULT_MAX_PAYLOAD_BYTES, encodeEvent, type OutboxEventInput, type RelayStorage } from './storage.js'
+
+/** Options of {@link PgOutbox}. */
+export interface PgOutboxOptions {
+  /** The user's `pg.Pool`: the relay claims and marks rows with it and LISTENs on one of its clients. */
+  pool: PgPool
+  /** Table name, optionally `schema.table`. @default 'idemkey_outbox' */
+  table?: string
+  /**
+   * `partition`: rows sharing a partition key are published in order, one claim at a time across
+   * relays (claims take a transaction-level advisory lock). `none`: no order at all, claims never
+   * wait for each other. @default 'partition'
+   */
+  ordering?: 'partition' | 'none'
+  /** Largest payload `add()` accepts, in bytes. @default 1048576 */
+  maxPayloadBytes?: number
+}
+
+/**
+ * The transactional outbox on PostgreSQL. `add()` writes an event row with the caller's
+ * transaction client, so the event commits or rolls back with the state change; a relay
+ * ({@link OutboxRelay}) publishes committed rows. The table has a unique message ID, so a replayed
+ * request that adds the same event again adds nothing.
+ *
+ * @example
+ * const outbox = new PgOutbox({ pool })
+ * await outbox.migrate()
+ * await client.query('BEGIN')
+ * await client.query('INSERT INTO orders ...')
+ * await outbox.add(client, { topic: 'orders.created', payload: order, idempotencyKey })
+ * await client.query('COMMIT')
+ */
+export class PgOutbox {
+  readonly #pool: PgPool
+  readonly #table: string
+  readonly #name: string
+  readonly #channel: string
+  readonly #ordered: boolean
+  readonly #maxPayloadBytes: number
+  readonly #lockKey: string
+
+  constructor(options: PgOutboxOptions) {
+    if (typeof options?.pool?.query !== 'function') {
+      throw new IdempotencyError('INVALID_OPTION', 'PgOutbox needs { pool }: a pg.Pool (or anything with query() and connect()).')
+    }
+    this.#pool = options.pool
+    this.#name = options.table ?? 'idemkey_outbox'
+    this.#table = quoteName(this.#name, 'PgOutbox table')
+    this.#channel = `${this.#name.replace('.', '_')}_added`
+    this.#ordered = (options.ordering ?? 'partition') === 'partition'
+    this.#maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES
+    this.#lockKey = `idemkey_outbox:${this.#name}`
+  }
+
+  /** The channel the insert trigger NOTIFYs, which the relay LISTENs on. */
+  get channel(): string {
+    return this.#channel
+  }
+
+  /** Creates the table, its indexes and the NOTIFY trigger. Idempotent; safe to run from several processes at once. */
+  async migrate(): Promise<void> {
+    const t = this.#table
+    const fn = quoteName(`${this.#name}_notify`, 'PgOutbox table')
+    const client = await this.#pool.connect()
+    try {
+      await client.query('BEGIN')
+      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`${this.#lockKey}:migrate`])
+      await client.query(`CREATE TABLE IF NOT EXISTS ${t} (
+        seq bigserial PRIMARY KEY,
+        id text NOT NULL UNIQUE,
+        topic text NOT NULL,
+        partition_key text,
+        payload bytea NOT NULL,
+        content_type text NOT NULL,
+        headers text NOT NULL DEFAULT '{}',
+        status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'sent', 'dead')),
+        attempts integer NOT NULL DEFAULT 0,
+        available_at timestamptz NOT NULL DEFAULT now(),
+        locked_by text,
+        locked_until timestamptz,
+        last_error text,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        sent_at timestamptz
+      )`)
+      const idx = (suffix: string) => quoteName(`${this.#name.split('.').pop()}_${suffix}`, 'index')
+      await client.query(`CREATE INDEX IF NOT EXISTS ${idx('pending')} ON ${t} (seq) WHERE status = 'pending'`)
+      await client.query(`CREATE INDEX IF NOT EXISTS ${idx('partition')} ON ${t} (partition_key, seq) WHERE status = 'pending'`)
+      await client.query(`CREATE OR REPLACE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_notify('${this.#channel}', ''); RETURN NULL; END $$`)
+      await client.query(`DROP TRIGGER IF EXISTS idemkey_outbox_notify ON ${t}`)
+      await client.query(`CREATE TRIGGER idemkey_outbox_notify AFTER INSERT ON ${t} FOR EACH STATEMENT EXECUTE FUNCTION ${fn}()`)
+      await client.query('COMMIT')
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {})
+      throw new IdempotencyError('STORE_SCHEMA', `PgOutbox.migrate on ${this.#name} failed: ${(error as Error).message}.`, { cause: error })
+    } finally {
+      client.release()
+    }
+  }
+
+  /**
+   * Adds an event in the caller's transaction. Pass the transaction's client (after `BEGIN`): the
+   * row is visible to relays only when that transaction commits. Returns the message ID and
+   * whether a row was created (`false`: an event with this ID exists, e.g. a replayed request).
+   * Throws `INVALID_ARGUMENT` (not serializable), `BODY_TOO_LARGE` or `STORE_UNAVAILABLE`.
+   */
+  async add(tx: PgQueryable, event: OutboxEventInput): Promise<AddResult> {
+    const row = encodeEvent(event, this.#maxPayloadBytes)
+    try {
+      const result = await tx.query(
+        `INSERT INTO ${this.#table} (id, topic, partition_key, payload, content_type, headers) VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (id) DO NOTHING RETURNING seq`,
+        [row.id, row.topic, row.partitionKey, row.payload, row.contentType, row.headers],
+      )
+      return { id: row.id, created: result.rows.length === 1 }
+    } catch (error) {
+      throw storeUnavailable('PgOutbox', `add to ${this.#name}`, error)
+    }
+  }
+
+  /** Counts rows by status: what a dashboard or a test wants. */
+  async stats(): Promise<{ pending: number; sent: number; dead: number }> {
+    const { rows } = await this.#query<{ status: string; n: string }>(
+      'stats',
+      `SELECT status, count(*) AS n FROM ${this.#table} GROUP BY status`,
+    )
+    const out = { pending: 0, sent: 0, dead: 0 }
+    for (const r of rows) out[r.status as keyof typeof out] = Number(r.n)
+    return out
+  }
+
+  /**
+   * Deletes sent rows older than `olderThan`. Returns how many. Keep them at least as long as your
+   * idempotency keys live: a request replayed after its event row is gone would add the event again.
+   */
+  async purgeSent(olderThan: Duration): Promise<number> {
+    const olderThanMs = parseDuration(olderThan, 'olderThan')
+    const result = await this.#query(
+      'purgeSent',
+      `DELETE FROM ${this.#table} WHERE status = 'sent' AND sent_at < now() - $1 * interval '1 millisecond'`,
+      [olderThanMs],
+    )
+    return result.rowCount ?? 0
+  }
+
+  /** Puts dead-lettered rows back to pending (after fixing the cause). Returns how many. */
+  async retryDead(ids?: readonly string[]): Promise<number> {
+    const result = await this.#query(
+      'retryDead',
+      `UPDATE ${this.#table} SET status = 'pending', attempts = 0, available_at = now(), last_error = NULL
+       WHERE status = 'dead' AND ($1::text[] IS NULL OR id = ANY($1))`,
+      [ids ?? null],
+    )
+    return result.rowCount ?? 0
+  }
+
+  async #query<R>(operation: string, sql: string, values?: unknown[]) {
+    try {
+      return await this.#pool.query<R>(sql, values)
+    } catch (error) {
+      throw storeUnavailable('PgOutbox', `${operation} on ${this.#name}`, error)
+    }
+  }
+
+  /** The relay's view of this table. */
+  storage(): RelayStorage {
+    return new PgRelayStorage(this.#pool, this.#table, this.#channel, this.#ordered ? this.#lockKey : null)
+  }
+}

@@ -1,0 +1,191 @@
+import { IdempotencyError, storeUnavailable } from '../../errors.js'
+import { type OutboxMessage, quoteName } from '../message.js'
+import type { SqliteDb } from '../sqlite.js'
+import {
+  type AddResult,
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  encodeEvent,
+  type OutboxEventInput,
+  type RelayStorage,
+  type RowFailure,
+} from './storage.js'
+
+/** Options of {@link SqliteOutbox}. */
+export interface SqliteOutboxOptions {
+  /** An open better-sqlite3 database (WAL mode recommended). Relays in other processes open the same file. */
+  database: SqliteDb
+  /** Table name. @default 'idemkey_outbox' */
+  table?: string
+  /** Largest payload `add()` accepts, in bytes. @default 1048576 */
+  maxPayloadBytes?: number
+  /** Time source for leases and backoff (epoch ms). @default Date.now */
+  now?: () => number
+}
+
+interface Row {
+  seq: number
+  id: string
+  topic: string
+  partition_key: string | null
+  payload: Buffer
+  content_type: string
+  headers: string
+  attempts: number
+  created_at: number
+}
+
+/**
+ * The transactional outbox on SQLite (better-sqlite3). `add()` is synchronous and must run inside
+ * the caller's `db.transaction(...)`, next to the state change. There is no NOTIFY: the relay
+ * polls (call `relay.wake()` after a commit in the same process). Claims run under `BEGIN
+ * IMMEDIATE`, so relays in several processes never claim the same row; partition order is kept.
+ *
+ * @example
+ * const outbox = new SqliteOutbox({ database: db })
+ * outbox.migrate()
+ * db.transaction(() => {
+ *   db.prepare('INSERT INTO orders (id) VALUES (?)').run(orderId)
+ *   outbox.add(db, { topic: 'orders.created', payload: { orderId }, idempotencyKey })
+ * })()
+ */
+export class SqliteOutbox {
+  readonly #db: SqliteDb
+  readonly #table: string
+  readonly #maxPayloadBytes: number
+  readonly #now: () => number
+
+  constructor(options: SqliteOutboxOptions) {
+    if (typeof options?.database?.prepare !== 'function') {
+      throw new IdempotencyError('INVALID_OPTION', 'SqliteOutbox needs { database }: an open better-sqlite3 Database.')
+    }
+    this.#db = options.database
+    this.#table = quoteName(options.table ?? 'idemkey_outbox', 'SqliteOutbox table')
+    this.#maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES
+    this.#now = options.now ?? Date.now
+  }
+
+  /** Creates the table and its index. Idempotent. */
+  migrate(): void {
+    const t = this.#table
+    const index = `"${t.replaceAll('"', '')}_pending"`
+    this.#db.exec(`CREATE TABLE IF NOT EXISTS ${t} (
+      seq INTEGER PRIMARY KEY AUTOINCREMENT,
+      id TEXT NOT NULL UNIQUE,
+      topic TEXT NOT NULL,
+      partition_key TEXT,
+      payload BLOB NOT NULL,
+      content_type TEXT NOT NULL,
+      headers TEXT NOT NULL DEFAULT '{}',
+      status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'sent', 'dead')),
+      attempts INTEGER NOT NULL DEFAULT 0,
+      available_at INTEGER NOT NULL,
+      locked_by TEXT,
+      locked_until INTEGER,
+      last_error TEXT,
+      created_at INTEGER NOT NULL,
+      sent_at INTEGER);
+    CREATE INDEX IF NOT EXISTS ${index} ON ${t} (status, partition_key, seq);`)
+  }
+
+  /**
+   * Adds an event; call it inside the transaction that changes the state. Throws
+   * `INVALID_ARGUMENT` (not serializable), `BODY_TOO_LARGE`, or `INVALID_ARGUMENT` outside a transaction.
+   */
+  add(db: SqliteDb, event: OutboxEventInput): AddResult {
+    const row = encodeEvent(event, this.#maxPayloadBytes)
+    if (!db.inTransaction) {
+      throw new IdempotencyError(
+        'INVALID_ARGUMENT',
+        'SqliteOutbox.add must run inside the transaction that changes your state (db.transaction(() => { ...; outbox.add(db, event) })()).',
+      )
+    }
+    const now = this.#now()
+    try {
+      const result = db
+        .prepare(
+          `INSERT INTO ${this.#table} (id, topic, partition_key, payload, content_type, headers, available_at, created_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+        )
+        .run(row.id, row.topic, row.partitionKey, row.payload, row.contentType, row.headers, now, now)
+      return { id: row.id, created: result.changes === 1 }
+    } catch (error) {
+      throw storeUnavailable('SqliteOutbox', 'add', error)
+    }
+  }
+
+  /** Counts rows by status. */
+  stats(): { pending: number; sent: number; dead: number } {
+    const rows = this.#db.prepare(`SELECT status, count(*) AS n FROM ${this.#table} GROUP BY status`).all() as Array<{
+      status: string
+      n: number
+    }>
+    const out = { pending: 0, sent: 0, dead: 0 }
+    for (const r of rows) out[r.status as keyof typeof out] = r.n
+    return out
+  }
+
+  /** The relay's view of this table. */
+  storage(): RelayStorage {
+    const db = this.#db
+    const t = this.#table
+    const now = this.#now
+    const pick = db.prepare(`SELECT seq FROM ${t} o
+      WHERE status = 'pending' AND available_at <= @now AND (locked_until IS NULL OR locked_until <= @now)
+        AND (o.partition_key IS NULL OR NOT EXISTS (SELECT 1 FROM ${t} e WHERE e.partition_key = o.partition_key AND e.seq < o.seq
+          AND e.status = 'pending' AND (e.available_at > @now OR e.locked_until > @now)))
+      ORDER BY seq LIMIT @limit`)
+    const take = db.prepare(`UPDATE ${t} SET locked_by = ?, locked_until = ?, attempts = attempts + 1 WHERE seq = ?
+      RETURNING seq, id, topic, partition_key, payload, content_type, headers, attempts, created_at`)
+    const sent = db.prepare(
+      `UPDATE ${t} SET status = 'sent', sent_at = ?, locked_by = NULL, locked_until = NULL WHERE seq = ? AND status = 'pending'`,
+    )
+    const fail = db.prepare(`UPDATE ${t} SET status = ?, available_at = ?, last_error = ?, locked_by = NULL, locked_until = NULL
+      WHERE seq = ? AND status = 'pending' AND locked_by = ?`)
+    const release = db.prepare(`UPDATE ${t} SET locked_by = NULL, locked_until = NULL, attempts = max(attempts - 1, 0)
+      WHERE seq = ? AND status = 'pending' AND locked_by = ?`)
+    const claim = db.transaction((relayId: string, limit: number, leaseMs: number): OutboxMessage[] => {
+      const at = now()
+      const seqs = pick.all({ now: at, limit }) as Array<{ seq: number }>
+      return seqs.map(({ seq }) => {
+        const r = take.get(relayId, at + leaseMs, seq) as Row
+        return {
+          seq: r.seq,
+          id: r.id,
+          topic: r.topic,
+          partitionKey: r.partition_key,
+          payload: r.payload,
+          contentType: r.content_type,
+          headers: JSON.parse(r.headers) as Record<string, string>,
+          attempts: r.attempts,
+          createdAtMs: r.created_at,
+        }
+      })
+    })
+    const markSent = db.transaction((seqs: readonly number[]) => {
+      const at = now()
+      for (const seq of seqs) sent.run(at, seq)
+    })
+    const markFailed = db.transaction((relayId: string, failures: readonly RowFailure[]) => {
+      const at = now()
+      for (const f of failures) fail.run(f.dead ? 'dead' : 'pending', at + f.retryInMs, f.error.slice(0, 2000), f.seq, relayId)
+    })
+    const releaseAll = db.transaction((relayId: string, seqs: readonly number[]) => {
+      for (const seq of seqs) release.run(seq, relayId)
+    })
+    const wrap =
+      <A extends unknown[], R>(operation: string, fn: (...args: A) => R) =>
+      async (...args: A): Promise<R> => {
+        try {
+          return fn(...args)
+        } catch (error) {
+          throw storeUnavailable('SqliteOutbox', operation, error)
+        }
+      }
+    return {
+      claim: wrap('claim', (relayId: string, limit: number, leaseMs: number) => claim.immediate(relayId, limit, leaseMs)),
+      markSent: wrap('markSent', (seqs: readonly number[]) => markSent.immediate(seqs)),
+      markFailed: wrap('markFailed', (relayId: string, failures: readonly RowFailure[]) => markFailed.immediate(relayId, failures)),
+      release: wrap('release', (relayId: string, seqs: readonly number[]) => releaseAll.immediate(relayId, seqs)),
+    }
+  }
+}

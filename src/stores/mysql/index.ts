@@ -1,0 +1,3 @@
+export { MySqlStore, type MySqlStoreOptions } from './mysql-store.js'
+export type { MySqlConnectionLike, MySqlPoolLike, MySqlTransaction, MySqlValue } from './pool.js'
+export { SCHEMA_VERSION } from './schema.js'

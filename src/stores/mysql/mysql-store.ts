@@ -1,0 +1,285 @@
+import { randomBytes } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { IdempotencyError } from '../../errors.js'
+import {
+  type AcquireResult,
+  DEFAULT_ABANDONED_RETENTION_MS,
+  type IdempotencyStore,
+  type ListFilter,
+  type Outcome,
+  type StoredRecord,
+  type TransactionalStore,
+} from '../store.js'
+import { isRetryable, toStoreError } from './mysql-errors.js'
+import type { MySqlPoolLike, MySqlTransaction, MySqlValue, WriteResult } from './pool.js'
+import { completeValues, identity, liveAnswer, type Row, toRecord } from './records.js'
+import { migrate } from './schema.js'
+import { bind, COLUMNS, NOW_MS, type Statement, type Statements, statements } from './statements.js'
+import { completeOn, runTransaction } from './transaction.js'
+
+/** Options of {@link MySqlStore}: give it a pool, or a URI to open one. */
+export interface MySqlStoreOptions {
+  /** Your mysql2 promise pool (`mysql2/promise` `createPool`); `close()` leaves it open. */
+  pool?: MySqlPoolLike
+  /** A `mysql://user:password@host:port/database` URI; the store opens (and closes) its own mysql2 pool. */
+  uri?: string
+  /** Connections of the pool the store opens from `uri`. @default 10 */
+  connectionLimit?: number
+  /** Table name (a plain identifier); `<table>_meta` holds the schema version. @default 'idemkey_records' */
+  table?: string
+  /** How long a record whose lease ended is kept before it may be purged. @default '24h' */
+  abandonedRetention?: Duration
+  /** How many times a statement is retried after a deadlock (1213) or lock wait timeout (1205). @default 5 */
+  lockRetries?: number
+}
+
+/**
+ * Records in a MySQL 8 or MariaDB 10.6+ table (InnoDB), shared by any number of processes and
+ * machines. Leases and expiry are decided by the database server's clock. Acquire reads the row
+ * first (a live record answers at once); a new key is taken by a plain INSERT, anything else by one
+ * `INSERT … ON DUPLICATE KEY UPDATE` that takes the row only when no live record holds it, then a
+ * read of the row: atomic under any concurrency, no transaction held open across round trips.
+ * Implements `TransactionalStore` too: `ledger.runInTransaction` commits business writes and the
+ * record together.
+ * Create the table once with {@link MySqlStore.migrate} (or `idemkey migrate`).
+ *
+ * @example
+ * import mysql from 'mysql2/promise'
+ * const store = new MySqlStore({ pool: mysql.createPool('mysql://app@127.0.0.1/app') })
+ * await store.migrate()
+ * const ledger = new Ledger({ store })
+ */
+export class MySqlStore implements IdempotencyStore, TransactionalStore<MySqlTransaction> {
+  readonly name = 'mysql'
+  readonly serverClock = true
+  /** The table this store reads and writes. */
+  readonly table: string
+  readonly #sql: Statements
+  readonly #lockRetries: number
+  #pool: MySqlPoolLike | undefined
+  readonly #opening: Promise<MySqlPoolLike> | undefined
+  readonly #ownsPool: boolean
+
+  constructor(options: MySqlStoreOptions) {
+    const table = options?.table ?? 'idemkey_records'
+    // At most 53 characters: index names append up to 11 (`_created_at`), and MySQL allows 64.
+    if (!/^[A-Za-z_][A-Za-z0-9_]{0,52}$/.test(table)) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        `MySqlStore table "${table}" must be a plain SQL identifier (letters, digits, underscore).`,
+      )
+    }
+    if ((options?.pool === undefined) === (options?.uri === undefined)) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        'MySqlStore needs exactly one of { pool } (a mysql2/promise pool) or { uri } (mysql://user:password@host:port/database).',
+      )
+    }
+    this.table = table
+    const retentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
+    this.#sql = statements(table, retentionMs)
+    this.#lockRetries = options.lockRetries ?? 5
+    if (!Number.isSafeInteger(this.#lockRetries) || this.#lockRetries < 0) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        `MySqlStore lockRetries must be a non-negative integer, got ${String(options.lockRetries)}.`,
+      )
+    }
+    this.#ownsPool = options.pool === undefined
+    if (options.pool) this.#pool = options.pool
+    else this.#opening = openPool(options.uri as string, options.connectionLimit ?? 10)
+    // An open that fails is reported by the first operation; never as an unhandled rejection.
+    this.#opening?.catch(() => {})
+  }
+
+  /** Creates the table (or upgrades it) if needed; safe to call on every start, from many processes at once. */
+  async migrate(): Promise<void> {
+    await migrate(await this.#ready('migrate'), this.table)
+  }
+
+  async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
+    assertIdentity(scope, key)
+    assertFingerprint(fingerprint)
+    assertPositiveInteger(leaseMs, 'leaseMs')
+    const id = identity(scope, key)
+    // Most acquires meet a live record (a replay, a duplicate in flight) or no record at all, so a
+    // plain read comes first: it answers the first kind without a write. For no record, a plain
+    // INSERT takes the key (a duplicate-key error means another caller was faster). Otherwise, or
+    // after losing that race, the conditional upsert decides and its claim tells who won.
+    const seen = (await this.#read('acquire', this.#sql.peek, id))[0]
+    if (seen !== undefined) {
+      const answer = liveAnswer(seen, fingerprint)
+      if (answer) return answer
+    } else if (await this.#insert({ ...id, fingerprint, lease: leaseMs, claim: randomBytes(16) })) {
+      return { kind: 'acquired', token: 1 }
+    }
+    // When the upsert takes nothing, the read says why. If the row changed in between so that it is
+    // takeable again (released, expired, evicted), try again.
+    for (let round = 0; round < 100; round++) {
+      const claim = randomBytes(16)
+      await this.#write('acquire', this.#sql.acquire, { ...id, fingerprint, lease: leaseMs, claim })
+      const row = (await this.#read('acquire', this.#sql.acquired, { ...id, claim }))[0]
+      if (row === undefined) continue
+      if (Number(row.mine) === 1) return { kind: 'acquired', token: Number(row.token) }
+      const answer = liveAnswer(row, fingerprint)
+      if (answer) return answer
+    }
+    throw new IdempotencyError(
+      'STORE_UNAVAILABLE',
+      `mysql: acquire of ${JSON.stringify(key)} lost 100 races in a row to writers that kept releasing or evicting it. Retry later.`,
+    )
+  }
+
+  async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    assertPositiveInteger(leaseMs, 'leaseMs')
+    return (await this.#write('renew', this.#sql.renew, { ...identity(scope, key), token, lease: leaseMs })) === 1
+  }
+
+  async complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    return (await this.#write('complete', this.#sql.complete, completeValues(scope, key, token, outcome, ttlMs))) === 1
+  }
+
+  /**
+   * Runs `fn` in a transaction on one pool connection (SPEC §6): commits when it resolves, rolls back
+   * when it throws. Use it through `ledger.runInTransaction`, or with {@link MySqlStore.completeInTransaction}.
+   */
+  async transaction<R>(fn: (tx: MySqlTransaction) => Promise<R>): Promise<R> {
+    return runTransaction(await this.#ready('transaction'), this.table, fn)
+  }
+
+  /**
+   * `complete` inside `tx`. The row stays locked until `tx` ends, so no takeover can slip in between;
+   * `false` means the token is no longer current and the caller must roll back.
+   */
+  async completeInTransaction(
+    tx: MySqlTransaction,
+    scope: string,
+    key: string,
+    token: number,
+    outcome: Outcome,
+    ttlMs: number,
+  ): Promise<boolean> {
+    return completeOn(tx, this.table, this.#sql.complete, completeValues(scope, key, token, outcome, ttlMs))
+  }
+
+  async release(scope: string, key: string, token: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    return (await this.#write('release', this.#sql.release, { ...identity(scope, key), token })) === 1
+  }
+
+  async get(scope: string, key: string): Promise<StoredRecord | null> {
+    assertIdentity(scope, key)
+    const row = (await this.#read('get', this.#sql.get, identity(scope, key)))[0]
+    return row ? toRecord(row) : null
+  }
+
+  async list(filter: ListFilter = {}): Promise<StoredRecord[]> {
+    const limit = filter.limit ?? 100
+    if (!Number.isSafeInteger(limit) || limit < 0) {
+      throw new IdempotencyError('INVALID_ARGUMENT', `list limit must be a non-negative integer, got ${String(limit)}.`)
+    }
+    if (limit === 0) return []
+    const where: string[] = []
+    const values: MySqlValue[] = []
+    if (!filter.includeExpired) where.push(`expires_at > ${NOW_MS}`)
+    if (filter.scope !== undefined) {
+      where.push('scope = ?')
+      values.push(Buffer.from(filter.scope, 'utf8'))
+    }
+    if (filter.status !== undefined) {
+      where.push('status = ?')
+      values.push(filter.status)
+    }
+    if (filter.createdBeforeMs !== undefined) {
+      where.push('created_at <= ?')
+      values.push(filter.createdBeforeMs)
+    }
+    const sql = `SELECT ${COLUMNS} FROM \`${this.table}\` ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
+      ORDER BY created_at, scope, \`key\` LIMIT ${limit}`
+    const rows = await this.#run('list', async (pool) => (await pool.query(sql, values))[0] as Row[])
+    return rows.map(toRecord)
+  }
+
+  async purgeExpired(limit: number): Promise<number> {
+    assertPositiveInteger(limit, 'limit')
+    return this.#write('purgeExpired', this.#sql.purge(limit), {})
+  }
+
+  async evict(scope: string, key: string): Promise<boolean> {
+    assertIdentity(scope, key)
+    return (await this.#write('evict', this.#sql.evict, identity(scope, key))) > 0
+  }
+
+  /** Ends the pool the store opened from `uri`; a pool you passed in stays open. */
+  async close(): Promise<void> {
+    if (!this.#ownsPool) return
+    const pool = this.#pool ?? (await this.#opening?.catch(() => undefined))
+    this.#pool = undefined
+    await pool?.end?.()
+  }
+
+  async #ready(operation: string): Promise<MySqlPoolLike> {
+    if (this.#pool) return this.#pool
+    try {
+      this.#pool = await (this.#opening as Promise<MySqlPoolLike>)
+      return this.#pool
+    } catch (error) {
+      throw toStoreError(operation, error, this.table)
+    }
+  }
+
+  async #write(operation: string, statement: Statement, values: Record<string, MySqlValue>): Promise<number> {
+    return this.#run(
+      operation,
+      async (pool) => ((await pool.execute(statement.sql, bind(statement, values)))[0] as WriteResult).affectedRows,
+    )
+  }
+
+  /** A plain INSERT of a new record: `false` when the key already exists (ER_DUP_ENTRY, 1062). */
+  async #insert(values: Record<string, MySqlValue>): Promise<boolean> {
+    const statement = this.#sql.insert
+    return this.#run('acquire', async (pool) => {
+      try {
+        await pool.execute(statement.sql, bind(statement, values))
+        return true
+      } catch (error) {
+        if ((error as { errno?: number } | null)?.errno === 1062) return false
+        throw error
+      }
+    })
+  }
+
+  async #read(operation: string, statement: Statement, values: Record<string, MySqlValue>): Promise<Row[]> {
+    return this.#run(operation, async (pool) => (await pool.execute(statement.sql, bind(statement, values)))[0] as Row[])
+  }
+
+  /**
+   * Runs one statement. Each is its own (autocommit) transaction: after a deadlock or a lock wait
+   * timeout the server rolled it back, so it is retried, a bounded number of times, after a short
+   * random pause. Other driver errors become STORE_UNAVAILABLE (STORE_SCHEMA for a missing table).
+   */
+  async #run<R>(operation: string, step: (pool: MySqlPoolLike) => Promise<R>): Promise<R> {
+    const pool = await this.#ready(operation)
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await step(pool)
+      } catch (error) {
+        if (!isRetryable(error) || attempt >= this.#lockRetries) throw toStoreError(operation, error, this.table)
+        await sleep(Math.random() * 5 * (attempt + 1))
+      }
+    }
+  }
+}
+
+async function openPool(uri: string, connectionLimit: number): Promise<MySqlPoolLike> {
+  let mysql: { createPool(options: object): unknown }
+  try {
+    mysql = ((await import('mysql2/promise')) as unknown as { default: typeof mysql }).default
+  } catch (error) {
+    throw new IdempotencyError('INVALID_OPTION', 'MySqlStore({ uri }) needs the mysql2 package: npm install mysql2', { cause: error })
+  }
+  return mysql.createPool({ uri, connectionLimit, supportBigNumbers: true }) as MySqlPoolLike
+}

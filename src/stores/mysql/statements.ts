@@ -1,0 +1,98 @@
+/** The SQL of MySqlStore, one statement per operation. Not part of the public API. */
+import type { MySqlValue } from './pool.js'
+
+/**
+ * The server's clock as integer epoch milliseconds. `UTC_TIMESTAMP(6)` does not depend on the session
+ * time zone (unlike `UNIX_TIMESTAMP(NOW(3))`, which is off by an hour in the repeated hour of a DST
+ * change), and MySQL evaluates it once per statement, so every use in one statement sees one instant.
+ */
+export const NOW_MS = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
+
+/** A statement with `:name` placeholders compiled to positional `?` and the order to bind them in. */
+export interface Statement {
+  sql: string
+  names: string[]
+}
+
+/** Compiles `:name` placeholders (mysql2 pools need not have `namedPlaceholders` on). */
+export function compile(sql: string): Statement {
+  const names: string[] = []
+  const text = sql.replace(/:([a-z_]+)\b/g, (_, name: string) => {
+    names.push(name)
+    return '?'
+  })
+  return { sql: text.replace(/\s+/g, ' ').trim(), names }
+}
+
+/** The values of a statement's placeholders, in order. */
+export function bind(statement: Statement, values: Record<string, MySqlValue>): MySqlValue[] {
+  return statement.names.map((name) => {
+    if (!(name in values)) throw new Error(`idemkey mysql: no value for :${name}`)
+    return values[name] as MySqlValue
+  })
+}
+
+/** The columns every read returns, in the order of the table. */
+export const COLUMNS = `scope, \`key\`, fingerprint, status, token, locked_until, response_status, response_headers,
+  response_body, resource_id, attempts, created_at, updated_at, expires_at`
+
+/** Builds the statements for one table; `retentionMs` is a validated integer, inlined. */
+export function statements(table: string, retentionMs: number) {
+  const t = `\`${table}\``
+  const lease = 'CAST(:lease AS SIGNED)'
+  // The row is takeable when it is expired, or in progress with its lease ended.
+  const takeable = `expires_at <= ${NOW_MS} OR (status = 'in_progress' AND locked_until <= ${NOW_MS})`
+  // MySQL assigns ON DUPLICATE KEY UPDATE columns left to right and later assignments see earlier
+  // ones. So the decision is made once, on the untouched row, into `claim`; every later assignment
+  // asks `claim = :claim` (a random value unique to this call), and `expires_at`, which the
+  // attempts/created_at assignments read, is assigned last.
+  const mine = 'claim = :claim'
+  const values = `VALUES (:scope, :key, :fingerprint, 'in_progress', 1, ${NOW_MS} + ${lease}, 1, ${NOW_MS}, ${NOW_MS},
+        ${NOW_MS} + ${lease} + ${retentionMs}, :claim, 1)`
+  const insert = `INSERT INTO ${t} (scope, \`key\`, fingerprint, status, token, locked_until, attempts, created_at, updated_at,
+      expires_at, claim, revision) ${values}`
+  return {
+    /** Reads the record before acquire writes anything, with the server's time. */
+    peek: compile(`SELECT ${COLUMNS}, ${NOW_MS} AS now_ms FROM ${t} WHERE scope = :scope AND \`key\` = :key`),
+    /** Takes a key no record holds; fails with ER_DUP_ENTRY when one exists. */
+    insert: compile(insert),
+    acquire: compile(`
+      ${insert}
+      ON DUPLICATE KEY UPDATE
+        claim = IF(${takeable}, :claim, claim),
+        fingerprint = IF(${mine}, :fingerprint, fingerprint),
+        token = IF(${mine}, token + 1, token),
+        attempts = IF(${mine}, IF(expires_at <= ${NOW_MS}, 1, attempts + 1), attempts),
+        created_at = IF(${mine}, IF(expires_at <= ${NOW_MS}, ${NOW_MS}, created_at), created_at),
+        status = IF(${mine}, 'in_progress', status),
+        locked_until = IF(${mine}, ${NOW_MS} + ${lease}, locked_until),
+        response_status = IF(${mine}, NULL, response_status),
+        response_headers = IF(${mine}, NULL, response_headers),
+        response_body = IF(${mine}, NULL, response_body),
+        resource_id = IF(${mine}, NULL, resource_id),
+        updated_at = IF(${mine}, ${NOW_MS}, updated_at),
+        revision = IF(${mine}, revision + 1, revision),
+        expires_at = IF(${mine}, ${NOW_MS} + ${lease} + ${retentionMs}, expires_at)`),
+    /** Reads the row back after `acquire`: `mine` says whether this call's claim holds it. */
+    acquired: compile(`SELECT ${COLUMNS}, ${mine} AS mine, ${NOW_MS} AS now_ms FROM ${t} WHERE scope = :scope AND \`key\` = :key`),
+    get: compile(`SELECT ${COLUMNS} FROM ${t} WHERE scope = :scope AND \`key\` = :key AND expires_at > ${NOW_MS}`),
+    renew: compile(`
+      UPDATE ${t} SET locked_until = ${NOW_MS} + ${lease}, updated_at = ${NOW_MS},
+        expires_at = ${NOW_MS} + ${lease} + ${retentionMs}, revision = revision + 1
+      WHERE scope = :scope AND \`key\` = :key AND token = :token AND status = 'in_progress'`),
+    complete: compile(`
+      UPDATE ${t} SET status = :status, locked_until = NULL, response_status = :response_status,
+        response_headers = :response_headers, response_body = :response_body, resource_id = :resource_id,
+        updated_at = ${NOW_MS}, expires_at = ${NOW_MS} + CAST(:ttl AS SIGNED), revision = revision + 1
+      WHERE scope = :scope AND \`key\` = :key AND token = :token AND status = 'in_progress'`),
+    release: compile(`
+      UPDATE ${t} SET locked_until = ${NOW_MS}, updated_at = ${NOW_MS}, expires_at = ${NOW_MS} + ${retentionMs},
+        revision = revision + 1
+      WHERE scope = :scope AND \`key\` = :key AND token = :token AND status = 'in_progress'`),
+    evict: compile(`DELETE FROM ${t} WHERE scope = :scope AND \`key\` = :key`),
+    /** `limit` is a validated integer, inlined: MySQL 8 refuses a DOUBLE parameter in LIMIT. */
+    purge: (limit: number) => compile(`DELETE FROM ${t} WHERE expires_at <= ${NOW_MS} ORDER BY expires_at LIMIT ${limit}`),
+  }
+}
+
+export type Statements = ReturnType<typeof statements>

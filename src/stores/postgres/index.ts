@@ -1,0 +1,12 @@
+export type {
+  IsolationLevel,
+  PostgresGcOptions,
+  PostgresStoreCommonOptions,
+  PostgresStoreOptions,
+  PostgresStorePoolOptions,
+  PostgresStoreUrlOptions,
+} from './options.js'
+export type { PgClientLike, PgNotification, PgPoolLike, PgQueryable, PgQueryConfig, PgQueryResult } from './pool.js'
+export { isTransientTransactionError } from './postgres-errors.js'
+export { PostgresStore } from './postgres-store.js'
+export { SCHEMA_VERSION } from './schema.js'

@@ -1,0 +1,85 @@
+import type { Duration } from '../../core/duration.js'
+import type { PgClientLike, PgPoolLike } from './pool.js'
+
+/**
+ * Isolation level of `store.transaction` (and so of `ledger.runInTransaction`).
+ *
+ * @example new PostgresStore({ pool, isolationLevel: 'serializable' })
+ */
+export type IsolationLevel = 'read committed' | 'repeatable read' | 'serializable'
+
+/**
+ * The purge loop of a long-running process: deletes expired records in bounded batches.
+ *
+ * @example new PostgresStore({ pool, gc: { interval: '5m', batchSize: 500, onError: (e) => log.warn(e) } })
+ */
+export interface PostgresGcOptions {
+  /** How often a round of purging runs. @default '1m' */
+  interval?: Duration
+  /** Rows deleted per statement; a round repeats batches until one deletes fewer. @default 1000 */
+  batchSize?: number
+  /** Called when a round fails (the next round tries again). @default ignore */
+  onError?: (error: unknown) => void
+}
+
+/**
+ * Options shared by both ways of connecting.
+ *
+ * @example new PostgresStore({ pool, schema: 'app', table: 'idempotency', abandonedRetention: '6h' })
+ */
+export interface PostgresStoreCommonOptions {
+  /** Schema of the table (created by `migrate()` if missing). @default 'public' */
+  schema?: string
+  /** Table name (a plain identifier, up to 63 characters). @default 'idemkey_records' */
+  table?: string
+  /** How long a record whose lease ended is kept before it may be purged. @default '24h' */
+  abandonedRetention?: Duration
+  /**
+   * Wake waiters through LISTEN/NOTIFY (one shared listening connection per store, taken from the
+   * pool while anyone waits). With `false`, waiters poll and completions send no NOTIFY. @default true
+   */
+  notifications?: boolean
+  /** Isolation level of `transaction()` / `ledger.runInTransaction`. @default 'read committed' */
+  isolationLevel?: IsolationLevel
+  /**
+   * Send the store's statements as named prepared statements (parsed and planned once per
+   * connection). Turn off behind a pooler that cannot keep them (PgBouncer before 1.21 in
+   * transaction mode). @default true
+   */
+  preparedStatements?: boolean
+  /** Run a purge loop in this process (timers are unref'd; `close()` stops it). @default false */
+  gc?: boolean | PostgresGcOptions
+}
+
+/**
+ * Options of {@link PostgresStore} when you pass your own pool (which `close()` leaves open).
+ *
+ * @example new PostgresStore<pg.PoolClient>({ pool: new pg.Pool({ connectionString }) })
+ */
+export interface PostgresStorePoolOptions<Client extends PgClientLike> extends PostgresStoreCommonOptions {
+  /** Your node-postgres `Pool` (or anything shaped like it). */
+  pool: PgPoolLike<Client>
+  connectionString?: undefined
+}
+
+/**
+ * Options of {@link PostgresStore} when the store opens (and closes) its own pool.
+ *
+ * @example new PostgresStore({ connectionString: 'postgres://app@127.0.0.1:5432/app', max: 20 })
+ */
+export interface PostgresStoreUrlOptions extends PostgresStoreCommonOptions {
+  /** `postgres://user:password@host:port/database`; needs the `pg` package. */
+  connectionString: string
+  pool?: undefined
+  /** Connections of the pool the store opens. @default 10 */
+  max?: number
+  /** How long opening a connection may take before `STORE_UNAVAILABLE`. @default '5s' */
+  connectionTimeout?: Duration
+}
+
+/**
+ * Options of {@link PostgresStore}: a pool, or a connection string.
+ *
+ * @example const options: PostgresStoreOptions = { connectionString: process.env.DATABASE_URL as string }
+ */
+export type PostgresStoreOptions<Client extends PgClientLike = PgClientLike> = PostgresStorePoolOptions<Client> | PostgresStoreUrlOptions

@@ -1,0 +1,322 @@
+import { parseDuration } from '../../core/duration.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { IdempotencyError } from '../../errors.js'
+import { assertOutcome, encodeHeaders } from '../shared.js'
+import {
+  type AcquireResult,
+  DEFAULT_ABANDONED_RETENTION_MS,
+  type ListFilter,
+  type Outcome,
+  type StoredRecord,
+  type TransactionalStore,
+  type Unsubscribe,
+} from '../store.js'
+import { channelName, openPool } from './connect.js'
+import { Listener } from './listener.js'
+import type { PostgresStoreOptions } from './options.js'
+import type { PgClientLike, PgPoolLike, PgQueryable } from './pool.js'
+import { toStoreError } from './postgres-errors.js'
+import { type AcquireRow, type Row, toRecord } from './rows.js'
+import { migrate } from './schema.js'
+import { COLUMNS, NOW_MS, qualified, type Statement, type Statements, statements } from './statements.js'
+import { PostgresTasks } from './tasks.js'
+
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
+
+/**
+ * Records in a PostgreSQL table, shared by any number of processes and machines (SPEC §3, §6).
+ * Leases and expiry are decided by the server's clock (`clock_timestamp()`). Acquire is one
+ * statement (a read of the live record, or an `INSERT … ON CONFLICT … DO UPDATE … WHERE` that takes
+ * the row only when no live record holds it), so a first request costs two round trips (acquire,
+ * complete) and a replay one. Waiters are woken by LISTEN/NOTIFY on one shared connection, and poll
+ * as well. With `ledger.runInTransaction`, the work's writes and the completion commit together, and
+ * a fenced-out holder's writes roll back. Create the table once with {@link PostgresStore.migrate}
+ * (or `idemkey migrate`).
+ *
+ * @example
+ * import pg from 'pg'
+ * const store = new PostgresStore({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) })
+ * await store.migrate()
+ * const ledger = new Ledger({ store })
+ * await ledger.runInTransaction({ key, payload: order }, async ({ tx }) => {
+ *   await tx.query('INSERT INTO orders (id, total) VALUES ($1, $2)', [order.id, order.total])
+ *   return { orderId: order.id }
+ * })
+ */
+export class PostgresStore<Client extends PgClientLike = PgClientLike> implements TransactionalStore<Client> {
+  readonly name = 'postgres'
+  readonly serverClock = true
+  /** Schema of the table. */
+  readonly schema: string
+  /** The table this store reads and writes. */
+  readonly table: string
+  /** The NOTIFY channel completions are announced on (`null` with `notifications: false`). */
+  readonly channel: string | null
+  /**
+   * Wakes `onChange` on NOTIFY from any process that completes, releases or evicts the record.
+   * Absent with `notifications: false` (the ledger polls).
+   */
+  readonly watch?: (scope: string, key: string, onChange: () => void) => Unsubscribe
+  readonly #sql: Statements
+  readonly #retentionMs: number
+  readonly #prepared: boolean
+  readonly #begin: string
+  readonly #ownsPool: boolean
+  readonly #listener: Listener | undefined
+  readonly #tasks: PostgresTasks
+  #pool: PgPoolLike<Client> | undefined
+  readonly #opening: Promise<PgPoolLike<Client>> | undefined
+
+  constructor(options: PostgresStoreOptions<Client>) {
+    const schema = options?.schema ?? 'public'
+    const table = options?.table ?? 'idemkey_records'
+    for (const [name, value] of [
+      ['schema', schema],
+      ['table', table],
+    ] as const) {
+      if (!IDENTIFIER.test(value)) {
+        throw new IdempotencyError(
+          'INVALID_OPTION',
+          `PostgresStore ${name} "${value}" must be a plain SQL identifier (letters, digits, underscore; up to 63).`,
+        )
+      }
+    }
+    if ((options?.pool === undefined) === (options?.connectionString === undefined)) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        'PostgresStore needs exactly one of { pool } (a pg.Pool) or { connectionString } (postgres://user:password@host:port/database).',
+      )
+    }
+    this.schema = schema
+    this.table = table
+    this.#sql = statements(schema, table)
+    this.#retentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
+    this.#prepared = options.preparedStatements ?? true
+    const isolation = options.isolationLevel ?? 'read committed'
+    if (!['read committed', 'repeatable read', 'serializable'].includes(isolation)) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        `PostgresStore isolationLevel must be 'read committed', 'repeatable read' or 'serializable', got ${JSON.stringify(isolation)}.`,
+      )
+    }
+    this.#begin = `BEGIN ISOLATION LEVEL ${isolation.toUpperCase()}`
+    this.#ownsPool = options.pool === undefined
+    if (options.pool) this.#pool = options.pool
+    else {
+      this.#opening = openPool(
+        options.connectionString,
+        options.max ?? 10,
+        parseDuration(options.connectionTimeout ?? '5s', 'connectionTimeout'),
+      )
+      // An open that fails is reported by the first operation, never as an unhandled rejection.
+      this.#opening.catch(() => {})
+    }
+    this.channel = options.notifications === false ? null : channelName(schema, table)
+    if (this.channel) {
+      const arm = async (id: string) => {
+        const cut = id.indexOf('\n')
+        const result = await this.#query('watch', this.#sql.flagWaiter, [id.slice(0, cut), id.slice(cut + 1)])
+        return Number((result.rows[0] as { seen: string | number }).seen) > 0
+      }
+      const listener = new Listener(() => this.#ready('watch'), this.channel, arm)
+      this.#listener = listener
+      this.watch = (scope, key, onChange) => listener.watch(`${scope}\n${key}`, onChange)
+    }
+    this.#tasks = new PostgresTasks(this, options.gc)
+  }
+
+  /** Creates the table and its indexes if needed; safe to call on every start, from many processes at once. */
+  async migrate(): Promise<void> {
+    await migrate(await this.#ready('migrate'), this.schema, this.table)
+  }
+
+  async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
+    assertIdentity(scope, key)
+    assertFingerprint(fingerprint)
+    assertPositiveInteger(leaseMs, 'leaseMs')
+    // A watch registered before the record existed could not flag it: flag it as it is created.
+    const watched = this.#listener?.watches(`${scope}\n${key}`) ?? false
+    const values = [scope, key, fingerprint, leaseMs, this.#retentionMs, watched]
+    // Neither a token nor a live record comes back only when another caller changed the row between
+    // this statement's snapshot and its insert: run it again, with a fresh snapshot.
+    for (let round = 0; round < 100; round++) {
+      const row = (await this.#query('acquire', this.#sql.acquire, values)).rows[0] as AcquireRow | undefined
+      if (!row) throw new IdempotencyError('STORE_SCHEMA', 'postgres: acquire returned no row; is the table an idemkey table?')
+      if (row.taken !== null) return { kind: 'acquired', token: Number(row.taken) }
+      if (row.status === null) continue
+      if (row.fingerprint !== fingerprint) return { kind: 'mismatch' }
+      if (row.status === 'in_progress') return { kind: 'in_progress', lockedUntilMs: Number(row.locked_until) }
+      return { kind: 'replay', record: toRecord({ ...row, scope, key } as Row) }
+    }
+    throw new IdempotencyError(
+      'STORE_UNAVAILABLE',
+      `postgres: acquire of ${JSON.stringify(key)} lost 100 races in a row to writers that kept changing it. Retry later.`,
+    )
+  }
+
+  async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    assertPositiveInteger(leaseMs, 'leaseMs')
+    const result = await this.#query('renew', this.#sql.renew, [scope, key, token, leaseMs, this.#retentionMs])
+    return result.rowCount === 1
+  }
+
+  async complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    return this.#complete(undefined, scope, key, token, outcome, ttlMs)
+  }
+
+  /** `complete` inside the transaction `tx` (from {@link PostgresStore.transaction}); the notice goes out at commit. */
+  async completeInTransaction(tx: Client, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    return this.#complete(tx, scope, key, token, outcome, ttlMs)
+  }
+
+  async release(scope: string, key: string, token: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    const result = await this.#query('release', this.#sql.release, [scope, key, this.channel, token, this.#retentionMs])
+    return result.rowCount === 1
+  }
+
+  async get(scope: string, key: string): Promise<StoredRecord | null> {
+    assertIdentity(scope, key)
+    const row = (await this.#query('get', this.#sql.get, [scope, key])).rows[0] as Row | undefined
+    return row ? toRecord(row) : null
+  }
+
+  async list(filter: ListFilter = {}): Promise<StoredRecord[]> {
+    const limit = filter.limit ?? 100
+    if (!Number.isSafeInteger(limit) || limit < 0) {
+      throw new IdempotencyError('INVALID_ARGUMENT', `list limit must be a non-negative integer, got ${String(limit)}.`)
+    }
+    const where: string[] = []
+    const values: unknown[] = []
+    const param = (value: unknown) => `$${values.push(value)}`
+    if (!filter.includeExpired) where.push(`expires_at > ${NOW_MS}`)
+    if (filter.scope !== undefined) where.push(`scope = ${param(filter.scope)}`)
+    if (filter.status !== undefined) where.push(`status = ${param(filter.status)}`)
+    if (filter.createdBeforeMs !== undefined) where.push(`created_at <= ${param(filter.createdBeforeMs)}`)
+    const text = `SELECT ${COLUMNS} FROM ${qualified(this.schema, this.table)} ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
+      ORDER BY created_at, scope, "key" LIMIT ${param(limit)}`
+    const result = await this.#run('list', (pool) => pool.query(text, values))
+    return (result.rows as Row[]).map(toRecord)
+  }
+
+  async purgeExpired(limit: number): Promise<number> {
+    assertPositiveInteger(limit, 'limit')
+    return (await this.#query('purgeExpired', this.#sql.purge, [limit])).rowCount ?? 0
+  }
+
+  async evict(scope: string, key: string): Promise<boolean> {
+    assertIdentity(scope, key)
+    return ((await this.#query('evict', this.#sql.evict, [scope, key, this.channel])).rowCount ?? 0) > 0
+  }
+
+  /**
+   * Runs `fn` in a transaction on one client of the pool (`BEGIN` at the configured isolation level):
+   * commits when it resolves, rolls back when it throws. Errors of `fn` come through unchanged,
+   * except when the connection broke under it; a failing BEGIN or COMMIT and a lost connection
+   * become `STORE_UNAVAILABLE` (see `isTransientTransactionError` for serialization failures).
+   */
+  async transaction<R>(fn: (tx: Client) => Promise<R>): Promise<R> {
+    const pool = await this.#ready('transaction')
+    let client: Client
+    try {
+      client = await pool.connect()
+    } catch (error) {
+      throw toStoreError('transaction', error, this.schema, this.table)
+    }
+    let broken = false
+    // A connection that breaks between queries (a server restart while `fn` awaits something else)
+    // emits 'error' on the client; unheard, that would crash the process. Its next query fails anyway.
+    const onError = () => {
+      broken = true
+    }
+    client.on?.('error', onError)
+    try {
+      await client.query(this.#begin).catch((error: unknown) => {
+        throw toStoreError('BEGIN', error, this.schema, this.table)
+      })
+      const result = await fn(client)
+      await client.query('COMMIT').catch((error: unknown) => {
+        throw toStoreError('COMMIT', error, this.schema, this.table)
+      })
+      return result
+    } catch (error) {
+      // The connection broke under the work (a server restart): its writes are gone with it. Say so
+      // with STORE_UNAVAILABLE (retry later), not as if the work itself had failed.
+      const lost = broken
+      await client.query('ROLLBACK').catch(() => {
+        broken = true
+      })
+      throw lost ? toStoreError('transaction', error, this.schema, this.table) : error
+    } finally {
+      // A client whose rollback failed is in an unknown state: destroy it rather than pool it.
+      client.removeListener?.('error', onError)
+      client.release(broken)
+    }
+  }
+
+  /** Stops the purge loop and the LISTEN connection, and ends the pool the store opened (a pool you passed stays open). */
+  async close(): Promise<void> {
+    await this.#tasks.stop()
+    await this.#listener?.close()
+    if (!this.#ownsPool) return
+    const pool = this.#pool ?? (await this.#opening?.catch(() => undefined))
+    this.#pool = undefined
+    await pool?.end?.()
+  }
+
+  /** Whether the shared LISTEN connection is up; opens it if needed. For health checks and tests. */
+  async listening(): Promise<boolean> {
+    return (await this.#listener?.ready()) ?? false
+  }
+
+  async #complete(tx: Client | undefined, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    assertPositiveInteger(ttlMs, 'ttlMs')
+    assertOutcome(outcome)
+    const body = outcome.response.body
+    const values = [
+      scope,
+      key,
+      this.channel,
+      token,
+      outcome.status,
+      outcome.response.status,
+      encodeHeaders(outcome.response.headers),
+      Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+      outcome.resourceId ?? null,
+      ttlMs,
+    ]
+    const result = await this.#query('complete', this.#sql.complete, values, tx)
+    return result.rowCount === 1
+  }
+
+  async #ready(operation: string): Promise<PgPoolLike<Client>> {
+    if (this.#pool) return this.#pool
+    try {
+      this.#pool = await (this.#opening as Promise<PgPoolLike<Client>>)
+      return this.#pool
+    } catch (error) {
+      throw toStoreError(operation, error, this.schema, this.table)
+    }
+  }
+
+  #query(operation: string, statement: Statement, values: unknown[], on?: PgQueryable) {
+    const config = this.#prepared ? { name: statement.name, text: statement.text, values } : { text: statement.text, values }
+    if (on) {
+      return on.query(config).catch((error: unknown) => {
+        throw toStoreError(operation, error, this.schema, this.table)
+      })
+    }
+    return this.#run(operation, (pool) => pool.query(config))
+  }
+
+  #run<R>(operation: string, step: (pool: PgPoolLike<Client>) => Promise<R>): Promise<R> {
+    const fail = (error: unknown): never => {
+      throw toStoreError(operation, error, this.schema, this.table)
+    }
+    // The hot path: the pool is there, so no extra await before the query goes out.
+    if (this.#pool) return step(this.#pool).catch(fail)
+    return this.#ready(operation).then((pool) => step(pool).catch(fail))
+  }
+}

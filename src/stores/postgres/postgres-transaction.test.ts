@@ -1,0 +1,151 @@
+import { randomUUID } from 'node:crypto'
+import pg from 'pg'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { Ledger } from '../../core/ledger.js'
+import type { TransactionalStore } from '../store.js'
+import { isTransientTransactionError } from './postgres-errors.js'
+import { PostgresStore } from './postgres-store.js'
+
+const URL = 'postgres://root@127.0.0.1:5432/test'
+const skip = await serviceSkipReason('PostgreSQL', 5432)
+const suffix = randomUUID().slice(0, 8)
+const table = `idemkey_tx_${suffix}`
+const orders = `idemkey_tx_orders_${suffix}`
+const accounts = `idemkey_tx_accounts_${suffix}`
+
+/** The same store, except that its renewals never reach the server: a holder paused (GC, partition) past its lease. */
+function paused(store: PostgresStore<pg.PoolClient>): TransactionalStore<pg.PoolClient> {
+  return {
+    name: store.name,
+    serverClock: true,
+    acquire: (...args) => store.acquire(...args),
+    renew: async () => true,
+    complete: (...args) => store.complete(...args),
+    release: (...args) => store.release(...args),
+    get: (...args) => store.get(...args),
+    list: (...args) => store.list(...args),
+    purgeExpired: (...args) => store.purgeExpired(...args),
+    evict: (...args) => store.evict(...args),
+    close: async () => {},
+    transaction: (fn) => store.transaction(fn),
+    completeInTransaction: (...args) => store.completeInTransaction(...args),
+  }
+}
+
+describe.skipIf(skip !== undefined)('PostgresStore transactions (SPEC §6)', () => {
+  const pool = new pg.Pool({ connectionString: URL, max: 8 })
+  const store = new PostgresStore<pg.PoolClient>({ pool, table })
+  const orderRows = async (key: string) =>
+    (await pool.query(`SELECT who FROM "${orders}" WHERE intent = $1 ORDER BY who`, [key])).rows.map((r) => r.who as string)
+
+  beforeAll(async () => {
+    await store.migrate()
+    await pool.query(`CREATE TABLE "${orders}" (intent text NOT NULL, who text NOT NULL)`)
+    await pool.query(`CREATE TABLE "${accounts}" (id text PRIMARY KEY, balance integer NOT NULL)`)
+  })
+  afterAll(async () => {
+    await store.close()
+    await pool.query(`DROP TABLE IF EXISTS "${table}", "${orders}", "${accounts}"`)
+    await pool.end()
+  })
+
+  it('commits the business row and the completion together, and replays without running again', async () => {
+    const ledger = new Ledger({ store })
+    const key = `order-${randomUUID()}`
+    const work = async ({ tx }: { tx: pg.PoolClient }) => {
+      await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, 'first')`, [key])
+      return { ok: true }
+    }
+    const first = await ledger.runInTransaction({ key, payload: { n: 1 } }, work)
+    expect(first).toMatchObject({ kind: 'executed', outcome: 'completed', value: { ok: true } })
+    const second = await ledger.runInTransaction({ key, payload: { n: 1 } }, work)
+    expect(second).toMatchObject({ kind: 'replayed', value: { ok: true } })
+    expect(await orderRows(key)).toEqual(['first'])
+    expect((await store.get('default', key))?.status).toBe('completed')
+  })
+
+  it('rolls back the business writes when the work throws, and releases the record for a retry', async () => {
+    const ledger = new Ledger({ store })
+    const key = `order-${randomUUID()}`
+    await expect(
+      ledger.runInTransaction({ key, payload: 1 }, async ({ tx }) => {
+        await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, 'failed')`, [key])
+        throw new Error('card declined by a flaky gateway')
+      }),
+    ).rejects.toThrow('flaky gateway')
+    expect(await orderRows(key)).toEqual([])
+    const retry = await ledger.runInTransaction({ key, payload: 1 }, async ({ tx, token }) => {
+      await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, 'retry')`, [key])
+      return token
+    })
+    expect(retry).toMatchObject({ kind: 'executed', outcome: 'completed', value: 2 })
+    expect(await orderRows(key)).toEqual(['retry'])
+  })
+
+  it("rolls back a zombie's business row when it resumes after another holder took over", async () => {
+    const key = `order-${randomUUID()}`
+    let resume = () => {}
+    const resumed = new Promise<void>((resolve) => {
+      resume = resolve
+    })
+    let zombieWrote = () => {}
+    const wrote = new Promise<void>((resolve) => {
+      zombieWrote = resolve
+    })
+    const zombie = new Ledger({ store: paused(store), lease: 300 })
+    const zombieRun = zombie.runInTransaction({ key, payload: 1 }, async ({ tx }) => {
+      await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, 'zombie')`, [key])
+      zombieWrote()
+      await resumed
+      return 'zombie'
+    })
+    await wrote
+    // Past the zombie's lease: the next request takes over with token 2 and commits its order.
+    await new Promise((resolve) => setTimeout(resolve, 400))
+    const taker = new Ledger({ store, wait: 0 })
+    const took = await taker.runInTransaction({ key, payload: 1 }, async ({ tx, token, takeover }) => {
+      await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, 'taker')`, [key])
+      return { token, takeover }
+    })
+    expect(took).toMatchObject({ kind: 'executed', outcome: 'completed', value: { token: 2, takeover: true } })
+    resume()
+    expect(await zombieRun).toMatchObject({ kind: 'executed', outcome: 'fenced_out', token: 1 })
+    expect(await orderRows(key)).toEqual(['taker'])
+    expect(await store.get('default', key)).toMatchObject({ status: 'completed', token: 2 })
+  })
+
+  it('rolls back and releases on a serialization failure, recognisable by isTransientTransactionError, and the retry runs', async () => {
+    const serializable = new PostgresStore<pg.PoolClient>({ pool, table, isolationLevel: 'serializable', notifications: false })
+    const ledger = new Ledger({ store: serializable })
+    const account = `acct-${randomUUID()}`
+    await pool.query(`INSERT INTO "${accounts}" (id, balance) VALUES ($1, 100)`, [account])
+    let arrived = 0
+    let go = () => {}
+    const bothRead = new Promise<void>((resolve) => {
+      go = resolve
+    })
+    const debit = (key: string) =>
+      ledger.runInTransaction({ key, payload: 'debit' }, async ({ tx }) => {
+        await tx.query(`SELECT balance FROM "${accounts}" WHERE id = $1`, [account])
+        if (++arrived === 2) go()
+        await bothRead
+        await tx.query(`UPDATE "${accounts}" SET balance = balance - 1 WHERE id = $1`, [account])
+        return 'debited'
+      })
+    const keys = [`debit-${randomUUID()}`, `debit-${randomUUID()}`]
+    const results = await Promise.allSettled(keys.map(debit))
+    const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ key: keys[i] as string, error: r.reason as unknown }] : []))
+    expect(failed).toHaveLength(1)
+    const { key, error } = failed[0] as { key: string; error: unknown }
+    expect(isTransientTransactionError(error)).toBe(true)
+    expect((error as { code?: string }).code).toBe('40001')
+    // Released: the same key runs afresh, with the next token.
+    const retry = await ledger.runInTransaction({ key, payload: 'debit' }, async ({ tx, token }) => {
+      await tx.query(`UPDATE "${accounts}" SET balance = balance - 1 WHERE id = $1`, [account])
+      return token
+    })
+    expect(retry).toMatchObject({ kind: 'executed', outcome: 'completed', value: 2 })
+    const { rows } = await pool.query(`SELECT balance FROM "${accounts}" WHERE id = $1`, [account])
+    expect(rows[0].balance).toBe(98)
+  })
+})

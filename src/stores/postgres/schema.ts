@@ -1,0 +1,115 @@
+import { IdempotencyError } from '../../errors.js'
+import type { PgClientLike, PgPoolLike } from './pool.js'
+import { toStoreError } from './postgres-errors.js'
+import { ALL_COLUMNS, qualified } from './statements.js'
+
+/**
+ * The schema version this release writes, kept in the table's comment (`idemkey schema 1: …`).
+ *
+ * @example SELECT obj_description('idemkey_records'::regclass) -- 'idemkey schema 1: …'
+ */
+export const SCHEMA_VERSION = 1
+
+const VERSION_COMMENT = /^idemkey schema (\d+)/
+
+/**
+ * Each entry upgrades the schema by one version; index 0 creates version 1.
+ *
+ * - scope and key are `text COLLATE "C"`: byte-wise equality and ordering, the fastest comparison,
+ *   and `k` and `k ` stay two keys. Any scope text round-trips (PostgreSQL text holds every
+ *   character except NUL, which scopes and keys cannot contain).
+ * - Times are integer epoch milliseconds of the server's clock (`clock_timestamp()`), like every
+ *   other store: no time zones, and the ledger gets the numbers it compares.
+ * - The primary key makes acquire one index lookup at any table size; `expires_at` makes purge a
+ *   range scan; the partial index on in-progress rows keeps "how many are running, how many are
+ *   stuck" cheap to ask however many completed rows there are.
+ * - `waiters` is set by a process that waits for the record, so that its completion sends a NOTIFY;
+ *   completions nobody waits for send none (each NOTIFY serializes commits database-wide).
+ * - A plain (logged) table: an UNLOGGED one is emptied by a crash, and replays would run twice.
+ */
+const MIGRATIONS: Array<(schema: string, table: string) => string[]> = [
+  (schema, table) => {
+    const t = qualified(schema, table)
+    return [
+      `CREATE TABLE IF NOT EXISTS ${t} (
+        scope text COLLATE "C" NOT NULL,
+        "key" text COLLATE "C" NOT NULL,
+        fingerprint text NOT NULL,
+        status text NOT NULL CHECK (status IN ('in_progress', 'completed', 'failed')),
+        token bigint NOT NULL,
+        locked_until bigint NULL,
+        response_status smallint NULL,
+        response_headers text NULL,
+        response_body bytea NULL,
+        resource_id text NULL,
+        attempts integer NOT NULL,
+        created_at bigint NOT NULL,
+        updated_at bigint NOT NULL,
+        expires_at bigint NOT NULL,
+        waiters boolean NOT NULL DEFAULT false,
+        CONSTRAINT "${table}_pkey" PRIMARY KEY (scope, "key")
+      )`,
+      `CREATE INDEX IF NOT EXISTS "${table}_expires_at" ON ${t} (expires_at)`,
+      `CREATE INDEX IF NOT EXISTS "${table}_in_progress" ON ${t} (locked_until) WHERE status = 'in_progress'`,
+    ]
+  },
+]
+
+/**
+ * Creates or upgrades the schema, idempotently, in one transaction. A transaction-scoped advisory
+ * lock makes processes that migrate at the same time take turns (concurrent `CREATE TABLE IF NOT
+ * EXISTS` can otherwise fail). Then checks that the table has the columns the store reads and is
+ * not UNLOGGED.
+ */
+export async function migrate(pool: PgPoolLike, schema: string, table: string): Promise<void> {
+  let client: PgClientLike
+  try {
+    client = await pool.connect()
+  } catch (error) {
+    throw toStoreError('migrate', error, schema, table)
+  }
+  const t = qualified(schema, table)
+  let rollbackFailed = false
+  try {
+    await client.query('BEGIN')
+    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`idemkey:migrate:${schema}.${table}`])
+    if (schema !== 'public') await client.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`)
+    const found = await client.query(
+      `SELECT c.relpersistence AS persistence, obj_description(c.oid, 'pg_class') AS comment
+       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
+      [schema, table],
+    )
+    const existing = found.rows[0] as { persistence: string; comment: string | null } | undefined
+    const current = existing ? Number(VERSION_COMMENT.exec(existing.comment ?? '')?.[1] ?? 1) : 0
+    if (current > SCHEMA_VERSION) {
+      throw new IdempotencyError(
+        'STORE_SCHEMA',
+        `postgres: table ${t} has idemkey schema version ${current}, newer than this idemkey understands (${SCHEMA_VERSION}). Upgrade idemkey, or point it at another table.`,
+      )
+    }
+    for (let version = current; version < SCHEMA_VERSION; version++) {
+      for (const sql of (MIGRATIONS[version] as (schema: string, table: string) => string[])(schema, table)) await client.query(sql)
+    }
+    // Only the owner may comment; an app user with row grants on an up-to-date table never needs to.
+    if (current < SCHEMA_VERSION) {
+      await client.query(`COMMENT ON TABLE ${t} IS 'idemkey schema ${SCHEMA_VERSION}: idempotency records (scope, key)'`)
+    }
+    // A table that was there before (current = 1 without a comment) may be someone else's: check its shape.
+    await client.query(`SELECT ${ALL_COLUMNS} FROM ${t} LIMIT 0`)
+    if (existing?.persistence === 'u') {
+      throw new IdempotencyError(
+        'STORE_SCHEMA',
+        `postgres: table ${t} is UNLOGGED, so a server crash empties it and finished operations would run again. Run ALTER TABLE ${t} SET LOGGED.`,
+      )
+    }
+    await client.query('COMMIT')
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => {
+      rollbackFailed = true
+    })
+    throw toStoreError('migrate', error, schema, table)
+  } finally {
+    // A connection whose rollback failed is in an unknown state: destroy it rather than pool it.
+    client.release(rollbackFailed)
+  }
+}

@@ -1,0 +1,147 @@
+/** The SQL of PostgresStore, one statement per operation. Not part of the public API. */
+import { createHash } from 'node:crypto'
+
+/**
+ * The server's clock as integer epoch milliseconds. `clock_timestamp()` is the real time (not the
+ * transaction's start like `now()`), so a statement inside a long transaction still sees the present.
+ * It changes during a statement, so each statement reads it once, in a `now` CTE, and uses that.
+ */
+export const NOW_MS = 'floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint'
+
+/** The columns every read returns, in the order of the table. */
+export const COLUMNS = `scope, "key", fingerprint, status, token, locked_until, response_status, response_headers,
+  response_body, resource_id, attempts, created_at, updated_at, expires_at`
+
+/** Every column the store needs, for the shape check of `migrate()`. */
+export const ALL_COLUMNS = `${COLUMNS}, waiters`
+
+/** A statement the store sends, with a stable prepared-statement name derived from its text. */
+export interface Statement {
+  name: string
+  text: string
+}
+
+function statement(text: string): Statement {
+  const compact = text.replace(/\s+/g, ' ').trim()
+  // The name follows from the text, so stores on different tables never share a prepared statement.
+  return { name: `idemkey_${createHash('sha1').update(compact).digest('hex').slice(0, 24)}`, text: compact }
+}
+
+/** `"schema"."table"`: both are validated plain identifiers, quoted to keep their case. */
+export function qualified(schema: string, table: string): string {
+  return `"${schema}"."${table}"`
+}
+
+/**
+ * Builds the statements for one table. Every value is a `$n` parameter: no input is ever part of the
+ * SQL text. Parameters: $1 scope, $2 key, then per statement.
+ */
+export function statements(schema: string, table: string) {
+  const t = qualified(schema, table)
+  // One row per changed record. With a channel ($3 not null) it also notifies, but only when a waiter
+  // flagged the record: a NOTIFY serializes the commits of every notifying transaction (PostgreSQL
+  // takes a database-wide lock for it), so completions nobody waits for must not send one.
+  const notify = (rows: string) =>
+    `SELECT CASE WHEN $3::text IS NOT NULL AND ${rows}.waiters THEN pg_notify($3::text, ${rows}.scope || chr(10) || ${rows}."key") END FROM ${rows}`
+  return {
+    /**
+     * Acquire, one round trip. `cur` reads the live record (if any) from the statement's snapshot;
+     * only when there is none does `ins` write: an INSERT that, on conflict, takes the stored row only
+     * if it is expired or in progress with its lease ended, judged on the newest committed version
+     * under the row lock. So a replay or a duplicate in flight is a plain read (no lock, no commit
+     * to flush), and two racing acquires cannot both win. When neither answers (another caller took
+     * the row between the snapshot and the insert) the caller runs the statement again.
+     *
+     * $3 fingerprint, $4 lease ms, $5 abandoned retention ms, $6 whether this process already
+     * watches the key (then the row is flagged for a NOTIFY at once). Returns one row: `taken` (the token
+     * when acquired) and, when a live record stopped it, its columns (the body only if the
+     * fingerprint matches, so a mismatch never ships a body).
+     */
+    acquire: statement(`
+      WITH now AS MATERIALIZED (SELECT ${NOW_MS} AS ms),
+      cur AS MATERIALIZED (
+        SELECT r.fingerprint, r.status, r.token, r.locked_until, r.response_status, r.response_headers,
+          CASE WHEN r.fingerprint = $3 THEN r.response_body END AS response_body,
+          r.resource_id, r.attempts, r.created_at, r.updated_at, r.expires_at
+        FROM ${t} r, now
+        WHERE r.scope = $1 AND r."key" = $2 AND r.expires_at > now.ms
+          AND (r.status <> 'in_progress' OR r.locked_until > now.ms)
+      ),
+      ins AS (
+        INSERT INTO ${t} AS r (scope, "key", fingerprint, status, token, locked_until, attempts, created_at, updated_at, expires_at,
+          waiters)
+        SELECT $1, $2, $3, 'in_progress', 1, now.ms + $4::bigint, 1, now.ms, now.ms, now.ms + $4::bigint + $5::bigint, $6::boolean
+        FROM now WHERE NOT EXISTS (SELECT 1 FROM cur)
+        ON CONFLICT (scope, "key") DO UPDATE SET
+          fingerprint = EXCLUDED.fingerprint,
+          status = 'in_progress',
+          token = r.token + 1,
+          locked_until = EXCLUDED.locked_until,
+          response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = NULL,
+          attempts = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN 1 ELSE r.attempts + 1 END,
+          created_at = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.created_at ELSE r.created_at END,
+          updated_at = EXCLUDED.updated_at,
+          expires_at = EXCLUDED.expires_at,
+          waiters = EXCLUDED.waiters OR (r.waiters AND r.expires_at > EXCLUDED.created_at)
+        WHERE r.expires_at <= EXCLUDED.created_at OR (r.status = 'in_progress' AND r.locked_until <= EXCLUDED.created_at)
+        RETURNING r.token
+      )
+      SELECT (SELECT token FROM ins) AS taken, cur.*, now.ms AS now_ms FROM now LEFT JOIN cur ON true`),
+    get: statement(`
+      SELECT ${COLUMNS} FROM ${t} WHERE scope = $1 AND "key" = $2 AND expires_at > ${NOW_MS}`),
+    /** $3 token, $4 lease ms, $5 retention ms. */
+    renew: statement(`
+      WITH now AS MATERIALIZED (SELECT ${NOW_MS} AS ms)
+      UPDATE ${t} r SET locked_until = now.ms + $4::bigint, updated_at = now.ms, expires_at = now.ms + $4::bigint + $5::bigint
+      FROM now WHERE r.scope = $1 AND r."key" = $2 AND r.token = $3 AND r.status = 'in_progress'`),
+    /**
+     * $3 channel, $4 token, $5 status, $6 response status, $7 headers, $8 body, $9 resource id,
+     * $10 ttl ms. Notifies waiters in the same statement; the notice is delivered at commit.
+     */
+    complete: statement(`
+      WITH now AS MATERIALIZED (SELECT ${NOW_MS} AS ms),
+      done AS (
+        UPDATE ${t} r SET status = $5::text, locked_until = NULL, response_status = $6, response_headers = $7,
+          response_body = $8, resource_id = $9, updated_at = now.ms, expires_at = now.ms + $10::bigint
+        FROM now WHERE r.scope = $1 AND r."key" = $2 AND r.token = $4 AND r.status = 'in_progress'
+        RETURNING r.scope, r."key", r.waiters
+      )
+      ${notify('done')}`),
+    /** $3 channel, $4 token, $5 retention ms. */
+    release: statement(`
+      WITH now AS MATERIALIZED (SELECT ${NOW_MS} AS ms),
+      done AS (
+        UPDATE ${t} r SET locked_until = now.ms, updated_at = now.ms, expires_at = now.ms + $5::bigint
+        FROM now WHERE r.scope = $1 AND r."key" = $2 AND r.token = $4 AND r.status = 'in_progress'
+        RETURNING r.scope, r."key", r.waiters
+      )
+      ${notify('done')}`),
+    /**
+     * A waiter's flag: asks the holder's completion to NOTIFY. Writes only when the record is in
+     * progress and not flagged yet. Answers how many in-progress records it saw (0: it changed
+     * already, so the waiter should look again now).
+     */
+    flagWaiter: statement(`
+      WITH cur AS (SELECT 1 FROM ${t} WHERE scope = $1 AND "key" = $2 AND status = 'in_progress' AND waiters),
+      flagged AS (
+        UPDATE ${t} SET waiters = true WHERE scope = $1 AND "key" = $2 AND status = 'in_progress' AND NOT waiters RETURNING 1
+      )
+      SELECT (SELECT count(*) FROM cur) + (SELECT count(*) FROM flagged) AS seen`),
+    /** $3 channel. */
+    evict: statement(`
+      WITH done AS (DELETE FROM ${t} WHERE scope = $1 AND "key" = $2 RETURNING scope, "key", waiters)
+      ${notify('done')}`),
+    /**
+     * Deletes up to $1 expired rows: a range scan of the expires_at index picks them (skipping rows
+     * another transaction holds), and they are deleted by their physical address (`ctid`, a TID
+     * scan). The expiry is checked again on delete, so a row renewed in between is kept.
+     */
+    purge: statement(`
+      WITH now AS MATERIALIZED (SELECT ${NOW_MS} AS ms)
+      DELETE FROM ${t} WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM ${t} WHERE expires_at <= (SELECT ms FROM now) ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+      )) AND expires_at <= (SELECT ms FROM now)`),
+  }
+}
+
+export type Statements = ReturnType<typeof statements>

@@ -1,0 +1,52 @@
+import { parseDuration } from '../../core/duration.js'
+import type { IdempotencyStore } from '../store.js'
+import type { PostgresGcOptions } from './options.js'
+
+/** The optional purge loop of a store: rounds of bounded batches on an unref'd timer. */
+export class PostgresTasks {
+  readonly #store: Pick<IdempotencyStore, 'purgeExpired'>
+  readonly #intervalMs: number
+  readonly #batchSize: number
+  readonly #onError: (error: unknown) => void
+  #timer: NodeJS.Timeout | undefined
+  #round: Promise<void> | undefined
+  #stopped = false
+
+  constructor(store: Pick<IdempotencyStore, 'purgeExpired'>, options: boolean | PostgresGcOptions | undefined) {
+    this.#store = store
+    const gc = options === true ? {} : options || undefined
+    this.#intervalMs = parseDuration(gc?.interval ?? '1m', 'gc.interval')
+    this.#batchSize = gc?.batchSize ?? 1_000
+    this.#onError = gc?.onError ?? (() => {})
+    if (gc) this.#schedule()
+  }
+
+  /** One round: batches until a batch deletes fewer rows than its limit. Returns how many were deleted. */
+  async round(): Promise<number> {
+    let total = 0
+    for (;;) {
+      const purged = await this.#store.purgeExpired(this.#batchSize)
+      total += purged
+      if (purged < this.#batchSize || this.#stopped) return total
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true
+    clearTimeout(this.#timer)
+    await this.#round
+  }
+
+  #schedule(): void {
+    if (this.#stopped) return
+    this.#timer = setTimeout(() => {
+      this.#round = this.round()
+        .then(
+          () => {},
+          (error: unknown) => this.#onError(error),
+        )
+        .finally(() => this.#schedule())
+    }, this.#intervalMs)
+    this.#timer.unref()
+  }
+}

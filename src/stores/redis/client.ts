@@ -1,0 +1,112 @@
+import { createHash } from 'node:crypto'
+import { IdempotencyError, storeUnavailable } from '../../errors.js'
+
+/** An argument of a Redis command. */
+export type RedisArg = string | Buffer | number
+
+/**
+ * The subset of an ioredis client (`Redis` or `Cluster`) the store needs, declared structurally so
+ * a store accepts your existing client without importing ioredis types. Replies must be Buffers
+ * (`callBuffer`), so bodies round-trip byte for byte.
+ */
+export interface RedisClientLike {
+  /** Sends one command; bulk replies come back as Buffers. */
+  callBuffer(...args: [command: string, ...args: RedisArg[]]): Promise<unknown>
+  /** A new connection with the same options: the store's subscriber for wake-ups. */
+  duplicate(): RedisSubscriberLike
+  quit(): Promise<unknown>
+  /** `true` on an ioredis `Cluster`. */
+  readonly isCluster?: boolean
+  /** The master nodes of a cluster (ioredis `Cluster#nodes('master')`), scanned by `list` and `purgeExpired`. */
+  nodes?(role: 'master'): RedisClientLike[]
+}
+
+/** What the store uses of its subscriber connection (an ioredis `Redis` or `Cluster`). */
+export interface RedisSubscriberLike {
+  subscribe(...channels: string[]): Promise<unknown>
+  unsubscribe(...channels: string[]): Promise<unknown>
+  on(event: 'message', listener: (channel: string, message: string) => void): unknown
+  on(event: 'error', listener: (error: Error) => void): unknown
+  quit(): Promise<unknown>
+  disconnect(): void
+}
+
+/**
+ * Opens an ioredis client for a `redis://` or `rediss://` URL, tuned to fail fast: a command sent
+ * while Redis is unreachable fails after one reconnect attempt instead of waiting in a queue, and
+ * a connection attempt gives up after 2 s. The ledger then answers `STORE_UNAVAILABLE`.
+ */
+export async function openClient(url: string): Promise<RedisClientLike> {
+  let Redis: typeof import('ioredis').Redis
+  try {
+    ;({ Redis } = await import('ioredis'))
+  } catch (error) {
+    throw new IdempotencyError('INVALID_OPTION', 'RedisStore({ url }) needs the ioredis package: npm install ioredis', { cause: error })
+  }
+  const client = new Redis(url, {
+    maxRetriesPerRequest: 1,
+    connectTimeout: 2_000,
+    retryStrategy: (attempt: number) => Math.min(attempt * 50, 1_000),
+    lazyConnect: false,
+    // Commands of concurrent callers issued in the same tick share one write: fewer syscalls on both sides.
+    enableAutoPipelining: true,
+  })
+  // Errors reach the caller through the failed command; without a listener ioredis prints each one.
+  client.on('error', () => {})
+  return client as unknown as RedisClientLike
+}
+
+/**
+ * Sends `command` with Buffer replies: through ioredis's `<command>Buffer` method when the client
+ * has one, else through `callBuffer`.
+ */
+export function sendBuffer(client: RedisClientLike, command: string, args: RedisArg[]): Promise<unknown> {
+  // ioredis has `evalshaBuffer`, `evalBuffer`, `scanBuffer` (untyped for eval): prefer them, since
+  // `callBuffer` loses its command name under ioredis's `enableAutoPipelining`.
+  const method = (client as unknown as Record<string, unknown>)[`${command}Buffer`]
+  if (typeof method === 'function') return (method as (...a: RedisArg[]) => Promise<unknown>).apply(client, args)
+  return client.callBuffer(command, ...args)
+}
+
+/** A Lua script called by its SHA1, loaded again with EVAL when Redis answers NOSCRIPT. */
+export class Script {
+  readonly sha: string
+  constructor(
+    readonly name: string,
+    readonly source: string,
+  ) {
+    this.sha = createHash('sha1').update(source).digest('hex')
+  }
+
+  /** Runs the script on the one key it touches. */
+  async run(client: RedisClientLike, key: string, args: RedisArg[]): Promise<unknown> {
+    try {
+      return await sendBuffer(client, 'evalsha', [this.sha, 1, key, ...args])
+    } catch (error) {
+      // After a restart, a failover or SCRIPT FLUSH the server no longer knows the script.
+      if (!isNoScript(error)) throw error
+      return sendBuffer(client, 'eval', [this.source, 1, key, ...args])
+    }
+  }
+}
+
+function isNoScript(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('NOSCRIPT')
+}
+
+/**
+ * Turns a driver error into an idemkey error: a key of another type or a foreign hash is
+ * `STORE_SCHEMA` (something else writes under the store's prefix), everything else is
+ * `STORE_UNAVAILABLE` with the driver's error as `cause`.
+ */
+export function toStoreError(operation: string, key: string, error: unknown): IdempotencyError {
+  const message = error instanceof Error ? error.message : String(error)
+  if (message.startsWith('WRONGTYPE') || message.includes('IDEMKEY_FOREIGN')) {
+    return new IdempotencyError(
+      'STORE_SCHEMA',
+      `redis: ${operation} found ${key} holding something idemkey did not write (${message}). Another program writes under the store's prefix: give the store its own prefix, or delete the key (idemkey evict) if it is garbage.`,
+      { cause: error },
+    )
+  }
+  return storeUnavailable('redis', operation, error)
+}

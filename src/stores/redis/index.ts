@@ -1,0 +1,10 @@
+/**
+ * `idemkey/redis`: the Redis store (one server or a Cluster), on ioredis.
+ *
+ * @example
+ * import { RedisStore } from 'idemkey/redis'
+ * const store = new RedisStore({ url: 'redis://127.0.0.1:6379' })
+ */
+export type { RedisArg, RedisClientLike, RedisSubscriberLike } from './client.js'
+export { type RecordNames, recordNames } from './keys.js'
+export { RedisStore, type RedisStoreOptions } from './redis-store.js'

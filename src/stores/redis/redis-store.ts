@@ -1,0 +1,302 @@
+import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { IdempotencyError } from '../../errors.js'
+import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
+import {
+  type AcquireResult,
+  DEFAULT_ABANDONED_RETENTION_MS,
+  type IdempotencyStore,
+  type ListFilter,
+  type Outcome,
+  type StoredRecord,
+  type Unsubscribe,
+} from '../store.js'
+import { openClient, type RedisArg, type RedisClientLike, Script, toStoreError } from './client.js'
+import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
+import { acquireLua, completeLua, evictLua, purgeLua, readLua, releaseLua, renewLua } from './lua.generated.js'
+import { Notifier } from './notifier.js'
+import { toHash, toMs, toRecord } from './record.js'
+import { ResumableScan, scanAll } from './scan.js'
+
+/** Options of {@link RedisStore}: give it a client, or a URL to open one. */
+export interface RedisStoreOptions {
+  /**
+   * Your ioredis `Redis` or `Cluster` (or anything with the same methods, see {@link RedisClientLike});
+   * `close()` leaves it open. Tune it to fail fast (see docs/redis.md): `maxRetriesPerRequest: 1`.
+   */
+  client?: RedisClientLike
+  /** A `redis://` or `rediss://` URL of one server; the store opens (and closes) its own ioredis client, tuned to fail fast. */
+  url?: string
+  /** Start of every key and channel name the store uses (A-Z a-z 0-9 _ . : -). @default 'idemkey' */
+  prefix?: string
+  /** How long a record whose lease ended is kept (and its token counted) before Redis drops it. @default '24h' */
+  abandonedRetention?: Duration
+  /**
+   * How long Redis keeps a record's key after the record expired. Meanwhile the record counts as
+   * absent, but its token keeps counting (a late zombie stays fenced out) and `purgeExpired` can
+   * delete it. @default '1m'
+   */
+  expiredGrace?: Duration
+  /** Wake waiters through pub/sub (one subscriber connection per store, opened on first wait); `false`: waiters only poll. @default true */
+  notifications?: boolean
+  /** Most keys `list` reads (SCAN over every node, then one read per record). @default 100000 */
+  listScanLimit?: number
+}
+
+const scripts = {
+  acquire: new Script('acquire', acquireLua),
+  renew: new Script('renew', renewLua),
+  complete: new Script('complete', completeLua),
+  release: new Script('release', releaseLua),
+  read: new Script('read', readLua),
+  evict: new Script('evict', evictLua),
+  purge: new Script('purge', purgeLua),
+}
+
+/**
+ * Records in Redis (one server, or a Cluster), shared by any number of processes and machines.
+ * Every operation is one Lua script on one hash, fenced by the token; leases and expiry are decided
+ * by the Redis server's clock (`TIME`), and each record's key carries a TTL so Redis drops it
+ * itself. Waiters are woken through pub/sub. Read docs/redis.md for what a crash or a failover
+ * may lose.
+ *
+ * @example
+ * import { Redis } from 'ioredis'
+ * const store = new RedisStore({ client: new Redis({ maxRetriesPerRequest: 1 }) })
+ * const ledger = new Ledger({ store })
+ */
+export class RedisStore implements IdempotencyStore {
+  readonly name = 'redis'
+  readonly serverClock = true
+  /** Start of every key and channel name this store uses. */
+  readonly prefix: string
+  readonly #retention: string
+  readonly #grace: string
+  readonly #listScanLimit: number
+  readonly #ownsClient: boolean
+  readonly #notifications: boolean
+  #client: RedisClientLike | undefined
+  readonly #opening: Promise<RedisClientLike> | undefined
+  #notifier: Notifier | undefined
+  #purgeScan: ResumableScan | undefined
+
+  constructor(options: RedisStoreOptions) {
+    if ((options?.client === undefined) === (options?.url === undefined)) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        'RedisStore needs exactly one of { client } (an ioredis Redis or Cluster) or { url } (redis://host:port).',
+      )
+    }
+    this.prefix = options.prefix ?? 'idemkey'
+    assertPrefix(this.prefix)
+    this.#retention = String(parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention'))
+    this.#grace = String(parseDuration(options.expiredGrace ?? '1m', 'expiredGrace'))
+    this.#listScanLimit = options.listScanLimit ?? 100_000
+    assertPositiveInteger(this.#listScanLimit, 'listScanLimit')
+    this.#notifications = options.notifications ?? true
+    this.#ownsClient = options.client === undefined
+    if ((options.client as { options?: { keyPrefix?: string } } | undefined)?.options?.keyPrefix) {
+      // ioredis would prefix script keys but not SCAN patterns, so list and purge would miss records.
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        'RedisStore cannot use an ioredis client with keyPrefix: pass a client without it and give the store { prefix } instead.',
+      )
+    }
+    if (options.client) this.#client = options.client
+    else {
+      this.#opening = openClient(options.url as string)
+      // A failed open is reported by the first operation; never as an unhandled rejection.
+      this.#opening.catch(() => {})
+    }
+  }
+
+  async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
+    assertIdentity(scope, key)
+    assertFingerprint(fingerprint)
+    assertPositiveInteger(leaseMs, 'leaseMs')
+    const names = this.#names(scope, key)
+    const reply = (await this.#run('acquire', scripts.acquire, names, [
+      scope,
+      key,
+      fingerprint,
+      leaseMs,
+      this.#retention,
+      this.#grace,
+    ])) as unknown[]
+    switch (reply[0]) {
+      case 1:
+        return { kind: 'acquired', token: reply[1] as number }
+      case 2:
+        return { kind: 'in_progress', lockedUntilMs: reply[1] as number }
+      case 3:
+        return { kind: 'replay', record: toRecord(toHash(reply, 2), names.key) }
+      default:
+        return { kind: 'mismatch' }
+    }
+  }
+
+  async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    assertPositiveInteger(leaseMs, 'leaseMs')
+    if (!Number.isSafeInteger(token)) return false
+    const names = this.#names(scope, key)
+    return (await this.#run('renew', scripts.renew, names, [token, leaseMs, this.#retention, this.#grace])) === 1
+  }
+
+  async complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    assertPositiveInteger(ttlMs, 'ttlMs')
+    assertOutcome(outcome)
+    if (!Number.isSafeInteger(token)) return false
+    const names = this.#names(scope, key)
+    const { body } = outcome.response
+    const resourceId = outcome.resourceId ?? null
+    const args: RedisArg[] = [
+      token,
+      outcome.status,
+      outcome.response.status,
+      encodeHeaders(outcome.response.headers),
+      Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+      resourceId ?? '',
+      resourceId === null ? '0' : '1',
+      ttlMs,
+      this.#grace,
+      names.channel,
+    ]
+    return (await this.#run('complete', scripts.complete, names, args)) === 1
+  }
+
+  async release(scope: string, key: string, token: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    if (!Number.isSafeInteger(token)) return false
+    const names = this.#names(scope, key)
+    return (await this.#run('release', scripts.release, names, [token, this.#retention, this.#grace, names.channel])) === 1
+  }
+
+  async get(scope: string, key: string): Promise<StoredRecord | null> {
+    assertIdentity(scope, key)
+    const names = this.#names(scope, key)
+    const record = await this.#read('get', names.key)
+    return record && record.record.expiresAtMs > record.nowMs ? record.record : null
+  }
+
+  /**
+   * Records for operators, oldest first. SCANs every node (each master of a cluster) for the
+   * store's keys (one scope's when `filter.scope` is given), reads each (up to `listScanLimit`),
+   * then filters and sorts: its cost grows with the number of records, so keep it off hot paths.
+   */
+  async list(filter: ListFilter = {}): Promise<StoredRecord[]> {
+    const limit = filter.limit ?? 100
+    if (!Number.isSafeInteger(limit) || limit < 0) {
+      throw new IdempotencyError('INVALID_ARGUMENT', `list limit must be a non-negative integer, got ${String(limit)}.`)
+    }
+    if (limit === 0) return []
+    const client = await this.#ready('list')
+    let keys: string[]
+    try {
+      keys = await scanAll(client, recordPattern(this.prefix, filter.scope), this.#listScanLimit)
+    } catch (error) {
+      throw toStoreError('list', this.prefix, error)
+    }
+    const records: StoredRecord[] = []
+    for (let i = 0; i < keys.length; i += 200) {
+      const read = await Promise.all(keys.slice(i, i + 200).map((redisKey) => this.#read('list', redisKey)))
+      for (const entry of read) if (entry && matchesFilter(entry.record, filter, entry.nowMs)) records.push(entry.record)
+    }
+    return records.sort((a, b) => a.createdAtMs - b.createdAtMs || compare(a.scope, b.scope) || compare(a.key, b.key)).slice(0, limit)
+  }
+
+  /**
+   * Deletes up to `limit` records past their expiry. Redis drops every record's key by itself
+   * (`expiredGrace` after it expired), so this is optional housekeeping: it SCANs onwards from
+   * where the last call stopped and deletes what has expired, by the server's clock.
+   */
+  async purgeExpired(limit: number): Promise<number> {
+    assertPositiveInteger(limit, 'limit')
+    const client = await this.#ready('purgeExpired')
+    this.#purgeScan ??= new ResumableScan(client, recordPattern(this.prefix))
+    const scan = this.#purgeScan
+    let purged = 0
+    try {
+      for (;;) {
+        const { keys, done } = await scan.next()
+        for (let i = 0; i < keys.length && purged < limit; ) {
+          const chunk = keys.slice(i, i + (limit - purged))
+          i += chunk.length
+          const deleted = await Promise.all(chunk.map((redisKey) => scripts.purge.run(client, redisKey, [])))
+          purged += deleted.filter((n) => n === 1).length
+          if (purged >= limit) scan.putBack(keys.slice(i))
+        }
+        if (purged >= limit || done) return purged
+      }
+    } catch (error) {
+      throw toStoreError('purgeExpired', this.prefix, error)
+    }
+  }
+
+  async evict(scope: string, key: string): Promise<boolean> {
+    assertIdentity(scope, key)
+    const names = this.#names(scope, key)
+    return (await this.#run('evict', scripts.evict, names, [names.channel])) === 1
+  }
+
+  /** Wakes `onChange` when the record is completed, released or evicted (pub/sub); a no-op with `notifications: false`. */
+  watch(scope: string, key: string, onChange: () => void): Unsubscribe {
+    if (!this.#notifications) return () => {}
+    assertIdentity(scope, key)
+    const client = this.#client
+    if (!client) return () => {} // still opening: the waiter polls
+    this.#notifier ??= new Notifier(client)
+    return this.#notifier.watch(this.#names(scope, key).channel, onChange)
+  }
+
+  /** Closes the subscriber, and the client when the store opened it. */
+  async close(): Promise<void> {
+    await this.#notifier?.close()
+    this.#notifier = undefined
+    if (!this.#ownsClient) return
+    const client = await this.#opening?.catch(() => undefined)
+    this.#client = undefined
+    await client?.quit().catch(() => {})
+  }
+
+  #names(scope: string, key: string): RecordNames {
+    return recordNames(this.prefix, scope, key)
+  }
+
+  async #ready(operation: string): Promise<RedisClientLike> {
+    if (this.#client) return this.#client
+    try {
+      this.#client = await (this.#opening as Promise<RedisClientLike>)
+      return this.#client
+    } catch (error) {
+      throw toStoreError(operation, this.prefix, error)
+    }
+  }
+
+  async #run(operation: string, script: Script, names: RecordNames, args: RedisArg[]): Promise<unknown> {
+    const client = this.#client ?? (await this.#ready(operation))
+    try {
+      return await script.run(client, names.key, args)
+    } catch (error) {
+      throw toStoreError(operation, names.key, error)
+    }
+  }
+
+  /** A record with the server's time of the read, or null when the key is absent. */
+  async #read(operation: string, redisKey: string): Promise<{ record: StoredRecord; nowMs: number } | null> {
+    const client = this.#client ?? (await this.#ready(operation))
+    let reply: unknown[]
+    try {
+      reply = (await scripts.read.run(client, redisKey, [])) as unknown[]
+    } catch (error) {
+      throw toStoreError(operation, redisKey, error)
+    }
+    if (reply.length < 3) return null
+    return { record: toRecord(toHash(reply, 1), redisKey), nowMs: toMs(reply[0]) }
+  }
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0
+}

@@ -1,0 +1,65 @@
+/** Helpers shared by store implementations. Not part of the public API. */
+import { IdempotencyError } from '../errors.js'
+import type { ListFilter, Outcome, StoredRecord, StoredResponse } from './store.js'
+
+/** A copy that shares no bytes with the caller's response. */
+export function copyResponse(response: StoredResponse): StoredResponse {
+  return { status: response.status, headers: { ...response.headers }, body: new Uint8Array(response.body) }
+}
+
+export function copyRecord(record: StoredRecord): StoredRecord {
+  return { ...record, response: record.response ? copyResponse(record.response) : null }
+}
+
+/** Validates and copies an outcome before it is stored. */
+export function copyOutcome(outcome: Outcome): Outcome {
+  assertOutcome(outcome)
+  return { status: outcome.status, response: copyResponse(outcome.response), resourceId: outcome.resourceId ?? null }
+}
+
+/** Throws `INVALID_ARGUMENT` unless the outcome can be stored. */
+export function assertOutcome(outcome: Outcome): void {
+  const response = outcome?.response
+  const ok =
+    (outcome?.status === 'completed' || outcome?.status === 'failed') &&
+    response !== undefined &&
+    Number.isInteger(response.status) &&
+    response.status >= 100 &&
+    response.status <= 999 &&
+    typeof response.headers === 'object' &&
+    response.headers !== null &&
+    allStrings(response.headers) &&
+    response.body instanceof Uint8Array &&
+    (outcome.resourceId === undefined || outcome.resourceId === null || typeof outcome.resourceId === 'string')
+  if (!ok) {
+    throw new IdempotencyError(
+      'INVALID_ARGUMENT',
+      'An outcome needs status "completed" or "failed" and a response { status: 100-999, headers: Record<string, string>, body: Uint8Array }.',
+    )
+  }
+}
+
+/** Whether a record passes a list filter at `nowMs`. */
+export function matchesFilter(record: StoredRecord, filter: ListFilter, nowMs: number): boolean {
+  if (!filter.includeExpired && record.expiresAtMs <= nowMs) return false
+  if (filter.scope !== undefined && record.scope !== filter.scope) return false
+  if (filter.status !== undefined && record.status !== filter.status) return false
+  if (filter.createdBeforeMs !== undefined && record.createdAtMs > filter.createdBeforeMs) return false
+  return true
+}
+
+/** Stored headers as one JSON text (sorted keys, so equal headers are equal text). */
+export function encodeHeaders(headers: Record<string, string>): string {
+  const sorted: Record<string, string> = {}
+  for (const name of Object.keys(headers).sort()) sorted[name] = headers[name] as string
+  return JSON.stringify(sorted)
+}
+
+export function decodeHeaders(text: string | null | undefined): Record<string, string> {
+  return text ? (JSON.parse(text) as Record<string, string>) : {}
+}
+
+function allStrings(headers: Record<string, unknown>): boolean {
+  for (const name in headers) if (typeof headers[name] !== 'string') return false
+  return true
+}

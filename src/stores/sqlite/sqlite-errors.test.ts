@@ -1,0 +1,60 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
+import { SqliteStore } from './sqlite-store.js'
+
+const dir = mkdtempSync(join(tmpdir(), 'idemkey-sqlite-errors-'))
+afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+describe('SqliteStore bad input and setup', () => {
+  it('reports a database it cannot open as STORE_UNAVAILABLE naming the path', () => {
+    expect(() => new SqliteStore({ path: join(dir, 'missing-dir', 'x.db') })).toThrow(
+      expect.objectContaining({ code: 'STORE_UNAVAILABLE', message: expect.stringContaining('missing-dir') }),
+    )
+  })
+
+  it('refuses a table name that is not a plain identifier', () => {
+    expect(() => new SqliteStore({ path: ':memory:', table: 'records; DROP TABLE x' })).toThrow(
+      expect.objectContaining({ code: 'INVALID_OPTION' }),
+    )
+  })
+
+  it('refuses a schema written by a newer release with STORE_SCHEMA', () => {
+    const path = join(dir, 'newer.db')
+    new Database(path).exec(
+      "CREATE TABLE idemkey_records_meta (name TEXT PRIMARY KEY, value TEXT); INSERT INTO idemkey_records_meta VALUES ('schema_version', '99')",
+    )
+    expect(() => new SqliteStore({ path })).toThrow(
+      expect.objectContaining({ code: 'STORE_SCHEMA', message: expect.stringContaining('Upgrade idemkey') }),
+    )
+  })
+
+  it('creates the schema once and opens it again idempotently', async () => {
+    const path = join(dir, 'twice.db')
+    const first = new SqliteStore({ path })
+    await first.close()
+    const second = new SqliteStore({ path })
+    const db = new Database(path)
+    expect(db.prepare("SELECT value FROM idemkey_records_meta WHERE name = 'schema_version'").get()).toEqual({ value: '1' })
+    expect(db.pragma('journal_mode', { simple: true })).toBe('wal')
+    db.close()
+    await second.close()
+  })
+
+  it('turns operations on a closed database into STORE_UNAVAILABLE, not a crash', async () => {
+    const store = new SqliteStore({ path: join(dir, 'closed.db') })
+    await store.close()
+    await expect(store.get('s', 'k')).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
+  })
+
+  it('uses an existing better-sqlite3 database without closing it', async () => {
+    const db = new Database(':memory:')
+    const store = new SqliteStore({ database: db, table: 'my_records' })
+    expect((await store.acquire('s', 'k', 'a'.repeat(64), 1_000)).kind).toBe('acquired')
+    await store.close()
+    expect(db.open).toBe(true)
+    expect(db.prepare('SELECT count(*) AS n FROM my_records').get()).toEqual({ n: 1 })
+    db.close()
+  })
+})

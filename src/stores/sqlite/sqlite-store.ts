@@ -1,0 +1,373 @@
+import Database from 'better-sqlite3'
+import { type Clock, systemClock } from '../../core/clock.js'
+import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { IdempotencyError, storeUnavailable } from '../../errors.js'
+import { assertOutcome, decodeHeaders, encodeHeaders } from '../shared.js'
+import {
+  type AcquireResult,
+  DEFAULT_ABANDONED_RETENTION_MS,
+  type IdempotencyStore,
+  type ListFilter,
+  type Outcome,
+  type RecordStatus,
+  type StoredRecord,
+  type Unsubscribe,
+} from '../store.js'
+import { migrate, type SqliteDatabase } from './schema.js'
+
+/** Options of {@link SqliteStore}. */
+export interface SqliteStoreOptions {
+  /** Database file, or `:memory:`. Several processes on one machine may share a file. @default 'idemkey.db' */
+  path?: string
+  /** An open better-sqlite3 database to use instead of `path` (it is not closed by `close()`). */
+  database?: SqliteDatabase
+  /** Table name. @default 'idemkey_records' */
+  table?: string
+  /** Give it the ledger's clock in tests. @default systemClock */
+  clock?: Clock
+  /** How long a writer waits for another process's lock before `STORE_UNAVAILABLE`. @default '5s' */
+  busyTimeout?: Duration
+  /**
+   * `normal` survives a process crash (WAL, no fsync per commit); `full` also survives power loss,
+   * at a cost of one fsync per write. @default 'normal'
+   */
+  synchronous?: 'normal' | 'full'
+  /** How long a record whose lease ended is kept before it may be purged. @default '24h' */
+  abandonedRetention?: Duration
+}
+
+interface Row {
+  scope: string
+  key: string
+  fingerprint: string
+  status: RecordStatus
+  token: number
+  locked_until: number | null
+  response_status: number | null
+  response_headers: string | null
+  response_body: Uint8Array | null
+  resource_id: string | null
+  attempts: number
+  created_at: number
+  updated_at: number
+  expires_at: number
+}
+
+/**
+ * The embedded default: records in a SQLite file in WAL mode, shared safely by several processes
+ * on one machine. Every operation is one statement (acquire: an upsert that only takes the row when
+ * no live record holds it), so it is atomic across processes.
+ *
+ * @example const store = new SqliteStore({ path: 'idemkey.db' })
+ */
+export class SqliteStore implements IdempotencyStore {
+  readonly name = 'sqlite'
+  readonly serverClock = false
+  readonly #db: SqliteDatabase
+  readonly #ownsDb: boolean
+  readonly #clock: Clock
+  readonly #abandonedRetentionMs: number
+  readonly #watchers = new Map<string, Set<() => void>>()
+  readonly #sql: ReturnType<typeof prepareStatements>
+  readonly #batch: { immediate: (batch: QueuedStep[], results: StepResult[]) => void }
+
+  constructor(options: SqliteStoreOptions = {}) {
+    const table = options.table ?? 'idemkey_records'
+    if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(table)) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        `SqliteStore table "${table}" must be a plain SQL identifier (letters, digits, underscore).`,
+      )
+    }
+    this.#clock = options.clock ?? systemClock
+    this.#abandonedRetentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
+    const path = options.path ?? 'idemkey.db'
+    try {
+      this.#ownsDb = options.database === undefined
+      this.#db = options.database ?? (new Database(path) as unknown as SqliteDatabase)
+      this.#db.pragma(`busy_timeout = ${parseDuration(options.busyTimeout ?? '5s', 'busyTimeout')}`)
+      if (path !== ':memory:') this.#db.pragma('journal_mode = WAL')
+      this.#db.pragma(`synchronous = ${options.synchronous === 'full' ? 'FULL' : 'NORMAL'}`)
+      migrate(this.#db, table)
+      this.#sql = prepareStatements(this.#db, table)
+      this.#batch = this.#db.transaction(runSteps)
+    } catch (error) {
+      if (error instanceof IdempotencyError) throw error
+      throw new IdempotencyError(
+        'STORE_UNAVAILABLE',
+        `sqlite: cannot open "${path}": ${(error as Error).message}. Check that the directory exists and is writable.`,
+        { cause: error },
+      )
+    }
+  }
+
+  async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
+    assertIdentity(scope, key)
+    assertFingerprint(fingerprint)
+    assertPositiveInteger(leaseMs, 'leaseMs')
+    return this.#run('acquire', () => {
+      // The upsert takes the row only when no live record holds it. When it takes nothing, the
+      // read tells why; if the row changed in between (released, purged), try again.
+      for (;;) {
+        const now = this.#clock.now()
+        const lockedUntil = now + leaseMs
+        const taken = this.#sql.acquire.get({
+          scope,
+          key,
+          fingerprint,
+          now,
+          locked_until: lockedUntil,
+          expires_at: lockedUntil + this.#abandonedRetentionMs,
+        }) as { token: number } | undefined
+        if (taken) return { kind: 'acquired', token: taken.token }
+        const row = this.#sql.get.get(scope, key) as Row | undefined
+        if (!row || row.expires_at <= now || (row.status === 'in_progress' && (row.locked_until as number) <= now)) continue
+        if (row.fingerprint !== fingerprint) return { kind: 'mismatch' }
+        if (row.status === 'in_progress') return { kind: 'in_progress', lockedUntilMs: row.locked_until as number }
+        return { kind: 'replay', record: toRecord(row) }
+      }
+    })
+  }
+
+  async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    assertPositiveInteger(leaseMs, 'leaseMs')
+    return this.#run('renew', () => {
+      const now = this.#clock.now()
+      const lockedUntil = now + leaseMs
+      return (
+        this.#sql.renew.run({ scope, key, token, now, locked_until: lockedUntil, expires_at: lockedUntil + this.#abandonedRetentionMs })
+          .changes === 1
+      )
+    })
+  }
+
+  async complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    assertPositiveInteger(ttlMs, 'ttlMs')
+    assertOutcome(outcome)
+    const done = await this.#run('complete', () => {
+      const now = this.#clock.now()
+      return (
+        this.#sql.complete.run({
+          scope,
+          key,
+          token,
+          now,
+          status: outcome.status,
+          response_status: outcome.response.status,
+          response_headers: encodeHeaders(outcome.response.headers),
+          response_body: outcome.response.body,
+          resource_id: outcome.resourceId ?? null,
+          expires_at: now + ttlMs,
+        }).changes === 1
+      )
+    })
+    if (done) this.#notify(scope, key)
+    return done
+  }
+
+  async release(scope: string, key: string, token: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    const done = await this.#run('release', () => {
+      const now = this.#clock.now()
+      return this.#sql.release.run({ scope, key, token, now, expires_at: now + this.#abandonedRetentionMs }).changes === 1
+    })
+    if (done) this.#notify(scope, key)
+    return done
+  }
+
+  async get(scope: string, key: string): Promise<StoredRecord | null> {
+    assertIdentity(scope, key)
+    return this.#run('get', () => {
+      const row = this.#sql.get.get(scope, key) as Row | undefined
+      return row && row.expires_at > this.#clock.now() ? toRecord(row) : null
+    })
+  }
+
+  async list(filter: ListFilter = {}): Promise<StoredRecord[]> {
+    return this.#run('list', () => {
+      const rows = this.#sql.list.all({
+        now: filter.includeExpired ? Number.MIN_SAFE_INTEGER : this.#clock.now(),
+        scope: filter.scope ?? null,
+        status: filter.status ?? null,
+        created_before: filter.createdBeforeMs ?? null,
+        limit: filter.limit ?? 100,
+      }) as Row[]
+      return rows.map(toRecord)
+    })
+  }
+
+  async purgeExpired(limit: number): Promise<number> {
+    assertPositiveInteger(limit, 'limit')
+    return this.#run('purgeExpired', () => this.#sql.purge.run({ now: this.#clock.now(), limit }).changes)
+  }
+
+  async evict(scope: string, key: string): Promise<boolean> {
+    assertIdentity(scope, key)
+    const existed = await this.#run('evict', () => this.#sql.evict.run(scope, key).changes === 1)
+    if (existed) this.#notify(scope, key)
+    return existed
+  }
+
+  /** In-process notifications; waiters in other processes poll. */
+  watch(scope: string, key: string, onChange: () => void): Unsubscribe {
+    const id = `${scope}\n${key}`
+    let listeners = this.#watchers.get(id)
+    if (!listeners) {
+      listeners = new Set()
+      this.#watchers.set(id, listeners)
+    }
+    listeners.add(onChange)
+    return () => {
+      listeners.delete(onChange)
+      if (listeners.size === 0) this.#watchers.delete(id)
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#watchers.clear()
+    if (this.#ownsDb && this.#db.open) this.#db.close()
+  }
+
+  #notify(scope: string, key: string): void {
+    const listeners = this.#watchers.get(`${scope}\n${key}`)
+    if (listeners) for (const listener of [...listeners]) listener()
+  }
+
+  /**
+   * Runs one synchronous database step. Steps issued while others are queued are committed together
+   * in one `BEGIN IMMEDIATE` transaction (group commit): one WAL commit for many operations, so
+   * concurrent callers are not bound by the cost of a commit each. Each step stays atomic on its own,
+   * and the transaction holds the write lock, so other processes still see one step at a time.
+   * Driver errors (SQLITE_BUSY, a closed database) become STORE_UNAVAILABLE.
+   */
+  #run<R>(operation: string, step: () => R): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      this.#queue.push({ operation, step, resolve: resolve as (value: unknown) => void, reject })
+      if (this.#queue.length === 1) queueMicrotask(this.#flush)
+    })
+  }
+
+  readonly #queue: QueuedStep[] = []
+
+  readonly #flush = (): void => {
+    const batch = this.#queue.splice(0)
+    if (batch.length === 1) {
+      const only = batch[0] as QueuedStep
+      try {
+        only.resolve(only.step())
+      } catch (error) {
+        only.reject(storeUnavailable('sqlite', only.operation, error))
+      }
+      return
+    }
+    const results: StepResult[] = []
+    try {
+      this.#batch.immediate(batch, results)
+    } catch (error) {
+      // BEGIN or COMMIT failed (the lock stayed busy past busyTimeout): nothing of the batch was written.
+      for (const queued of batch) queued.reject(storeUnavailable('sqlite', queued.operation, error))
+      return
+    }
+    for (const [i, queued] of batch.entries()) {
+      const result = results[i]
+      if (result?.ok) queued.resolve(result.value)
+      else queued.reject(storeUnavailable('sqlite', queued.operation, result?.error))
+    }
+  }
+}
+
+type StepResult = { ok: true; value: unknown } | { ok: false; error: unknown }
+
+/** Runs each queued step inside one transaction; a failing statement is rolled back alone. */
+function runSteps(batch: QueuedStep[], results: StepResult[]): void {
+  for (const queued of batch) {
+    try {
+      results.push({ ok: true, value: queued.step() })
+    } catch (error) {
+      results.push({ ok: false, error })
+    }
+  }
+}
+
+interface QueuedStep {
+  operation: string
+  step: () => unknown
+  resolve: (value: unknown) => void
+  reject: (error: unknown) => void
+}
+
+function prepareStatements(db: SqliteDatabase, table: string) {
+  const columns = `scope, key, fingerprint, status, token, locked_until, response_status, response_headers,
+    response_body, resource_id, attempts, created_at, updated_at, expires_at`
+  return {
+    // Takes the row when it is absent, expired, or in progress with its lease ended; a stored row
+    // keeps counting its token so that a zombie holder stays fenced out.
+    acquire: db.prepare(`
+      INSERT INTO ${table} (scope, key, fingerprint, status, token, locked_until, attempts, created_at, updated_at, expires_at)
+      VALUES (@scope, @key, @fingerprint, 'in_progress', 1, @locked_until, 1, @now, @now, @expires_at)
+      ON CONFLICT (scope, key) DO UPDATE SET
+        fingerprint = excluded.fingerprint,
+        status = 'in_progress',
+        token = ${table}.token + 1,
+        locked_until = excluded.locked_until,
+        response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = NULL,
+        attempts = CASE WHEN ${table}.expires_at <= @now THEN 1 ELSE ${table}.attempts + 1 END,
+        created_at = CASE WHEN ${table}.expires_at <= @now THEN @now ELSE ${table}.created_at END,
+        updated_at = @now,
+        expires_at = excluded.expires_at
+      WHERE ${table}.expires_at <= @now OR (${table}.status = 'in_progress' AND ${table}.locked_until <= @now)
+      RETURNING token`),
+    get: db.prepare(`SELECT ${columns} FROM ${table} WHERE scope = ? AND key = ?`),
+    renew: db.prepare(`
+      UPDATE ${table} SET locked_until = @locked_until, updated_at = @now, expires_at = @expires_at
+      WHERE scope = @scope AND key = @key AND token = @token AND status = 'in_progress'`),
+    complete: db.prepare(`
+      UPDATE ${table} SET status = @status, locked_until = NULL, response_status = @response_status,
+        response_headers = @response_headers, response_body = @response_body, resource_id = @resource_id,
+        updated_at = @now, expires_at = @expires_at
+      WHERE scope = @scope AND key = @key AND token = @token AND status = 'in_progress'`),
+    release: db.prepare(`
+      UPDATE ${table} SET locked_until = @now, updated_at = @now, expires_at = @expires_at
+      WHERE scope = @scope AND key = @key AND token = @token AND status = 'in_progress'`),
+    list: db.prepare(`
+      SELECT ${columns} FROM ${table}
+      WHERE expires_at > @now
+        AND (@scope IS NULL OR scope = @scope)
+        AND (@status IS NULL OR status = @status)
+        AND (@created_before IS NULL OR created_at <= @created_before)
+      ORDER BY created_at, rowid LIMIT @limit`),
+    // A bounded batch by rowid: each call holds the write lock only briefly.
+    purge: db.prepare(`
+      DELETE FROM ${table} WHERE rowid IN (SELECT rowid FROM ${table} WHERE expires_at <= @now LIMIT @limit)`),
+    evict: db.prepare(`DELETE FROM ${table} WHERE scope = ? AND key = ?`),
+  }
+}
+
+function toRecord(row: Row): StoredRecord {
+  const stored = row.status !== 'in_progress'
+  const body = row.response_body
+  return {
+    scope: row.scope,
+    key: row.key,
+    fingerprint: row.fingerprint,
+    status: row.status,
+    token: row.token,
+    lockedUntilMs: stored ? null : row.locked_until,
+    response: stored
+      ? {
+          status: row.response_status as number,
+          headers: decodeHeaders(row.response_headers),
+          // better-sqlite3 hands back a Buffer; callers get a plain Uint8Array view of it.
+          body: body ? new Uint8Array(body.buffer, body.byteOffset, body.byteLength) : new Uint8Array(0),
+        }
+      : null,
+    resourceId: row.resource_id,
+    attempts: row.attempts,
+    createdAtMs: row.created_at,
+    updatedAtMs: row.updated_at,
+    expiresAtMs: row.expires_at,
+  }
+}

@@ -1,0 +1,91 @@
+import { spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
+import type { DemoReport } from '../src/demo/run-demo.js'
+import { serviceSkipReason } from './helpers/services.js'
+
+const ROOT = join(import.meta.dirname, '..')
+const BIN = join(ROOT, 'bin/idemkey.js')
+
+function runDemo(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, 'demo', ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk) => (stdout += chunk))
+    child.stderr.on('data', (chunk) => (stderr += chunk))
+    child.once('error', reject)
+    child.once('exit', (code) => resolve({ code, stdout, stderr }))
+  })
+}
+
+// High fault rates so a few dozen intents meet every fault.
+const FAULTY = ['--drop-rate', '0.2', '--double-rate', '0.15', '--reuse-rate', '0.1', '--crash-rate', '0.05', '--timeout-rate', '0.05']
+
+function expectProtectedExactlyOnce(report: DemoReport): void {
+  expect(report.passed).toBe(true)
+  expect(report.protected.doubleCharges).toBe(0)
+  expect(report.protected.lostIntents).toBe(0)
+  expect(report.protected.chargesMade).toBe(report.intents)
+  expect(report.protected.keyReusesRejected).toBe(report.protected.reuseAttempts)
+}
+
+describe('idemkey demo (built CLI)', () => {
+  beforeAll(() => {
+    if (!existsSync(join(ROOT, 'dist/cli/main.js'))) throw new Error('dist/cli/main.js is missing: run `npm run build` first.')
+  })
+
+  it('shows the bare API double-charging and the protected one charging every intent exactly once, on embedded SQLite', async () => {
+    const out = await runDemo('--intents', '40', '--seed', '7', '--json', ...FAULTY)
+    expect(out.code, out.stderr).toBe(0)
+    const report = JSON.parse(out.stdout) as DemoReport
+    expect(report.intents).toBe(40)
+    expect(report.faults.drop + report.faults.double + report.faults.reuse).toBeGreaterThan(0)
+    expect(report.bare.doubleCharges).toBeGreaterThan(0)
+    expect(report.bare.keyReusesRejected).toBe(0)
+    expect(report.bare.httpAttempts).toBeGreaterThan(report.intents)
+    // Two crash faults can land on one worker at once: one kill, both requests cut.
+    expect(report.faults.crash).toBeGreaterThan(0)
+    expect(report.bare.workerRestarts).toBeGreaterThan(0)
+    expect(report.protected.workerRestarts).toBeGreaterThan(0)
+    expect(report.protected.workerRestarts).toBeLessThanOrEqual(report.faults.crash)
+    expectProtectedExactlyOnce(report)
+    // Plain progress lines when stderr is not a terminal.
+    expect(out.stderr).toContain('protected API: 40/40 intents')
+  })
+
+  it('prints the side-by-side table by default', async () => {
+    const out = await runDemo('--intents', '15', '--workers', '1', '--seed', '3', ...FAULTY)
+    expect(out.code, out.stderr).toBe(0)
+    expect(out.stdout).toMatch(/bare API\s+behind idemkey/)
+    for (const row of [
+      'intents',
+      'HTTP attempts',
+      'charges made',
+      'double charges',
+      'lost intents',
+      'key reuses rejected',
+      'intent latency p99',
+    ]) {
+      expect(out.stdout).toContain(row)
+    }
+    expect(out.stdout).toMatch(/double charges\s+\d+\s+0\n/)
+  })
+
+  it('refuses a memory: store, which separate worker processes cannot share', async () => {
+    const out = await runDemo('--intents', '5', '--store', 'memory:')
+    expect(out.code).toBe(1)
+    expect(out.stderr).toContain('cannot share a memory: store')
+  })
+
+  it('reruns on PostgreSQL with --store postgres://', async () => {
+    const skip = await serviceSkipReason('PostgreSQL', 5432)
+    if (skip || !existsSync(join(ROOT, 'dist/stores/postgres/index.js'))) {
+      console.warn(`skipped: ${skip ?? 'no PostgreSQL store in this build'}`)
+      return
+    }
+    const out = await runDemo('--intents', '20', '--seed', '11', '--json', '--store', 'postgres://root@127.0.0.1:5432/test', ...FAULTY)
+    expect(out.code, out.stderr).toBe(0)
+    expectProtectedExactlyOnce(JSON.parse(out.stdout) as DemoReport)
+  })
+})

@@ -1,0 +1,131 @@
+import { spawnSync } from 'node:child_process'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
+import { SqliteStore } from '../src/stores/sqlite/sqlite-store.js'
+
+const ROOT = join(import.meta.dirname, '..')
+const BIN = join(ROOT, 'bin/idemkey.js')
+
+/** Runs the built CLI as a user would; stdin is not a terminal. */
+function cli(...args: string[]): { code: number | null; stdout: string; stderr: string } {
+  const result = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'], input: '' })
+  return { code: result.status, stdout: result.stdout, stderr: result.stderr }
+}
+
+const json = <T>(text: string) => JSON.parse(text) as T
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+const FP = 'a'.repeat(64)
+const response = { status: 201, headers: { 'content-type': 'application/json' }, body: new TextEncoder().encode('{"id":"ch_1"}') }
+
+describe('idemkey operator commands (built CLI on a SQLite file)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'idemkey-cli-ops-'))
+  const dbPath = join(dir, 'ops.db')
+  const store = `sqlite:${dbPath}`
+
+  beforeAll(async () => {
+    if (!existsSync(join(ROOT, 'dist/cli/main.js'))) {
+      throw new Error('dist/cli/main.js is missing: run `npm run build` first (npm test does).')
+    }
+    const s = new SqliteStore({ path: dbPath })
+    const done = await s.acquire('tenant-1', 'done-key', FP, 30_000)
+    if (done.kind !== 'acquired') throw new Error('setup')
+    await s.complete('tenant-1', 'done-key', done.token, { status: 'completed', response, resourceId: 'ch_1' }, 3_600_000)
+    await s.acquire('tenant-1', 'stuck-key', FP, 1) // its holder "died": the lease ends at once
+    await s.acquire('tenant-1', 'busy-key', FP, 600_000)
+    const old = await s.acquire('tenant-1', 'expired-key', FP, 30_000)
+    if (old.kind !== 'acquired') throw new Error('setup')
+    await s.complete('tenant-1', 'expired-key', old.token, { status: 'completed', response }, 1)
+    await s.close()
+    await sleep(20)
+  })
+  afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+  it('migrate creates the schema in a new SQLite file and is safe to run again', () => {
+    const fresh = join(dir, 'fresh.db')
+    expect(cli('migrate', '--store', `sqlite:${fresh}`).code).toBe(0)
+    const again = cli('migrate', '--store', `sqlite:${fresh}`, '--json')
+    expect(again.code).toBe(0)
+    expect(json<{ result: string }>(again.stdout).result).toContain('up to date')
+    const db = new Database(fresh, { readonly: true })
+    const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as Array<{ name: string }>
+    db.close()
+    expect(tables.map((t) => t.name)).toContain('idemkey_records')
+  })
+
+  it('inspect shows status, token, attempts and the stored response of a record', () => {
+    const out = cli('inspect', 'done-key', '--scope', 'tenant-1', '--store', store, '--json')
+    expect(out.code).toBe(0)
+    const { record } = json<{ record: Record<string, unknown> & { response: Record<string, unknown> } }>(out.stdout)
+    expect(record).toMatchObject({ key: 'done-key', scope: 'tenant-1', status: 'completed', token: 1, attempts: 1, resourceId: 'ch_1' })
+    expect(record.response).toMatchObject({ status: 201, bodyBytes: 13, bodyPreview: '{"id":"ch_1"}' })
+    const table = cli('inspect', 'done-key', '--scope', 'tenant-1', '--store', store)
+    expect(table.stdout).toMatch(/status:\s+completed/)
+    expect(table.stdout).toMatch(/response:\s+201, 13 bytes/)
+  })
+
+  it('inspect of an unknown key exits 1 and says where it looked', () => {
+    const out = cli('inspect', 'nope', '--scope', 'tenant-1', '--store', store)
+    expect(out.code).toBe(1)
+    expect(out.stderr).toContain('No live record for key "nope" in scope "tenant-1"')
+  })
+
+  it('list puts stuck intents first and hides expired records', () => {
+    const out = cli('list', '--store', store, '--json')
+    expect(out.code).toBe(0)
+    const records = json<Array<{ key: string; stuck: boolean; status: string }>>(out.stdout)
+    expect(records.map((r) => r.key)).toEqual(['stuck-key', 'busy-key', 'done-key'])
+    expect(records[0]?.stuck).toBe(true)
+    const table = cli('list', '--store', store)
+    expect(table.stdout.split('\n')[2]).toMatch(/^STUCK\s+tenant-1\s+stuck-key\s+in_progress/)
+  })
+
+  it('list filters by status and by age', () => {
+    const inProgress = json<Array<{ key: string }>>(cli('list', '--status', 'in_progress', '--store', store, '--json').stdout)
+    expect(inProgress.map((r) => r.key).sort()).toEqual(['busy-key', 'stuck-key'])
+    expect(json<unknown[]>(cli('list', '--older-than', '1h', '--store', store, '--json').stdout)).toEqual([])
+    expect(cli('list', '--older-than', '1h', '--store', store).stdout).toContain('no records match')
+  })
+
+  it('gc purges expired records and prints the count', () => {
+    const first = cli('gc', '--store', store, '--json')
+    expect(first.code).toBe(0)
+    expect(json<{ purged: number }>(first.stdout).purged).toBe(1)
+    expect(cli('gc', '--store', store).stdout).toContain('purged 0 expired records')
+  })
+
+  it('evict refuses without confirmation when stdin is not a terminal, and deletes with --yes', () => {
+    const refused = cli('evict', 'busy-key', '--scope', 'tenant-1', '--store', store)
+    expect(refused.code).toBe(2)
+    expect(refused.stderr).toContain('--yes')
+    expect(cli('inspect', 'busy-key', '--scope', 'tenant-1', '--store', store).code).toBe(0)
+    const done = cli('evict', 'busy-key', '--scope', 'tenant-1', '--store', store, '--yes', '--json')
+    expect(json<{ evicted: boolean }>(done.stdout).evicted).toBe(true)
+    expect(cli('inspect', 'busy-key', '--scope', 'tenant-1', '--store', store).code).toBe(1)
+    expect(cli('evict', 'busy-key', '--scope', 'tenant-1', '--store', store, '--yes').stdout).toContain('nothing to evict')
+  })
+
+  it('every command has --help with examples', () => {
+    for (const command of ['demo', 'proxy', 'migrate', 'inspect', 'list', 'gc', 'evict']) {
+      const out = cli(command, '--help')
+      expect(out.code, command).toBe(0)
+      expect(out.stdout, command).toContain('Examples:')
+    }
+    expect(cli('--help').stdout).toContain('Store URLs:')
+  })
+
+  it('unknown flags, bad durations and bad store URLs fail with what was expected', () => {
+    const flag = cli('list', '--bogus')
+    expect(flag.code).not.toBe(0)
+    expect(flag.stderr).toContain("unknown option '--bogus'")
+    const duration = cli('list', '--older-than', '5 minutes', '--store', store)
+    expect(duration.code).not.toBe(0)
+    expect(duration.stderr).toMatch(/not a duration: use milliseconds or a number with a unit/)
+    const url = cli('list', '--store', 'mysql:/x')
+    expect(url.code).not.toBe(0)
+    expect(url.stderr).toContain('expected memory:, sqlite:PATH')
+    const empty = cli('gc', '--store', 'sqlite:')
+    expect(empty.stderr).toContain('sqlite: needs a file path')
+  })
+})

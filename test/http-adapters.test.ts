@@ -1,0 +1,215 @@
+/**
+ * What each adapter must do beyond the shared conformance suite: Express captures however a handler
+ * sends and never breaks streaming; Fastify runs after its own validation and takes per-route options;
+ * the fetch wrapper passes extra arguments through.
+ */
+import { randomUUID } from 'node:crypto'
+import { request as rawRequest } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { Readable } from 'node:stream'
+import express from 'express'
+import Fastify, { type FastifyInstance } from 'fastify'
+import { Ledger } from '../src/core/ledger.js'
+import { idempotency as expressIdempotency } from '../src/http/express/index.js'
+import { idempotency as fastifyIdempotency } from '../src/http/fastify/index.js'
+import { getIdempotency, withIdempotency } from '../src/http/fetch/index.js'
+import { MemoryStore } from '../src/stores/memory/memory-store.js'
+
+/** A MemoryStore that counts acquisitions, to see whether a request touched the ledger. */
+function countingStore(): MemoryStore & { acquired: number } {
+  const store = Object.assign(new MemoryStore(), { acquired: 0 })
+  const acquire = store.acquire.bind(store)
+  store.acquire = (...args) => {
+    store.acquired++
+    return acquire(...args)
+  }
+  return store
+}
+
+async function send(url: string, key: string | undefined, body: string, contentType = 'application/json') {
+  const headers: Record<string, string> = { 'content-type': contentType }
+  if (key) headers['idempotency-key'] = key
+  const response = await fetch(url, { method: 'POST', headers, body })
+  return { status: response.status, replayed: response.headers.get('idempotent-replayed'), text: await response.text() }
+}
+
+describe('Express adapter', () => {
+  let url: string
+  let server: import('node:http').Server
+  let runs = 0
+  let releaseStream: () => void = () => {}
+
+  beforeAll(async () => {
+    const app = express()
+    app.use(express.json())
+    app.use(express.urlencoded({ extended: false }))
+    app.use(expressIdempotency({ ledger: new Ledger({ store: new MemoryStore() }), maxStoredBody: 64 }))
+    app.post('/json', (_req, res) => {
+      runs++
+      res.status(201).json({ run: runs })
+    })
+    app.post('/send', (_req, res) => {
+      runs++
+      res.status(202).send(`sent ${runs}`)
+    })
+    app.post('/pipe', (_req, res) => {
+      runs++
+      res.setHeader('content-type', 'text/plain')
+      Readable.from(['piped ', 'in ', `pieces ${runs}`]).pipe(res)
+    })
+    app.post('/stream', (_req, res) => {
+      runs++
+      res.setHeader('content-type', 'text/event-stream')
+      res.write('data: first\n\n')
+      void new Promise<void>((resolve) => {
+        releaseStream = resolve
+      }).then(() => res.end(`data: last ${runs}\n\n`))
+    })
+    app.post('/long', (_req, res) => {
+      runs++
+      res.setHeader('content-type', 'text/plain')
+      for (let i = 0; i < 10; i++) res.write('0123456789')
+      res.end()
+    })
+    app.post('/form', (req, res) => {
+      runs++
+      res.status(201).json({ got: req.body })
+    })
+    server = app.listen(0, '127.0.0.1')
+    await new Promise((resolve) => server.once('listening', resolve))
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  })
+  afterAll(async () => {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+  })
+
+  it.each(['/json', '/send', '/pipe'])('captures what %s sends and replays it byte for byte', async (path) => {
+    const key = randomUUID()
+    const before = runs
+    const first = await send(url + path, key, '{}')
+    const replay = await send(url + path, key, '{}')
+    expect(first.text.length).toBeGreaterThan(0)
+    expect(replay.text).toBe(first.text)
+    expect(replay.status).toBe(first.status)
+    expect(replay.replayed).toBe('true')
+    expect(runs).toBe(before + 1)
+  })
+
+  it('lets a streaming handler reach the client before it ends, then stores the whole stream', async () => {
+    const key = randomUUID()
+    const firstChunk = await new Promise<string>((resolve, reject) => {
+      const req = rawRequest(`${url}/stream`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key } })
+      req.on('response', (res) => {
+        let text = ''
+        res.setEncoding('utf8')
+        res.on('data', (chunk: string) => {
+          text += chunk
+          // The first event arrived while the handler still holds the response open.
+          if (text === 'data: first\n\n') releaseStream()
+        })
+        res.on('end', () => resolve(text))
+      })
+      req.on('error', reject)
+      req.end('{}')
+    })
+    expect(firstChunk).toMatch(/^data: first\n\ndata: last \d+\n\n$/)
+    const replay = await send(`${url}/stream`, key, '{}')
+    expect(replay.text).toBe(firstChunk)
+    expect(replay.replayed).toBe('true')
+  })
+
+  it('stores a streamed body over the limit without its bytes, and runs it once', async () => {
+    const key = randomUUID()
+    const before = runs
+    expect((await send(`${url}/long`, key, '{}')).text.length).toBe(100)
+    const replay = await fetch(`${url}/long`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: '{}',
+    })
+    expect(replay.headers.get('idempotent-body-omitted')).toBe('100')
+    expect(await replay.text()).toBe('')
+    expect(runs).toBe(before + 1)
+  })
+
+  it('tells two different form bodies parsed by express.urlencoded apart (422, not a replay)', async () => {
+    const key = randomUUID()
+    const form = 'application/x-www-form-urlencoded'
+    expect((await send(`${url}/form`, key, 'amount=100', form)).status).toBe(201)
+    expect((await send(`${url}/form`, key, 'amount=100', form)).replayed).toBe('true')
+    expect((await send(`${url}/form`, key, 'amount=999', form)).status).toBe(422)
+  })
+})
+
+describe('Fastify adapter', () => {
+  let app: FastifyInstance
+  let url: string
+  let store: ReturnType<typeof countingStore>
+  let runs = 0
+
+  beforeAll(async () => {
+    store = countingStore()
+    app = Fastify({ forceCloseConnections: true })
+    await app.register(fastifyIdempotency, { ledger: new Ledger({ store }) })
+    const schema = { body: { type: 'object', required: ['amount'], properties: { amount: { type: 'integer' } } } }
+    app.post('/validated', { schema }, async (_request, reply) => reply.code(201).send({ run: ++runs }))
+    app.post('/off', { config: { idempotency: false } }, async () => ({ run: ++runs }))
+    app.post('/strict', { config: { idempotency: { required: true } } }, async () => ({ run: ++runs }))
+    app.post('/stream', async (request, reply) => {
+      runs++
+      reply.type('text/plain')
+      return reply.send(Readable.from(['a', 'b', `${request.idempotency?.token}`]))
+    })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+  })
+  afterAll(() => app.close())
+
+  it('never touches the ledger for a request that fails schema validation', async () => {
+    const before = store.acquired
+    const answer = await send(`${url}/validated`, randomUUID(), '{"amount":"lots"}')
+    expect(answer.status).toBe(400)
+    expect(store.acquired).toBe(before)
+    expect((await send(`${url}/validated`, randomUUID(), '{"amount":5}')).status).toBe(201)
+    expect(store.acquired).toBe(before + 1)
+  })
+
+  it('leaves a route with config.idempotency = false alone', async () => {
+    const key = randomUUID()
+    const before = store.acquired
+    await send(`${url}/off`, key, '{}')
+    expect((await send(`${url}/off`, key, '{}')).replayed).toBeNull()
+    expect(store.acquired).toBe(before)
+  })
+
+  it('applies per-route options: required keys on one route only', async () => {
+    expect((await send(`${url}/strict`, undefined, '{}')).status).toBe(400)
+    expect((await send(`${url}/validated`, undefined, '{"amount":1}')).status).toBe(201)
+  })
+
+  it('captures a stream the handler sends and replays it', async () => {
+    const key = randomUUID()
+    const first = await send(`${url}/stream`, key, '{}')
+    expect(first.text).toBe('ab1')
+    const replay = await send(`${url}/stream`, key, '{}')
+    expect(replay.text).toBe('ab1')
+    expect(replay.replayed).toBe('true')
+  })
+})
+
+describe('fetch adapter', () => {
+  it('passes extra handler arguments (a Next.js route context) through and exposes the context', async () => {
+    const ledger = new Ledger({ store: new MemoryStore() })
+    const handler = withIdempotency(ledger, async (request: Request, route: { params: { id: string } }) =>
+      Response.json({ id: route.params.id, token: getIdempotency(request)?.token ?? null }, { status: 201 }),
+    )
+    const key = randomUUID()
+    const make = () => new Request('http://localhost/orders/7', { method: 'POST', headers: { 'idempotency-key': key }, body: '{}' })
+    const first = await handler(make(), { params: { id: '7' } })
+    expect(await first.json()).toEqual({ id: '7', token: 1 })
+    const replay = await handler(make(), { params: { id: '7' } })
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(await replay.json()).toEqual({ id: '7', token: 1 })
+  })
+})

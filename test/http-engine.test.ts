@@ -1,0 +1,178 @@
+/** The engine's pieces on their own: key parsing, problems, the stored-header rules, fingerprints. */
+import { canonicalJson } from '../src/core/fingerprint.js'
+import { Ledger } from '../src/core/ledger.js'
+import { isIdempotencyError } from '../src/errors.js'
+import { createEngine } from '../src/http/engine.js'
+import { parseKeyHeader } from '../src/http/key-header.js'
+import { problem } from '../src/http/problem.js'
+import { requestFingerprint, storedHeaderSet, toStored } from '../src/http/stored.js'
+import type { HttpRequestLike } from '../src/http/types.js'
+import { MemoryStore } from '../src/stores/memory/memory-store.js'
+
+const bytes = (text: string) => new TextEncoder().encode(text)
+const req = (over: Partial<HttpRequestLike> = {}): HttpRequestLike => ({
+  method: 'POST',
+  url: '/orders',
+  headers: { 'content-type': 'application/json' },
+  body: async () => bytes('{}'),
+  ...over,
+})
+
+describe('parseKeyHeader', () => {
+  it('reads bare keys, sf-strings with escapes, and a single-element array', () => {
+    expect(parseKeyHeader('abc-123')).toBe('abc-123')
+    expect(parseKeyHeader('"abc-123"')).toBe('abc-123')
+    expect(parseKeyHeader('"a\\"b\\\\c"')).toBe('a"b\\c')
+    expect(parseKeyHeader(['k1'])).toBe('k1')
+    expect(parseKeyHeader(undefined)).toBeUndefined()
+  })
+
+  it.each([
+    ['empty', ''],
+    ['too long', 'k'.repeat(256)],
+    ['control character', 'a\u0001b'],
+    ['non-ASCII', 'clé'],
+    ['unterminated sf-string', '"abc'],
+    ['sf-string list', '"a", "b"'],
+    ['bad escape', '"a\\nb"'],
+  ])('rejects a %s key with KEY_INVALID', (_name, value) => {
+    let caught: unknown
+    try {
+      parseKeyHeader(value)
+    } catch (error) {
+      caught = error
+    }
+    expect(isIdempotencyError(caught) && caught.code).toBe('KEY_INVALID')
+  })
+
+  it('rejects the header given twice', () => {
+    expect(() => parseKeyHeader(['a', 'b'])).toThrow(/more than once/)
+  })
+})
+
+describe('problem', () => {
+  it('answers RFC 9457 problem+json with a type URI under the configured base', () => {
+    const answer = problem('IN_PROGRESS', 'still running', 'https://example.test/errors#', { 'retry-after': '3' })
+    expect(answer.status).toBe(409)
+    expect(answer.headers['content-type']).toBe('application/problem+json')
+    expect(answer.headers['retry-after']).toBe('3')
+    expect(JSON.parse(new TextDecoder().decode(answer.body))).toEqual({
+      type: 'https://example.test/errors#in-progress',
+      title: expect.any(String),
+      status: 409,
+      detail: 'still running',
+      code: 'IN_PROGRESS',
+    })
+  })
+})
+
+describe('stored headers', () => {
+  it('never stores set-cookie, authorization, date or hop-by-hop headers, even when allowlisted', () => {
+    const allow = storedHeaderSet(['Set-Cookie', 'Authorization', 'Date', 'Connection', 'X-Request-Cost'])
+    const stored = toStored(
+      {
+        status: 201,
+        headers: {
+          'set-cookie': ['a=1'],
+          authorization: 'x',
+          date: 'now',
+          connection: 'close',
+          'x-request-cost': '3',
+          'Content-Type': 'application/json',
+        },
+        body: bytes('{}'),
+      },
+      allow,
+      1024,
+    )
+    expect(stored.headers).toEqual({ 'x-request-cost': '3', 'content-type': 'application/json' })
+  })
+
+  it('stores a body over the limit as empty with its length in a marker header', () => {
+    const stored = toStored({ status: 200, headers: {}, body: bytes('x'.repeat(10)) }, storedHeaderSet(), 5)
+    expect(stored.body.byteLength).toBe(0)
+    expect(stored.headers['idempotent-body-omitted']).toBe('10')
+  })
+})
+
+describe('requestFingerprint', () => {
+  it('is the same for the same JSON in another key order and number spelling', () => {
+    expect(requestFingerprint(req(), bytes('{"a":1,"b":[1,2]}'))).toBe(requestFingerprint(req(), bytes('{ "b": [1, 2.0], "a": 1e0 }')))
+  })
+
+  it('differs by method, path, query and body', () => {
+    const base = requestFingerprint(req(), bytes('{"a":1}'))
+    expect(requestFingerprint(req({ method: 'PATCH' }), bytes('{"a":1}'))).not.toBe(base)
+    expect(requestFingerprint(req({ url: '/orders?x=1' }), bytes('{"a":1}'))).not.toBe(base)
+    expect(requestFingerprint(req(), bytes('{"a":2}'))).not.toBe(base)
+  })
+
+  it('hashes invalid JSON as bytes instead of throwing', () => {
+    expect(requestFingerprint(req(), bytes('{"a":'))).toMatch(/^[0-9a-f]{64}$/)
+    expect(requestFingerprint(req(), bytes('{"a":'))).not.toBe(requestFingerprint(req(), bytes('{"a":}')))
+  })
+
+  it('hashes a framework-parsed body the same as its JSON bytes', () => {
+    const parsed = { b: 2, a: 1 }
+    expect(requestFingerprint(req({ parsedBody: parsed }), new Uint8Array(0))).toBe(requestFingerprint(req(), bytes(canonicalJson(parsed))))
+  })
+})
+
+describe('createEngine', () => {
+  it('refuses to start without a ledger', () => {
+    expect(() => createEngine({} as never)).toThrow(/needs a Ledger/)
+  })
+
+  it('does not read the body of a request it does not cover', async () => {
+    const engine = createEngine({ ledger: new Ledger({ store: new MemoryStore() }) })
+    let read = false
+    const decision = await engine.begin(
+      req({
+        method: 'GET',
+        headers: { 'idempotency-key': 'k' },
+        body: async () => {
+          read = true
+          return bytes('')
+        },
+      }),
+    )
+    expect(decision.kind).toBe('passthrough')
+    expect(read).toBe(false)
+  })
+
+  it('answers 413 when the body is larger than maxRequestBody, before touching the ledger', async () => {
+    const store = new MemoryStore()
+    const engine = createEngine({ ledger: new Ledger({ store }), maxRequestBody: 4 })
+    const { readWebBody } = await import('../src/http/node-body.js')
+    const body = new Blob(['0123456789']).stream()
+    const response = await engine.handle(
+      req({ headers: { 'idempotency-key': 'k', 'content-type': 'text/plain' }, body: (limit) => readWebBody(body, null, limit) }),
+      async () => ({ status: 201, headers: {}, body: bytes('ran') }),
+    )
+    expect(response.status).toBe(413)
+    expect((await store.list({})).length).toBe(0)
+  })
+})
+
+describe('docs/errors.md', () => {
+  it('has a section for every problem type the layer answers', async () => {
+    const { readFileSync } = await import('node:fs')
+    const page = readFileSync(new URL('../docs/errors.md', import.meta.url), 'utf8')
+    const headings = new Set([...page.matchAll(/^## ([a-z-]+)$/gm)].map((m) => m[1]))
+    const codes = [
+      'KEY_INVALID',
+      'KEY_MISSING',
+      'FINGERPRINT_MISMATCH',
+      'IN_PROGRESS',
+      'FENCED_OUT',
+      'BODY_TOO_LARGE',
+      'STORE_UNAVAILABLE',
+      'STORE_SCHEMA',
+      'SCOPE_INVALID',
+    ] as const
+    for (const code of codes) {
+      const type = JSON.parse(new TextDecoder().decode(problem(code, 'x').body)).type as string
+      expect(headings.has(type.split('#')[1])).toBe(true)
+    }
+  })
+})

@@ -1,0 +1,370 @@
+/**
+ * Outbox, relay and inbox on PostgreSQL, published to a real NATS JetStream. Each test gets its own
+ * stream; the file gets its own schema.
+ */
+import type { JsMsg } from 'nats'
+import pg from 'pg'
+import { IdempotencyError } from '../src/errors.js'
+import { InboxMismatchError, PgInbox } from '../src/messaging/inbox/index.js'
+import { type OutboxMessage, OutboxRelay, PgOutbox, type Publisher, type RelayEvent } from '../src/messaging/outbox/index.js'
+import { consumeNats, NatsPublisher } from '../src/messaging/publishers/nats/index.js'
+import { createStream, type TestStream } from './fixtures/messaging/nats.js'
+import { createSchema, eventually, inTransaction, type TestSchema } from './fixtures/messaging/pg.js'
+import { serviceSkipReason } from './helpers/services.js'
+
+const skip = (await serviceSkipReason('PostgreSQL', 5432)) ?? (await serviceSkipReason('NATS', 4222))
+if (skip) console.warn(`Skipping messaging-outbox tests: ${skip}`)
+
+async function readStream(nats: TestStream, count: number): Promise<JsMsg[]> {
+  const durable = `read_${Math.random().toString(36).slice(2, 8)}`
+  await nats.addConsumer(durable)
+  const consumer = await nats.connection.jetstream().consumers.get(nats.stream, durable)
+  const out: JsMsg[] = []
+  while (out.length < count) {
+    const batch = await consumer.fetch({ max_messages: count - out.length, expires: 2_000 })
+    let got = 0
+    for await (const m of batch) {
+      out.push(m)
+      m.ack()
+      got++
+    }
+    if (got === 0) break
+  }
+  return out
+}
+
+describe.skipIf(skip !== undefined)('outbox, relay and inbox on PostgreSQL with NATS JetStream', () => {
+  let db: TestSchema
+  let nats: TestStream
+  let outbox: PgOutbox
+  let table: string
+
+  beforeAll(async () => {
+    db = await createSchema('outbox')
+  })
+  afterAll(async () => {
+    await db?.drop()
+  })
+  beforeEach(async (context) => {
+    nats = await createStream()
+    table = db.table(`outbox_${context.task.id.replace(/[^A-Za-z0-9]/g, '').slice(-10)}`)
+    outbox = new PgOutbox({ pool: db.pool, table })
+    await outbox.migrate()
+  })
+  afterEach(async () => {
+    await nats?.drop()
+  })
+
+  it('publishes a committed event with Nats-Msg-Id set to its ID and never publishes a rolled-back one', async () => {
+    const committed = await inTransaction(db.pool, (tx) => outbox.add(tx, { topic: nats.subject('orders'), payload: { order: 1 } }))
+    await expect(
+      inTransaction(db.pool, async (tx) => {
+        await outbox.add(tx, { topic: nats.subject('orders'), payload: { order: 2 } })
+        throw new Error('business rule failed')
+      }),
+    ).rejects.toThrow('business rule failed')
+    const relay = new OutboxRelay({ outbox, publisher: new NatsPublisher({ connection: nats.connection }) })
+    expect(await relay.runOnce()).toBe(1)
+    expect(await relay.runOnce()).toBe(0)
+    const [msg] = await readStream(nats, 2)
+    expect(await nats.count()).toBe(1)
+    expect(msg?.headers?.get('Nats-Msg-Id')).toBe(committed.id)
+    expect(JSON.parse(new TextDecoder().decode(msg?.data))).toEqual({ order: 1 })
+    expect(await outbox.stats()).toEqual({ pending: 0, sent: 1, dead: 0 })
+  })
+
+  it('adds no second event when a request is replayed: the ID is derived from its idempotency key', async () => {
+    const event = { topic: 'orders.created', payload: { order: 7 }, idempotencyKey: 'req-7' }
+    const first = await inTransaction(db.pool, (tx) => outbox.add(tx, event))
+    const replay = await inTransaction(db.pool, (tx) => outbox.add(tx, event))
+    const second = await inTransaction(db.pool, (tx) => outbox.add(tx, { ...event, n: 1 }))
+    expect(first.created).toBe(true)
+    expect(replay).toEqual({ id: first.id, created: false })
+    expect(second.id).not.toBe(first.id)
+    const explicit = await inTransaction(db.pool, (tx) => outbox.add(tx, { ...event, id: 'evt-1' }))
+    expect(explicit.id).toBe('evt-1')
+    expect((await outbox.stats()).pending).toBe(3)
+  })
+
+  it('refuses payloads JSON cannot carry and oversized payloads before writing anything', async () => {
+    const small = new PgOutbox({ pool: db.pool, table, maxPayloadBytes: 100 })
+    const cyclic: Record<string, unknown> = {}
+    cyclic.self = cyclic
+    const attempts = [
+      { payload: { amount: 10n }, code: 'INVALID_ARGUMENT' },
+      { payload: cyclic, code: 'INVALID_ARGUMENT' },
+      { payload: undefined, code: 'INVALID_ARGUMENT' },
+      { payload: 'x'.repeat(200), code: 'BODY_TOO_LARGE' },
+    ]
+    for (const { payload, code } of attempts) {
+      await expect(inTransaction(db.pool, (tx) => small.add(tx, { topic: 't', payload }))).rejects.toMatchObject({
+        name: 'IdempotencyError',
+        code,
+      })
+    }
+    expect(await outbox.stats()).toEqual({ pending: 0, sent: 0, dead: 0 })
+  })
+
+  it('keeps a row the broker did not confirm, retries it with backoff and dead-letters it after maxAttempts', async () => {
+    // No stream listens on this subject: JetStream answers "no responders", nothing is stored.
+    await inTransaction(db.pool, (tx) => outbox.add(tx, { topic: 'nowhere.orders', payload: { order: 1 } }))
+    const events: RelayEvent[] = []
+    const relay = new OutboxRelay({
+      outbox,
+      publisher: new NatsPublisher({ connection: nats.connection, timeout: '2s' }),
+      maxAttempts: 2,
+      backoffInitial: '1ms',
+      onEvent: (e) => events.push(e),
+    })
+    expect(await relay.runOnce()).toBe(1)
+    expect(await outbox.stats()).toEqual({ pending: 1, sent: 0, dead: 0 })
+    await eventually(async () => (await relay.runOnce()) === 1, 'the backoff to end')
+    expect(await outbox.stats()).toEqual({ pending: 0, sent: 0, dead: 1 })
+    const failures = events.filter((e) => e.type === 'failed')
+    expect(failures.map((e) => e.dead)).toEqual([false, true])
+    expect(failures[0]?.error).toBeInstanceOf(IdempotencyError)
+    expect(failures[0]?.error).toMatchObject({ name: 'IdempotencyError', code: 'STORE_UNAVAILABLE', reason: 'unroutable' })
+    const { rows } = await db.pool.query(`SELECT last_error FROM ${table}`)
+    expect(rows[0].last_error).toMatch(/not confirmed/)
+    expect(await outbox.retryDead()).toBe(1)
+    expect(await outbox.stats()).toEqual({ pending: 1, sent: 0, dead: 0 })
+  })
+
+  it('lets two relays drain one backlog side by side without publishing any row twice', async () => {
+    const total = 600
+    await inTransaction(db.pool, async (tx) => {
+      for (let i = 0; i < total; i++) await outbox.add(tx, { topic: nats.subject('bulk'), payload: { i } })
+    })
+    const published = new Map<string, number>()
+    const onEvent = (e: RelayEvent) => {
+      if (e.type === 'published') for (const m of e.messages) published.set(m.id, (published.get(m.id) ?? 0) + 1)
+    }
+    const publisher = new NatsPublisher({ connection: nats.connection })
+    const relays = [1, 2].map(
+      (n) =>
+        new OutboxRelay({
+          outbox: new PgOutbox({ pool: db.pool, table, ordering: 'none' }),
+          publisher,
+          batchSize: 50,
+          relayId: `r${n}`,
+          onEvent,
+        }),
+    )
+    const claimedBy = await Promise.all(
+      relays.map(async (relay) => {
+        let claimed = 0
+        for (let n = await relay.runOnce(); n > 0; n = await relay.runOnce()) claimed += n
+        return claimed
+      }),
+    )
+    expect(claimedBy[0]! + claimedBy[1]!).toBe(total)
+    expect(published.size).toBe(total)
+    expect([...published.values()].every((n) => n === 1)).toBe(true)
+    expect(await nats.count()).toBe(total)
+  })
+
+  it("publishes a dead relay's claimed batch once its lease has ended", async () => {
+    await inTransaction(db.pool, async (tx) => {
+      for (let i = 0; i < 5; i++) await outbox.add(tx, { topic: nats.subject('lease'), payload: { i } })
+    })
+    const claimed = await outbox.storage().claim('dead-relay', 10, 1_500)
+    expect(claimed).toHaveLength(5)
+    const relay = new OutboxRelay({ outbox, publisher: new NatsPublisher({ connection: nats.connection }) })
+    expect(await relay.runOnce()).toBe(0)
+    await eventually(async () => (await relay.runOnce()) === 5, 'the lease to end')
+    expect(await outbox.stats()).toEqual({ pending: 0, sent: 5, dead: 0 })
+    expect(await nats.count()).toBe(5)
+  })
+
+  it('keeps per-partition order at the broker even when a publish in the middle fails', async () => {
+    await inTransaction(db.pool, async (tx) => {
+      for (let i = 0; i < 30; i++)
+        await outbox.add(tx, { topic: nats.subject('ordered'), payload: { p: i % 3, i }, partitionKey: `p${i % 3}` })
+    })
+    const real = new NatsPublisher({ connection: nats.connection })
+    const failedOnce = new Set<string>()
+    // Fault injection in front of the real broker: the 5th and 11th events fail on their first try.
+    const flaky: Publisher = {
+      name: 'flaky-nats',
+      async publish(messages: readonly OutboxMessage[]) {
+        const ok = messages.filter(
+          (m) => !([4, 10].includes((JSON.parse(Buffer.from(m.payload).toString()) as { i: number }).i) && !failedOnce.has(m.id)),
+        )
+        const results = await real.publish(ok)
+        return messages.map((m) => {
+          const index = ok.indexOf(m)
+          if (index >= 0) return results[index]!
+          failedOnce.add(m.id)
+          return { ok: false as const, error: new Error('injected failure'), retryable: true }
+        })
+      },
+    }
+    const relay = new OutboxRelay({ outbox, publisher: flaky, backoffInitial: '1ms', batchSize: 8 })
+    await eventually(async () => {
+      await relay.runOnce()
+      return (await outbox.stats()).sent === 30
+    }, 'all 30 events to be sent')
+    const order = (await readStream(nats, 30)).map((m) => JSON.parse(new TextDecoder().decode(m.data)) as { p: number; i: number })
+    expect(order).toHaveLength(30)
+    for (const p of [0, 1, 2]) {
+      const seen = order.filter((e) => e.p === p).map((e) => e.i)
+      expect(seen).toEqual([...seen].sort((a, b) => a - b))
+    }
+    expect(failedOnce.size).toBe(2)
+  })
+
+  it('wakes on LISTEN/NOTIFY when a transaction commits, without waiting for its poll', async () => {
+    const sent: string[] = []
+    const relay = new OutboxRelay({
+      outbox,
+      publisher: new NatsPublisher({ connection: nats.connection }),
+      pollInterval: '10m',
+      onEvent: (e) => {
+        if (e.type === 'sent') sent.push(...e.messages.map((m) => m.id))
+      },
+    })
+    relay.start()
+    try {
+      // Let the first (empty) poll pass so only a notification can wake the relay.
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      const { id } = await inTransaction(db.pool, (tx) => outbox.add(tx, { topic: nats.subject('wake'), payload: 1 }))
+      await eventually(() => sent.includes(id), 'the relay to publish after NOTIFY (its poll is 10 minutes)', 20_000)
+    } finally {
+      await relay.stop()
+    }
+  })
+
+  it('listens again after its LISTEN connection is killed, and publishes what was committed meanwhile', async () => {
+    const sent: string[] = []
+    const relay = new OutboxRelay({
+      outbox,
+      publisher: new NatsPublisher({ connection: nats.connection }),
+      pollInterval: '10m',
+      onEvent: (e) => {
+        if (e.type === 'sent') sent.push(...e.messages.map((m) => m.id))
+      },
+    })
+    relay.start()
+    try {
+      const listening = async () =>
+        (await db.pool.query(`SELECT pid FROM pg_stat_activity WHERE query = $1`, [`LISTEN "${outbox.channel}"`])).rows as Array<{
+          pid: number
+        }>
+      await eventually(async () => (await listening()).length === 1, 'the relay to LISTEN')
+      const [{ pid }] = (await listening()) as [{ pid: number }]
+      await db.pool.query('SELECT pg_terminate_backend($1)', [pid])
+      const { id: during } = await inTransaction(db.pool, (tx) => outbox.add(tx, { topic: nats.subject('relisten'), payload: 1 }))
+      await eventually(() => sent.includes(during), 'the relay to catch up after listening again (its poll is 10 minutes)', 20_000)
+      await eventually(async () => (await listening()).some((row) => row.pid !== pid), 'a new LISTEN connection')
+      const { id: after } = await inTransaction(db.pool, (tx) => outbox.add(tx, { topic: nats.subject('relisten'), payload: 2 }))
+      await eventually(() => sent.includes(after), 'the relay to publish after the new NOTIFY', 20_000)
+    } finally {
+      await relay.stop()
+    }
+  })
+
+  it('applies a message once: a redelivery is skipped, the same ID with another payload is flagged, a failed effect leaves no trace', async () => {
+    await db.pool.query(`CREATE TABLE IF NOT EXISTS ${db.table('ledger')} (message_id text, amount int)`)
+    const events: string[] = []
+    const inbox = new PgInbox({
+      pool: db.pool,
+      consumer: 'billing',
+      table: db.table('inbox'),
+      retention: 0,
+      onEvent: (e) => events.push(e.type),
+    })
+    await inbox.migrate()
+    await inbox.migrate()
+    const effect = async (tx: { query: (sql: string, values: unknown[]) => Promise<unknown> }, amount: number) =>
+      tx.query(`INSERT INTO ${db.table('ledger')} VALUES ($1, $2)`, ['m1', amount])
+    const message = { id: 'm1', payload: '{"amount":5}' }
+    expect(await inbox.handle(message, (tx) => effect(tx, 5).then(() => 'done'))).toEqual({ status: 'applied', value: 'done' })
+    expect(await inbox.handle(message, (tx) => effect(tx, 5))).toEqual({ status: 'duplicate' })
+    await expect(inbox.handle({ id: 'm1', payload: '{"amount":6}' }, (tx) => effect(tx, 6))).rejects.toBeInstanceOf(InboxMismatchError)
+    await expect(
+      inbox.handle({ id: 'm2', payload: 'x' }, async () => {
+        throw new Error('effect failed')
+      }),
+    ).rejects.toThrow('effect failed')
+    expect(await inbox.handle({ id: 'm2', payload: 'x' }, async () => 'second try')).toEqual({ status: 'applied', value: 'second try' })
+    const { rows } = await db.pool.query(`SELECT amount FROM ${db.table('ledger')}`)
+    expect(rows).toEqual([{ amount: 5 }])
+    expect(events).toEqual(['applied', 'duplicate', 'mismatch', 'applied'])
+    // Retention 0: every processed ID may go.
+    expect(await inbox.purge()).toBe(2)
+  })
+
+  it("records a message ID inside the caller's own transaction: new once, duplicate after commit, new again after a rollback", async () => {
+    const inbox = new PgInbox({ pool: db.pool, consumer: 'own-tx', table: db.table('inbox_own') })
+    await inbox.migrate()
+    const message = { id: 'own-1', payload: '{"a":1}' }
+    await expect(
+      inTransaction(db.pool, async (tx) => {
+        expect(await inbox.record(tx, message)).toBe('new')
+        throw new Error('effect failed')
+      }),
+    ).rejects.toThrow('effect failed')
+    expect(await inTransaction(db.pool, (tx) => inbox.record(tx, message))).toBe('new')
+    expect(await inTransaction(db.pool, (tx) => inbox.record(tx, message))).toBe('duplicate')
+    await expect(inTransaction(db.pool, (tx) => inbox.record(tx, { id: 'own-1', payload: '{"a":2}' }))).rejects.toBeInstanceOf(
+      InboxMismatchError,
+    )
+  })
+
+  it('acks a JetStream message only after the transaction commits, so a failed effect is redelivered and applied once', async () => {
+    await nats.addConsumer('billing', 1_000)
+    const applied = db.table('applied_nats')
+    await db.pool.query(`CREATE TABLE ${applied} (message_id text PRIMARY KEY)`)
+    const inbox = new PgInbox({ pool: db.pool, consumer: 'billing', table: db.table('inbox_nats') })
+    await inbox.migrate()
+    await inTransaction(db.pool, async (tx) => {
+      for (let i = 0; i < 3; i++) await outbox.add(tx, { topic: nats.subject('pay'), payload: { i } })
+    })
+    const relay = new OutboxRelay({ outbox, publisher: new NatsPublisher({ connection: nats.connection }) })
+    await relay.runOnce()
+    await relay.runOnce() // nothing left; stream holds 3
+    let failures = 0
+    const errors: unknown[] = []
+    const running = await consumeNats({
+      connection: nats.connection,
+      stream: nats.stream,
+      consumer: 'billing',
+      inbox,
+      nakDelayMs: 10,
+      onError: (e) => errors.push(e),
+      handler: async (tx, message) => {
+        await tx.query(`INSERT INTO ${applied} VALUES ($1)`, [message.id])
+        if (failures++ === 0) throw new Error('first effect fails after writing')
+      },
+    })
+    try {
+      await eventually(
+        async () => Number((await db.pool.query(`SELECT count(*) AS n FROM ${applied}`)).rows[0].n) === 3,
+        'three applied events',
+      )
+    } finally {
+      await running.stop()
+    }
+    expect(errors).toHaveLength(1)
+  })
+
+  it('answers STORE_UNAVAILABLE when PostgreSQL refuses the connection, for the relay claim and the inbox', async () => {
+    // Port 1 on loopback: nothing listens, every connection is refused.
+    const down = new pg.Pool({ connectionString: 'postgres://root@127.0.0.1:1/test', connectionTimeoutMillis: 2_000 })
+    try {
+      const events: RelayEvent[] = []
+      const relay = new OutboxRelay({
+        outbox: new PgOutbox({ pool: down }),
+        publisher: new NatsPublisher({ connection: nats.connection }),
+        onEvent: (e) => events.push(e),
+      })
+      await expect(relay.runOnce()).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
+      await expect(new PgInbox({ pool: down, consumer: 'c' }).handle({ id: 'm', payload: 'x' }, () => 1)).rejects.toMatchObject({
+        code: 'STORE_UNAVAILABLE',
+      })
+      await expect(new PgOutbox({ pool: down }).stats()).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
+    } finally {
+      await down.end()
+    }
+  })
+})

@@ -1,0 +1,139 @@
+/** The SQLite outbox and inbox (better-sqlite3), with a real NATS JetStream between them. */
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
+import { SqliteInbox } from '../src/messaging/inbox/index.js'
+import { OutboxRelay, type RelayEvent, SqliteOutbox } from '../src/messaging/outbox/index.js'
+import { consumeNats, NatsPublisher } from '../src/messaging/publishers/nats/index.js'
+import { createStream, type TestStream } from './fixtures/messaging/nats.js'
+import { eventually } from './fixtures/messaging/pg.js'
+import { serviceSkipReason } from './helpers/services.js'
+
+const skip = await serviceSkipReason('NATS', 4222)
+
+describe('SQLite outbox and inbox', () => {
+  let dir: string
+  let file: string
+  let db: Database.Database
+  let outbox: SqliteOutbox
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'idemkey-msg-'))
+    file = join(dir, 'app.db')
+    db = new Database(file)
+    db.pragma('journal_mode = WAL')
+    db.exec('CREATE TABLE orders (id TEXT PRIMARY KEY)')
+    outbox = new SqliteOutbox({ database: db })
+    outbox.migrate()
+    outbox.migrate()
+  })
+  afterEach(() => {
+    db.close()
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  const placeOrder = (id: string, extra: Partial<Parameters<SqliteOutbox['add']>[1]> = {}) =>
+    db.transaction(() => {
+      db.prepare('INSERT OR IGNORE INTO orders (id) VALUES (?)').run(id)
+      return outbox.add(db, { topic: 'orders', payload: { id }, idempotencyKey: id, ...extra })
+    })()
+
+  it('writes the event with the state change, adds nothing on a replay, and refuses an add outside a transaction', () => {
+    const first = placeOrder('o1')
+    expect(placeOrder('o1')).toEqual({ id: first.id, created: false })
+    expect(() =>
+      db.transaction(() => {
+        placeOrder('o2')
+        throw new Error('rolled back')
+      })(),
+    ).toThrow('rolled back')
+    expect(() => outbox.add(db, { topic: 'orders', payload: 1 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }))
+    expect(outbox.stats()).toEqual({ pending: 1, sent: 0, dead: 0 })
+  })
+
+  it('does not claim a later event of a partition while an earlier one is leased to another relay', async () => {
+    placeOrder('a1', { partitionKey: 'a' })
+    placeOrder('a2', { partitionKey: 'a' })
+    placeOrder('b1', { partitionKey: 'b' })
+    placeOrder('free')
+    const other = new Database(file)
+    try {
+      const first = await new SqliteOutbox({ database: other }).storage().claim('relay-1', 1, 60_000)
+      expect(first.map((m) => m.partitionKey)).toEqual(['a'])
+      const second = await outbox.storage().claim('relay-2', 10, 60_000)
+      expect(second.map((m) => m.partitionKey)).toEqual(['b', null])
+    } finally {
+      other.close()
+    }
+  })
+
+  describe.skipIf(skip !== undefined)('through NATS JetStream', () => {
+    let nats: TestStream
+    beforeEach(async () => {
+      nats = await createStream()
+    })
+    afterEach(async () => {
+      await nats.drop()
+    })
+
+    it('lets two relays on separate connections drain one file without publishing a row twice', async () => {
+      db.transaction(() => {
+        for (let i = 0; i < 300; i++) outbox.add(db, { topic: nats.subject('orders'), payload: { i } })
+      })()
+      const published = new Map<string, number>()
+      const onEvent = (e: RelayEvent) => {
+        if (e.type === 'published') for (const m of e.messages) published.set(m.id, (published.get(m.id) ?? 0) + 1)
+      }
+      const connections = [new Database(file), new Database(file)]
+      try {
+        const publisher = new NatsPublisher({ connection: nats.connection })
+        await Promise.all(
+          connections.map(async (connection) => {
+            const relay = new OutboxRelay({ outbox: new SqliteOutbox({ database: connection }), publisher, batchSize: 25, onEvent })
+            while ((await relay.runOnce()) > 0) {}
+          }),
+        )
+      } finally {
+        for (const c of connections) c.close()
+      }
+      expect(published.size).toBe(300)
+      expect([...published.values()].every((n) => n === 1)).toBe(true)
+      expect(await nats.count()).toBe(300)
+      expect(outbox.stats()).toEqual({ pending: 0, sent: 300, dead: 0 })
+    })
+
+    it('applies each event once in a synchronous inbox transaction and refuses an async effect', async () => {
+      for (const id of ['o1', 'o2', 'o3']) placeOrder(id, { topic: nats.subject('orders') })
+      const relay = new OutboxRelay({ outbox, publisher: new NatsPublisher({ connection: nats.connection }) })
+      await relay.runOnce()
+      db.exec('CREATE TABLE applied (order_id TEXT PRIMARY KEY)')
+      const inbox = new SqliteInbox({ database: db, consumer: 'billing' })
+      inbox.migrate()
+      await expect(inbox.handle({ id: 'x', payload: 'x' }, async () => 1)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' })
+      await nats.addConsumer('billing')
+      const running = await consumeNats({
+        connection: nats.connection,
+        stream: nats.stream,
+        consumer: 'billing',
+        inbox,
+        handler: (tx, m) => {
+          tx.prepare('INSERT INTO applied (order_id) VALUES (?)').run((JSON.parse(Buffer.from(m.payload).toString()) as { id: string }).id)
+        },
+      })
+      await eventually(() => (db.prepare('SELECT count(*) AS n FROM applied').get() as { n: number }).n === 3, 'three applied orders')
+      await running.stop()
+      expect(
+        await inbox.handle(
+          { id: placeOrder('o1', { topic: nats.subject('orders') }).id, payload: JSON.stringify({ id: 'o1' }) },
+          () => 'again',
+        ),
+      ).toEqual({ status: 'duplicate' })
+      expect(db.prepare('SELECT order_id FROM applied ORDER BY order_id').all()).toEqual([
+        { order_id: 'o1' },
+        { order_id: 'o2' },
+        { order_id: 'o3' },
+      ])
+    })
+  })
+})

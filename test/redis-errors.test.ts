@@ -1,0 +1,152 @@
+import { createHash, randomUUID } from 'node:crypto'
+import { Redis } from 'ioredis'
+import { Ledger } from '../src/core/ledger.js'
+import { RedisStore, recordNames } from '../src/stores/redis/index.js'
+import { freePort, RedisServer, tempDir } from './fixtures/redis/servers.js'
+import { serviceSkipReason } from './helpers/services.js'
+
+const URL = 'redis://127.0.0.1:6379'
+const skip = await serviceSkipReason('Redis', 6379)
+const fp = (label: string) => createHash('sha256').update(label).digest('hex')
+const outcome = (text: string) =>
+  ({ status: 'completed', response: { status: 201, headers: {}, body: new TextEncoder().encode(text) } }) as const
+
+describe('RedisStore options', () => {
+  it('refuses an ioredis client with keyPrefix (SCAN would miss its records) with INVALID_OPTION', () => {
+    const client = new Redis({ keyPrefix: 'app:', lazyConnect: true })
+    expect(() => new RedisStore({ client })).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
+    expect(() => new RedisStore({ url: URL, prefix: 'bad{prefix}' })).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
+    expect(() => new RedisStore({} as never)).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
+    client.disconnect()
+  })
+})
+
+describe('RedisStore when Redis cannot be reached', () => {
+  it('answers STORE_UNAVAILABLE with the driver error as cause when nothing listens', async () => {
+    const store = new RedisStore({ url: `redis://127.0.0.1:${await freePort()}` })
+    try {
+      const error = await store.acquire('s', 'k', fp('a'), 1_000).catch((e: unknown) => e)
+      expect(error).toMatchObject({ name: 'IdempotencyError', code: 'STORE_UNAVAILABLE' })
+      expect((error as Error).cause).toBeInstanceOf(Error)
+      await expect(store.get('s', 'k')).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
+      await expect(store.list()).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
+    } finally {
+      await store.close()
+    }
+  })
+
+  it('lets a ledger fail closed with STORE_UNAVAILABLE and never run the work', async () => {
+    const store = new RedisStore({ url: `redis://127.0.0.1:${await freePort()}` })
+    const ledger = new Ledger({ store })
+    let runs = 0
+    try {
+      await expect(ledger.run({ key: 'k', payload: 1 }, () => runs++)).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
+      expect(runs).toBe(0)
+    } finally {
+      await store.close()
+    }
+  })
+})
+
+describe.skipIf(skip !== undefined)('RedisStore when its keys are overwritten by another program', () => {
+  const redis = new Redis(URL)
+  const prefix = `idemkey-test-${randomUUID()}`
+  const store = new RedisStore({ url: URL, prefix })
+  afterAll(async () => {
+    await store.close()
+    redis.disconnect()
+  })
+
+  it('refuses a record key holding a string with STORE_SCHEMA on every operation, and evict clears it', async () => {
+    const s = `s-${randomUUID()}`
+    await redis.set(recordNames(prefix, s, 'k').key, 'not a record')
+    for (const attempt of [
+      () => store.acquire(s, 'k', fp('a'), 60_000),
+      () => store.renew(s, 'k', 1, 60_000),
+      () => store.complete(s, 'k', 1, outcome('x'), 60_000),
+      () => store.release(s, 'k', 1),
+      () => store.get(s, 'k'),
+    ]) {
+      await expect(attempt()).rejects.toMatchObject({ name: 'IdempotencyError', code: 'STORE_SCHEMA' })
+    }
+    expect(await store.evict(s, 'k')).toBe(true)
+    expect(await store.acquire(s, 'k', fp('a'), 60_000)).toEqual({ kind: 'acquired', token: 1 })
+  })
+
+  it('refuses a record key holding a foreign hash with STORE_SCHEMA, not a grant', async () => {
+    const s = `s-${randomUUID()}`
+    await redis.hset(recordNames(prefix, s, 'k').key, 'user', '42')
+    await expect(store.acquire(s, 'k', fp('a'), 60_000)).rejects.toMatchObject({ code: 'STORE_SCHEMA' })
+    await expect(store.get(s, 'k')).rejects.toMatchObject({ code: 'STORE_SCHEMA' })
+    expect(await redis.hgetall(recordNames(prefix, s, 'k').key)).toEqual({ user: '42' })
+  })
+
+  it('refuses a record whose stored scope and key are not the ones asked for (a forged or colliding name)', async () => {
+    const s = `s-${randomUUID()}`
+    const { token } = (await store.acquire(s, 'other', fp('a'), 60_000)) as { token: number }
+    await store.complete(s, 'other', token, outcome('other'), 60_000)
+    await redis.copy(recordNames(prefix, s, 'other').key, recordNames(prefix, s, 'k').key)
+    await expect(store.acquire(s, 'k', fp('a'), 60_000)).rejects.toMatchObject({ code: 'STORE_SCHEMA' })
+  })
+
+  it('refuses a record whose token was overwritten with garbage, and fences out its holder', async () => {
+    const s = `s-${randomUUID()}`
+    const { token } = (await store.acquire(s, 'k', fp('a'), 60_000)) as { token: number }
+    await redis.hset(recordNames(prefix, s, 'k').key, 'tok', 'garbage')
+    expect(await store.complete(s, 'k', token, outcome('x'), 60_000)).toBe(false)
+    await expect(store.acquire(s, 'k', fp('a'), 60_000)).rejects.toMatchObject({ code: 'STORE_SCHEMA' })
+  })
+})
+
+describe('RedisStore on a Redis of its own (SCRIPT FLUSH, restarts)', () => {
+  const dir = tempDir('errors')
+  let server: RedisServer
+  let store: RedisStore
+  let admin: Redis
+  beforeAll(async () => {
+    server = new RedisServer(await freePort(), dir.path, ['--appendonly', 'no'])
+    await server.start()
+    store = new RedisStore({ url: server.url })
+    admin = new Redis(server.port, '127.0.0.1')
+    admin.on('error', () => {}) // it sees the restart too
+  })
+  afterAll(async () => {
+    await store?.close()
+    admin?.disconnect()
+    await server?.stop()
+    dir.remove()
+  })
+
+  it('loads its scripts again after SCRIPT FLUSH and keeps every answer right', async () => {
+    const s = `s-${randomUUID()}`
+    const { token } = (await store.acquire(s, 'k', fp('a'), 60_000)) as { token: number }
+    await admin.script('FLUSH')
+    expect(await store.acquire(s, 'k', fp('a'), 60_000)).toMatchObject({ kind: 'in_progress' })
+    await admin.script('FLUSH')
+    expect(await store.complete(s, 'k', token, outcome('done'), 60_000)).toBe(true)
+    await admin.script('FLUSH')
+    const replay = await store.acquire(s, 'k', fp('a'), 60_000)
+    expect(replay.kind).toBe('replay')
+    if (replay.kind === 'replay') expect(new TextDecoder().decode(replay.record.response?.body)).toBe('done')
+  })
+
+  it('runs 200 parallel acquires of one key right after SCRIPT FLUSH with exactly one winner', async () => {
+    const s = `s-${randomUUID()}`
+    await admin.script('FLUSH')
+    const results = await Promise.all(Array.from({ length: 200 }, () => store.acquire(s, 'race', fp('a'), 60_000)))
+    expect(results.filter((r) => r.kind === 'acquired')).toEqual([{ kind: 'acquired', token: 1 }])
+  })
+
+  it('answers STORE_UNAVAILABLE while Redis is down and serves again once it is back', async () => {
+    const s = `s-${randomUUID()}`
+    expect((await store.acquire(s, 'before', fp('a'), 60_000)).kind).toBe('acquired')
+    await server.stop('SIGKILL')
+    await expect(store.acquire(s, 'during', fp('a'), 60_000)).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
+    await server.start()
+    let result: unknown
+    for (let i = 0; i < 100 && result === undefined; i++) {
+      result = await store.acquire(s, 'after', fp('a'), 60_000).catch(() => new Promise((r) => setTimeout(r, 100)))
+    }
+    expect(result).toEqual({ kind: 'acquired', token: 1 })
+  })
+})

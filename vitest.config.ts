@@ -1,0 +1,15 @@
+import { defineConfig } from 'vitest/config'
+
+export default defineConfig({
+  test: {
+    // The exported contract suite (idemkey/testing) finds describe/it on globalThis.
+    globals: true,
+    include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+    pool: 'forks',
+    // Two cores: more workers only make the store and crash tests fight for CPU.
+    poolOptions: { forks: { maxForks: 2, minForks: 1 } },
+    reporters: ['default'],
+  },
+})
