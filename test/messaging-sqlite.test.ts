@@ -68,7 +68,7 @@ describe('SQLite outbox and inbox', () => {
     }
   })
 
-  describe.skipIf(skip !== undefined)('through NATS JetStream', () => {
+  describe('through NATS JetStream', { skip: skip !== undefined }, () => {
     let nats: TestStream
     beforeEach(async () => {
       nats = await createStream()
