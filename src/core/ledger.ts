@@ -219,7 +219,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     const key = intent?.key
     assertIdentity(scope, key)
     const fingerprint = intent.fingerprint ?? fingerprintOf(intent.payload ?? null)
-    assertFingerprint(fingerprint)
+    if (intent.fingerprint !== undefined) assertFingerprint(fingerprint)
     const plan: Plan<T> = {
       leaseMs: options.lease === undefined ? this.leaseMs : positive(parseDuration(options.lease, 'lease'), 'lease'),
       ttlMs: options.ttl === undefined ? this.ttlMs : positive(parseDuration(options.ttl, 'ttl'), 'ttl'),
@@ -508,9 +508,18 @@ class Attempt implements IntentContext {
   }
 }
 
-function publicContext(ctx: IntentContext): IntentContext {
-  const view = { scope: ctx.scope, key: ctx.key, fingerprint: ctx.fingerprint, token: ctx.token, takeover: ctx.takeover }
-  return Object.defineProperty(view, 'signal', { get: () => ctx.signal, enumerable: true }) as IntentContext
+/** What the work sees of an attempt: its fields and signal (an own property, so a spread keeps it), without `lose`. */
+function publicContext(ctx: Attempt): IntentContext {
+  return {
+    scope: ctx.scope,
+    key: ctx.key,
+    fingerprint: ctx.fingerprint,
+    token: ctx.token,
+    takeover: ctx.takeover,
+    get signal() {
+      return ctx.signal
+    },
+  }
 }
 
 function positive(ms: number, name: string): number {
