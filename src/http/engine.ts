@@ -20,6 +20,9 @@ export interface IdempotencyEngine {
 
 const MiB = 1024 * 1024
 
+/** The first thing that happens to a request in the ledger. */
+type Step = { ctx: IdempotencyContext } | { result: RunResult<HttpResponseLike> } | { error: unknown }
+
 /**
  * Creates the engine the adapters share.
  *
@@ -119,38 +122,41 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
   }
 
   async function execute(key: string, scope: string, fingerprint: string): Promise<Decision> {
-    let started: (ctx: IdempotencyContext) => void = () => {}
     let finishHandler: (response: HttpResponseLike) => void = () => {}
     let failHandler: (error: unknown) => void = () => {}
     const handlerDone = new Promise<HttpResponseLike>((resolve, reject) => {
       finishHandler = resolve
       failHandler = reject
     })
-    const startedPromise = new Promise<IdempotencyContext>((resolve) => {
-      started = resolve
+    // Whichever comes first: the ledger hands us the record (run the handler), or it settles without
+    // running it (replay, mismatch, still in flight) or fails (store down).
+    let first: (step: Step) => void = () => {}
+    const firstStep = new Promise<Step>((resolve) => {
+      first = resolve
     })
     const work = (ctx: IntentContext | TransactionContext<unknown>): Promise<HttpResponseLike> => {
-      started(toContext(ctx))
+      first({ ctx: toContext(ctx) })
       return handlerDone
     }
     const intent = { key, scope, fingerprint }
     const running = options.transactional
       ? ledger.runInTransaction(intent, work as never, runOptions)
       : ledger.run(intent, work, runOptions)
-    // Keep a rejection from being unhandled while we wait for whichever comes first.
-    running.catch(() => {})
-    let first: { ctx: IdempotencyContext } | { result: RunResult<HttpResponseLike> }
-    try {
-      first = await Promise.race([startedPromise.then((ctx) => ({ ctx })), running.then((result) => ({ result }))])
-    } catch (error) {
-      const decision = fromError(error)
+    // Also keeps a rejection from being unhandled: finish() and fail() read `running` again later.
+    void running.then(
+      (result) => first({ result }),
+      (error: unknown) => first({ error }),
+    )
+    const step = await firstStep
+    if ('error' in step) {
+      const decision = fromError(step.error)
       if (decision) return decision
-      throw error
+      throw step.error
     }
-    if ('result' in first) return { kind: 'respond', response: settled(first.result, key) }
+    if ('result' in step) return { kind: 'respond', response: settled(step.result, key) }
     return {
       kind: 'execute',
-      context: first.ctx,
+      context: step.ctx,
       finish: async (response) => {
         finishHandler(response)
         const result = await running.catch((error: unknown) => ({ kind: 'error' as const, error }))
