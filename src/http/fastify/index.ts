@@ -76,7 +76,9 @@ const plugin: FastifyPluginAsync<EngineOptions> = async (app, options) => {
     }
     const captured = { status: reply.statusCode, headers, body }
     const answer = await decision.finish(captured)
-    if (answer === captured) return body
+    // Hand back what the handler gave when it is still readable: a string lets Node write the headers
+    // and body as one chunk, where a Buffer costs a second one on every response.
+    if (answer === captured) return payload instanceof Readable ? body : payload
     // Transactional mode, and the transaction did not commit: answer the engine's problem instead.
     for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
     reply.code(answer.status).headers(answer.headers)
