@@ -3,7 +3,7 @@
  * it (MemoryStore, SqliteStore), on unique keys (every request runs the handler) and on replays of one
  * key (every request is answered from the store), in one run. Each app runs in its own process;
  * autocannon drives the load from this one.
- * Run alone: npx tsx bench/http.bench.ts [--seconds 3] [--connections 32]
+ * Run alone: npm run build && npx tsx bench/http.bench.ts [--seconds 3] [--connections 32]
  * (The same file is the app server when started with --serve <framework> <store>.)
  */
 import { type ChildProcess, spawn } from 'node:child_process'
@@ -45,13 +45,14 @@ const BODY = JSON.stringify({ amount: 1200, currency: 'eur', customer: 'cus_42' 
 
 /** The app under test, in this (child) process: the same handler with or without idemkey. */
 async function serve(framework: Framework, storeKind: StoreKind, dbPath: string): Promise<void> {
-  const { Ledger } = await import('../src/core/ledger.js')
+  // The built package, as users install it (npm run bench builds first).
+  const { Ledger } = await import('idemkey')
   let ledger: InstanceType<typeof Ledger> | undefined
   if (storeKind === 'memory') {
-    const { MemoryStore } = await import('../src/stores/memory/memory-store.js')
+    const { MemoryStore } = await import('idemkey/memory')
     ledger = new Ledger({ store: new MemoryStore() })
   } else if (storeKind === 'sqlite') {
-    const { SqliteStore } = await import('../src/stores/sqlite/sqlite-store.js')
+    const { SqliteStore } = await import('idemkey/sqlite')
     ledger = new Ledger({ store: new SqliteStore({ path: dbPath }) })
   }
   let n = 0
@@ -59,7 +60,7 @@ async function serve(framework: Framework, storeKind: StoreKind, dbPath: string)
   let port: number
   if (framework === 'express') {
     const { default: express } = await import('express')
-    const { idempotency } = await import('../src/http/express/index.js')
+    const { idempotency } = await import('idemkey/express')
     const app = express()
     app.use(express.json())
     if (ledger) app.use(idempotency({ ledger }))
@@ -71,7 +72,7 @@ async function serve(framework: Framework, storeKind: StoreKind, dbPath: string)
     port = (server.address() as { port: number }).port
   } else {
     const { default: Fastify } = await import('fastify')
-    const { idempotency } = await import('../src/http/fastify/index.js')
+    const { idempotency } = await import('idemkey/fastify')
     const app = Fastify()
     if (ledger) await app.register(idempotency, { ledger })
     app.post('/charges', async (request, reply) => reply.code(201).send(charge(request.body as { amount?: number })))
@@ -162,7 +163,7 @@ async function main(): Promise<void> {
     report(
       'http',
       'HTTP adapters (Express, Fastify)',
-      `npx tsx bench/http.bench.ts --seconds ${SECONDS} --connections ${CONNECTIONS}`,
+      `npm run build && npx tsx bench/http.bench.ts --seconds ${SECONDS} --connections ${CONNECTIONS}`,
       body,
     )
   } finally {
