@@ -31,5 +31,7 @@ export async function serviceSkipReason(name: string, port: number, host = '127.
   if (process.env.CI === 'true' || process.env.CI === '1') {
     throw new Error(`CI=true and ${reason}`)
   }
+  // Loud in every file that skips, so a missing server is never mistaken for a green run.
+  console.warn(`\n!!! SKIPPED (${name} down): ${reason}\n`)
   return reason
 }
