@@ -31,7 +31,7 @@ describeStoreModel(
     modelClient = clusterClient()
     return new RedisStore({ client: modelClient, prefix: `idemkey-test-${randomUUID()}` })
   },
-  { numRuns: 500, teardown: () => modelClient?.disconnect() },
+  { numRuns: 1_000, teardown: () => modelClient?.disconnect() },
 )
 
 describe('RedisStore on a cluster across processes', () => {
