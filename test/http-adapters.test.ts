@@ -199,6 +199,24 @@ describe('Fastify adapter', () => {
 })
 
 describe('fetch adapter', () => {
+  it('hands back the handler\'s own Response, unbuffered, for requests it does not cover', async () => {
+    const store = countingStore()
+    const streamed = () =>
+      new Response(new ReadableStream({ start: (c) => c.enqueue(new TextEncoder().encode('event: tick\n\n')) }), {
+        headers: { 'content-type': 'text/event-stream' },
+      })
+    let own: Response | undefined
+    const handler = withIdempotency(new Ledger({ store }), async () => {
+      own = streamed()
+      return own
+    })
+    const get = await handler(new Request('http://localhost/events', { headers: { 'idempotency-key': 'k' } }))
+    expect(get).toBe(own)
+    const keyless = await handler(new Request('http://localhost/events', { method: 'POST', body: '{}' }))
+    expect(keyless).toBe(own)
+    expect(store.acquired).toBe(0)
+  })
+
   it('passes extra handler arguments (a Next.js route context) through and exposes the context', async () => {
     const ledger = new Ledger({ store: new MemoryStore() })
     const handler = withIdempotency(ledger, async (request: Request, route: { params: { id: string } }) =>

@@ -140,6 +140,18 @@ describe('createEngine', () => {
     expect(read).toBe(false)
   })
 
+  it('applies only to covered methods that carry a key, or whose route requires one', () => {
+    const ledger = new Ledger({ store: new MemoryStore() })
+    const engine = createEngine({ ledger })
+    expect(engine.applies('POST', true)).toBe(true)
+    expect(engine.applies('patch', true)).toBe(true)
+    expect(engine.applies('POST', false)).toBe(false)
+    expect(engine.applies('GET', true)).toBe(false)
+    const required = createEngine({ ledger, required: true, methods: ['PUT'] })
+    expect(required.applies('PUT', false)).toBe(true)
+    expect(required.applies('POST', true)).toBe(false)
+  })
+
   it('answers 413 when the body is larger than maxRequestBody, before touching the ledger', async () => {
     const store = new MemoryStore()
     const engine = createEngine({ ledger: new Ledger({ store }), maxRequestBody: 4 })

@@ -9,6 +9,12 @@ import type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, Idempo
 
 /** The neutral HTTP layer: every rule of SPEC §5, once, for every adapter. */
 export interface IdempotencyEngine {
+  /**
+   * Whether a request needs the layer at all: a covered method that carries an Idempotency-Key, or
+   * whose route requires one. Synchronous and allocation-free, so adapters let other traffic (GETs,
+   * keyless POSTs) straight through without building a neutral request.
+   */
+  applies(method: string, hasKey: boolean): boolean
   /** Decides what to do with a request before the handler runs (for adapters that run the handler themselves). */
   begin(req: HttpRequestLike): Promise<Decision>
   /**
@@ -187,6 +193,7 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
   }
 
   return {
+    applies: (method, hasKey) => (hasKey || options.required === true) && methods.has(method.toUpperCase()),
     begin,
     async handle(req, next) {
       const decision = await begin(req)

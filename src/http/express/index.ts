@@ -4,6 +4,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { createEngine } from '../engine.js'
+import { KEY_HEADER } from '../key-header.js'
 import { distinctHeaders, readNodeBody } from '../node-body.js'
 import type { EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../types.js'
 
@@ -42,6 +43,7 @@ export function idempotency(options: ExpressIdempotencyOptions): (req: Req, res:
   const abandonAfterMs = options.abandonAfterMs ?? 30_000
   const keepAtMost = options.maxStoredBody ?? 1024 * 1024
   return function idempotencyMiddleware(req, res, next) {
+    if (!engine.applies(req.method ?? 'GET', req.headers[KEY_HEADER] !== undefined)) return next()
     const neutral: HttpRequestLike = {
       method: req.method ?? 'GET',
       url: req.originalUrl ?? req.url ?? '/',

@@ -6,6 +6,7 @@ import { Readable } from 'node:stream'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
+import { KEY_HEADER } from '../key-header.js'
 import { distinctHeaders } from '../node-body.js'
 import type { Decision, EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
 
@@ -43,9 +44,11 @@ const plugin: FastifyPluginAsync<EngineOptions> = async (app, options) => {
 
   app.decorateRequest('idempotency', undefined)
 
-  app.addHook('preHandler', async (request: FastifyRequest, reply: FastifyReply) => {
+  // Callback-style hooks: a request the layer does not cover passes each of them synchronously,
+  // with no promise made for it.
+  app.addHook('preHandler', function idempotencyPreHandler(request: FastifyRequest, reply: FastifyReply, done: (error?: Error) => void) {
     const engine = engineFor((request.routeOptions.config as { idempotency?: RouteIdempotency } | undefined)?.idempotency)
-    if (!engine) return
+    if (!engine?.applies(request.method, request.headers[KEY_HEADER] !== undefined)) return done()
     const body = request.body
     const neutral: HttpRequestLike = {
       method: request.method,
@@ -55,43 +58,52 @@ const plugin: FastifyPluginAsync<EngineOptions> = async (app, options) => {
       body: async () =>
         body === undefined || body === null ? new Uint8Array(0) : Buffer.from(typeof body === 'string' ? body : (body as Buffer)),
     }
-    const decision = await engine.begin(neutral)
-    if (decision.kind === 'passthrough') return
-    if (decision.kind === 'respond') {
-      reply.code(decision.response.status).headers(decision.response.headers)
-      return reply.send(Buffer.from(decision.response.body))
-    }
-    request.idempotency = decision.context
-    decisions.set(request, decision)
+    engine.begin(neutral).then((decision) => {
+      if (decision.kind === 'passthrough') return done()
+      if (decision.kind === 'respond') {
+        // Answered here: the handler does not run, and done() is not called.
+        reply.code(decision.response.status).headers(decision.response.headers)
+        reply.send(Buffer.from(decision.response.body))
+        return
+      }
+      request.idempotency = decision.context
+      decisions.set(request, decision)
+      done()
+    }, done)
   })
 
-  app.addHook('onSend', async (request, reply, payload) => {
+  app.addHook('onSend', function idempotencyOnSend(request, reply, payload, done) {
     const decision = decisions.get(request)
-    if (!decision) return payload
+    if (!decision) return done(null, payload)
     decisions.delete(request)
-    const body = await toBuffer(payload)
-    const headers: Record<string, string | string[]> = {}
-    for (const [name, value] of Object.entries(reply.getHeaders())) {
-      if (value !== undefined) headers[name] = Array.isArray(value) ? value : String(value)
-    }
-    const captured = { status: reply.statusCode, headers, body }
-    const answer = await decision.finish(captured)
-    // Hand back what the handler gave when it is still readable: a string lets Node write the headers
-    // and body as one chunk, where a Buffer costs a second one on every response.
-    if (answer === captured) return payload instanceof Readable ? body : payload
-    // Transactional mode, and the transaction did not commit: answer the engine's problem instead.
-    for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
-    reply.code(answer.status).headers(answer.headers)
-    return Buffer.from(answer.body)
+    settle(decision, reply, payload).then((result) => done(null, result), done)
   })
 
   // A request that never reached onSend (aborted, or the reply was hijacked): release its record.
-  app.addHook('onResponse', async (request) => {
+  app.addHook('onResponse', function idempotencyOnResponse(request, _reply, done) {
     const decision = decisions.get(request)
-    if (!decision) return
+    if (!decision) return done()
     decisions.delete(request)
-    await decision.fail(new Error('The response was not sent through Fastify.'))
+    decision.fail(new Error('The response was not sent through Fastify.')).then(() => done(), done)
   })
+}
+
+/** Stores what the handler sent and returns the payload to send: its own, or the engine's problem. */
+async function settle(decision: Extract<Decision, { kind: 'execute' }>, reply: FastifyReply, payload: unknown): Promise<unknown> {
+  const body = await toBuffer(payload)
+  const headers: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(reply.getHeaders())) {
+    if (value !== undefined) headers[name] = Array.isArray(value) ? value : String(value)
+  }
+  const captured = { status: reply.statusCode, headers, body }
+  const answer = await decision.finish(captured)
+  // Hand back what the handler gave when it is still readable: a string lets Node write the headers
+  // and body as one chunk, where a Buffer costs a second one on every response.
+  if (answer === captured) return payload instanceof Readable ? body : payload
+  // Transactional mode, and the transaction did not commit: answer the engine's problem instead.
+  for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
+  reply.code(answer.status).headers(answer.headers)
+  return Buffer.from(answer.body)
 }
 
 async function toBuffer(payload: unknown): Promise<Buffer> {

@@ -4,6 +4,7 @@
  */
 import type { Ledger } from '../../core/ledger.js'
 import { createEngine } from '../engine.js'
+import { KEY_HEADER } from '../key-header.js'
 import { headersRecord, readWebBody, toWebResponse } from '../node-body.js'
 import type { EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
 
@@ -33,6 +34,8 @@ export function withIdempotency<A extends unknown[]>(
 ): (request: Request, ...rest: A) => Promise<Response> {
   const engine = createEngine({ ...options, ledger })
   return async function idempotentHandler(request: Request, ...rest: A): Promise<Response> {
+    // Uncovered traffic gets the handler's own Response, unbuffered (streams and SSE stay streams).
+    if (!engine.applies(request.method, request.headers.has(KEY_HEADER))) return handler(request, ...rest)
     const url = new URL(request.url)
     const neutral: HttpRequestLike = {
       method: request.method,

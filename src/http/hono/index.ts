@@ -6,6 +6,7 @@
 import type { IncomingMessage } from 'node:http'
 import type { MiddlewareHandler } from 'hono'
 import { createEngine } from '../engine.js'
+import { KEY_HEADER } from '../key-header.js'
 import { distinctHeaders, headersRecord, readWebBody, toWebResponse } from '../node-body.js'
 import type { EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
 
@@ -25,6 +26,11 @@ export function idempotency(options: EngineOptions): MiddlewareHandler<{ Variabl
   const engine = createEngine(options)
   return async function idempotencyMiddleware(c, next) {
     const raw = c.req.raw
+    if (!engine.applies(raw.method, raw.headers.has(KEY_HEADER))) {
+      c.set('idempotency', undefined)
+      await next()
+      return
+    }
     const url = new URL(raw.url)
     const incoming = nodeRequest(c.env)
     const neutral: HttpRequestLike = {
