@@ -199,7 +199,7 @@ describe('Fastify adapter', () => {
 })
 
 describe('fetch adapter', () => {
-  it('hands back the handler\'s own Response, unbuffered, for requests it does not cover', async () => {
+  it("hands back the handler's own Response, unbuffered, for requests it does not cover", async () => {
     const store = countingStore()
     const streamed = () =>
       new Response(new ReadableStream({ start: (c) => c.enqueue(new TextEncoder().encode('event: tick\n\n')) }), {
