@@ -142,6 +142,71 @@ describe('Express adapter', () => {
   })
 })
 
+/** A MemoryStore that runs "transactions" and can fence the next completion out (SPEC §6). */
+class FencingTxStore extends MemoryStore {
+  fenceNext = false
+  async transaction<R>(fn: (tx: object) => Promise<R>): Promise<R> {
+    return fn({})
+  }
+  async completeInTransaction(_tx: object, ...args: Parameters<MemoryStore['complete']>): Promise<boolean> {
+    return this.fenceNext ? false : this.complete(...args)
+  }
+}
+
+describe('Express adapter in transactional mode', () => {
+  let url: string
+  let server: import('node:http').Server
+  const store = new FencingTxStore()
+
+  beforeAll(async () => {
+    const app = express()
+    app.use(express.json())
+    app.use(expressIdempotency({ ledger: new Ledger({ store }), transactional: true }))
+    app.post('/object', (_req, res) => {
+      res.writeHead(201, 'Made', { 'content-type': 'application/json', 'x-order': 'o1' })
+      res.end('{"id":"ch_1"}')
+    })
+    app.post('/flat', (_req, res) => {
+      res.writeHead(201, ['content-type', 'text/plain', 'x-tag', 'a', 'x-tag', 'b'])
+      res.end('made')
+    })
+    server = app.listen(0, '127.0.0.1')
+    await new Promise((resolve) => server.once('listening', resolve))
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  })
+  afterAll(() => new Promise((resolve) => server.close(resolve)))
+  afterEach(() => {
+    store.fenceNext = false
+  })
+
+  it('keeps the status and headers a handler gave writeHead once the transaction committed', async () => {
+    const response = await fetch(`${url}/object`, { method: 'POST', headers: { 'idempotency-key': randomUUID() } })
+    expect(response.status).toBe(201)
+    expect(response.statusText).toBe('Made')
+    expect(response.headers.get('x-order')).toBe('o1')
+    expect(await response.text()).toBe('{"id":"ch_1"}')
+    const flat = await fetch(`${url}/flat`, { method: 'POST', headers: { 'idempotency-key': randomUUID() } })
+    expect(flat.status).toBe(201)
+    expect(flat.headers.get('x-tag')).toBe('a, b')
+    expect(await flat.text()).toBe('made')
+  })
+
+  it("answers the 409 problem, not the handler's writeHead status and headers, when the holder was fenced out", async () => {
+    store.fenceNext = true
+    const response = await fetch(`${url}/object`, { method: 'POST', headers: { 'idempotency-key': randomUUID() } })
+    expect(response.status).toBe(409)
+    expect(response.headers.get('content-type')).toBe('application/problem+json')
+    expect(response.headers.get('x-order')).toBeNull()
+    expect(await response.text()).not.toContain('ch_1')
+  })
+
+  it('refuses transactional: true at start-up when the store runs no transactions', () => {
+    expect(() => expressIdempotency({ ledger: new Ledger({ store: new MemoryStore() }), transactional: true })).toThrow(
+      /transactional: true needs a store that runs transactions/,
+    )
+  })
+})
+
 describe('Fastify adapter', () => {
   let app: FastifyInstance
   let url: string

@@ -198,7 +198,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     if (!isTransactionalStore(this.store)) {
       throw new IdempotencyError(
         'INVALID_OPTION',
-        `runInTransaction needs a store that runs transactions (PostgresStore); ${this.store.name} does not. Use run() instead.`,
+        `runInTransaction needs a store that runs transactions (PostgresStore, MySqlStore); ${this.store.name} does not. Use run() instead.`,
       )
     }
     const store = this.store as unknown as TransactionalStore<TxOf<S>>

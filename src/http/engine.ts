@@ -2,6 +2,7 @@ import { parseDuration } from '../core/duration.js'
 import type { IntentContext, Ledger, RunOptions, RunResult, TransactionContext } from '../core/ledger.js'
 import { classifyStatus } from '../core/outcome.js'
 import { IdempotencyError, isIdempotencyError } from '../errors.js'
+import { isTransactionalStore } from '../stores/store.js'
 import { KEY_HEADER, parseKeyHeader } from './key-header.js'
 import { DEFAULT_PROBLEM_BASE, problem } from './problem.js'
 import { defaultScope, fromStored, requestFingerprint, storedHeaderSet, toStored } from './stored.js'
@@ -41,6 +42,13 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
     throw new IdempotencyError('INVALID_OPTION', 'idempotency({ ledger }) needs a Ledger: new Ledger({ store }).')
   }
   const ledger: Ledger = options.ledger
+  if (options.transactional && !isTransactionalStore(ledger.store)) {
+    // Said once at start-up, not as a failure of every request.
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `transactional: true needs a store that runs transactions (PostgresStore, MySqlStore); ${ledger.store.name} does not. Drop the option or change the store.`,
+    )
+  }
   const methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()))
   const allow = storedHeaderSet(options.storedHeaders)
   const maxStoredBody = options.maxStoredBody ?? MiB

@@ -157,6 +157,23 @@ function holdUntilCommit(
   let ended = false
   const write = res.write
   const end = res.end
+  const writeHead = res.writeHead
+  // writeHead would build the header block now; keep status and headers open until the commit, so a
+  // failed commit can still replace them.
+  res.writeHead = function holdWriteHead(this: ServerResponse, statusCode: number, ...rest: unknown[]) {
+    res.statusCode = statusCode
+    for (const arg of rest) {
+      if (typeof arg === 'string') res.statusMessage = arg
+      else if (Array.isArray(arg)) {
+        // Node takes [name, value, name, value] or [[name, value], …]; repeated names add up.
+        const pairs = Array.isArray(arg[0]) ? (arg as [string, string][]) : pairsOf(arg as string[])
+        for (const [name, value] of pairs) res.appendHeader(name, value)
+      } else if (arg && typeof arg === 'object') {
+        for (const [name, value] of Object.entries(arg)) if (value !== undefined) res.setHeader(name, value as string | string[])
+      }
+    }
+    return this
+  } as ServerResponse['writeHead']
   res.write = function holdWrite(...args: WriteArgs) {
     const buffer = toBuffer(args[0], args[1])
     if (buffer) chunks.push(buffer)
@@ -172,6 +189,7 @@ function holdUntilCommit(
     const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined
     const body = Buffer.concat(chunks)
     void finish({ status: res.statusCode, headers: headersOf(res), body }).then((answer) => {
+      res.writeHead = writeHead
       res.write = write
       res.end = end
       if (answer.body !== body && !res.headersSent) {
@@ -198,6 +216,12 @@ function releaseIfAbandoned(res: ServerResponse, afterMs: number, ended: () => b
     }, afterMs)
     timer.unref()
   })
+}
+
+function pairsOf(flat: string[]): [string, string][] {
+  const pairs: [string, string][] = []
+  for (let i = 0; i + 1 < flat.length; i += 2) pairs.push([flat[i] as string, flat[i + 1] as string])
+  return pairs
 }
 
 function toBuffer(chunk: unknown, encoding: unknown): Buffer | undefined {
