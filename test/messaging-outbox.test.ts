@@ -176,6 +176,20 @@ describe.skipIf(skip !== undefined)('outbox, relay and inbox on PostgreSQL with 
     expect(await nats.count()).toBe(5)
   })
 
+  it('purges sent rows past their age in bounded batches and leaves pending rows alone', async () => {
+    await inTransaction(db.pool, async (tx) => {
+      for (let i = 0; i < 5; i++) await outbox.add(tx, { topic: nats.subject('purge'), payload: { i } })
+    })
+    const relay = new OutboxRelay({ outbox, publisher: new NatsPublisher({ connection: nats.connection }) })
+    expect(await relay.runOnce()).toBe(5)
+    await inTransaction(db.pool, (tx) => outbox.add(tx, { topic: nats.subject('purge'), payload: 'later' }))
+    expect(await outbox.purgeSent('1h')).toBe(0)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(await outbox.purgeSent(1, { batchSize: 2 })).toBe(5)
+    expect(await outbox.stats()).toEqual({ pending: 1, sent: 0, dead: 0 })
+    await expect(outbox.purgeSent(1, { batchSize: 0 })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' })
+  })
+
   it('keeps per-partition order at the broker even when a publish in the middle fails', async () => {
     await inTransaction(db.pool, async (tx) => {
       for (let i = 0; i < 30; i++)
@@ -291,7 +305,7 @@ describe.skipIf(skip !== undefined)('outbox, relay and inbox on PostgreSQL with 
     expect(rows).toEqual([{ amount: 5 }])
     expect(events).toEqual(['applied', 'duplicate', 'mismatch', 'applied'])
     // Retention 0: every processed ID may go.
-    expect(await inbox.purge()).toBe(2)
+    expect(await inbox.purge({ batchSize: 1 })).toBe(2)
   })
 
   it("records a message ID inside the caller's own transaction: new once, duplicate after commit, new again after a rollback", async () => {

@@ -1,5 +1,6 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { sha256Hex } from '../../core/fingerprint.js'
+import { assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { InboxMismatchError, quoteName } from '../message.js'
 import type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
@@ -190,13 +191,25 @@ export class PgInbox implements Inbox<PgPoolClient> {
     return { status: 'duplicate' }
   }
 
-  /** Deletes IDs processed longer ago than the retention. Returns how many. Run it periodically. */
-  async purge(): Promise<number> {
-    const result = await this.#pool.query(
-      `DELETE FROM ${this.#table} WHERE consumer = $1 AND processed_at < now() - $2 * interval '1 millisecond'`,
-      [this.consumer, this.#retentionMs],
-    )
-    return result.rowCount ?? 0
+  /**
+   * Deletes IDs processed longer ago than the retention, in batches of `batchSize` rows, each its own
+   * short statement. Returns how many. Run it periodically.
+   */
+  async purge(options: { batchSize?: number } = {}): Promise<number> {
+    const batchSize = options.batchSize ?? 10_000
+    assertPositiveInteger(batchSize, 'batchSize')
+    let total = 0
+    for (;;) {
+      const result = await this.#pool.query(
+        `DELETE FROM ${this.#table} WHERE ctid IN (
+           SELECT ctid FROM ${this.#table} WHERE consumer = $1 AND processed_at < now() - $2 * interval '1 millisecond'
+           LIMIT $3 FOR UPDATE SKIP LOCKED)`,
+        [this.consumer, this.#retentionMs, batchSize],
+      )
+      const deleted = result.rowCount ?? 0
+      total += deleted
+      if (deleted < batchSize) return total
+    }
   }
 
   #emit(event: InboxEvent): void {

@@ -1,9 +1,13 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { quoteName } from '../message.js'
 import type { PgPool, PgQueryable } from '../pg.js'
 import { PgRelayStorage } from './pg-relay-storage.js'
 import { type AddResult, DEFAULT_MAX_PAYLOAD_BYTES, encodeEvent, type OutboxEventInput, type RelayStorage } from './storage.js'
+
+/** Rows deleted per statement by purgeSent: short locks, bounded WAL per commit. */
+const PURGE_BATCH = 10_000
 
 /** Options of {@link PgOutbox}. */
 export interface PgOutboxOptions {
@@ -135,17 +139,28 @@ export class PgOutbox {
   }
 
   /**
-   * Deletes sent rows older than `olderThan`. Returns how many. Keep them at least as long as your
-   * idempotency keys live: a request replayed after its event row is gone would add the event again.
+   * Deletes sent rows older than `olderThan`, in batches of `batchSize` rows, each its own short
+   * statement (rows a relay holds are skipped, never waited for). Returns how many. Keep them at least
+   * as long as your idempotency keys live: a request replayed after its event row is gone would add
+   * the event again.
    */
-  async purgeSent(olderThan: Duration): Promise<number> {
+  async purgeSent(olderThan: Duration, options: { batchSize?: number } = {}): Promise<number> {
     const olderThanMs = parseDuration(olderThan, 'olderThan')
-    const result = await this.#query(
-      'purgeSent',
-      `DELETE FROM ${this.#table} WHERE status = 'sent' AND sent_at < now() - $1 * interval '1 millisecond'`,
-      [olderThanMs],
-    )
-    return result.rowCount ?? 0
+    const batchSize = options.batchSize ?? PURGE_BATCH
+    assertPositiveInteger(batchSize, 'batchSize')
+    let total = 0
+    for (;;) {
+      const result = await this.#query(
+        'purgeSent',
+        `DELETE FROM ${this.#table} WHERE ctid IN (
+           SELECT ctid FROM ${this.#table} WHERE status = 'sent' AND sent_at < now() - $1 * interval '1 millisecond'
+           LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+        [olderThanMs, batchSize],
+      )
+      const deleted = result.rowCount ?? 0
+      total += deleted
+      if (deleted < batchSize) return total
+    }
   }
 
   /** Puts dead-lettered rows back to pending (after fixing the cause). Returns how many. */
