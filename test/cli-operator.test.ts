@@ -1,9 +1,12 @@
 import { spawnSync } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
 import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
+import { MySqlStore } from '../src/stores/mysql/mysql-store.js'
 import { SqliteStore } from '../src/stores/sqlite/sqlite-store.js'
+import { serviceSkipReason } from './helpers/services.js'
 
 const ROOT = join(import.meta.dirname, '..')
 const BIN = join(ROOT, 'bin/idemkey.js')
@@ -127,5 +130,34 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     expect(url.stderr).toContain('expected memory:, sqlite:PATH')
     const empty = cli('gc', '--store', 'sqlite:')
     expect(empty.stderr).toContain('sqlite: needs a file path')
+  })
+})
+
+const mysqlSkip = await serviceSkipReason('MariaDB', 3306)
+
+describe('idemkey operator commands on MySQL/MariaDB (mysql:// store URL)', { skip: mysqlSkip !== undefined }, () => {
+  const url = 'mysql://root@127.0.0.1:3306/test'
+  const scope = `cli-${randomUUID()}`
+
+  it('migrates, then inspects, lists, purges and evicts a record the store wrote', async () => {
+    expect(cli('migrate', '--store', url).code).toBe(0)
+    expect(json<{ result: string }>(cli('migrate', '--store', url, '--json').stdout).result).toContain('up to date')
+    const store = new MySqlStore({ uri: url })
+    try {
+      const held = await store.acquire(scope, 'order-1', FP, 600_000)
+      if (held.kind !== 'acquired') throw new Error(`setup: ${held.kind}`)
+    } finally {
+      await store.close()
+    }
+    const inspected = cli('inspect', 'order-1', '--scope', scope, '--store', url, '--json')
+    expect(inspected.code).toBe(0)
+    expect(json<{ record: { status: string; token: number } }>(inspected.stdout).record).toMatchObject({ status: 'in_progress', token: 1 })
+    const listed = json<Array<{ key: string }>>(cli('list', '--status', 'in_progress', '--scope', scope, '--store', url, '--json').stdout)
+    expect(listed.map((r) => r.key)).toEqual(['order-1'])
+    expect(cli('gc', '--store', url).code).toBe(0)
+    expect(json<{ evicted: boolean }>(cli('evict', 'order-1', '--scope', scope, '--store', url, '--yes', '--json').stdout).evicted).toBe(
+      true,
+    )
+    expect(cli('inspect', 'order-1', '--scope', scope, '--store', url).code).toBe(1)
   })
 })

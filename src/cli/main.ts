@@ -35,7 +35,7 @@ Examples:
   idemkey list --status in_progress --older-than 5m
   idemkey gc --store postgres://app@127.0.0.1:5432/app
 
-Store URLs: memory:, sqlite:PATH (default sqlite:idemkey.db), postgres://…, redis://…`,
+Store URLs: memory:, sqlite:PATH (default sqlite:idemkey.db), postgres://…, mysql://…, redis://…`,
     )
   program.configureHelp({ sortSubcommands: false, showGlobalOptions: false })
   registerDemo(program)

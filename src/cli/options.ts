@@ -4,7 +4,7 @@ import { isIdempotencyError } from '../errors.js'
 import { DEFAULT_STORE_URL, parseStoreUrl } from './store-url.js'
 
 /** Help text of `--store`, shared by every command that opens one. */
-export const STORE_HELP = `store URL: memory:, sqlite:PATH, postgres://…, redis://… (default ${DEFAULT_STORE_URL})`
+export const STORE_HELP = `store URL: memory:, sqlite:PATH, postgres://…, mysql://…, redis://… (default ${DEFAULT_STORE_URL})`
 
 /**
  * A commander parser for a duration flag (`30s`, `5m`, `1h30m`, or milliseconds); returns milliseconds.

@@ -30,7 +30,7 @@ export function registerProxy(program: Command): void {
     .requiredOption('--upstream <url>', 'the API behind the proxy, e.g. http://127.0.0.1:3000', upstreamArg)
     .option('--port <port>', 'port to listen on (0: any free port)', intArg('--port', 0, 65535), 8080)
     .option('--host <host>', 'address to listen on', '127.0.0.1')
-    .option('--store <url>', 'store URL: memory:, sqlite:PATH, postgres://…, redis://…', storeArg, DEFAULT_STORE_URL)
+    .option('--store <url>', 'store URL: memory:, sqlite:PATH, postgres://…, mysql://…, redis://…', storeArg, DEFAULT_STORE_URL)
     .option('--lease <duration>', 'how long a request owns its key without renewal (renewed while it runs)', durationArg('--lease'), 30_000)
     .option('--ttl <duration>', 'how long outcomes are replayed', durationArg('--ttl'), 24 * 3_600_000)
     .option('--wait <duration>', 'how long a duplicate waits for the first request before 409', durationArg('--wait'), 10_000)

@@ -10,9 +10,10 @@ export type StoreSpec =
   | { kind: 'sqlite'; url: string; path: string }
   | { kind: 'postgres'; url: string }
   | { kind: 'redis'; url: string }
+  | { kind: 'mysql'; url: string }
 
 const EXPECTED =
-  'expected memory:, sqlite:PATH (e.g. sqlite:idemkey.db), postgres://USER@HOST:PORT/DB or redis://HOST:PORT (rediss:// for TLS)'
+  'expected memory:, sqlite:PATH (e.g. sqlite:idemkey.db), postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB or redis://HOST:PORT (rediss:// for TLS)'
 
 /**
  * Reads a store URL without opening anything; throws `INVALID_OPTION` saying what is expected.
@@ -30,6 +31,11 @@ export function parseStoreUrl(url: string): StoreSpec {
   if (/^postgres(ql)?:\/\//.test(text)) {
     checkUrl(url, text)
     return { kind: 'postgres', url: text }
+  }
+  if (/^(mysql|mariadb):\/\//.test(text)) {
+    checkUrl(url, text)
+    // mysql2 reads mysql:// URIs; mariadb:// is the same server to a user.
+    return { kind: 'mysql', url: text.replace(/^mariadb:/, 'mysql:') }
   }
   if (/^rediss?:\/\//.test(text)) {
     checkUrl(url, text)
@@ -64,8 +70,8 @@ interface MigratableStore extends IdempotencyStore {
 }
 
 /**
- * Opens the store a URL names. PostgreSQL and Redis are loaded only when asked for, so the CLI runs
- * without `pg` or `ioredis` installed; a missing driver says what to install.
+ * Opens the store a URL names. PostgreSQL, MySQL and Redis are loaded only when asked for, so the CLI
+ * runs without `pg`, `mysql2` or `ioredis` installed; a missing driver says what to install.
  */
 export async function openStore(url: string): Promise<OpenedStore> {
   const spec = parseStoreUrl(url)
@@ -104,6 +110,12 @@ async function construct(spec: StoreSpec): Promise<IdempotencyStore> {
         PostgresStore: new (options: { connectionString: string }) => IdempotencyStore
       }
       return new mod.PostgresStore({ connectionString: spec.url })
+    }
+    case 'mysql': {
+      const mod = (await importDriver('../stores/mysql/index.js', 'mysql2', spec)) as {
+        MySqlStore: new (options: { uri: string }) => IdempotencyStore
+      }
+      return new mod.MySqlStore({ uri: spec.url })
     }
     case 'redis': {
       const mod = (await importDriver('../stores/redis/index.js', 'ioredis', spec)) as {
@@ -150,5 +162,5 @@ export function describeStore(spec: StoreSpec): string {
 
 /** Whether the store decides time on its server (shared by several machines), from its URL alone. */
 export function isServerClockStore(spec: StoreSpec): boolean {
-  return spec.kind === 'postgres' || spec.kind === 'redis'
+  return spec.kind === 'postgres' || spec.kind === 'mysql' || spec.kind === 'redis'
 }
