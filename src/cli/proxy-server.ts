@@ -4,7 +4,7 @@ import { Pool } from 'undici'
 import type { Ledger, LedgerEvent } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
 import { distinctHeaders, readNodeBody } from '../http/node-body.js'
-import { problem } from '../http/problem.js'
+import { DEFAULT_PROBLEM_BASE } from '../http/problem.js'
 import { defaultScope } from '../http/stored.js'
 import type { HttpRequestLike, HttpResponseLike } from '../http/types.js'
 
@@ -155,8 +155,17 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     active++
     serve(req, res)
       .catch((error: unknown) => {
-        if (!res.headersSent) send(res, problem('INVALID_ARGUMENT', `The proxy failed: ${(error as Error).message}`))
-        else res.destroy()
+        if (!res.headersSent) {
+          send(
+            res,
+            proxyProblem(
+              500,
+              'proxy-error',
+              'Proxy error',
+              `The proxy failed while serving this request (${(error as Error).message}); nothing was stored for it. Retry with the same Idempotency-Key.`,
+            ),
+          )
+        } else res.destroy()
       })
       .finally(() => {
         active--
@@ -240,16 +249,27 @@ function responseHeaders(headers: Record<string, string | string[] | undefined>,
 function upstreamProblem(error: unknown): HttpResponseLike {
   const code = (error as { code?: string }).code ?? ''
   const timedOut = TIMEOUT_CODES.has(code)
-  const status = timedOut ? 504 : 502
-  const body = {
-    type: `https://idemkey.dev/docs/errors#${timedOut ? 'upstream-timeout' : 'upstream-unreachable'}`,
-    title: timedOut ? 'Upstream timed out' : 'Upstream unreachable',
-    status,
-    detail: `${timedOut ? 'The upstream did not answer in time' : 'The proxy could not reach the upstream'} (${code || (error as Error).message}). Retry with the same Idempotency-Key.`,
-  }
+  const reason = code || (error as Error).message
+  return timedOut
+    ? proxyProblem(
+        504,
+        'upstream-timeout',
+        'Upstream timed out',
+        `The upstream did not answer in time (${reason}). Retry with the same Idempotency-Key.`,
+      )
+    : proxyProblem(
+        502,
+        'upstream-unreachable',
+        'Upstream unreachable',
+        `The proxy could not reach the upstream (${reason}). Retry with the same Idempotency-Key.`,
+      )
+}
+
+/** A problem only the proxy answers (its slug has a section in docs/errors.md); always worth a retry. */
+function proxyProblem(status: number, slug: string, title: string, detail: string): HttpResponseLike {
   return {
     status,
     headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store', 'retry-after': '1' },
-    body: new TextEncoder().encode(JSON.stringify(body)),
+    body: new TextEncoder().encode(JSON.stringify({ type: `${DEFAULT_PROBLEM_BASE}${slug}`, title, status, detail })),
   }
 }
