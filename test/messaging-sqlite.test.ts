@@ -68,6 +68,27 @@ describe('SQLite outbox and inbox', () => {
     }
   })
 
+  it('purges sent rows past their age in batches, and puts dead-lettered rows back to pending', async () => {
+    for (const id of ['s1', 's2', 's3', 'd1', 'd2']) placeOrder(id)
+    const storage = outbox.storage()
+    const claimed = await storage.claim('relay-1', 10, 60_000)
+    const seq = (id: string) => claimed.find((m) => m.id === placeOrder(id).id)?.seq as number
+    await storage.markSent(['s1', 's2', 's3'].map(seq))
+    await storage.markFailed('relay-1', [
+      { seq: seq('d1'), error: 'nack', retryInMs: 0, dead: true },
+      { seq: seq('d2'), error: 'nack', retryInMs: 0, dead: true },
+    ])
+    expect(outbox.stats()).toEqual({ pending: 0, sent: 3, dead: 2 })
+    expect(outbox.purgeSent('1h')).toBe(0)
+    await new Promise((resolve) => setTimeout(resolve, 5))
+    expect(outbox.purgeSent(1, { batchSize: 2 })).toBe(3)
+    expect(outbox.retryDead([placeOrder('d1').id])).toBe(1)
+    expect(outbox.stats()).toEqual({ pending: 1, sent: 0, dead: 1 })
+    expect(outbox.retryDead()).toBe(1)
+    expect(outbox.stats()).toEqual({ pending: 2, sent: 0, dead: 0 })
+    expect(() => outbox.purgeSent(1, { batchSize: 0 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }))
+  })
+
   describe('through NATS JetStream', { skip: skip !== undefined }, () => {
     let nats: TestStream
     beforeEach(async () => {

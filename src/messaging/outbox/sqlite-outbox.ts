@@ -1,3 +1,5 @@
+import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { type OutboxMessage, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
@@ -122,6 +124,36 @@ export class SqliteOutbox {
     const out = { pending: 0, sent: 0, dead: 0 }
     for (const r of rows) out[r.status as keyof typeof out] = r.n
     return out
+  }
+
+  /**
+   * Deletes sent rows older than `olderThan`, `batchSize` rows per write transaction so other writers
+   * of the file wait at most one batch. Returns how many. Keep them at least as long as your
+   * idempotency keys live: a request replayed after its event row is gone would add the event again.
+   */
+  purgeSent(olderThan: Duration, options: { batchSize?: number } = {}): number {
+    const cutoff = this.#now() - parseDuration(olderThan, 'olderThan')
+    const batchSize = options.batchSize ?? 10_000
+    assertPositiveInteger(batchSize, 'batchSize')
+    const purge = this.#db.prepare(
+      `DELETE FROM ${this.#table} WHERE seq IN (SELECT seq FROM ${this.#table} WHERE status = 'sent' AND sent_at < ? LIMIT ?)`,
+    )
+    let total = 0
+    for (;;) {
+      const deleted = purge.run(cutoff, batchSize).changes
+      total += deleted
+      if (deleted < batchSize) return total
+    }
+  }
+
+  /** Puts dead-lettered rows (all, or those with these IDs) back to pending after the cause is fixed. Returns how many. */
+  retryDead(ids?: readonly string[]): number {
+    const where = ids === undefined ? '' : ` AND id IN (SELECT value FROM json_each(?))`
+    const retry = this.#db.prepare(
+      `UPDATE ${this.#table} SET status = 'pending', attempts = 0, available_at = ?, last_error = NULL WHERE status = 'dead'${where}`,
+    )
+    const now = this.#now()
+    return (ids === undefined ? retry.run(now) : retry.run(now, JSON.stringify(ids))).changes
   }
 
   /** The relay's view of this table. */
