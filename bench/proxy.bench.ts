@@ -3,7 +3,7 @@
  * directly, with unique keys (every request runs) and replays (every request is answered from the
  * store), for SQLite and, when their stores are built and their servers answer, PostgreSQL and Redis.
  * The upstream and each proxy are separate processes; autocannon drives the load from this one.
- * Run alone: npm run build && npx tsx bench/proxy.bench.ts [--seconds 4] [--connections 32]
+ * Run alone: npm run build && npx tsx bench/proxy.bench.ts [--seconds 4] [--connections 32] [--rate 1000]
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
@@ -38,6 +38,7 @@ const arg = (name: string, fallback: number) => {
   return i > 0 ? Number(process.argv[i + 1]) : fallback
 }
 const SECONDS = arg('--seconds', 4)
+const LATENCY_RATE = arg('--rate', 1_000)
 const CONNECTIONS = arg('--connections', 32)
 const BODY = JSON.stringify({ amount: 1200, currency: 'eur', customer: 'cus_42' })
 const children: ChildProcess[] = []
@@ -57,6 +58,26 @@ function startUpstream(): Promise<number> {
       })
     }).listen(0, '127.0.0.1', function () { process.stdout.write('port ' + this.address().port + '\\n') })`
   return listening(spawn(process.execPath, ['-e', code], { stdio: ['ignore', 'pipe', 'inherit'] }), /port (\d+)/)
+}
+
+/**
+ * The ceiling any Node proxy has here: buffer the body, forward it with undici (as `idemkey proxy`
+ * does), send the answer back. No store, no fingerprint, no header rules.
+ */
+function startForwarder(upstreamPort: number): Promise<number> {
+  const code = `
+    const http = require('node:http')
+    const { Pool } = require('undici')
+    const pool = new Pool('http://127.0.0.1:${upstreamPort}', { connections: 256 })
+    http.createServer(async (req, res) => {
+      const chunks = []
+      for await (const c of req) chunks.push(c)
+      const up = await pool.request({ path: req.url, method: req.method, headers: { 'content-type': 'application/json' }, body: Buffer.concat(chunks) })
+      const body = Buffer.from(await up.body.arrayBuffer())
+      res.writeHead(up.statusCode, { 'content-type': 'application/json', 'content-length': body.length })
+      res.end(body)
+    }).listen(0, '127.0.0.1', function () { process.stdout.write('port ' + this.address().port + '\\n') })`
+  return listening(spawn(process.execPath, ['-e', code], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] }), /port (\d+)/)
 }
 
 function startProxy(upstreamPort: number, store: string): Promise<number> {
@@ -80,7 +101,7 @@ function listening(child: ChildProcess, pattern: RegExp): Promise<number> {
 }
 
 /** Load with a fresh key per request (`unique`) or a few keys answered from the store (`replay`). */
-async function load(port: number, mode: 'direct' | 'unique' | 'replay'): Promise<CannonResult> {
+async function load(port: number, mode: 'direct' | 'unique' | 'replay', rate?: number): Promise<CannonResult> {
   const run = randomUUID()
   const replayKeys = Array.from({ length: 64 }, (_, i) => `replay-${run}-${i}`)
   if (mode === 'replay') {
@@ -95,8 +116,10 @@ async function load(port: number, mode: 'direct' | 'unique' | 'replay'): Promise
   let i = 0
   const result = await autocannon({
     url: `http://127.0.0.1:${port}`,
-    connections: CONNECTIONS,
+    // At a fixed rate (latency rows) fewer connections suffice; at full load, all of them.
+    connections: rate === undefined ? CONNECTIONS : 8,
     duration: SECONDS,
+    ...(rate === undefined ? {} : { overallRate: rate }),
     requests: [
       {
         method: 'POST',
@@ -127,35 +150,65 @@ async function main(): Promise<void> {
   }
   try {
     const upstream = await startUpstream()
+    const forwarder = await startForwarder(upstream)
     await load(upstream, 'direct') // warm-up: JIT and connections
     const direct = await load(upstream, 'direct')
+    await load(forwarder, 'direct')
+    const forwarded = await load(forwarder, 'direct')
+    const pct = (value: number, base: number) => `${fmt((100 * value) / base)}%`
     const rows: Array<Array<string | number>> = [
-      ['upstream, direct', '-', fmt(direct.requests.average), '100%', `${fmt(direct.latency.p99)} ms`, '-'],
+      ['upstream, direct', '-', fmt(direct.requests.average), '100%', '-', `${fmt(direct.latency.p99)} ms`],
+      [
+        'minimal undici forwarder (no idemkey)',
+        '-',
+        fmt(forwarded.requests.average),
+        pct(forwarded.requests.average, direct.requests.average),
+        '100%',
+        `${fmt(forwarded.latency.p99)} ms`,
+      ],
     ]
+    const latencyRows: Array<Array<string | number>> = []
+    const atRate = async (name: string, port: number, mode: 'direct' | 'unique') => {
+      const result = await load(port, mode, LATENCY_RATE)
+      latencyRows.push([name, fmt(result.requests.average), `${fmt(result.latency.p50)} ms`, `${fmt(result.latency.p99)} ms`])
+      return result
+    }
+    const directAtRate = await atRate('upstream, direct', upstream, 'direct')
+    await atRate('minimal undici forwarder (no idemkey)', forwarder, 'direct')
     for (const [name, url] of stores) {
       const proxy = await startProxy(upstream, url)
       await load(proxy, 'unique') // warm-up
+      await load(proxy, 'unique')
       for (const mode of ['unique', 'replay'] as const) {
         const result = await load(proxy, mode)
         rows.push([
           `through proxy, ${name}`,
           mode === 'unique' ? 'unique keys' : 'replays',
           fmt(result.requests.average),
-          `${fmt((100 * result.requests.average) / direct.requests.average)}%`,
+          pct(result.requests.average, direct.requests.average),
+          pct(result.requests.average, forwarded.requests.average),
           `${fmt(result.latency.p99)} ms`,
-          `${result.latency.p99 - direct.latency.p99 >= 0 ? '+' : ''}${fmt(result.latency.p99 - direct.latency.p99)} ms`,
         ])
       }
+      const proxied = await atRate(`through proxy, ${name}, unique keys`, proxy, 'unique')
+      latencyRows[latencyRows.length - 1]?.push(`${fmt(proxied.latency.p99 - directAtRate.latency.p99, 1)} ms`)
     }
+    for (const row of latencyRows) if (row.length < 5) row.push('-')
     const body = [
-      table(['path', 'keys', 'requests/s', 'of direct', 'p99', 'p99 added'], rows),
+      `Throughput at full load (${CONNECTIONS} connections):`,
       '',
-      `${CONNECTIONS} connections, ${SECONDS} s per row after a warm-up, POST with a ${BODY.length}-byte JSON body. The upstream, each proxy and the load generator (autocannon) are separate processes on the same machine, so on few cores they compete for CPU: the ratio is a lower bound of what a proxy on its own machine keeps. Target: at least 50% of direct requests/s on unique keys with SQLite, and at most 2 ms added at p99.`,
+      table(['path', 'keys', 'requests/s', 'of direct', 'of the minimal forwarder', 'p99'], rows),
+      '',
+      `Latency at a steady ${fmt(LATENCY_RATE)} requests/s (8 connections):`,
+      '',
+      table(['path', 'requests/s', 'p50', 'p99', 'p99 added to direct'], latencyRows),
+      '',
+      `${SECONDS} s per row after a warm-up, POST with a ${BODY.length}-byte JSON body. The upstream, each proxy and the load generator (autocannon) are separate processes on the same 2-core machine, so they compete for CPU, and every hop through a proxy costs two more loopback writes that wake another process: the ratios are lower bounds of what a proxy on its own machine keeps. The minimal forwarder (buffer the body, forward it with undici, send the answer back) is the ceiling for any Node proxy here. Targets: at least 50% of direct requests/s on unique keys with SQLite, and at most 2 ms added at p99.`,
     ].join('\n')
     report(
       'proxy',
       'idemkey proxy',
-      `npm run build && npx tsx bench/proxy.bench.ts --seconds ${SECONDS} --connections ${CONNECTIONS}`,
+      `npm run build && npx tsx bench/proxy.bench.ts --seconds ${SECONDS} --connections ${CONNECTIONS} --rate ${LATENCY_RATE}`,
       body,
     )
   } finally {
