@@ -32,7 +32,10 @@ type Cannon = (options: Record<string, unknown>) => Promise<CannonResult>
 const autocannon = createRequire(import.meta.url)('autocannon') as Cannon
 
 type Framework = 'express' | 'fastify'
-type StoreKind = 'none' | 'memory' | 'sqlite'
+type StoreKind = 'none' | 'spin' | 'memory' | 'sqlite'
+
+/** The calibration row's extra CPU per request: what any per-request work of that size costs here. */
+const SPIN_US = 10
 
 const ROOT = join(import.meta.dirname, '..')
 const arg = (name: string, fallback: number) => {
@@ -56,7 +59,14 @@ async function serve(framework: Framework, storeKind: StoreKind, dbPath: string)
     ledger = new Ledger({ store: new SqliteStore({ path: dbPath }) })
   }
   let n = 0
-  const charge = (body: { amount?: number }) => ({ id: `ch_${++n}`, amount: body?.amount, status: 'succeeded' })
+  const spin = () => {
+    const end = performance.now() + SPIN_US / 1_000
+    while (performance.now() < end) {}
+  }
+  const charge = (body: { amount?: number }) => {
+    if (storeKind === 'spin') spin()
+    return { id: `ch_${++n}`, amount: body?.amount, status: 'succeeded' }
+  }
   let port: number
   if (framework === 'express') {
     const { default: express } = await import('express')
@@ -138,6 +148,18 @@ async function main(): Promise<void> {
       const base = await load(bare.port, 'unique')
       bare.child.kill('SIGKILL')
       rows.push([framework, 'without idemkey', '-', fmt(base.requests.average), '100%', `${fmt(base.latency.p99)} ms`])
+      const spun = await start(framework, 'spin', '')
+      await load(spun.port, 'unique', 1)
+      const calibration = await load(spun.port, 'unique')
+      spun.child.kill('SIGKILL')
+      rows.push([
+        framework,
+        `without idemkey, handler + ${SPIN_US} µs CPU`,
+        '-',
+        fmt(calibration.requests.average),
+        pct(calibration.requests.average, base.requests.average),
+        `${fmt(calibration.latency.p99)} ms`,
+      ])
       for (const storeKind of ['memory', 'sqlite'] as const) {
         const app = await start(framework, storeKind, join(dir, `${framework}.db`))
         await load(app.port, 'unique', 1)
@@ -158,7 +180,7 @@ async function main(): Promise<void> {
     const body = [
       table(['app', 'idempotency', 'keys', 'requests/s', 'of the bare app', 'p99'], rows),
       '',
-      `${CONNECTIONS} connections, ${SECONDS} s per row after a 1 s warm-up, POST /charges with a ${BODY.length}-byte JSON body and a 201 JSON answer. Each app runs in its own process; autocannon runs in another. Both share the machine's cores, so the ratios (measured side by side in this run) matter more than the absolute figures. Targets: with MemoryStore at least 85% of the bare app on unique keys and at least 100% on replays; with SqliteStore at least 70% on unique keys.`,
+      `${CONNECTIONS} connections, ${SECONDS} s per row after a 1 s warm-up, POST /charges with a ${BODY.length}-byte JSON body and a 201 JSON answer. Each app runs in its own process; autocannon runs in another. Both share the machine's 2 cores, so the ratios (measured side by side in this run) matter more than the absolute figures, and they fall steeply with any per-request work: the calibration row is the bare app whose handler burns ${SPIN_US} µs more CPU, nothing else. Targets: with MemoryStore at least 85% of the bare app on unique keys and at least 100% on replays; with SqliteStore at least 70% on unique keys.`,
     ].join('\n')
     report(
       'http',
