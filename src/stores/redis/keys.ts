@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import * as crypto from 'node:crypto'
 import { IdempotencyError } from '../../errors.js'
 
 /** Prefixes are plain words: no `{`/`}` (they would move the hash tag) and no glob characters (SCAN MATCH). */
@@ -14,8 +14,23 @@ export function assertPrefix(prefix: string): void {
   }
 }
 
-function digest(text: string, bytes: number): string {
-  return createHash('sha256').update(text).digest().subarray(0, bytes).toString('base64url')
+const BASE64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
+
+/** One-shot `crypto.hash` (Node 20.12+): about 5x cheaper than `createHash` for a short text. */
+const oneShot = (crypto as { hash?: (algorithm: string, data: string, encoding: 'base64url') => string }).hash
+
+/**
+ * The first `bytes` (9 or 16) of the SHA-256 digest of `text`, in base64url without padding. Every
+ * store operation names its record with one, so it takes the one-shot hash where there is one and
+ * cuts its text (the names must stay byte for byte what they were).
+ */
+function digest(text: string, bytes: 9 | 16): string {
+  if (oneShot === undefined) return crypto.createHash('sha256').update(text).digest().subarray(0, bytes).toString('base64url')
+  const full = oneShot('sha256', text, 'base64url')
+  // 9 bytes are exactly 12 characters. 16 bytes are 21 characters and 2 bits: the 22nd character
+  // of the cut digest holds those 2 bits and 4 zero bits, where the full one holds 6 digest bits.
+  if (bytes === 9) return full.slice(0, 12)
+  return full.slice(0, 21) + (BASE64URL[BASE64URL.indexOf(full.charAt(21)) & 0b110000] as string)
 }
 
 /** The Redis names of one record. */
@@ -48,6 +63,15 @@ export function recordPattern(prefix: string, scope?: string): string {
   return scope === undefined ? `${prefix}:r:*` : `${prefix}:r:${scopeDigest(scope)}:*`
 }
 
+/** Scope digests by scope: an application uses few scopes, and every operation names one. */
+const scopeDigests = new Map<string, string>()
+
 function scopeDigest(scope: string): string {
-  return digest(scope, 9)
+  let cached = scopeDigests.get(scope)
+  if (cached === undefined) {
+    if (scopeDigests.size >= 1_000) scopeDigests.clear() // many scopes: a bounded cache, not a leak
+    cached = digest(scope, 9)
+    scopeDigests.set(scope, cached)
+  }
+  return cached
 }

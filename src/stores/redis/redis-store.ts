@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer'
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
@@ -15,7 +16,7 @@ import { openClient, type RedisArg, type RedisClientLike, Script, toStoreError }
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
 import { acquireLua, completeLua, evictLua, purgeLua, readLua, releaseLua, renewLua } from './lua.generated.js'
 import { Notifier } from './notifier.js'
-import { toHash, toMs, toRecord } from './record.js'
+import { toMs, toRecord } from './record.js'
 import { ResumableScan, scanAll } from './scan.js'
 
 /** Options of {@link RedisStore}: give it a client, or a URL to open one. */
@@ -129,7 +130,7 @@ export class RedisStore implements IdempotencyStore {
       case 2:
         return { kind: 'in_progress', lockedUntilMs: reply[1] as number }
       case 3:
-        return { kind: 'replay', record: toRecord(toHash(reply, 2), names.key) }
+        return { kind: 'replay', record: toRecord(reply[2] as unknown[], 0, names.key) }
       default:
         return { kind: 'mismatch' }
     }
@@ -156,7 +157,7 @@ export class RedisStore implements IdempotencyStore {
       outcome.status,
       outcome.response.status,
       encodeHeaders(outcome.response.headers),
-      Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+      bodyArg(body),
       resourceId ?? '',
       resourceId === null ? '0' : '1',
       ttlMs,
@@ -274,13 +275,13 @@ export class RedisStore implements IdempotencyStore {
     }
   }
 
-  async #run(operation: string, script: Script, names: RecordNames, args: RedisArg[]): Promise<unknown> {
-    const client = this.#client ?? (await this.#ready(operation))
-    try {
-      return await script.run(client, names.key, args)
-    } catch (error) {
-      throw toStoreError(operation, names.key, error)
-    }
+  #run(operation: string, script: Script, names: RecordNames, args: RedisArg[]): Promise<unknown> {
+    // The hot path, once the client is open: one promise chain, no extra async layer.
+    const client = this.#client
+    if (client) return script.run(client, names.key, args).catch((error: unknown) => fail(operation, names.key, error))
+    return this.#ready(operation).then((opened) =>
+      script.run(opened, names.key, args).catch((error: unknown) => fail(operation, names.key, error)),
+    )
   }
 
   /** A record with the server's time of the read, or null when the key is absent. */
@@ -293,8 +294,22 @@ export class RedisStore implements IdempotencyStore {
       throw toStoreError(operation, redisKey, error)
     }
     if (reply.length < 3) return null
-    return { record: toRecord(toHash(reply, 1), redisKey), nowMs: toMs(reply[0]) }
+    return { record: toRecord(reply, 1, redisKey), nowMs: toMs(reply[0]) }
   }
+}
+
+function fail(operation: string, key: string, error: unknown): never {
+  throw toStoreError(operation, key, error)
+}
+
+/**
+ * The body as a command argument. A Buffer argument makes ioredis build the command, and the whole
+ * auto-pipelined batch it joins, as Buffers; a string keeps it on ioredis's cheaper string path.
+ * Valid UTF-8 decodes and encodes back to the same bytes, so only such bodies go as text.
+ */
+function bodyArg(body: Uint8Array): RedisArg {
+  const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength)
+  return isUtf8(bytes) ? bytes.toString('utf8') : bytes
 }
 
 function compare(a: string, b: string): number {
