@@ -49,6 +49,10 @@ describe('idemkey demo (built CLI)', () => {
     expect(report.bare.workerRestarts).toBeGreaterThan(0)
     expect(report.protected.workerRestarts).toBeGreaterThan(0)
     expect(report.protected.workerRestarts).toBeLessThanOrEqual(report.faults.crash)
+    // Each worker killed after the bank charged: taken over after its lease, run again, and the bank
+    // refused the repeat of its derived key (the bare API has no keys, so it charged again).
+    expect(report.protected.bankRepeatsRefused).toBeGreaterThan(0)
+    expect(report.bare.bankRepeatsRefused).toBe(0)
     expectProtectedExactlyOnce(report)
     // Plain progress lines when stderr is not a terminal.
     expect(out.stderr).toContain('protected API: 40/40 intents')

@@ -133,6 +133,7 @@ function renderReport(report: DemoReport): string {
     ['charges made', bare.chargesMade, guarded.chargesMade],
     ['double charges', bare.doubleCharges, guarded.doubleCharges],
     ['lost intents', bare.lostIntents, guarded.lostIntents],
+    ['bank repeats refused by key', bare.bankRepeatsRefused, guarded.bankRepeatsRefused],
     ['key reuses rejected', `${bare.keyReusesRejected}/${bare.reuseAttempts}`, `${guarded.keyReusesRejected}/${guarded.reuseAttempts}`],
     ['clients that gave up', bare.clientGaveUp, guarded.clientGaveUp],
     ['workers killed and restarted', bare.workerRestarts, guarded.workerRestarts],

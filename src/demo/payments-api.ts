@@ -3,17 +3,25 @@
  * handler runs bare (a charge for every request it gets) or behind idemkey's HTTP engine. Every
  * charge is a row in a SQLite file shared by all workers, so the demo's counts come from the data.
  *
+ * Behind idemkey, the handler calls its "bank" with a key derived from the request's idempotency key
+ * (`deriveKey`, SPEC §7), and the bank keeps one charge per key, as Stripe does. That closes the one
+ * window the ledger alone cannot: a worker killed after the bank charged but before the outcome was
+ * recorded. The request is taken over after its lease and runs again, and the bank answers the
+ * repeat with the charge it already made. The bare API has no keys to pass on.
+ *
  * Faults it obeys (the demo's fault injector sets `x-demo-fault` on the attempt it picks):
- * - `crash`: the process kills itself with SIGKILL while "talking to the bank", before the charge commits;
+ * - `crash`: the process kills itself with SIGKILL right after the bank charged, before it answers or
+ *   idemkey records the outcome: the ambiguous case, where a retry must not charge again;
  * - `slow`: the bank answers late, after the client's timeout, and then the charge commits.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import Database from 'better-sqlite3'
 import { openStore } from '../cli/store-url.js'
+import { deriveKey } from '../client/derive-key.js'
 import { Ledger } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
 import { distinctHeaders, readNodeBody } from '../http/node-body.js'
-import type { HttpRequestLike, HttpResponseLike } from '../http/types.js'
+import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../http/types.js'
 
 /** What the demo passes a worker (as JSON in `IDEMKEY_DEMO_WORKER`). */
 export interface WorkerConfig {
@@ -43,9 +51,11 @@ export function createChargesTable(path: string): void {
     intent TEXT NOT NULL,
     amount INTEGER NOT NULL,
     idempotency_key TEXT,
+    bank_key TEXT UNIQUE,
     worker INTEGER NOT NULL,
     created_at INTEGER NOT NULL
-  )`)
+  );
+  CREATE TABLE IF NOT EXISTS bank_repeats (bank_key TEXT NOT NULL, worker INTEGER NOT NULL, created_at INTEGER NOT NULL)`)
   db.close()
 }
 
@@ -62,11 +72,21 @@ async function main(): Promise<void> {
   db.pragma('busy_timeout = 5000')
   db.pragma('synchronous = NORMAL')
   const insert = db.prepare(
-    'INSERT INTO charges (api, intent, amount, idempotency_key, worker, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING id',
+    `INSERT INTO charges (api, intent, amount, idempotency_key, bank_key, worker, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+     ON CONFLICT (bank_key) DO NOTHING RETURNING id`,
   )
+  const existing = db.prepare('SELECT id FROM charges WHERE bank_key = ?')
+  const repeat = db.prepare('INSERT INTO bank_repeats (bank_key, worker, created_at) VALUES (?, ?, ?)')
+  /** The bank: one charge per bank key; a repeat of a key gets the charge it already made. */
+  const bankCharge = db.transaction((api: string, intent: string, amount: number, key: string | null, bankKey: string | null) => {
+    const made = insert.get(api, intent, amount, key, bankKey, process.pid, Date.now()) as { id: number } | undefined
+    if (made) return made.id
+    repeat.run(bankKey, process.pid, Date.now())
+    return (existing.get(bankKey) as { id: number }).id
+  })
 
-  /** The payments handler: the same code for both APIs. */
-  async function charge(req: HttpRequestLike, body: Uint8Array): Promise<HttpResponseLike> {
+  /** The payments handler: the same code for both APIs; `ctx` is there behind idemkey. */
+  async function charge(req: HttpRequestLike, body: Uint8Array, ctx?: IdempotencyContext): Promise<HttpResponseLike> {
     if (req.method !== 'POST' || req.url.split('?')[0] !== '/charges') return json(404, { error: 'not found' })
     let input: { intent?: unknown; amount?: unknown; currency?: unknown }
     try {
@@ -78,20 +98,20 @@ async function main(): Promise<void> {
       return json(400, { error: 'intent (string) and amount (positive integer, cents) are required' })
     }
     const fault = req.headers['x-demo-fault']
-    // The bank call: a few milliseconds, or late, or the process dies in the middle of it.
-    if (fault === 'crash') {
-      setTimeout(() => process.kill(process.pid, 'SIGKILL'), 5)
-      await sleep(60_000)
-    }
+    // The bank call: a few milliseconds, or late (after the client's timeout).
     await sleep(fault === 'slow' ? config.slowMs : 1 + Math.floor(Math.random() * 3))
     const key = req.headers['idempotency-key']
-    const row = insert.get(config.mode, input.intent, input.amount, typeof key === 'string' ? key : null, process.pid, Date.now()) as {
-      id: number
+    const bankKey = ctx ? deriveKey(ctx.key, `bank-charge:${ctx.scope}`) : null
+    const id = bankCharge(config.mode, input.intent, input.amount as number, typeof key === 'string' ? key : null, bankKey)
+    if (fault === 'crash') {
+      // The money moved; the process dies before anyone hears of it.
+      process.kill(process.pid, 'SIGKILL')
+      await sleep(60_000)
     }
     return json(
       201,
-      { id: `ch_${row.id}`, intent: input.intent, amount: input.amount, currency: input.currency ?? 'eur', status: 'succeeded' },
-      { location: `/charges/ch_${row.id}` },
+      { id: `ch_${id}`, intent: input.intent, amount: input.amount, currency: input.currency ?? 'eur', status: 'succeeded' },
+      { location: `/charges/ch_${id}` },
     )
   }
 
@@ -100,7 +120,7 @@ async function main(): Promise<void> {
     const { store } = await openStore(config.storeUrl)
     const ledger = new Ledger({ store, lease: config.leaseMs, wait: config.waitMs, ttl: '1h' })
     const engine = createEngine({ ledger, scope: () => config.scope })
-    handle = (req) => engine.handle(req, async () => charge(req, await req.body(1024 * 1024)))
+    handle = (req) => engine.handle(req, async (ctx) => charge(req, await req.body(1024 * 1024), ctx))
   } else {
     handle = async (req) => charge(req, await req.body(1024 * 1024))
   }

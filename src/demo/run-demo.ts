@@ -40,6 +40,11 @@ export interface SideReport {
   doubleCharges: number
   /** Intents with no charge at all. */
   lostIntents: number
+  /**
+   * Bank calls refused as repeats of a bank key: a request taken over after its worker was killed
+   * between the bank's charge and the recorded outcome (always 0 for the bare API, which has no keys).
+   */
+  bankRepeatsRefused: number
   reuseAttempts: number
   keyReusesRejected: number
   /** Intents whose client gave up (retries or time ran out). */
@@ -147,7 +152,9 @@ function count(
 ): SideReport {
   const db = new Database(chargesPath, { readonly: true })
   let perIntent: Map<string, number>
+  let bankRepeatsRefused = 0
   try {
+    if (api === 'protected') bankRepeatsRefused = (db.prepare('SELECT COUNT(*) AS n FROM bank_repeats').get() as { n: number }).n
     const rows = db.prepare('SELECT intent, COUNT(*) AS n FROM charges WHERE api = ? GROUP BY intent').all(api) as Array<{
       intent: string
       n: number
@@ -171,6 +178,7 @@ function count(
     chargesMade,
     doubleCharges,
     lostIntents: results.filter((r) => !perIntent.has(r.id)).length,
+    bankRepeatsRefused,
     reuseAttempts: reuse.length,
     keyReusesRejected: reuse.filter((r) => r.reuseRejected).length,
     clientGaveUp: results.filter((r) => !r.ok).length,
