@@ -238,17 +238,39 @@ export class SqliteStore implements IdempotencyStore {
    * concurrent callers are not bound by the cost of a commit each. Each step stays atomic on its own,
    * and the transaction holds the write lock, so other processes still see one step at a time.
    * Driver errors (SQLITE_BUSY, a closed database) become STORE_UNAVAILABLE.
+   *
+   * When a batch commits depends on what is at stake if the process dies first:
+   * - `complete` commits at the next microtask. Its work already ran; until the outcome is on disk, a
+   *   crash lets a takeover run it again, so that window stays as short as it can be.
+   * - Everything else (acquire, renew, release, reads) waits for the end of the event-loop turn
+   *   (setImmediate), so that the operations of every request that arrived in the same turn share one
+   *   commit. Nothing has run yet for them, and a lost release only means the lease ends by itself.
+   * A `complete` takes whatever else is queued along into its batch.
    */
   #run<R>(operation: string, step: () => R): Promise<R> {
     return new Promise<R>((resolve, reject) => {
       this.#queue.push({ operation, step, resolve: resolve as (value: unknown) => void, reject })
-      if (this.#queue.length === 1) queueMicrotask(this.#flush)
+      if (operation === 'complete') {
+        if (!this.#flushSoon) {
+          this.#flushSoon = true
+          queueMicrotask(this.#flush)
+        }
+      } else if (!this.#flushAtTurnEnd) {
+        this.#flushAtTurnEnd = true
+        setImmediate(this.#flush)
+      }
     })
   }
 
   readonly #queue: QueuedStep[] = []
+  #flushSoon = false
+  #flushAtTurnEnd = false
 
   readonly #flush = (): void => {
+    // A flush takes the whole queue; a flush still scheduled finds it empty, or serves later steps.
+    this.#flushSoon = false
+    this.#flushAtTurnEnd = false
+    if (this.#queue.length === 0) return
     const batch = this.#queue.splice(0)
     if (batch.length === 1) {
       const only = batch[0] as QueuedStep
