@@ -1,17 +1,20 @@
 // Runs every benchmark (bench/*.bench.ts) one after another, each in its own process, then collects
-// their tables (docs/benchmarks/<area>.md) into docs/benchmarks.md.
+// their tables (docs/benchmarks/<area>.md) into docs/benchmarks.md. PostgreSQL's 10M-row measurement
+// is opt-in (it loads for minutes): run `npx tsx bench/postgres.bench.ts --rows 10000000` for it.
 // Usage: npm run bench [-- area ...]   e.g. npm run bench -- ledger http
+//        npm run bench -- --collect-only   (rebuild docs/benchmarks.md from the tables already there)
 import { spawnSync } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
 const root = join(import.meta.dirname, '..')
-const only = process.argv.slice(2)
+const collectOnly = process.argv.includes('--collect-only')
+const only = process.argv.slice(2).filter((arg) => !arg.startsWith('--'))
 const order = ['ledger', 'postgres', 'redis', 'http', 'proxy', 'relay']
 const benches = readdirSync(join(root, 'bench'))
   .filter((name) => name.endsWith('.bench.ts'))
   .map((name) => name.replace(/\.bench\.ts$/, ''))
-  .filter((area) => only.length === 0 || only.includes(area))
+  .filter((area) => !collectOnly && (only.length === 0 || only.includes(area)))
   .sort((a, b) => (order.indexOf(a) + 1 || 99) - (order.indexOf(b) + 1 || 99))
 
 let failed = 0
