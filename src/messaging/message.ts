@@ -2,6 +2,7 @@
  * What the outbox, the relay, the publishers and the inbox share: the message on its way to a
  * broker, the publisher contract and the typed errors. Imports no driver.
  */
+import { assertPositiveInteger } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 
 /** Headers travel as plain strings on every broker. */
@@ -113,4 +114,14 @@ export function quoteName(name: string, what: string): string {
     )
   }
   return parts.map((p) => `"${p}"`).join('.')
+}
+
+/** Rows the purges delete per statement unless told otherwise: short locks, bounded WAL per commit. */
+export const PURGE_BATCH_SIZE = 10_000
+
+/** The batch size of a purge call: the caller's, checked, or {@link PURGE_BATCH_SIZE}. */
+export function purgeBatchSize(options: { batchSize?: number }): number {
+  const batchSize = options.batchSize ?? PURGE_BATCH_SIZE
+  assertPositiveInteger(batchSize, 'batchSize')
+  return batchSize
 }

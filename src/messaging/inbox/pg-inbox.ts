@@ -1,8 +1,7 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { sha256Hex } from '../../core/fingerprint.js'
-import { assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { InboxMismatchError, quoteName } from '../message.js'
+import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
 import type { Inbox, InboxEvent, InboxMessage, InboxResult } from './types.js'
 
@@ -196,8 +195,7 @@ export class PgInbox implements Inbox<PgPoolClient> {
    * short statement. Returns how many. Run it periodically.
    */
   async purge(options: { batchSize?: number } = {}): Promise<number> {
-    const batchSize = options.batchSize ?? 10_000
-    assertPositiveInteger(batchSize, 'batchSize')
+    const batchSize = purgeBatchSize(options)
     let total = 0
     for (;;) {
       const result = await this.#pool.query(

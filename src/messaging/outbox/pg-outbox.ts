@@ -1,13 +1,9 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
-import { assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { quoteName } from '../message.js'
+import { purgeBatchSize, quoteName } from '../message.js'
 import type { PgPool, PgQueryable } from '../pg.js'
 import { PgRelayStorage } from './pg-relay-storage.js'
 import { type AddResult, DEFAULT_MAX_PAYLOAD_BYTES, encodeEvent, type OutboxEventInput, type RelayStorage } from './storage.js'
-
-/** Rows deleted per statement by purgeSent: short locks, bounded WAL per commit. */
-const PURGE_BATCH = 10_000
 
 /** Options of {@link PgOutbox}. */
 export interface PgOutboxOptions {
@@ -146,8 +142,7 @@ export class PgOutbox {
    */
   async purgeSent(olderThan: Duration, options: { batchSize?: number } = {}): Promise<number> {
     const olderThanMs = parseDuration(olderThan, 'olderThan')
-    const batchSize = options.batchSize ?? PURGE_BATCH
-    assertPositiveInteger(batchSize, 'batchSize')
+    const batchSize = purgeBatchSize(options)
     let total = 0
     for (;;) {
       const result = await this.#query(

@@ -1,7 +1,6 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
-import { assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { type OutboxMessage, quoteName } from '../message.js'
+import { type OutboxMessage, purgeBatchSize, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
 import {
   type AddResult,
@@ -133,8 +132,7 @@ export class SqliteOutbox {
    */
   purgeSent(olderThan: Duration, options: { batchSize?: number } = {}): number {
     const cutoff = this.#now() - parseDuration(olderThan, 'olderThan')
-    const batchSize = options.batchSize ?? 10_000
-    assertPositiveInteger(batchSize, 'batchSize')
+    const batchSize = purgeBatchSize(options)
     const purge = this.#db.prepare(
       `DELETE FROM ${this.#table} WHERE seq IN (SELECT seq FROM ${this.#table} WHERE status = 'sent' AND sent_at < ? LIMIT ?)`,
     )
