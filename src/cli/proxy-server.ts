@@ -3,6 +3,7 @@ import { pipeline } from 'node:stream/promises'
 import { Pool } from 'undici'
 import type { Ledger, LedgerEvent } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
+import { KEY_HEADER } from '../http/key-header.js'
 import { distinctHeaders, readNodeBody } from '../http/node-body.js'
 import { DEFAULT_PROBLEM_BASE } from '../http/problem.js'
 import { defaultScope } from '../http/stored.js'
@@ -84,6 +85,8 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   let idle: (() => void) | undefined
 
   async function serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // Like every adapter: traffic the layer does not cover streams through without touching the engine.
+    if (!engine.applies(req.method ?? 'GET', req.headers[KEY_HEADER] !== undefined)) return forwardStreaming(req, res)
     let read: Promise<Uint8Array> | undefined
     const neutral: HttpRequestLike = {
       method: req.method ?? 'GET',
