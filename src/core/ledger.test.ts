@@ -262,16 +262,74 @@ describe('Ledger.run', () => {
     await expect(ledger.run({ key: key() }, () => 1)).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
   })
 
-  it('reports an outcome it could not store as unrecorded, after retrying', async () => {
-    const { ledger, store, clock } = setup()
+  it('keeps retrying an outcome the store cannot take while the lease protects the record, then stores it', async () => {
+    // A store outage of 5 s after the work ran: giving up early would leave the record in progress and
+    // let the next retry after the lease run the work a second time.
+    const { ledger, store, clock, events } = setup()
+    const complete = store.complete.bind(store)
+    const downUntilMs = clock.now() + 5_000
     let attempts = 0
-    store.complete = async () => {
+    store.complete = async (...args) => {
       attempts++
+      if (clock.now() < downUntilMs) throw new Error('connect ECONNREFUSED 127.0.0.1:5432')
+      return complete(...args)
+    }
+    const k = key()
+    let runs = 0
+    const running = ledger.run({ key: k }, () => ++runs)
+    expect(await drive(clock, running, 100)).toMatchObject({ kind: 'executed', value: 1, outcome: 'completed' })
+    expect(attempts).toBeGreaterThan(4)
+    expect(events.some((e) => e.type === 'unrecorded')).toBe(false)
+    expect(await ledger.run({ key: k }, () => ++runs)).toMatchObject({ kind: 'replayed', value: 1 })
+    expect(runs).toBe(1)
+  })
+
+  it('gives an outcome up as unrecorded only shortly before the lease ends, with an unrecorded event', async () => {
+    const { ledger, store, clock, events } = setup()
+    const startMs = clock.now()
+    let lastAttemptMs = 0
+    store.complete = async () => {
+      lastAttemptMs = clock.now()
       throw new Error('disk full')
     }
-    const running = ledger.run({ key: key() }, () => 'ran')
-    expect(await drive(clock, running, 1_000)).toMatchObject({ kind: 'executed', value: 'ran', outcome: 'unrecorded' })
-    expect(attempts).toBe(4)
+    const k = key()
+    const running = ledger.run({ key: k }, () => 'ran')
+    expect(await drive(clock, running, 250)).toMatchObject({ kind: 'executed', value: 'ran', outcome: 'unrecorded' })
+    // Lease 30 s: retried for most of it, and given up before it ended.
+    expect(lastAttemptMs - startMs).toBeGreaterThan(25_000)
+    expect(clock.now() - startMs).toBeLessThan(30_000)
+    const unrecorded = events.find((e) => e.type === 'unrecorded')
+    expect(unrecorded).toMatchObject({ type: 'unrecorded', key: k, token: 1, status: 'completed' })
+    expect((unrecorded as { attempts: number }).attempts).toBeGreaterThan(10)
+    expect(await store.get('default', k)).toMatchObject({ status: 'in_progress' })
+  })
+
+  it('counts the protected time from the last renewal, not from the acquire', async () => {
+    const { ledger, store, clock } = setup()
+    store.complete = async () => {
+      throw new Error('connection reset')
+    }
+    const startMs = clock.now()
+    let workDone = 0
+    // The work runs 40 s (the lease, renewed every 10 s, keeps the record), then the store goes down.
+    const running = ledger.run({ key: key() }, async () => {
+      await clock.sleep(40_000)
+      workDone = clock.now()
+      return 'ran'
+    })
+    expect(await drive(clock, running, 250)).toMatchObject({ outcome: 'unrecorded' })
+    expect(workDone - startMs).toBe(40_000)
+    // Renewed at 30 s: protected until about 60 s.
+    expect(clock.now() - startMs).toBeGreaterThan(55_000)
+    expect(clock.now() - startMs).toBeLessThan(60_000)
+  })
+
+  it('reports each event of a run to that run\'s own onEvent as well as the ledger\'s', async () => {
+    const { ledger, events } = setup()
+    const own: LedgerEvent[] = []
+    await ledger.run({ key: key() }, () => 1, { onEvent: (e) => own.push(e) })
+    expect(own.map((e) => e.type)).toEqual(['acquired', 'stored'])
+    expect(events.map((e) => e.type)).toEqual(['acquired', 'stored'])
   })
 
   it('rejects bad keys, scopes, fingerprints and options with typed errors', async () => {

@@ -79,6 +79,8 @@ export interface RunOptions<T> {
   lease?: Duration
   ttl?: Duration
   wait?: Duration
+  /** Also called for this run's events, besides the ledger's `onEvent` (the HTTP layer reports through it). Must not throw. */
+  onEvent?: (event: LedgerEvent) => void
 }
 
 /** What happened to the outcome of an executed attempt. */
@@ -91,7 +93,11 @@ export type ExecutedOutcome =
   | 'released'
   /** Another holder took the record over meanwhile; this outcome was discarded. */
   | 'fenced_out'
-  /** The store could not be reached to store it; the lease will end and a retry will run again. */
+  /**
+   * The store could not take it for as long as the lease protected the record (it was retried until
+   * shortly before the lease's end): a retry after the lease will run the work again. Reported with an
+   * `unrecorded` event; see docs/ledger.md, "Store outages", for what an operator does about it.
+   */
   | 'unrecorded'
 
 /** The result of {@link Ledger.run}. */
@@ -112,6 +118,8 @@ export type LedgerEvent =
   | { type: 'fenced_out'; scope: string; key: string; token: number }
   | { type: 'lease_lost'; scope: string; key: string; token: number }
   | { type: 'store_error'; scope: string; key: string; operation: string; error: unknown }
+  /** The work ran but its outcome could not be stored before the lease ended: a retry will run it again. */
+  | { type: 'unrecorded'; scope: string; key: string; token: number; status: 'completed' | 'failed'; attempts: number; error: unknown }
 
 type TxOf<S> = S extends TransactionalStore<infer Tx> ? Tx : never
 
@@ -119,6 +127,8 @@ const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 const FIRST_POLL_MS = 20
 const MAX_POLL_MS = 250
+const COMPLETE_FIRST_BACKOFF_MS = 50
+const COMPLETE_MAX_BACKOFF_MS = 1_000
 
 function encodeJson(value: unknown): StoredResponse {
   return {
@@ -227,24 +237,29 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
       decode: options.decode ?? decodeJson<T>,
       classify: options.classify ?? ((_value, response) => classifyStatus(response.status)),
       resourceId: options.resourceId,
+      onEvent: options.onEvent,
     }
     const waitMs = options.wait === undefined ? this.waitMs : parseDuration(options.wait, 'wait')
     const deadlineMs = this.clock.now() + waitMs
     let waiter: Waiter | undefined
     try {
       for (let pollMs = FIRST_POLL_MS; ; pollMs = Math.min(pollMs * 2, MAX_POLL_MS)) {
-        const result: AcquireResult = await this.#call('acquire', scope, key, () =>
-          this.store.acquire(scope, key, fingerprint, plan.leaseMs),
+        const result: AcquireResult = await this.#call(
+          'acquire',
+          scope,
+          key,
+          () => this.store.acquire(scope, key, fingerprint, plan.leaseMs),
+          plan.onEvent,
         )
         switch (result.kind) {
           case 'acquired':
-            this.#emit({ type: 'acquired', scope, key, token: result.token })
+            this.#emit({ type: 'acquired', scope, key, token: result.token }, plan.onEvent)
             return await execute(this.#context(scope, key, fingerprint, result.token), plan)
           case 'replay':
-            this.#emit({ type: 'replayed', scope, key })
+            this.#emit({ type: 'replayed', scope, key }, plan.onEvent)
             return { kind: 'replayed', value: plan.decode(result.record.response as StoredResponse, result.record), record: result.record }
           case 'mismatch':
-            this.#emit({ type: 'mismatch', scope, key })
+            this.#emit({ type: 'mismatch', scope, key }, plan.onEvent)
             return { kind: 'mismatch', scope, key }
           case 'in_progress': {
             const nowMs = this.clock.now()
@@ -255,7 +270,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
                 retryAfterMs: retryAfter(result.lockedUntilMs, nowMs, plan.leaseMs),
               }
             }
-            this.#emit({ type: 'waiting', scope, key, lockedUntilMs: result.lockedUntilMs })
+            this.#emit({ type: 'waiting', scope, key, lockedUntilMs: result.lockedUntilMs }, plan.onEvent)
             waiter ??= new Waiter(this.store, scope, key)
             // Polling is the fallback for lost notifications and for leases that end with no event.
             await waiter.wait(this.clock, Math.min(pollMs, deadlineMs - nowMs))
@@ -273,24 +288,25 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
 
   async #execute<T>(ctx: Attempt, plan: Plan<T>, fn: (ctx: IntentContext) => T | Promise<T>): Promise<RunResult<T>> {
     const { scope, key, token } = ctx
-    const renewal = this.#renewWhileRunning(ctx, plan.leaseMs)
+    const renewal = this.#renewWhileRunning(ctx, plan)
     let value: T
     try {
       value = await fn(publicContext(ctx))
     } catch (error) {
       await renewal.stop()
-      await this.#release(scope, key, token)
+      await this.#release(scope, key, token, plan)
       throw error
     }
     await renewal.stop()
     const response = plan.encode(value)
     const classification = plan.classify(value, response)
     if (classification === 'transient') {
-      await this.#release(scope, key, token)
+      await this.#release(scope, key, token, plan)
       return { kind: 'executed', value, token, outcome: 'released', response }
     }
     const outcome: Outcome = { status: classification, response, resourceId: plan.resourceId?.(value) ?? null }
-    return { kind: 'executed', value, token, outcome: await this.#complete(scope, key, token, outcome, plan.ttlMs), response }
+    const stored = await this.#complete(scope, key, token, outcome, plan, renewal.leaseEndsAtMs())
+    return { kind: 'executed', value, token, outcome: stored, response }
   }
 
   async #executeInTransaction<T, Tx>(
@@ -300,7 +316,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     fn: (ctx: TransactionContext<Tx>) => T | Promise<T>,
   ): Promise<RunResult<T>> {
     const { scope, key, token } = ctx
-    const renewal = this.#renewWhileRunning(ctx, plan.leaseMs)
+    const renewal = this.#renewWhileRunning(ctx, plan)
     try {
       const done = await store.transaction(async (tx) => {
         const value = await fn(Object.assign(publicContext(ctx), { tx }))
@@ -315,15 +331,15 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
         }
         return { value, response, status: classification }
       })
-      this.#emit({ type: 'stored', scope, key, token, status: done.status })
+      this.#emit({ type: 'stored', scope, key, token, status: done.status }, plan.onEvent)
       return { kind: 'executed', value: done.value, token, outcome: done.status, response: done.response }
     } catch (error) {
       await renewal.stop()
       if (error instanceof Rollback && error.reason === 'fenced_out') {
-        this.#emit({ type: 'fenced_out', scope, key, token })
+        this.#emit({ type: 'fenced_out', scope, key, token }, plan.onEvent)
         return { kind: 'executed', value: error.value as T, token, outcome: 'fenced_out', response: error.response }
       }
-      await this.#release(scope, key, token)
+      await this.#release(scope, key, token, plan)
       if (error instanceof Rollback) {
         return { kind: 'executed', value: error.value as T, token, outcome: 'released', response: error.response }
       }
@@ -335,17 +351,26 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
    * Renews the lease every third of it while the work runs. When the store says the token is no
    * longer current, or renewals fail for a whole lease, the attempt's signal is aborted.
    * A plain timer, not a loop of sleeps: most work ends long before the first renewal is due.
+   * `leaseEndsAtMs` is this process's conservative view of when the lease ends: the last renewal's
+   * start (or the acquire's end, which is later than the store granted it only by the round trip) plus
+   * one lease.
    */
-  #renewWhileRunning(attempt: Attempt, leaseMs: number): { stop(): Promise<void> } {
+  #renewWhileRunning(attempt: Attempt, plan: RunLimits): { stop(): Promise<void>; leaseEndsAtMs(): number } {
+    const leaseMs = plan.leaseMs
     const everyMs = Math.max(1, Math.floor(leaseMs / 3))
     let stopped = false
     let renewedAtMs = this.clock.now()
     let inFlight: Promise<void> | undefined
     const renewOnce = async () => {
+      const startedAtMs = this.clock.now()
       let current: boolean
       try {
-        current = await this.#call('renew', attempt.scope, attempt.key, () =>
-          this.store.renew(attempt.scope, attempt.key, attempt.token, leaseMs),
+        current = await this.#call(
+          'renew',
+          attempt.scope,
+          attempt.key,
+          () => this.store.renew(attempt.scope, attempt.key, attempt.token, leaseMs),
+          plan.onEvent,
         )
       } catch {
         current = this.clock.now() - renewedAtMs < leaseMs
@@ -353,7 +378,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
       }
       if (stopped) return
       if (!current) {
-        this.#emit({ type: 'lease_lost', scope: attempt.scope, key: attempt.key, token: attempt.token })
+        this.#emit({ type: 'lease_lost', scope: attempt.scope, key: attempt.key, token: attempt.token }, plan.onEvent)
         attempt.lose(
           new IdempotencyError(
             'FENCED_OUT',
@@ -362,7 +387,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
         )
         return
       }
-      renewedAtMs = this.clock.now()
+      renewedAtMs = startedAtMs
       schedule()
     }
     let cancel = () => {}
@@ -379,32 +404,63 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
         cancel()
         await inFlight
       },
+      leaseEndsAtMs: () => renewedAtMs + leaseMs,
     }
   }
 
-  /** Stores the outcome; retries a store outage while the lease lasts, since the work already ran. */
-  async #complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<ExecutedOutcome> {
-    for (let attempt = 0; ; attempt++) {
+  /**
+   * Stores the outcome. The work already ran, so a store outage here must not end in a second run:
+   * while this holder's lease lasts, no one else can take the record over, so the outcome is retried
+   * (backoff from 50 ms up to 1 s) until shortly before the lease ends. Only then is it given up as
+   * `unrecorded`, loudly, since the next retry after the lease will run the work again.
+   *
+   *   acquire ── work ── complete ✗ ── 50ms ── ✗ ── 100ms ── … ── ✓ completed
+   *                                                          └─ lease end − margin: unrecorded
+   */
+  async #complete(
+    scope: string,
+    key: string,
+    token: number,
+    outcome: Outcome,
+    plan: RunLimits,
+    leaseEndsAtMs: number,
+  ): Promise<ExecutedOutcome> {
+    // Stop early enough that the last try lands inside the lease, whatever the store's round trip.
+    const giveUpAtMs = leaseEndsAtMs - Math.min(1_000, Math.floor(plan.leaseMs / 10))
+    let backoffMs = COMPLETE_FIRST_BACKOFF_MS
+    for (let attempt = 1; ; attempt++) {
       try {
-        const stored = await this.#call('complete', scope, key, () => this.store.complete(scope, key, token, outcome, ttlMs))
+        const stored = await this.#call(
+          'complete',
+          scope,
+          key,
+          () => this.store.complete(scope, key, token, outcome, plan.ttlMs),
+          plan.onEvent,
+        )
         if (stored) {
-          this.#emit({ type: 'stored', scope, key, token, status: outcome.status })
+          this.#emit({ type: 'stored', scope, key, token, status: outcome.status }, plan.onEvent)
           return outcome.status
         }
-        this.#emit({ type: 'fenced_out', scope, key, token })
+        this.#emit({ type: 'fenced_out', scope, key, token }, plan.onEvent)
         return 'fenced_out'
       } catch (error) {
-        if (attempt >= 3 || !isIdempotencyError(error) || error.code !== 'STORE_UNAVAILABLE') return 'unrecorded'
-        await this.clock.sleep(50 * 2 ** attempt)
+        const retriable = isIdempotencyError(error) && error.code === 'STORE_UNAVAILABLE'
+        const leftMs = giveUpAtMs - this.clock.now()
+        if (!retriable || leftMs <= 0) {
+          this.#emit({ type: 'unrecorded', scope, key, token, status: outcome.status, attempts: attempt, error }, plan.onEvent)
+          return 'unrecorded'
+        }
+        await this.clock.sleep(Math.min(backoffMs, leftMs))
+        backoffMs = Math.min(backoffMs * 2, COMPLETE_MAX_BACKOFF_MS)
       }
     }
   }
 
   /** Releases after a transient failure; a store outage here only means the lease ends by itself. */
-  async #release(scope: string, key: string, token: number): Promise<void> {
+  async #release(scope: string, key: string, token: number, plan: RunLimits): Promise<void> {
     try {
-      if (await this.#call('release', scope, key, () => this.store.release(scope, key, token))) {
-        this.#emit({ type: 'released', scope, key, token })
+      if (await this.#call('release', scope, key, () => this.store.release(scope, key, token), plan.onEvent)) {
+        this.#emit({ type: 'released', scope, key, token }, plan.onEvent)
       }
     } catch {
       // Reported by #call; the record becomes acquirable when its lease ends.
@@ -412,26 +468,34 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
   }
 
   /** One store call: errors become STORE_UNAVAILABLE with the driver's error as cause; network stores get a timeout. */
-  async #call<R>(operation: string, scope: string, key: string, call: () => Promise<R>): Promise<R> {
+  async #call<R>(
+    operation: string,
+    scope: string,
+    key: string,
+    call: () => Promise<R>,
+    listener: ((event: LedgerEvent) => void) | undefined,
+  ): Promise<R> {
     try {
       // In-process stores answer synchronously underneath: a timer per call would only cost time.
       return this.store.serverClock ? await withTimeout(call(), this.#storeTimeoutMs, this.store.name, operation) : await call()
     } catch (error) {
       const wrapped = storeUnavailable(this.store.name, operation, error)
-      if (wrapped.code === 'STORE_UNAVAILABLE') this.#emit({ type: 'store_error', scope, key, operation, error: wrapped })
+      if (wrapped.code === 'STORE_UNAVAILABLE' || wrapped.code === 'STORE_SCHEMA') {
+        this.#emit({ type: 'store_error', scope, key, operation, error: wrapped }, listener)
+      }
       throw wrapped
     }
   }
 
-  #emit(event: LedgerEvent): void {
-    if (!this.#onEvent) return
-    try {
-      this.#onEvent(event)
-    } catch {
-      // A broken metrics hook must not break an intent.
-    }
+  #emit(event: LedgerEvent, listener?: (event: LedgerEvent) => void): void {
+    // A broken metrics hook must not break an intent.
+    if (this.#onEvent) safely(this.#onEvent, event)
+    if (listener) safely(listener, event)
   }
 }
+
+/** What the renewal, completion and release of one run need of its plan. */
+type RunLimits = Pick<Plan<unknown>, 'leaseMs' | 'ttlMs' | 'onEvent'>
 
 interface Plan<T> {
   leaseMs: number
@@ -440,6 +504,7 @@ interface Plan<T> {
   decode: (response: StoredResponse, record: StoredRecord) => T
   classify: (value: T, response: StoredResponse) => Classification
   resourceId: ((value: T) => string | null | undefined) | undefined
+  onEvent: ((event: LedgerEvent) => void) | undefined
 }
 
 /** Waits for a change of one record: woken by the store's notification, or after the poll interval. */
@@ -519,6 +584,14 @@ function publicContext(ctx: Attempt): IntentContext {
     get signal() {
       return ctx.signal
     },
+  }
+}
+
+function safely(hook: (event: LedgerEvent) => void, event: LedgerEvent): void {
+  try {
+    hook(event)
+  } catch {
+    // Swallowed on purpose: see #emit.
   }
 }
 
