@@ -5,7 +5,7 @@
 
 export { type Clock, ManualClock, systemClock } from './core/clock.js'
 export { type Duration, formatDuration, parseDuration } from './core/duration.js'
-export { canonicalJson, fingerprintOf, sha256Hex } from './core/fingerprint.js'
+export { canonicalJson, canonicalJsonText, fingerprintOf, MAX_JSON_DEPTH, sha256Hex } from './core/fingerprint.js'
 export {
   DEFAULT_SCOPE,
   type ExecutedOutcome,

@@ -1,48 +1,8 @@
 import * as crypto from 'node:crypto'
-import { IdempotencyError } from '../errors.js'
+import { canonicalJson } from './canonical-json.js'
 
-/**
- * RFC 8785 (JSON Canonicalization Scheme): object keys sorted by UTF-16 code units, no whitespace,
- * numbers in ECMAScript's shortest round-trip form (which is what `JSON.stringify` writes for a
- * number), strings escaped as `JSON.stringify` escapes them.
- */
-export function canonicalJson(value: unknown): string {
-  switch (typeof value) {
-    case 'string':
-    case 'boolean':
-      return JSON.stringify(value)
-    case 'number':
-      if (!Number.isFinite(value)) {
-        throw new IdempotencyError('INVALID_ARGUMENT', `Cannot canonicalize ${value}: JSON has no such number.`)
-      }
-      return JSON.stringify(value)
-    case 'object': {
-      if (value === null) return 'null'
-      // Built by appending: a fingerprint is taken on every covered request, so no arrays per level.
-      if (Array.isArray(value)) {
-        let out = '['
-        for (let i = 0; i < value.length; i++) {
-          if (i > 0) out += ','
-          out += canonicalJson(value[i] ?? null)
-        }
-        return `${out}]`
-      }
-      const record = value as Record<string, unknown>
-      if (typeof (record as { toJSON?: unknown }).toJSON === 'function') {
-        return canonicalJson((record as { toJSON: () => unknown }).toJSON())
-      }
-      let out = '{'
-      for (const k of Object.keys(record).sort()) {
-        const item = record[k]
-        if (item === undefined || typeof item === 'function') continue
-        out += `${out.length > 1 ? ',' : ''}${JSON.stringify(k)}:${canonicalJson(item)}`
-      }
-      return `${out}}`
-    }
-    default:
-      throw new IdempotencyError('INVALID_ARGUMENT', `Cannot canonicalize a ${typeof value} as JSON.`)
-  }
-}
+// Re-exported so existing imports of canonicalJson from here keep working; the JSON code lives in canonical-json.ts.
+export { canonicalJson, canonicalJsonText, MAX_JSON_DEPTH } from './canonical-json.js'
 
 // One-shot hashing (Node >= 20.12) skips the Hash object: most of the cost of hashing a small request.
 const oneShot = (crypto as { hash?: (algorithm: string, data: string | Uint8Array, encoding: 'hex') => string }).hash
@@ -60,7 +20,11 @@ export function sha256Hex(...parts: Array<string | Uint8Array>): string {
 
 /**
  * The fingerprint of a payload for the ledger: the SHA-256 of its canonical JSON, so the same
- * object with keys in another order is the same request.
+ * object with keys in another order is the same request, while numbers that differ anywhere (a
+ * `bigint` beyond 2^53 included) stay different requests. Bytes are hashed as they are.
+ *
+ * @throws IdempotencyError `INVALID_ARGUMENT` for a payload JSON cannot carry exactly (see
+ *   {@link canonicalJson}): a Map or Set, a non-finite number, a cycle, `undefined`.
  *
  * @example ledger.run({ key, fingerprint: fingerprintOf({ amount: 100, currency: 'eur' }) }, charge)
  */
