@@ -16,6 +16,8 @@ export type IdempotencyErrorCode =
   | 'STORE_UNAVAILABLE'
   | 'STORE_SCHEMA'
   | 'BODY_TOO_LARGE'
+  /** A request body that cannot be fingerprinted losslessly: duplicate JSON member names, nesting too deep. */
+  | 'BODY_INVALID'
   | 'INVALID_OPTION'
   | 'INVALID_ARGUMENT'
   /** The server refused the request with a final 4xx (client side). */
@@ -35,6 +37,7 @@ export const HTTP_STATUS_BY_CODE: Readonly<Record<IdempotencyErrorCode, number>>
   STORE_UNAVAILABLE: 503,
   STORE_SCHEMA: 503,
   BODY_TOO_LARGE: 413,
+  BODY_INVALID: 400,
   INVALID_OPTION: 500,
   INVALID_ARGUMENT: 500,
   REQUEST_REJECTED: 400,

@@ -129,7 +129,7 @@ describe('Express adapter', () => {
       body: '{}',
     })
     expect(replay.headers.get('idempotent-body-omitted')).toBe('100')
-    expect(await replay.text()).toBe('')
+    expect(await replay.json()).toMatchObject({ code: 'BODY_OMITTED', status: 200 })
     expect(runs).toBe(before + 1)
   })
 
@@ -139,6 +139,73 @@ describe('Express adapter', () => {
     expect((await send(`${url}/form`, key, 'amount=100', form)).status).toBe(201)
     expect((await send(`${url}/form`, key, 'amount=100', form)).replayed).toBe('true')
     expect((await send(`${url}/form`, key, 'amount=999', form)).status).toBe(422)
+  })
+})
+
+/**
+ * A JSON parser of the kind apps plug in for money: integers past 2^53 become BigInt. The rest is
+ * JSON.parse, which turns 1e400 into Infinity.
+ */
+function bigIntJson(text: string): unknown {
+  const marked = text.replace(/:\s*(\d{16,})/g, ':"__big:$1"')
+  // A reviver recurses: only pay for it (and its stack) when there is a big number to revive.
+  if (marked === text) return JSON.parse(text)
+  return JSON.parse(marked, (_key, value) => (typeof value === 'string' && value.startsWith('__big:') ? BigInt(value.slice(6)) : value))
+}
+
+describe('Express adapter behind a body parser that keeps no raw bytes', () => {
+  let url: string
+  let server: import('node:http').Server
+  let runs = 0
+
+  beforeAll(async () => {
+    const app = express()
+    app.use(express.text({ type: 'application/json', limit: '1mb' }))
+    app.use((req, _res, next) => {
+      if (typeof req.body === 'string') req.body = bigIntJson(req.body)
+      next()
+    })
+    app.use(expressIdempotency({ ledger: new Ledger({ store: new MemoryStore() }) }))
+    app.post('/pay', (_req, res) => {
+      runs++
+      res.status(201).json({ run: runs })
+    })
+    server = app.listen(0, '127.0.0.1')
+    await new Promise((resolve) => server.once('listening', resolve))
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/pay`
+  })
+  afterAll(async () => {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+  })
+
+  it("tells apart BigInt values a custom parser made (422, not the other payee's replay)", async () => {
+    const key = randomUUID()
+    expect((await send(url, key, '{"account":9007199254740993}')).status).toBe(201)
+    const other = await send(url, key, '{"account":9007199254740992}')
+    expect(other.status).toBe(422)
+    expect(other.replayed).toBeNull()
+  })
+
+  it("answers 400 problem, never another request's replay, when the parsed body holds Infinity", async () => {
+    const key = randomUUID()
+    const before = runs
+    const first = await send(url, key, '{"amount":1e400,"payee":"ann"}')
+    const second = await send(url, key, '{"amount":1e400,"payee":"bob"}')
+    for (const answer of [first, second]) {
+      expect(answer.status).toBe(400)
+      expect(JSON.parse(answer.text)).toMatchObject({ code: 'BODY_INVALID', detail: expect.stringMatching(/raw body/) })
+    }
+    expect(runs).toBe(before)
+  })
+
+  it('answers 400 problem, never 500 nor a shared fingerprint, to a parsed body nested 15,000 or 30,000 deep', async () => {
+    for (const depth of [15_000, 30_000]) {
+      const key = randomUUID()
+      const answer = await send(url, key, `${'{"a":'.repeat(depth)}1${'}'.repeat(depth)}`)
+      expect(answer.status).toBe(400)
+      expect(JSON.parse(answer.text)).toMatchObject({ code: 'BODY_INVALID' })
+    }
   })
 })
 
@@ -260,6 +327,45 @@ describe('Fastify adapter', () => {
     const replay = await send(`${url}/stream`, key, '{}')
     expect(replay.text).toBe('ab1')
     expect(replay.replayed).toBe('true')
+  })
+})
+
+describe('Fastify adapter with a custom JSON parser', () => {
+  let app: FastifyInstance
+  let url: string
+  let runs = 0
+
+  beforeAll(async () => {
+    app = Fastify({ forceCloseConnections: true })
+    app.removeContentTypeParser('application/json')
+    app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
+      try {
+        done(null, bigIntJson(body as string))
+      } catch (error) {
+        done(error as Error, undefined)
+      }
+    })
+    await app.register(fastifyIdempotency, { ledger: new Ledger({ store: new MemoryStore() }) })
+    app.post('/pay', async (_request, reply) => reply.code(201).send({ run: ++runs }))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/pay`
+  })
+  afterAll(() => app.close())
+
+  it('fingerprints the bytes the client sent, not what the parser made of them', async () => {
+    const key = randomUUID()
+    expect((await send(url, key, '{"account":9007199254740993,"amount":1e400}')).status).toBe(201)
+    expect((await send(url, key, '{"account":9007199254740993,"amount":1e400}')).replayed).toBe('true')
+    expect((await send(url, key, '{"account":9007199254740992,"amount":1e400}')).status).toBe(422)
+    expect((await send(url, key, '{"account":9007199254740993,"amount":1e401}')).status).toBe(422)
+    expect(runs).toBe(1)
+  })
+
+  it('still reads a body larger than the layer fingerprints as 413, and runs nothing', async () => {
+    const key = randomUUID()
+    const big = JSON.stringify({ pad: 'x'.repeat(1024 * 1024 + 10) })
+    const answer = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: big })
+    expect(answer.status).toBe(413)
   })
 })
 

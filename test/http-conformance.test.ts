@@ -5,17 +5,16 @@ import { randomUUID } from 'node:crypto'
 import { request as rawRequest } from 'node:http'
 import { connect } from 'node:net'
 import { Ledger } from '../src/core/ledger.js'
-import { IdempotencyError } from '../src/errors.js'
 import { requestFingerprint } from '../src/http/stored.js'
 import type { EngineOptions } from '../src/http/types.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { type AdapterFactory, AppState, adapters, type RunningApp } from './fixtures/http/apps.js'
 
-/** A store whose every call fails, as an unreachable server's would. */
+/** A store whose every call fails, as an unreachable server's would, with the driver's revealing message. */
 function downStore(): MemoryStore {
   const store = new MemoryStore()
   const fail = async () => {
-    throw new IdempotencyError('STORE_UNAVAILABLE', 'test: the store is down', { cause: new Error('ECONNREFUSED') })
+    throw new Error('connect ECONNREFUSED 10.1.2.3:5432 (role "billing_rw")')
   }
   Object.assign(store, { acquire: fail, renew: fail, complete: fail, release: fail })
   return store
@@ -115,13 +114,24 @@ function expectProblem(answer: Answer, status: number, slug: string) {
   expect(problem).toMatchObject({ status, type: expect.stringContaining(slug), title: expect.any(String), detail: expect.any(String) })
 }
 
-describe.each(Object.entries(adapters))('HTTP conformance: %s', (_name, start: AdapterFactory) => {
+/**
+ * Each framework's own way to read a request header: it works only on the framework's request object
+ * (Express `req.get`, Fastify `request.raw`, Hono `c.req`, fetch `Headers`), never on a neutral copy.
+ */
+const nativeTenant: Record<string, (req: never) => string | undefined> = {
+  express: (req: { get(name: string): string | undefined }) => req.get('x-tenant'),
+  fastify: (request: { raw: { headers: Record<string, string | undefined> } }) => request.raw.headers['x-tenant'],
+  hono: (c: { req: { header(name: string): string | undefined } }) => c.req.header('x-tenant'),
+  fetch: (request: Request) => request.headers.get('x-tenant') ?? undefined,
+}
+
+describe.each(Object.entries(adapters))('HTTP conformance: %s', (name, start: AdapterFactory) => {
   const state = new AppState()
   const apps: RunningApp[] = []
   let app: RunningApp
   let ledger: Ledger
   let store: MemoryStore
-  const boot = async (options: Partial<EngineOptions> = {}, store = new MemoryStore()) => {
+  const boot = async (options: Partial<EngineOptions<unknown>> = {}, store = new MemoryStore()) => {
     const running = await start({ ledger: new Ledger({ store, lease: '5s', wait: '2s' }), ...options }, state)
     apps.push(running)
     return running
@@ -180,6 +190,49 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (_name, start: A
     expect(state.executions('/charges', key)).toBe(1)
   })
 
+  it('tells apart integers beyond 2^53 that a double would merge (422, not a replay)', async () => {
+    const key = randomUUID()
+    expect((await post(app.url, '/charges', { key, raw: '{"account":9007199254740993}' })).status).toBe(201)
+    expectProblem(await post(app.url, '/charges', { key, raw: '{"account":9007199254740992}' }), 422, 'fingerprint-mismatch')
+    expect(state.executions('/charges', key)).toBe(1)
+  })
+
+  it("tells apart decimals that differ past a double's precision (422, not a replay)", async () => {
+    const key = randomUUID()
+    expect((await post(app.url, '/charges', { key, raw: '{"amount":0.10000000000000001}' })).status).toBe(201)
+    expectProblem(await post(app.url, '/charges', { key, raw: '{"amount":0.1}' }), 422, 'fingerprint-mismatch')
+    expect(state.executions('/charges', key)).toBe(1)
+  })
+
+  it('answers 400 problem to duplicate member names (I-JSON), and runs nothing', async () => {
+    const key = randomUUID()
+    const answer = await post(app.url, '/charges', { key, raw: '{"amount":1,"amount":1000}' })
+    expectProblem(answer, 400, 'body-invalid')
+    expect(answer.json().detail).toMatch(/"amount" twice/)
+    expect(state.executions('/charges', key)).toBe(0)
+    // Nothing was locked: the same key with a well-formed body runs.
+    expect((await post(app.url, '/charges', { key, raw: '{"amount":1000}' })).status).toBe(201)
+  })
+
+  it('answers 400 problem, never 500, to JSON nested past the depth limit', async () => {
+    for (const depth of [200, 30_000]) {
+      const key = randomUUID()
+      // Arrays: 30,000 levels in 60 KB, within the layer's body limit here.
+      const answer = await post(app.url, '/charges', { key, raw: `${'['.repeat(depth)}${']'.repeat(depth)}` })
+      expect(answer.status).toBe(400)
+      expect(state.executions('/charges', key)).toBe(0)
+    }
+  })
+
+  it('treats the same JSON value spelled differently (whitespace, escapes, number forms) as the same request', async () => {
+    const key = randomUUID()
+    await post(app.url, '/charges', { key, raw: '{"payee":"ann","amount":100}' })
+    const again = await post(app.url, '/charges', { key, raw: '{ "amount" : 1e2 ,\n "payee" : "\\u0061nn" }' })
+    expect(again.status).toBe(201)
+    expect(again.headers.get('idempotent-replayed')).toBe('true')
+    expect(state.executions('/charges', key)).toBe(1)
+  })
+
   it('reads a key given as an RFC 8941 string the same as a bare key', async () => {
     const key = randomUUID()
     await post(app.url, '/charges', { key })
@@ -202,7 +255,7 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (_name, start: A
   it('answers 400 when the Idempotency-Key header is given twice (where the runtime keeps them apart)', async () => {
     const status = await postWithKeyTwice(app.url, '/charges')
     // fetch-style runtimes join repeated headers into "a, b", which is one valid key: documented.
-    expect(_name === 'fetch' ? [400, 201].includes(status) : status === 400).toBe(true)
+    expect(name === 'fetch' ? [400, 201].includes(status) : status === 400).toBe(true)
   })
 
   it('lets a request without a key pass through, every time', async () => {
@@ -281,13 +334,16 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (_name, start: A
     expect((await post(custom.url, '/charges', { key })).headers.get('x-custom')).toBe(first.headers.get('x-custom'))
   })
 
-  it('replays a response over the stored-body limit as its status and headers with an empty body, and never runs it twice', async () => {
+  it('replays a response over the stored-body limit as its status and headers with a body-omitted problem, and never runs it twice', async () => {
     const key = randomUUID()
     const first = await post(app.url, '/big', { key })
     expect(first.text.length).toBe(4096)
     const replay = await post(app.url, '/big', { key })
     expect(replay.status).toBe(201)
-    expect(replay.text).toBe('')
+    expect(replay.headers.get('content-type')).toMatch(/^application\/problem\+json/)
+    expect(replay.json()).toMatchObject({ type: expect.stringContaining('body-omitted'), status: 201, code: 'BODY_OMITTED' })
+    expect(replay.json().detail).toMatch(/4096 bytes/)
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
     expect(replay.headers.get('idempotent-body-omitted')).toBe('4096')
     expect(state.executions('/big', key)).toBe(1)
   })
@@ -320,12 +376,16 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (_name, start: A
   })
 
   it('fails closed with 503 and Retry-After when the store is down', async () => {
-    const down = await boot({}, downStore())
+    const events: Array<{ type: string; error?: Error }> = []
+    const down = await boot({ onEvent: (e) => events.push(e as never) }, downStore())
     const key = randomUUID()
     const answer = await post(down.url, '/charges', { key })
     expectProblem(answer, 503, 'store-unavailable')
     expect(answer.headers.get('retry-after')).toBe('1')
     expect(state.executions('/charges', key)).toBe(0)
+    // The store's internals (address, role, driver message) go to the operator's hook, never to the client.
+    expect(answer.text).not.toMatch(/ECONNREFUSED|10\.1\.2\.3|billing_rw|memory/i)
+    expect(events.find((e) => e.type === 'store_error')?.error?.message).toMatch(/ECONNREFUSED 10\.1\.2\.3:5432/)
   })
 
   it('fails open when configured: the handler runs unprotected while the store is down', async () => {
@@ -354,7 +414,44 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (_name, start: A
   it('gives the handler its idempotency context', async () => {
     const key = randomUUID()
     const answer = await post(app.url, '/context', { key, headers: { authorization: 'Bearer t' } })
-    expect(answer.json()).toMatchObject({ key, token: 1, takeover: false, scope: expect.stringMatching(/^auth:[0-9a-f]{32}$/) })
+    expect(answer.json()).toMatchObject({ key, token: 1, takeover: false, scope: expect.stringMatching(/^cred:[0-9a-f]{32}$/) })
+  })
+
+  it("hands the scope function the framework's own request, and namespaces what it returns", async () => {
+    const scoped = await boot({ scope: nativeTenant[name] as (req: unknown) => string | undefined })
+    const key = randomUUID()
+    const a = await post(scoped.url, '/context', { key, headers: { 'x-tenant': 'acme' } })
+    expect(a.status).toBe(200)
+    expect(a.json()).toMatchObject({ scope: 'fn:acme' })
+    const b = await post(scoped.url, '/context', { key, headers: { 'x-tenant': 'globex' } })
+    expect(b.headers.get('idempotent-replayed')).toBeNull()
+    expect(b.json()).toMatchObject({ scope: 'fn:globex' })
+    const again = await post(scoped.url, '/context', { key, headers: { 'x-tenant': 'acme' } })
+    expect(again.headers.get('idempotent-replayed')).toBe('true')
+  })
+
+  it('answers 500 problem when the scope function returns nothing, and never falls back to a shared scope', async () => {
+    const events: unknown[] = []
+    const scoped = await boot({ scope: nativeTenant[name] as (req: unknown) => string | undefined, onEvent: (e) => events.push(e) })
+    const key = randomUUID()
+    // Tenant A's request is stored under its own scope…
+    expect((await post(scoped.url, '/charges', { key, headers: { 'x-tenant': 'a' } })).status).toBe(201)
+    // …and a request whose scope function yields nothing must not replay it, nor run.
+    for (const headers of [{}, { 'x-tenant': '' }] as Record<string, string>[]) {
+      const answer = await post(scoped.url, '/charges', { key, headers })
+      expectProblem(answer, 500, 'invalid-option')
+      expect(answer.headers.get('idempotent-replayed')).toBeNull()
+    }
+    expect(state.executions('/charges', key)).toBe(1)
+    expect(events).toContainEqual(expect.objectContaining({ type: 'config_error', key }))
+  })
+
+  it('gives one credential one scope whatever the case of its scheme (RFC 9110)', async () => {
+    const key = randomUUID()
+    await post(app.url, '/charges', { key, headers: { authorization: 'Bearer same-token' } })
+    const again = await post(app.url, '/charges', { key, headers: { authorization: 'bearer   same-token' } })
+    expect(again.headers.get('idempotent-replayed')).toBe('true')
+    expect(state.executions('/charges', key)).toBe(1)
   })
 
   it('takes over a record whose holder died once its lease ends, and fences the dead holder out', async () => {

@@ -1,13 +1,13 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
 import { Pool } from 'undici'
-import type { Ledger, LedgerEvent } from '../core/ledger.js'
+import type { Ledger } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
 import { KEY_HEADER } from '../http/key-header.js'
 import { distinctHeaders, readNodeBody } from '../http/node-body.js'
 import { DEFAULT_PROBLEM_BASE } from '../http/problem.js'
-import { defaultScope } from '../http/stored.js'
-import type { HttpRequestLike, HttpResponseLike } from '../http/types.js'
+import { credentialScope, headerScope, resolveScopeSecret } from '../http/scope.js'
+import type { EngineEvent, HttpRequestLike, HttpResponseLike } from '../http/types.js'
 
 /** Options of {@link createProxyServer}. */
 export interface ProxyServerOptions {
@@ -18,8 +18,14 @@ export interface ProxyServerOptions {
   methods?: string[]
   /** Answer `400` to a covered request without `Idempotency-Key`. @default false */
   requireKey?: boolean
-  /** Scope records by this request header's value (a tenant or API key header); default: a hash of Authorization. */
+  /**
+   * Scope records by this request header's value (a tenant or principal id set by a trusted gateway),
+   * stored as `header:<value>`; a request without it falls back to the credential scope.
+   * @default none: a keyed hash of Authorization (`cred:…`), or `public`
+   */
   scopeHeader?: string
+  /** The secret that keys credential scopes. @default process.env.IDEMKEY_SCOPE_SECRET (warned about when unset) */
+  scopeSecret?: string
   waitMs?: number
   leaseMs?: number
   ttlMs?: number
@@ -27,7 +33,7 @@ export interface ProxyServerOptions {
   maxBodyBytes?: number
   /** Upstream headers or body slower than this: `504`, and the record is released. @default 30s */
   upstreamTimeoutMs?: number
-  onEvent?: (event: LedgerEvent) => void
+  onEvent?: (event: EngineEvent) => void
 }
 
 /** A running proxy's handle. */
@@ -63,24 +69,19 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     keepAliveTimeout: 10_000,
     connect: { noDelay: true },
   })
-  const scopeHeader = options.scopeHeader?.toLowerCase()
-  const engine = createEngine({
-    ledger: options.ledger,
-    methods: options.methods,
-    required: options.requireKey ?? false,
-    scope: scopeHeader
-      ? (req) => {
-          const value = req.headers[scopeHeader]
-          const first = Array.isArray(value) ? value[0] : value
-          return first ? first : defaultScope(req)
-        }
-      : undefined,
-    wait: options.waitMs,
-    lease: options.leaseMs,
-    ttl: options.ttlMs,
-    maxRequestBody: options.maxBodyBytes,
-    onEvent: options.onEvent,
-  })
+  const engine = createEngine(
+    {
+      ledger: options.ledger,
+      methods: options.methods,
+      required: options.requireKey ?? false,
+      wait: options.waitMs,
+      lease: options.leaseMs,
+      ttl: options.ttlMs,
+      maxRequestBody: options.maxBodyBytes,
+      onEvent: options.onEvent,
+    },
+    { scopeOf: proxyScope(options.scopeHeader, options.scopeSecret) },
+  )
   let active = 0
   let idle: (() => void) | undefined
 
@@ -274,5 +275,20 @@ function proxyProblem(status: number, slug: string, title: string, detail: strin
     status,
     headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store', 'retry-after': '1' },
     body: new TextEncoder().encode(JSON.stringify({ type: `${DEFAULT_PROBLEM_BASE}${slug}`, title, status, detail })),
+  }
+}
+
+/**
+ * The proxy's scope rule: the trusted header's value when it is there, else the keyed hash of the
+ * credential. Each source keeps its own prefix, so a tenant named `public`, or a header value copied
+ * from `idemkey list` (`cred:…`), can never land in another source's scope.
+ */
+function proxyScope(scopeHeader: string | undefined, scopeSecret: string | undefined): (req: HttpRequestLike) => string {
+  const secret = resolveScopeSecret(scopeSecret)
+  const name = scopeHeader?.toLowerCase()
+  return (req) => {
+    const value = name === undefined ? undefined : req.headers[name]
+    const first = Array.isArray(value) ? value[0] : value
+    return first ? headerScope(first) : credentialScope(req.headers, secret)
   }
 }

@@ -1,6 +1,8 @@
 import { type Command, InvalidArgumentError } from 'commander'
 import { formatDuration } from '../core/duration.js'
+import { sha256Hex } from '../core/fingerprint.js'
 import { Ledger, type LedgerEvent } from '../core/ledger.js'
+import type { EngineEvent } from '../http/types.js'
 import { durationArg, intArg, methodsArg, sizeArg, storeArg } from './options.js'
 import { createProxyServer } from './proxy-server.js'
 import { ReconnectingStore } from './reconnecting-store.js'
@@ -17,6 +19,7 @@ interface ProxyFlags {
   methods: string[]
   requireKey?: boolean
   scopeHeader?: string
+  scopeSecret?: string
   maxBody: number
   upstreamTimeout: number
   drainTimeout: number
@@ -36,7 +39,14 @@ export function registerProxy(program: Command): void {
     .option('--wait <duration>', 'how long a duplicate waits for the first request before 409', durationArg('--wait'), 10_000)
     .option('--methods <list>', 'methods covered; others stream through untouched', methodsArg, ['POST', 'PATCH'])
     .option('--require-key', 'answer 400 to a covered request without Idempotency-Key')
-    .option('--scope-header <name>', 'scope keys by this header (e.g. X-Tenant-Id); default: a hash of Authorization')
+    .option(
+      '--scope-header <name>',
+      'scope keys by this header, set by a trusted gateway (e.g. X-Tenant-Id); default: a keyed hash of Authorization',
+    )
+    .option(
+      '--scope-secret <secret>',
+      'secret that keys the Authorization hash, the same on every proxy (default: $IDEMKEY_SCOPE_SECRET; prefer the variable, flags show in ps)',
+    )
     .option('--max-body <size>', 'largest covered request body (413 beyond)', sizeArg('--max-body'), 1024 * 1024)
     .option('--upstream-timeout <duration>', 'upstream slower than this: 504, record released', durationArg('--upstream-timeout'), 30_000)
     .option(
@@ -87,11 +97,13 @@ async function runProxy(flags: ProxyFlags): Promise<void> {
   })
   const ledger = new Ledger({ store, lease: flags.lease, ttl: flags.ttl, wait: flags.wait })
   let lastStoreLogMs = 0
-  const onEvent = (event: LedgerEvent) => {
+  const onEvent = (event: EngineEvent) => {
     if (event.type === 'store_error' && Date.now() - lastStoreLogMs > 5_000) {
       lastStoreLogMs = Date.now()
       process.stderr.write(`idemkey proxy: store unavailable, answering 503 to covered requests: ${(event.error as Error).message}\n`)
     }
+    // Never rate-limited: each one is a request that a retry after its lease will run a second time.
+    if (event.type === 'unrecorded') process.stderr.write(`${unrecordedLine(event)}\n`)
   }
   const proxy = createProxyServer({
     upstream: flags.upstream,
@@ -99,6 +111,7 @@ async function runProxy(flags: ProxyFlags): Promise<void> {
     methods: flags.methods,
     requireKey: flags.requireKey,
     scopeHeader: flags.scopeHeader,
+    scopeSecret: flags.scopeSecret,
     waitMs: flags.wait,
     leaseMs: flags.lease,
     ttlMs: flags.ttl,
@@ -132,4 +145,13 @@ async function runProxy(flags: ProxyFlags): Promise<void> {
   }
   process.once('SIGTERM', () => void stop('SIGTERM'))
   process.once('SIGINT', () => void stop('SIGINT'))
+}
+
+/**
+ * The log line of an outcome the store did not take while the lease lasted. The key is hashed, as in
+ * every other line: keys can carry customer data. What to do about it: docs/proxy.md, "Unrecorded".
+ */
+export function unrecordedLine(event: Extract<LedgerEvent, { type: 'unrecorded' }>): string {
+  const cause = event.error instanceof Error ? event.error.message : String(event.error)
+  return `idemkey proxy: UNRECORDED outcome (${event.status}) for key sha256:${sha256Hex(event.scope, '\n', event.key).slice(0, 16)} token ${event.token} after ${event.attempts} tries: the upstream ran, but the store did not take the outcome before the lease ended, so a retry after the lease will run it again (${cause})`
 }

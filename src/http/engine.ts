@@ -5,8 +5,9 @@ import { IdempotencyError, isIdempotencyError } from '../errors.js'
 import { isTransactionalStore } from '../stores/store.js'
 import { KEY_HEADER, parseKeyHeader } from './key-header.js'
 import { DEFAULT_PROBLEM_BASE, problem } from './problem.js'
-import { defaultScope, fromStored, requestFingerprint, storedHeaderSet, toStored } from './stored.js'
-import type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
+import { credentialScope, functionScope, resolveScopeSecret } from './scope.js'
+import { fromStored, requestFingerprint, storedHeaderSet, toStored } from './stored.js'
+import type { Decision, EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
 
 /** The neutral HTTP layer: every rule of SPEC §5, once, for every adapter. */
 export interface IdempotencyEngine {
@@ -26,6 +27,10 @@ export interface IdempotencyEngine {
 }
 
 const MiB = 1024 * 1024
+const STORE_DOWN_DETAIL =
+  'The idempotency store is unavailable right now, so this request was not run. Retry with the same Idempotency-Key after the Retry-After delay.'
+const MISCONFIGURED_DETAIL =
+  'The server could not tell which account this request belongs to (its idempotency scope is misconfigured), so it was not run. This is not something a retry fixes; contact the API operator.'
 
 /** The first thing that happens to a request in the ledger. */
 type Step = { ctx: IdempotencyContext } | { result: RunResult<HttpResponseLike> } | { error: unknown }
@@ -37,7 +42,13 @@ type Step = { ctx: IdempotencyContext } | { result: RunResult<HttpResponseLike> 
  * const engine = createEngine({ ledger, required: true })
  * const response = await engine.handle(request, (ctx) => runHandler(request, ctx))
  */
-export function createEngine(options: EngineOptions): IdempotencyEngine {
+/** What idemkey's own front ends (the proxy) set beyond the public options. */
+export interface EngineInternals {
+  /** Replaces the scope rule with one that namespaces its own scopes (e.g. the proxy's trusted header). */
+  scopeOf?: (req: HttpRequestLike) => string
+}
+
+export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>, internals: EngineInternals = {}): IdempotencyEngine {
   if (!options?.ledger || typeof options.ledger.run !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'idempotency({ ledger }) needs a Ledger: new Ledger({ store }).')
   }
@@ -55,15 +66,38 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
   const maxRequestBody = options.maxRequestBody ?? MiB
   const base = options.problemBaseUrl ?? DEFAULT_PROBLEM_BASE
   const classify = options.classify ?? classifyStatus
-  const scopeOf = options.scope ?? defaultScope
+  const scopeFn = options.scope
+  // Only the default scope needs the secret, so only it warns when none is set.
+  const secret = scopeFn || internals.scopeOf ? undefined : resolveScopeSecret(options.scopeSecret)
+  const scopeOf = internals.scopeOf
+    ? internals.scopeOf
+    : scopeFn
+      ? async (req: HttpRequestLike) => functionScope(await scopeFn((req.native ?? req) as Req))
+      : (req: HttpRequestLike) => credentialScope(req.headers, secret as string | Uint8Array)
+  const onEvent = options.onEvent
+  let configErrorLogged = false
+  const configError = (key: string, error: Error) => {
+    if (onEvent) {
+      try {
+        onEvent({ type: 'config_error', key, error })
+      } catch {
+        // A broken hook must not break the answer.
+      }
+    } else if (!configErrorLogged) {
+      // Every covered request fails the same way until it is fixed: say it once, where someone looks.
+      configErrorLogged = true
+      console.error(`idemkey: ${error.message}`)
+    }
+  }
   const fingerprintOf = options.fingerprint ?? requestFingerprint
   const runOptions: RunOptions<HttpResponseLike> = {
     encode: (response) => toStored(response, allow, maxStoredBody),
-    decode: (stored) => fromStored(stored),
+    decode: (stored) => fromStored(stored, base),
     classify: (response) => classify(response.status),
     wait: options.wait === undefined ? undefined : parseDuration(options.wait, 'wait'),
     lease: options.lease === undefined ? undefined : parseDuration(options.lease, 'lease'),
     ttl: options.ttl === undefined ? undefined : parseDuration(options.ttl, 'ttl'),
+    onEvent: onEvent as ((event: EngineEvent) => void) | undefined,
   }
 
   const settled = (result: RunResult<HttpResponseLike>, key: string): HttpResponseLike => {
@@ -93,11 +127,14 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
       case 'STORE_UNAVAILABLE':
       case 'STORE_SCHEMA':
         if (options.failOpen) return { kind: 'passthrough' }
-        return { kind: 'respond', response: problem(error.code, `${error.message}`, base, { 'retry-after': '1' }) }
+        // The store's own message (addresses, roles, driver hints) is for the operator: it went to
+        // onEvent as a store_error. The client learns only what to do.
+        return { kind: 'respond', response: problem(error.code, STORE_DOWN_DETAIL, base, { 'retry-after': '1' }) }
       case 'KEY_INVALID':
       case 'KEY_MISSING':
       case 'SCOPE_INVALID':
       case 'BODY_TOO_LARGE':
+      case 'BODY_INVALID':
         return { kind: 'respond', response: problem(error.code, error.message, base) }
       default:
         return undefined
@@ -118,7 +155,13 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
           `${req.method.toUpperCase()} ${req.url.split('?')[0]} requires an Idempotency-Key header (for example a UUID), the same on every retry of one request.`,
         )
       }
-      scope = await scopeOf(req)
+      try {
+        scope = await scopeOf(req)
+      } catch (error) {
+        if (!isIdempotencyError(error) || error.code !== 'INVALID_OPTION') throw error
+        configError(key, error)
+        return { kind: 'respond', response: problem('INVALID_OPTION', MISCONFIGURED_DETAIL, base) }
+      }
       if (req.parsedBody !== undefined && Number(headerValue(req.headers['content-length'])) > maxRequestBody) {
         throw new IdempotencyError(
           'BODY_TOO_LARGE',
@@ -176,9 +219,10 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
         const result = await running.catch((error: unknown) => ({ kind: 'error' as const, error }))
         if (!options.transactional) return response
         if (result.kind === 'error') {
+          // Why it did not commit is for the operator (onEvent); the client learns what to do.
           return problem(
             'STORE_UNAVAILABLE',
-            `The request's transaction did not commit, so none of its writes were kept: ${errorMessage(result.error)} Retry with the same Idempotency-Key.`,
+            `The request's transaction did not commit, so none of its writes were kept. Retry with the same Idempotency-Key.`,
             base,
             { 'retry-after': '1' },
           )
@@ -217,11 +261,6 @@ export function createEngine(options: EngineOptions): IdempotencyEngine {
       return decision.finish(response)
     },
   }
-}
-
-function errorMessage(error: unknown): string {
-  const text = error instanceof Error ? error.message : String(error)
-  return /[.!?]$/.test(text) ? text : `${text}.`
 }
 
 function headerValue(value: string | string[] | undefined): string | undefined {

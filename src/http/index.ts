@@ -5,5 +5,13 @@
 export { createEngine, type IdempotencyEngine } from './engine.js'
 export { KEY_HEADER, parseKeyHeader } from './key-header.js'
 export { DEFAULT_PROBLEM_BASE, problem } from './problem.js'
+export {
+  credentialScope,
+  functionScope,
+  headerScope,
+  normalizeCredential,
+  SCOPE_SECRET_ENV,
+  SCOPE_SOURCES,
+} from './scope.js'
 export { BODY_OMITTED_HEADER, DEFAULT_STORED_HEADERS, defaultScope, REPLAYED_HEADER, requestFingerprint } from './stored.js'
-export type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
+export type { Decision, EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'

@@ -41,7 +41,7 @@ export async function readWebBody(
   return Buffer.concat(chunks)
 }
 
-function tooLarge(limit: number): IdempotencyError {
+export function tooLarge(limit: number): IdempotencyError {
   return new IdempotencyError(
     'BODY_TOO_LARGE',
     `The request body is larger than ${limit} bytes, the most the idempotency layer reads to fingerprint a request. Send a smaller body, or raise maxRequestBody.`,

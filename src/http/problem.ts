@@ -12,6 +12,8 @@ const TITLES: Partial<Record<IdempotencyErrorCode, string>> = {
   STORE_UNAVAILABLE: 'Idempotency store unavailable',
   STORE_SCHEMA: 'Idempotency store not set up',
   BODY_TOO_LARGE: 'Request body too large',
+  BODY_INVALID: 'Request body cannot be fingerprinted',
+  INVALID_OPTION: 'Idempotency layer misconfigured',
   SCOPE_INVALID: 'Invalid idempotency scope',
   FENCED_OUT: 'Request superseded by another attempt',
 }

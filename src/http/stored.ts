@@ -1,5 +1,9 @@
+import { canonicalJsonText, MAX_JSON_DEPTH } from '../core/canonical-json.js'
 import { canonicalJson, sha256Hex } from '../core/fingerprint.js'
+import { IdempotencyError } from '../errors.js'
 import type { StoredResponse } from '../stores/store.js'
+import { DEFAULT_PROBLEM_BASE } from './problem.js'
+import { credentialScope, resolveScopeSecret } from './scope.js'
 import type { HttpRequestLike, HttpResponseLike } from './types.js'
 
 /** Response headers stored for replay by default (SPEC §5.12). */
@@ -48,9 +52,27 @@ export function toStored(response: HttpResponseLike, allow: Set<string>, maxBody
   return { status: response.status, headers, body: response.body }
 }
 
-/** A replay: the stored status, headers and body, plus `Idempotent-Replayed: true`. */
-export function fromStored(stored: StoredResponse): HttpResponseLike {
-  return { status: stored.status, headers: { ...stored.headers, [REPLAYED_HEADER]: 'true' }, body: stored.body }
+/**
+ * A replay: the stored status, headers and body, plus `Idempotent-Replayed: true`. A response whose
+ * body was too large to store replays its status and stored headers (`Location` above all) with a
+ * `body-omitted` problem as its body, so a client that parses the body learns why it is not the
+ * original, and that the operation ran once.
+ */
+export function fromStored(stored: StoredResponse, problemBase = DEFAULT_PROBLEM_BASE): HttpResponseLike {
+  const omitted = stored.headers[BODY_OMITTED_HEADER]
+  if (omitted === undefined) return { status: stored.status, headers: { ...stored.headers, [REPLAYED_HEADER]: 'true' }, body: stored.body }
+  const body = {
+    type: `${problemBase}body-omitted`,
+    title: 'Response body not stored',
+    status: stored.status,
+    detail: `This request already ran once and answered ${stored.status} with a body of ${omitted} bytes, more than the idempotency layer stores for replays, so only its status and headers are replayed. Fetch the result (see Location, if given) instead of retrying.`,
+    code: 'BODY_OMITTED',
+  }
+  return {
+    status: stored.status,
+    headers: { ...stored.headers, 'content-type': 'application/problem+json', [REPLAYED_HEADER]: 'true' },
+    body: new TextEncoder().encode(JSON.stringify(body)),
+  }
 }
 
 function isJson(contentType: string | string[] | undefined): boolean {
@@ -58,12 +80,14 @@ function isJson(contentType: string | string[] | undefined): boolean {
   return value === 'application/json' || value.endsWith('+json')
 }
 
-const decoder = new TextDecoder('utf-8', { fatal: true })
-
 /**
- * The default fingerprint (SPEC §5.6): method, path with query, and the body; JSON bodies are
- * canonicalized (RFC 8785) first, so the same JSON with keys in another order is the same request.
- * A body that is not valid JSON is hashed as bytes, never a crash.
+ * The default fingerprint (SPEC §5.6): method, path with query, and the body. A JSON body is
+ * canonicalised losslessly from its bytes: keys sorted, whitespace and escapes normalised, numbers
+ * compared by their exact decimal value (never through a double). Duplicate member names and nesting
+ * past {@link MAX_JSON_DEPTH} are a `400` (`BODY_INVALID`). A body that is not valid JSON is hashed as
+ * bytes, never a crash. A body the framework already parsed (the bytes are gone) is canonicalised
+ * from the parsed value, BigInt included; a value JSON cannot carry exactly is a `400`, never a
+ * fallback to a value two different requests could share.
  *
  * @example
  * createEngine({ ledger, fingerprint: (req, body) => requestFingerprint({ ...req, url: req.url.split('?')[0] }, body) })
@@ -71,32 +95,32 @@ const decoder = new TextDecoder('utf-8', { fatal: true })
 export function requestFingerprint(req: HttpRequestLike, body: Uint8Array): string {
   const head = `${req.method.toUpperCase()} ${req.url}\n`
   if (req.parsedBody !== undefined && body.byteLength === 0) {
-    // The framework parsed the body and the bytes are gone: hash what it parsed (JSON, or a form
-    // body from a urlencoded parser), so two different bodies never share a fingerprint.
+    let canonical: string
     try {
-      return sha256Hex(head, 'json\n', canonicalJson(req.parsedBody))
-    } catch {
-      return sha256Hex(head, 'parsed\n', String(req.parsedBody))
+      canonical = canonicalJson(req.parsedBody)
+    } catch (error) {
+      throw new IdempotencyError(
+        'BODY_INVALID',
+        `The request body, as the server's body parser read it, cannot be fingerprinted exactly (${(error as Error).message}) Send the body as plain JSON; if it is, the API operator should give the idempotency layer the raw body.`,
+        { cause: error },
+      )
     }
+    return sha256Hex(head, 'json\n', canonical)
   }
   if (isJson(req.headers['content-type'])) {
-    try {
-      return sha256Hex(head, 'json\n', canonicalJson(JSON.parse(decoder.decode(body))))
-    } catch {
-      // Invalid JSON: fall through to bytes.
-    }
+    const canonical = canonicalJsonText(body)
+    if (canonical !== undefined) return sha256Hex(head, 'json\n', canonical)
   }
   return sha256Hex(head, 'bytes\n', body)
 }
 
 /**
- * The default scope (SPEC §5.5): a hash of the Authorization header, or `public` where there is none.
+ * The default scope (SPEC §5.5): `cred:` and a keyed hash (HMAC-SHA-256 under `IDEMKEY_SCOPE_SECRET`)
+ * of the Authorization credential with its scheme normalised, or `public` where there is none.
  *
  * @example
- * createEngine({ ledger, scope: (req) => String(req.headers['x-tenant-id'] ?? defaultScope(req)) })
+ * createEngine({ ledger, scope: (req) => req.user.tenantId })
  */
-export function defaultScope(req: HttpRequestLike): string {
-  const auth = req.headers.authorization
-  const value = Array.isArray(auth) ? auth.join(', ') : auth
-  return value ? `auth:${sha256Hex(value).slice(0, 32)}` : 'public'
+export function defaultScope(req: Pick<HttpRequestLike, 'headers'>): string {
+  return credentialScope(req.headers, resolveScopeSecret(undefined))
 }

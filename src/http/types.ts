@@ -13,6 +13,11 @@ export interface HttpRequestLike {
   body(limit: number): Promise<Uint8Array>
   /** The body as the framework already parsed it (JSON), when the raw bytes are gone. */
   parsedBody?: unknown
+  /**
+   * The framework's own request (Express `req`, Fastify `request`, Hono `Context`, fetch `Request`),
+   * handed to the scope function so it can read what authentication middleware set on it.
+   */
+  native?: unknown
 }
 
 /** A response in the engine's neutral shape. */
@@ -41,16 +46,36 @@ export interface IdempotencyContext {
   tx?: unknown
 }
 
-/** Options of the HTTP layer, shared by every adapter. */
-export interface EngineOptions {
+/** What the HTTP layer reports: the ledger's events, and its own configuration errors. */
+export type EngineEvent =
+  | LedgerEvent
+  /** A misconfiguration found while serving a request (a scope function that returned nothing): answered `500`. */
+  | { type: 'config_error'; key: string; error: Error }
+
+/**
+ * Options of the HTTP layer, shared by every adapter. `Req` is the framework's own request type, which
+ * the scope function receives.
+ */
+export interface EngineOptions<Req = HttpRequestLike> {
   /** The ledger behind the layer. */
   ledger: Ledger
   /** Methods the layer covers; others pass through untouched. @default ['POST', 'PATCH'] */
   methods?: string[]
   /** Answer `400` to a covered request without `Idempotency-Key`. @default false */
   required?: boolean
-  /** The scope of a request. @default a hash of the Authorization header, or 'public' */
-  scope?: (req: HttpRequestLike) => string | Promise<string>
+  /**
+   * The scope of a request, from the framework's own request object (so it sees what authentication
+   * middleware set, e.g. `req.user`): a user or tenant id. It must return a non-empty string for every
+   * covered request; `undefined`, `null` or `''` is a configuration error (`500`), never a fallback to a
+   * shared scope. Its value is stored as `fn:<value>`.
+   * @default `cred:` + HMAC-SHA-256 of the Authorization credential under `scopeSecret`, or `public` without one
+   */
+  scope?: (req: Req) => string | number | null | undefined | Promise<string | number | null | undefined>
+  /**
+   * The deployment secret that keys the default credential scope, shared by every instance.
+   * @default process.env.IDEMKEY_SCOPE_SECRET (a warning at start-up when neither is set)
+   */
+  scopeSecret?: string | Uint8Array
   /** The fingerprint of a request (hex SHA-256). @default method, path with query, canonical body */
   fingerprint?: (req: HttpRequestLike, body: Uint8Array) => string
   /** How long to wait for an in-flight duplicate before `409`. @default the ledger's (10s) */
@@ -73,8 +98,12 @@ export interface EngineOptions {
   transactional?: boolean
   /** Base of the problem `type` URIs; a slug is appended. @default 'https://idemkey.dev/docs/errors#' */
   problemBaseUrl?: string
-  /** Called for each ledger event. */
-  onEvent?: (event: LedgerEvent) => void
+  /**
+   * Called for each ledger event of the requests this layer serves, and for its configuration errors.
+   * The real cause of a `503` (the store's error) reaches you here as a `store_error` event; clients
+   * get a generic detail. Must not throw.
+   */
+  onEvent?: (event: EngineEvent) => void
 }
 
 /** What to do with a request, decided before the handler runs. */

@@ -3,9 +3,10 @@
  * the handler reads the context as `req.idempotency`.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Request as ExpressRequest } from 'express'
 import { createEngine } from '../engine.js'
 import { KEY_HEADER } from '../key-header.js'
-import { distinctHeaders, readNodeBody } from '../node-body.js'
+import { distinctHeaders, readNodeBody, tooLarge } from '../node-body.js'
 import type { EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../types.js'
 
 export type { IdempotencyContext } from '../types.js'
@@ -20,7 +21,11 @@ declare global {
 }
 
 /** Options of the Express middleware. */
-export interface ExpressIdempotencyOptions extends EngineOptions {
+/**
+ * Options of the Express middleware. `scope` receives Express's own `req`, so it sees what your
+ * authentication middleware set (`(req) => req.user?.tenantId`).
+ */
+export interface ExpressIdempotencyOptions extends EngineOptions<ExpressRequest> {
   /**
    * How long to wait for the handler to end the response after the client went away, before the
    * record is released. @default 30_000
@@ -28,7 +33,14 @@ export interface ExpressIdempotencyOptions extends EngineOptions {
   abandonAfterMs?: number
 }
 
-type Req = IncomingMessage & { body?: unknown; _body?: boolean; originalUrl?: string; idempotency?: IdempotencyContext }
+type Req = IncomingMessage & {
+  body?: unknown
+  /** The raw body, where the app keeps it: `express.json({ verify: (req, _res, buf) => { req.rawBody = buf } })`. */
+  rawBody?: unknown
+  _body?: boolean
+  originalUrl?: string
+  idempotency?: IdempotencyContext
+}
 type Next = (error?: unknown) => void
 
 /**
@@ -48,9 +60,16 @@ export function idempotency(options: ExpressIdempotencyOptions): (req: Req, res:
       method: req.method ?? 'GET',
       url: req.originalUrl ?? req.url ?? '/',
       headers: distinctHeaders(req),
+      native: req,
       // A body parser before us consumed the stream (body-parser 1 sets _body; 2 only ends the stream).
-      parsedBody: bodyParsed(req) && !isBytes(req.body) ? req.body : undefined,
+      // Its raw bytes, when a `verify` hook kept them as req.rawBody, fingerprint exactly; else the parsed value.
+      parsedBody: bodyParsed(req) && !isBytes(req.body) && !isBytes(req.rawBody) ? req.body : undefined,
       body: async (limit) => {
+        if (isBytes(req.rawBody)) {
+          const raw = Buffer.from(req.rawBody as Buffer)
+          if (raw.byteLength > limit) throw tooLarge(limit)
+          return raw
+        }
         if (bodyParsed(req)) return isBytes(req.body) ? Buffer.from(req.body as Buffer) : new Uint8Array(0)
         const bytes = await readNodeBody(req, limit)
         // No body parser ran before us: hand the body on, parsed when it is JSON, so handlers still get it.

@@ -2,18 +2,21 @@
  * `idemkey/fastify`: a Fastify plugin. It runs in `preHandler`, after Fastify's own validation, so a
  * request that fails its schema never touches the ledger. The handler reads `request.idempotency`.
  */
-import { Readable } from 'node:stream'
+import { Readable, Transform, type TransformCallback } from 'node:stream'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
 import { KEY_HEADER } from '../key-header.js'
-import { distinctHeaders } from '../node-body.js'
+import { distinctHeaders, tooLarge } from '../node-body.js'
 import type { Decision, EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
 
 export type { IdempotencyContext } from '../types.js'
 
 /** Per-route setting: `config: { idempotency: false }` turns it off, an object overrides options. */
-export type RouteIdempotency = false | Partial<Omit<EngineOptions, 'ledger'>>
+export type RouteIdempotency = false | Partial<Omit<FastifyIdempotencyOptions, 'ledger'>>
+
+/** Options of the plugin. `scope` receives Fastify's own `request` (`(request) => request.user?.tenantId`). */
+export type FastifyIdempotencyOptions = EngineOptions<FastifyRequest>
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -27,9 +30,42 @@ declare module 'fastify' {
 }
 
 const decisions = new WeakMap<FastifyRequest, Extract<Decision, { kind: 'execute' }>>()
+/** The raw body of each covered request, kept while Fastify parses it: the fingerprint needs the bytes. */
+const rawBodies = new WeakMap<FastifyRequest, RawBody>()
 
-const plugin: FastifyPluginAsync<EngineOptions> = async (app, options) => {
+/**
+ * Passes the body on to Fastify's parser untouched and keeps a copy of up to `limit` bytes, so the
+ * fingerprint is taken from what the client sent (exact numbers, duplicate members seen), not from
+ * what the parser made of it.
+ */
+class RawBody extends Transform {
+  readonly chunks: Buffer[] = []
+  receivedEncodedLength = 0
+  overflow = false
+
+  constructor(readonly limit: number) {
+    super()
+  }
+
+  override _transform(chunk: Buffer | string, _encoding: BufferEncoding, callback: TransformCallback): void {
+    const buffer = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+    this.receivedEncodedLength += buffer.byteLength
+    if (this.receivedEncodedLength > this.limit) {
+      this.overflow = true
+      this.chunks.length = 0
+    } else this.chunks.push(buffer)
+    callback(null, buffer)
+  }
+
+  bytes(): Uint8Array {
+    return this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks)
+  }
+}
+
+const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, options) => {
   const base = createEngine(options)
+  const maxRequestBodyOf = (config: RouteIdempotency | undefined) =>
+    (config ? config.maxRequestBody : undefined) ?? options.maxRequestBody ?? 1024 * 1024
   const perRoute = new WeakMap<object, IdempotencyEngine>()
   const engineFor = (config: RouteIdempotency | undefined): IdempotencyEngine | undefined => {
     if (config === false) return undefined
@@ -44,20 +80,48 @@ const plugin: FastifyPluginAsync<EngineOptions> = async (app, options) => {
 
   app.decorateRequest('idempotency', undefined)
 
+  const routeConfig = (request: FastifyRequest) =>
+    (request.routeOptions.config as { idempotency?: RouteIdempotency } | undefined)?.idempotency
+
+  // Only covered requests pay for the copy; the rest pass this hook synchronously.
+  app.addHook('preParsing', function idempotencyPreParsing(request, _reply, payload, done) {
+    const engine = engineFor(routeConfig(request))
+    if (!engine?.applies(request.method, request.headers[KEY_HEADER] !== undefined)) return done(null, payload)
+    const raw = new RawBody(maxRequestBodyOf(routeConfig(request)))
+    rawBodies.set(request, raw)
+    payload.on('error', (error) => raw.destroy(error))
+    done(null, payload.pipe(raw))
+  })
+
   // Callback-style hooks: a request the layer does not cover passes each of them synchronously,
   // with no promise made for it.
   app.addHook('preHandler', function idempotencyPreHandler(request: FastifyRequest, reply: FastifyReply, done: (error?: Error) => void) {
-    const engine = engineFor((request.routeOptions.config as { idempotency?: RouteIdempotency } | undefined)?.idempotency)
+    const engine = engineFor(routeConfig(request))
     if (!engine?.applies(request.method, request.headers[KEY_HEADER] !== undefined)) return done()
     const body = request.body
-    const neutral: HttpRequestLike = {
-      method: request.method,
-      url: request.url,
-      headers: distinctHeaders(request.raw),
-      parsedBody: body !== undefined && !Buffer.isBuffer(body) && typeof body !== 'string' ? body : undefined,
-      body: async () =>
-        body === undefined || body === null ? new Uint8Array(0) : Buffer.from(typeof body === 'string' ? body : (body as Buffer)),
-    }
+    const raw = rawBodies.get(request)
+    rawBodies.delete(request)
+    const neutral: HttpRequestLike = raw
+      ? {
+          method: request.method,
+          url: request.url,
+          headers: distinctHeaders(request.raw),
+          native: request,
+          body: async (limit) => {
+            if (raw.overflow || raw.receivedEncodedLength > limit) throw tooLarge(limit)
+            return raw.bytes()
+          },
+        }
+      : {
+          // No body reached the parser (GET-like) or another hook replaced it: what was parsed is all there is.
+          method: request.method,
+          url: request.url,
+          headers: distinctHeaders(request.raw),
+          native: request,
+          parsedBody: body !== undefined && body !== null && !Buffer.isBuffer(body) && typeof body !== 'string' ? body : undefined,
+          body: async () =>
+            body === undefined || body === null ? new Uint8Array(0) : Buffer.from(typeof body === 'string' ? body : (body as Buffer)),
+        }
     engine.begin(neutral).then((decision) => {
       if (decision.kind === 'passthrough') return done()
       if (decision.kind === 'respond') {

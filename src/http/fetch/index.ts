@@ -10,8 +10,8 @@ import type { EngineOptions, HttpRequestLike, IdempotencyContext } from '../type
 
 export type { IdempotencyContext } from '../types.js'
 
-/** Options of {@link withIdempotency}: every engine option but the ledger. */
-export type FetchIdempotencyOptions = Omit<EngineOptions, 'ledger'>
+/** Options of {@link withIdempotency}: every engine option but the ledger. `scope` receives the fetch `Request`. */
+export type FetchIdempotencyOptions = Omit<EngineOptions<Request>, 'ledger'>
 
 const contexts = new WeakMap<Request, IdempotencyContext>()
 
@@ -41,6 +41,7 @@ export function withIdempotency<A extends unknown[]>(
       method: request.method,
       url: url.pathname + url.search,
       headers: Object.fromEntries(request.headers),
+      native: request,
       // Read a clone, so the handler can still read the original body.
       body: (limit) => readWebBody(request.clone().body, request.headers.get('content-length'), limit),
     }

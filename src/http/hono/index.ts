@@ -4,7 +4,7 @@
  */
 
 import type { IncomingMessage } from 'node:http'
-import type { MiddlewareHandler } from 'hono'
+import type { Context, MiddlewareHandler } from 'hono'
 import { createEngine } from '../engine.js'
 import { KEY_HEADER } from '../key-header.js'
 import { distinctHeaders, headersRecord, readWebBody, toWebResponse } from '../node-body.js'
@@ -15,6 +15,9 @@ export type { IdempotencyContext } from '../types.js'
 /** Context variables the middleware sets: `c.get('idempotency')`. */
 export type IdempotencyVariables = { idempotency: IdempotencyContext | undefined }
 
+/** Options of the middleware. `scope` receives Hono's `Context` (`(c) => c.get('jwtPayload').sub`). */
+export type HonoIdempotencyOptions = EngineOptions<Context>
+
 /**
  * The middleware.
  *
@@ -22,7 +25,7 @@ export type IdempotencyVariables = { idempotency: IdempotencyContext | undefined
  * const app = new Hono<{ Variables: IdempotencyVariables }>()
  * app.post('/charges', idempotency({ ledger }), async (c) => c.json(await charge(await c.req.json()), 201))
  */
-export function idempotency(options: EngineOptions): MiddlewareHandler<{ Variables: IdempotencyVariables }> {
+export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler<{ Variables: IdempotencyVariables }> {
   const engine = createEngine(options)
   return async function idempotencyMiddleware(c, next) {
     const raw = c.req.raw
@@ -37,6 +40,7 @@ export function idempotency(options: EngineOptions): MiddlewareHandler<{ Variabl
       method: raw.method,
       url: url.pathname + url.search,
       headers: incoming?.rawHeaders ? distinctHeaders(incoming as IncomingMessage) : Object.fromEntries(raw.headers),
+      native: c,
       // A clone: the handler can still read the body with c.req.json() / c.req.text().
       body: (limit) => readWebBody(raw.clone().body, raw.headers.get('content-length'), limit),
     }
