@@ -23,8 +23,8 @@ export function registerInspect(program: Command): void {
       `
 Examples:
   idemkey inspect 0193b7e2-8f3a-7c4e-9a1b-3f2d5e6c7a8b
-  idemkey inspect order-42 --scope tenant-7 --store postgres://app@127.0.0.1/app --json
-  Requests with an Authorization header are scoped by a hash of it: find the scope with idemkey list.`,
+  idemkey inspect order-42 --scope fn:tenant-7 --store postgres://app@127.0.0.1/app --json
+  Requests with an Authorization header are scoped by a keyed hash of it (cred:…), tenants by fn:… or header:…: find the scope with idemkey list.`,
     )
     .action(async (key: string, options: { scope?: string; store: string; json?: boolean }) => {
       await withStore(options.store, async ({ store, spec }) => {

@@ -1,16 +1,26 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
-import { Pool } from 'undici'
+import { type Dispatcher, Pool } from 'undici'
 import type { Ledger } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
 import { KEY_HEADER } from '../http/key-header.js'
 import { distinctHeaders, readNodeBody } from '../http/node-body.js'
-import { DEFAULT_PROBLEM_BASE } from '../http/problem.js'
 import { credentialScope, headerScope, resolveScopeSecret } from '../http/scope.js'
-import type { EngineEvent, HttpRequestLike, HttpResponseLike } from '../http/types.js'
+import type { Decision, EngineEvent, HttpRequestLike, HttpResponseLike } from '../http/types.js'
+import { oneLine, pathOf, proxyProblem, Refusal, requestHeaders, responseHeaders, send, upstreamProblem } from './proxy-http.js'
+import {
+  type BudgetTicket,
+  ByteBudget,
+  capConnections,
+  defaultMaxConnections,
+  drained,
+  lingering,
+  sendAndClose,
+  throttledLog,
+} from './proxy-limits.js'
 
-/** Options of {@link createProxyServer}. */
-export interface ProxyServerOptions {
+/** Options of {@link createProxyServer}; the {@link ProxyLimits} bound what clients can hold of it. */
+export interface ProxyServerOptions extends ProxyLimits {
   /** Base URL of the API behind the proxy, e.g. `http://127.0.0.1:3000` (a path prefix is kept). */
   upstream: string
   ledger: Ledger
@@ -41,14 +51,37 @@ export interface ProxyServer {
   server: Server
   /** Requests being served now. */
   inFlight(): number
+  /** Bytes the byte budget counts now (covered request bodies and upstream responses held); 0 when idle. */
+  buffered(): number
   /** Stops accepting, waits for in-flight requests (up to `timeoutMs`), then closes connections. Resolves `true` when all finished. */
   drain(timeoutMs: number): Promise<boolean>
 }
 
-/** Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded; fields named in `Connection` are dropped as well. */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'transfer-encoding', 'upgrade', 'trailer', 'expect'])
-const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT'])
-const VIA = '1.1 idemkey'
+/** What one client, or many, may hold of the proxy (docs/proxy.md, "Limits and timeouts"). */
+export interface ProxyLimits {
+  /** Request headers must arrive within this (new and keep-alive connections alike), or Node answers `408` and closes. @default 10s */
+  headerTimeoutMs?: number
+  /**
+   * A covered request's body must arrive within this from its headers, or `408` and the connection is
+   * closed, before the ledger sees the request. Also how long a client may stall while it reads a
+   * covered response before its connection is closed. @default 30s
+   */
+  bodyTimeoutMs?: number
+  /** Open client connections at most; past it the longest-idle one is closed to make room. @default {@link defaultMaxConnections} */
+  maxConnections?: number
+  /**
+   * Bytes held at once across all in-flight covered requests: their bodies and the upstream responses
+   * held to be stored. A new covered request past it gets `503` with `Retry-After`. @default 64 MiB
+   */
+  maxBufferedBytes?: number
+  /** Largest response body stored for replay; a larger one streams through and is stored without its body. @default 1 MiB */
+  maxStoredBodyBytes?: number
+  /** Where the proxy's own failures go, one line each, at most one a second per kind. @default stderr, as `idemkey proxy: …` */
+  log?: (line: string) => void
+}
+
+const MiB = 1024 * 1024
+const EMPTY = new Uint8Array(0)
 
 /**
  * A reverse proxy that gives any HTTP API SPEC §5 through idemkey's HTTP engine: covered requests
@@ -78,14 +111,21 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       lease: options.leaseMs,
       ttl: options.ttlMs,
       maxRequestBody: options.maxBodyBytes,
+      maxStoredBody: options.maxStoredBodyBytes,
       onEvent: options.onEvent,
     },
     { scopeOf: proxyScope(options.scopeHeader, options.scopeSecret) },
   )
   let active = 0
   let idle: (() => void) | undefined
+  const maxBody = options.maxBodyBytes ?? MiB
+  const maxStoredBody = options.maxStoredBodyBytes ?? MiB
+  const headerTimeoutMs = options.headerTimeoutMs ?? 10_000
+  const bodyTimeoutMs = options.bodyTimeoutMs ?? 30_000
+  const budget = new ByteBudget(options.maxBufferedBytes ?? 64 * MiB)
+  const log = throttledLog(options.log ?? ((line) => process.stderr.write(`idemkey proxy: ${line}\n`)))
 
-  async function serve(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async function serve(req: IncomingMessage, res: ServerResponse, ticket: BudgetTicket): Promise<void> {
     // Like every adapter: traffic the layer does not cover streams through without touching the engine.
     if (!engine.applies(req.method ?? 'GET', req.headers[KEY_HEADER] !== undefined)) return forwardStreaming(req, res)
     let read: Promise<Uint8Array> | undefined
@@ -94,42 +134,177 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       url: req.url ?? '/',
       headers: distinctHeaders(req),
       body: (limit) => {
-        read ??= readNodeBody(req, limit)
+        read ??= readCoveredBody(req, limit, ticket)
         return read
       },
     }
-    const decision = await engine.begin(neutral)
-    if (decision.kind === 'respond') return send(res, decision.response)
+    let decision: Decision
+    try {
+      decision = await engine.begin(neutral)
+    } catch (error) {
+      // Body too slow, or no room in the budget: answered before the ledger saw the request.
+      if (error instanceof Refusal) return sendAndClose(req, res, error.response)
+      throw error
+    }
+    if (decision.kind === 'respond') return answer(req, res, decision.response)
     if (decision.kind === 'passthrough') {
-      if (read) return send(res, await forwardBuffered(req, await read))
+      if (read) return forwardCovered(req, res, await read, ticket)
       return forwardStreaming(req, res)
     }
-    let response: HttpResponseLike
+    let body: Uint8Array
     try {
-      response = await forwardBuffered(req, await (read ?? neutral.body(options.maxBodyBytes ?? 1024 * 1024)))
+      body = await (read ?? neutral.body(maxBody))
     } catch (error) {
+      await decision.fail(error)
+      if (error instanceof Refusal) return sendAndClose(req, res, error.response)
+      throw error
+    }
+    try {
+      await forwardCovered(req, res, body, ticket, decision)
+    } catch (error) {
+      // Releases the record unless forwardCovered settled it already (then this does nothing).
       await decision.fail(error)
       throw error
     }
-    // Settle the record before answering, so a retry that follows the answer finds it.
-    await decision.finish(response)
-    send(res, response)
   }
 
-  /** Sends a covered request with its buffered body; upstream failures become 502/504 (transient: released). */
-  async function forwardBuffered(req: IncomingMessage, body: Uint8Array): Promise<HttpResponseLike> {
+  /**
+   * Reads a covered request's body within the byte budget and `bodyTimeoutMs`. A declared length is
+   * taken from the budget up front, a body without one chunk by chunk. Out of room or out of time: a
+   * {@link Refusal} (`503` or `408`), before the ledger has seen the request.
+   */
+  async function readCoveredBody(req: IncomingMessage, limit: number, ticket: BudgetTicket): Promise<Uint8Array> {
+    const declared = Number(req.headers['content-length'] ?? Number.NaN)
+    const known = Number.isFinite(declared) && declared >= 0
+    // Over the limit, readNodeBody answers 413 before reading: nothing to take then.
+    if (!ticket.tryTake(known && declared <= limit ? declared : 0)) throw overloaded()
+    const deadline = new AbortController()
+    const timer = setTimeout(() => deadline.abort(bodyTimedOut()), bodyTimeoutMs)
     try {
-      const upstream = await pool.request({
+      return await readNodeBody(req, limit, {
+        signal: deadline.signal,
+        onStop: 'pause',
+        onChunk: known
+          ? undefined
+          : (bytes) => {
+              if (!ticket.tryTake(bytes)) throw overloaded()
+            },
+      })
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+
+  function overloaded(): Refusal {
+    log(
+      'overloaded',
+      `answering 503 to new covered requests: ${budget.used} bytes held, --max-buffered is ${budget.limit} (raise it, or add proxies)`,
+    )
+    return new Refusal(
+      proxyProblem(
+        503,
+        'proxy-overloaded',
+        'Proxy overloaded',
+        'The proxy holds as many request and response bytes as it may right now, so this request was not run and nothing was recorded for it. Retry with the same Idempotency-Key after the Retry-After delay.',
+      ),
+    )
+  }
+
+  function bodyTimedOut(): Refusal {
+    return new Refusal(
+      proxyProblem(
+        408,
+        'request-timeout',
+        'Request body timed out',
+        `The request body did not arrive within ${Math.ceil(bodyTimeoutMs / 1_000)} s, so the request was not run and nothing was recorded for it. Retry with the same Idempotency-Key.`,
+      ),
+    )
+  }
+
+  /** Sends an answer; one sent before the request body was read to its end also closes the connection. */
+  function answer(req: IncomingMessage, res: ServerResponse, response: HttpResponseLike): void {
+    if (req.complete) send(res, response, bodyTimeoutMs)
+    else sendAndClose(req, res, response)
+  }
+
+  /**
+   * Forwards a covered request with its buffered body and answers the client. A response up to
+   * `maxStoredBody` is held whole, its record settled, then sent, as before. A larger one (declared or
+   * found so), or one the byte budget has no room for, streams through: status and headers, what was
+   * held, then the rest with backpressure; its record is settled once the upstream has sent it all,
+   * whether or not the client stayed (the operation ran). Upstream failures become 502/504, which
+   * release the record.
+   */
+  async function forwardCovered(
+    req: IncomingMessage,
+    res: ServerResponse,
+    body: Uint8Array,
+    ticket: BudgetTicket,
+    record?: Extract<Decision, { kind: 'execute' }>,
+  ): Promise<void> {
+    // Settle the record before answering a held response, so a retry that follows the answer finds it.
+    const settle = async (response: HttpResponseLike) => (record ? record.finish(response) : response)
+    let upstream: Dispatcher.ResponseData
+    try {
+      upstream = await pool.request({
         path: prefix + (req.url ?? '/'),
         method: (req.method ?? 'GET') as 'POST',
         headers: requestHeaders(req, true),
         body: body.byteLength > 0 || req.method === 'POST' || req.method === 'PUT' || req.method === 'PATCH' ? body : undefined,
       })
-      const bytes = new Uint8Array(await upstream.body.arrayBuffer())
-      return { status: upstream.statusCode, headers: responseHeaders(upstream.headers, false), body: bytes }
     } catch (error) {
-      return upstreamProblem(error)
+      return send(res, await settle(upstreamProblem(error, req, log)), bodyTimeoutMs)
     }
+    const status = upstream.statusCode
+    const headers = responseHeaders(upstream.headers, false)
+    const chunks = upstream.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>
+    const held: Buffer[] = []
+    let total = 0
+    let fits = true
+    try {
+      if (!(Number(upstream.headers['content-length']) > maxStoredBody)) {
+        for (;;) {
+          const { done, value } = await chunks.next()
+          if (done) return send(res, await settle({ status, headers, body: Buffer.concat(held, total) }), bodyTimeoutMs)
+          total += value.byteLength
+          held.push(value)
+          fits = ticket.hold(value.byteLength)
+          if (total > maxStoredBody || !fits) break
+        }
+      }
+    } catch (error) {
+      return send(res, await settle(upstreamProblem(error, req, log)), bodyTimeoutMs)
+    }
+    // Streaming from here. A response that only ran out of budget may still be small enough to store:
+    // keep its copy (it already ran, so it is never refused) until it proves larger than maxStoredBody.
+    let copy = !fits && total <= maxStoredBody ? held : undefined
+    res.writeHead(status, responseHeaders(upstream.headers, true))
+    let client = true
+    for (const chunk of held) if (client && !res.write(chunk)) client = await drained(res, bodyTimeoutMs)
+    let broken: unknown
+    try {
+      for (;;) {
+        const { done, value } = await chunks.next()
+        if (done) break
+        total += value.byteLength
+        if (copy && total <= maxStoredBody) {
+          copy.push(value)
+          ticket.hold(value.byteLength)
+        } else copy = undefined
+        client &&= !res.destroyed
+        if (client && !res.write(value)) client = await drained(res, bodyTimeoutMs)
+      }
+    } catch (error) {
+      broken = error
+    }
+    if (broken !== undefined) {
+      // The client saw a status and part of a body: close its connection so it knows the body is cut.
+      res.destroy()
+      await settle(upstreamProblem(broken, req, log))
+      return
+    }
+    if (client && !res.destroyed) res.end()
+    await settle(copy ? { status, headers, body: Buffer.concat(copy, total) } : { status, headers, body: EMPTY, bodyLength: total })
   }
 
   /** Streams an uncovered request both ways, untouched but for hop-by-hop and forwarding headers. */
@@ -149,38 +324,66 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
         signal: abort.signal,
       })
     } catch (error) {
-      return send(res, upstreamProblem(error))
+      return send(res, upstreamProblem(error, req, log))
     }
     res.writeHead(upstream.statusCode, responseHeaders(upstream.headers, true))
     await pipeline(upstream.body, res).catch(() => res.destroy())
   }
 
-  const server = createServer({ noDelay: true, keepAlive: true }, (req, res) => {
-    active++
-    serve(req, res)
-      .catch((error: unknown) => {
+  const checkMs = Math.max(50, Math.min(1_000, Math.floor(headerTimeoutMs / 2)))
+  const server = createServer(
+    {
+      noDelay: true,
+      keepAlive: true,
+      headersTimeout: headerTimeoutMs,
+      // Every request, covered or not, is received whole by then, or Node answers 408 and closes; a
+      // covered body's own deadline (bodyTimeoutMs from its headers) comes first.
+      requestTimeout: headerTimeoutMs + bodyTimeoutMs + checkMs,
+      // How often Node checks those two: its default (30 s) would let them run over by that much.
+      connectionsCheckingInterval: checkMs,
+    },
+    (req, res) => {
+      // A request that follows an early answer on a closing connection: dropped, as is the rest of it.
+      if (lingering.has(req.socket)) return void req.resume()
+      active++
+      connections.busy(req.socket)
+      const ticket = budget.ticket()
+      const closed = new Promise<void>((resolve) => res.once('close', resolve))
+      const served = serve(req, res, ticket).catch((error: unknown) => {
+        if (req.destroyed && !req.complete) return // the client went away mid-body: no one to answer
+        log('proxy-error', `proxy error on ${req.method} ${pathOf(req)}: ${oneLine(error)}`)
         if (!res.headersSent) {
-          send(
+          answer(
+            req,
             res,
             proxyProblem(
               500,
               'proxy-error',
               'Proxy error',
-              `The proxy failed while serving this request (${(error as Error).message}); nothing was stored for it. Retry with the same Idempotency-Key.`,
+              'The proxy failed while serving this request; nothing was stored for it. Retry with the same Idempotency-Key.',
             ),
           )
         } else res.destroy()
       })
-      .finally(() => {
+      void served.finally(() => {
         active--
         if (active === 0) idle?.()
       })
-  })
+      // The bytes a request took are given back once it is over in every way: served, and its answer
+      // sent or its connection gone. The connection counts as idle again from then.
+      void Promise.all([served, closed]).then(() => {
+        ticket.release()
+        connections.free(req.socket)
+      })
+    },
+  )
   server.keepAliveTimeout = 5_000
+  const connections = capConnections(server, options.maxConnections ?? defaultMaxConnections(), log)
 
   return {
     server,
     inFlight: () => active,
+    buffered: () => budget.used,
     async drain(timeoutMs) {
       server.close()
       server.closeIdleConnections()
@@ -197,84 +400,6 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       await pool.close().catch(() => {})
       return finished
     },
-  }
-}
-
-function send(res: ServerResponse, response: HttpResponseLike): void {
-  if (res.headersSent || res.destroyed) return
-  const headers: Record<string, string | string[]> = { ...response.headers, 'content-length': String(response.body.byteLength) }
-  if (!headers.via) headers.via = VIA
-  res.writeHead(response.status, headers)
-  res.end(response.body)
-}
-
-/** Names listed in a Connection field: also hop-by-hop for this message. */
-function connectionNames(value: string | string[] | undefined): Set<string> {
-  const text = Array.isArray(value) ? value.join(',') : (value ?? '')
-  return new Set(
-    text
-      .split(',')
-      .map((name) => name.trim().toLowerCase())
-      .filter(Boolean),
-  )
-}
-
-function requestHeaders(req: IncomingMessage, buffered: boolean): Record<string, string | string[]> {
-  const dropped = connectionNames(req.headers.connection)
-  const out: Record<string, string | string[]> = {}
-  for (const [name, value] of Object.entries(distinctHeaders(req))) {
-    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name) || name === 'host') continue
-    if (buffered && name === 'content-length') continue
-    out[name] = value
-  }
-  const remote = req.socket.remoteAddress ?? 'unknown'
-  const prior = req.headers['x-forwarded-for']
-  out['x-forwarded-for'] = prior ? `${Array.isArray(prior) ? prior.join(', ') : prior}, ${remote}` : remote
-  out['x-forwarded-proto'] ??= 'http'
-  if (req.headers.host) out['x-forwarded-host'] ??= req.headers.host
-  const via = req.headers.via
-  out.via = via ? `${via}, ${VIA}` : VIA
-  return out
-}
-
-function responseHeaders(headers: Record<string, string | string[] | undefined>, streaming: boolean): Record<string, string | string[]> {
-  const dropped = connectionNames(headers.connection)
-  const out: Record<string, string | string[]> = {}
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name)) continue
-    if (!streaming && name === 'content-length') continue
-    out[name] = value
-  }
-  out.via = headers.via ? `${headers.via}, ${VIA}` : VIA
-  return out
-}
-
-/** 504 for an upstream timeout, 502 for a refused or broken connection: both transient, so the record is released. */
-function upstreamProblem(error: unknown): HttpResponseLike {
-  const code = (error as { code?: string }).code ?? ''
-  const timedOut = TIMEOUT_CODES.has(code)
-  const reason = code || (error as Error).message
-  return timedOut
-    ? proxyProblem(
-        504,
-        'upstream-timeout',
-        'Upstream timed out',
-        `The upstream did not answer in time (${reason}). Retry with the same Idempotency-Key.`,
-      )
-    : proxyProblem(
-        502,
-        'upstream-unreachable',
-        'Upstream unreachable',
-        `The proxy could not reach the upstream (${reason}). Retry with the same Idempotency-Key.`,
-      )
-}
-
-/** A problem only the proxy answers (its slug has a section in docs/errors.md); always worth a retry. */
-function proxyProblem(status: number, slug: string, title: string, detail: string): HttpResponseLike {
-  return {
-    status,
-    headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store', 'retry-after': '1' },
-    body: new TextEncoder().encode(JSON.stringify({ type: `${DEFAULT_PROBLEM_BASE}${slug}`, title, status, detail })),
   }
 }
 

@@ -1,11 +1,13 @@
-import { type Command, InvalidArgumentError } from 'commander'
+import { type Command, InvalidArgumentError, Option } from 'commander'
 import { formatDuration } from '../core/duration.js'
 import { sha256Hex } from '../core/fingerprint.js'
 import { Ledger, type LedgerEvent } from '../core/ledger.js'
 import type { EngineEvent } from '../http/types.js'
 import { durationArg, intArg, methodsArg, sizeArg, storeArg } from './options.js'
+import { defaultMaxConnections } from './proxy-limits.js'
 import { createProxyServer } from './proxy-server.js'
 import { ReconnectingStore } from './reconnecting-store.js'
+import { CliError } from './run.js'
 import { DEFAULT_STORE_URL, describeStore, isServerClockStore, openStore, parseStoreUrl } from './store-url.js'
 
 interface ProxyFlags {
@@ -23,6 +25,11 @@ interface ProxyFlags {
   maxBody: number
   upstreamTimeout: number
   drainTimeout: number
+  headerTimeout: number
+  bodyTimeout: number
+  maxConnections: number
+  maxBuffered: number
+  maxStoredBody: number
 }
 
 /** `idemkey proxy`: SPEC §5 in front of any HTTP API. */
@@ -49,6 +56,11 @@ export function registerProxy(program: Command): void {
     )
     .option('--max-body <size>', 'largest covered request body (413 beyond)', sizeArg('--max-body'), 1024 * 1024)
     .option('--upstream-timeout <duration>', 'upstream slower than this: 504, record released', durationArg('--upstream-timeout'), 30_000)
+    .addOption(limitOptions.headerTimeout())
+    .addOption(limitOptions.bodyTimeout())
+    .addOption(limitOptions.maxConnections())
+    .addOption(limitOptions.maxBuffered())
+    .addOption(limitOptions.maxStoredBody())
     .option(
       '--drain-timeout <duration>',
       'on SIGTERM/SIGINT, how long to wait for in-flight requests',
@@ -69,6 +81,36 @@ Examples:
     })
 }
 
+/** The flags that bound what clients can hold of the proxy (docs/proxy.md, "Limits and timeouts"). */
+const limitOptions = {
+  headerTimeout: () =>
+    new Option('--header-timeout <duration>', 'request headers slower than this: 408 and the connection closed (idle connections too)')
+      .argParser(durationArg('--header-timeout'))
+      .default(10_000, '10s'),
+  bodyTimeout: () =>
+    new Option(
+      '--body-timeout <duration>',
+      'a covered request body slower than this: 408, connection closed, nothing recorded; also how long a client may stall reading a covered response',
+    )
+      .argParser(durationArg('--body-timeout'))
+      .default(30_000, '30s'),
+  maxConnections: () =>
+    new Option('--max-connections <n>', 'open client connections at most; past it the longest-idle one is closed to make room')
+      .argParser(intArg('--max-connections', 1))
+      .default(defaultMaxConnections(), '1024, fewer under a low open-file limit'),
+  maxBuffered: () =>
+    new Option(
+      '--max-buffered <size>',
+      'bytes held at once across covered request bodies and held responses; past it new covered requests get 503',
+    )
+      .argParser(sizeArg('--max-buffered'))
+      .default(64 * 1024 * 1024, '64mb'),
+  maxStoredBody: () =>
+    new Option('--max-stored-body <size>', 'largest response stored for replay; a larger one streams through and replays without its body')
+      .argParser(sizeArg('--max-stored-body'))
+      .default(1024 * 1024, '1mb'),
+}
+
 function upstreamArg(value: string): string {
   let url: URL
   try {
@@ -83,6 +125,12 @@ function upstreamArg(value: string): string {
 }
 
 async function runProxy(flags: ProxyFlags): Promise<void> {
+  if (flags.maxBuffered < flags.maxBody) {
+    throw new CliError(
+      `--max-buffered (${flags.maxBuffered} bytes) must be at least --max-body (${flags.maxBody} bytes): a covered request with the largest body allowed would always get 503.`,
+      2,
+    )
+  }
   const spec = parseStoreUrl(flags.store)
   // The proxy starts even when its store is down; until it answers, covered requests get 503.
   const store = new ReconnectingStore(spec.kind, isServerClockStore(spec), async () => {
@@ -117,6 +165,11 @@ async function runProxy(flags: ProxyFlags): Promise<void> {
     ttlMs: flags.ttl,
     maxBodyBytes: flags.maxBody,
     upstreamTimeoutMs: flags.upstreamTimeout,
+    headerTimeoutMs: flags.headerTimeout,
+    bodyTimeoutMs: flags.bodyTimeout,
+    maxConnections: flags.maxConnections,
+    maxBufferedBytes: flags.maxBuffered,
+    maxStoredBodyBytes: flags.maxStoredBody,
     onEvent,
   })
   await new Promise<void>((resolve, reject) => {

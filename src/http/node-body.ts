@@ -1,19 +1,84 @@
 import type { IncomingMessage } from 'node:http'
 import { IdempotencyError } from '../errors.js'
 
+/** How {@link readNodeBody} reads, beyond its limit. */
+export interface ReadNodeBodyOptions {
+  /** Aborting it stops the read, which rejects with the signal's reason (a deadline for the body). */
+  signal?: AbortSignal
+  /** Called with each chunk's size before it is kept; what it throws stops the read with that error (a byte budget). */
+  onChunk?: (bytes: number) => void
+  /**
+   * What a read that stops early (over the limit, aborted, `onChunk` threw) does with the request:
+   * `destroy` it, closing the connection, or `pause` it, so the caller can still answer and then close
+   * the connection itself. A client that goes away rejects the read either way.
+   * @default 'destroy'
+   */
+  onStop?: 'destroy' | 'pause'
+}
+
 /** Reads a Node request body up to `limit` bytes; past it, `BODY_TOO_LARGE` (the layer answers 413). */
-export async function readNodeBody(req: IncomingMessage, limit: number): Promise<Uint8Array> {
+export async function readNodeBody(req: IncomingMessage, limit: number, options: ReadNodeBodyOptions = {}): Promise<Uint8Array> {
   const declared = Number(req.headers['content-length'])
   if (Number.isFinite(declared) && declared > limit) throw tooLarge(limit)
-  const chunks: Buffer[] = []
-  let size = 0
-  for await (const chunk of req) {
-    const buffer = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer)
-    size += buffer.byteLength
-    if (size > limit) throw tooLarge(limit)
-    chunks.push(buffer)
-  }
-  return Buffer.concat(chunks)
+  if (req.readableEnded) return new Uint8Array(0)
+  const { signal, onChunk } = options
+  return new Promise<Uint8Array>((resolve, reject) => {
+    const chunks: Buffer[] = []
+    let size = 0
+    const detach = () => {
+      req.off('data', onData)
+      req.off('end', onEnd)
+      req.off('error', onError)
+      req.off('close', onClose)
+      signal?.removeEventListener('abort', onAbort)
+    }
+    const stop = (error: unknown) => {
+      detach()
+      if (options.onStop === 'pause') req.pause()
+      else req.destroy()
+      reject(error)
+    }
+    function onData(chunk: Buffer | string): void {
+      const buffer = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+      size += buffer.byteLength
+      if (size > limit) {
+        stop(tooLarge(limit))
+        return
+      }
+      try {
+        onChunk?.(buffer.byteLength)
+      } catch (error) {
+        stop(error)
+        return
+      }
+      chunks.push(buffer)
+    }
+    function onEnd(): void {
+      detach()
+      resolve(Buffer.concat(chunks))
+    }
+    function onError(error: unknown): void {
+      detach()
+      reject(error)
+    }
+    function onClose(): void {
+      // Closed before its end: the client went away mid-body.
+      onError(Object.assign(new Error('aborted'), { code: 'ECONNRESET' }))
+    }
+    function onAbort(): void {
+      stop(signal?.reason)
+    }
+    if (signal?.aborted) {
+      onAbort()
+      return
+    }
+    req.on('data', onData)
+    req.once('end', onEnd)
+    req.once('error', onError)
+    req.once('close', onClose)
+    signal?.addEventListener('abort', onAbort, { once: true })
+    req.resume()
+  })
 }
 
 /** Reads a fetch body stream up to `limit` bytes. */

@@ -1,0 +1,118 @@
+/**
+ * The proxy's HTTP plumbing: what it forwards of a request and a response (RFC 9110 hop-by-hop rules,
+ * forwarding headers), how it answers, and the problems only it answers.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { distinctHeaders } from '../http/node-body.js'
+import { DEFAULT_PROBLEM_BASE } from '../http/problem.js'
+import type { HttpResponseLike } from '../http/types.js'
+
+/** Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded; fields named in `Connection` are dropped as well. */
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'transfer-encoding', 'upgrade', 'trailer', 'expect'])
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT'])
+export const VIA = '1.1 idemkey'
+
+/** Sends a whole response; with `stallMs`, a client that stops reading it for that long is disconnected. */
+export function send(res: ServerResponse, response: HttpResponseLike, stallMs = 0): void {
+  if (res.headersSent || res.destroyed) return
+  if (stallMs > 0) res.setTimeout(stallMs)
+  const headers: Record<string, string | string[]> = { ...response.headers, 'content-length': String(response.body.byteLength) }
+  if (!headers.via) headers.via = VIA
+  res.writeHead(response.status, headers)
+  res.end(response.body)
+}
+
+/** Names listed in a Connection field: also hop-by-hop for this message. */
+function connectionNames(value: string | string[] | undefined): Set<string> {
+  const text = Array.isArray(value) ? value.join(',') : (value ?? '')
+  return new Set(
+    text
+      .split(',')
+      .map((name) => name.trim().toLowerCase())
+      .filter(Boolean),
+  )
+}
+
+export function requestHeaders(req: IncomingMessage, buffered: boolean): Record<string, string | string[]> {
+  const dropped = connectionNames(req.headers.connection)
+  const out: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(distinctHeaders(req))) {
+    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name) || name === 'host') continue
+    if (buffered && name === 'content-length') continue
+    out[name] = value
+  }
+  const remote = req.socket.remoteAddress ?? 'unknown'
+  const prior = req.headers['x-forwarded-for']
+  out['x-forwarded-for'] = prior ? `${Array.isArray(prior) ? prior.join(', ') : prior}, ${remote}` : remote
+  out['x-forwarded-proto'] ??= 'http'
+  if (req.headers.host) out['x-forwarded-host'] ??= req.headers.host
+  const via = req.headers.via
+  out.via = via ? `${via}, ${VIA}` : VIA
+  return out
+}
+
+export function responseHeaders(
+  headers: Record<string, string | string[] | undefined>,
+  streaming: boolean,
+): Record<string, string | string[]> {
+  const dropped = connectionNames(headers.connection)
+  const out: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name)) continue
+    if (!streaming && name === 'content-length') continue
+    out[name] = value
+  }
+  out.via = headers.via ? `${headers.via}, ${VIA}` : VIA
+  return out
+}
+
+/**
+ * 504 for an upstream timeout, 502 for a refused or broken connection: both transient, so the record
+ * is released. The client gets a generic detail; the cause (addresses, codes) goes to the log.
+ */
+export function upstreamProblem(error: unknown, req: IncomingMessage, log: (kind: string, line: string) => void): HttpResponseLike {
+  const code = (error as { code?: string }).code ?? ''
+  const timedOut = TIMEOUT_CODES.has(code)
+  log(
+    timedOut ? 'upstream-timeout' : 'upstream-unreachable',
+    `upstream ${timedOut ? 'timed out' : 'unreachable'} for ${req.method} ${pathOf(req)}: ${oneLine(error)}${code ? ` (${code})` : ''}`,
+  )
+  return timedOut
+    ? proxyProblem(
+        504,
+        'upstream-timeout',
+        'Upstream timed out',
+        'The upstream did not answer in time. Retry with the same Idempotency-Key.',
+      )
+    : proxyProblem(
+        502,
+        'upstream-unreachable',
+        'Upstream unreachable',
+        'The proxy could not reach the upstream. Retry with the same Idempotency-Key.',
+      )
+}
+
+/** An answer the proxy gives instead of reading a covered body any further (`408`, `503`). */
+export class Refusal extends Error {
+  constructor(readonly response: HttpResponseLike) {
+    super(`refused with ${response.status}`)
+  }
+}
+
+export function oneLine(error: unknown): string {
+  return (error instanceof Error ? error.message : String(error)).replace(/\s+/g, ' ').trim()
+}
+
+/** The request's path without its query, which may carry secrets: for log lines. */
+export function pathOf(req: IncomingMessage): string {
+  return (req.url ?? '/').split('?')[0] as string
+}
+
+/** A problem only the proxy answers (its slug has a section in docs/errors.md); always worth a retry. */
+export function proxyProblem(status: number, slug: string, title: string, detail: string): HttpResponseLike {
+  return {
+    status,
+    headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store', 'retry-after': '1' },
+    body: new TextEncoder().encode(JSON.stringify({ type: `${DEFAULT_PROBLEM_BASE}${slug}`, title, status, detail })),
+  }
+}
