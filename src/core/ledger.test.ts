@@ -324,7 +324,7 @@ describe('Ledger.run', () => {
     expect(clock.now() - startMs).toBeLessThan(60_000)
   })
 
-  it('reports each event of a run to that run\'s own onEvent as well as the ledger\'s', async () => {
+  it("reports each event of a run to that run's own onEvent as well as the ledger's", async () => {
     const { ledger, events } = setup()
     const own: LedgerEvent[] = []
     await ledger.run({ key: key() }, () => 1, { onEvent: (e) => own.push(e) })
