@@ -8,9 +8,9 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
+import type { IdempotencyStore, Outcome } from '../src/core/store.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { SqliteStore } from '../src/stores/sqlite/sqlite-store.js'
-import type { IdempotencyStore, Outcome } from '../src/stores/store.js'
 import { fmt, opsPerSecond, report, table } from './lib.js'
 
 const msArg = process.argv.indexOf('--ms')

@@ -11,9 +11,9 @@ import { randomBytes } from 'node:crypto'
 import mysql from 'mysql2/promise'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
+import type { Outcome } from '../src/core/store.js'
 import { MySqlStore } from '../src/stores/mysql/index.js'
 import { bind, statements } from '../src/stores/mysql/statements.js'
-import type { Outcome } from '../src/stores/store.js'
 import { fmt, opsPerSecond, report, table } from './lib.js'
 
 const msArg = process.argv.indexOf('--ms')

@@ -14,9 +14,9 @@
 import pg from 'pg'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
+import type { Outcome } from '../src/core/store.js'
 import { PostgresStore } from '../src/stores/postgres/index.js'
 import { statements } from '../src/stores/postgres/statements.js'
-import type { Outcome } from '../src/stores/store.js'
 import { fmt, opsPerSecond, percentile, report, table } from './lib.js'
 
 const arg = (name: string, fallback: number) => {

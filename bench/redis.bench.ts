@@ -14,9 +14,9 @@ import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
+import type { Outcome } from '../src/core/store.js'
 import { RedisStore } from '../src/stores/redis/index.js'
 import { acquireLua } from '../src/stores/redis/lua.generated.js'
-import type { Outcome } from '../src/stores/store.js'
 import { fmt, report, table } from './lib.js'
 
 const msArg = process.argv.indexOf('--ms')

@@ -19,14 +19,6 @@ export {
   type TransactionContext,
 } from './core/ledger.js'
 export { type Classification, classifyStatus, TRANSIENT_4XX } from './core/outcome.js'
-export { assertFingerprint, assertKey, assertScope, MAX_KEY_LENGTH } from './core/validate.js'
-export {
-  HTTP_STATUS_BY_CODE,
-  IdempotencyError,
-  type IdempotencyErrorCode,
-  InProgressError,
-  isIdempotencyError,
-} from './errors.js'
 export {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -39,4 +31,12 @@ export {
   type StoredResponse,
   type TransactionalStore,
   type Unsubscribe,
-} from './stores/store.js'
+} from './core/store.js'
+export { assertFingerprint, assertKey, assertScope, MAX_KEY_LENGTH } from './core/validate.js'
+export {
+  HTTP_STATUS_BY_CODE,
+  IdempotencyError,
+  type IdempotencyErrorCode,
+  InProgressError,
+  isIdempotencyError,
+} from './errors.js'

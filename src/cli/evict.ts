@@ -1,9 +1,9 @@
 import { createInterface } from 'node:readline/promises'
 import type { Command } from 'commander'
+import { DEFAULT_STORE_URL, describeStore } from '../stores/open.js'
 import { STORE_HELP, storeArg } from './options.js'
 import { leaseState, printJson } from './output.js'
 import { CliError, withStore } from './run.js'
-import { DEFAULT_STORE_URL, describeStore } from './store-url.js'
 
 /**
  * `idemkey evict KEY`: an operator's deliberate reset. The next request with the key runs afresh,

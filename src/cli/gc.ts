@@ -1,8 +1,8 @@
 import type { Command } from 'commander'
+import { DEFAULT_STORE_URL, describeStore } from '../stores/open.js'
 import { intArg, STORE_HELP, storeArg } from './options.js'
 import { printJson } from './output.js'
 import { withStore } from './run.js'
-import { DEFAULT_STORE_URL, describeStore } from './store-url.js'
 
 /** `idemkey gc`: purges expired records in bounded batches, so traffic is never blocked for long. */
 export function registerGc(program: Command): void {

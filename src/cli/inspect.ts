@@ -1,10 +1,10 @@
 import type { Command } from 'commander'
 import { DEFAULT_SCOPE } from '../core/ledger.js'
-import type { StoredRecord } from '../stores/store.js'
+import type { StoredRecord } from '../core/store.js'
+import { DEFAULT_STORE_URL, describeStore } from '../stores/open.js'
 import { STORE_HELP, storeArg } from './options.js'
 import { age, bodyPreview, leaseState, printJson, recordJson, renderPairs } from './output.js'
 import { CliError, withStore } from './run.js'
-import { DEFAULT_STORE_URL, describeStore } from './store-url.js'
 
 /** The scopes tried when `--scope` is not given: the HTTP layer's default, then the ledger's. */
 const DEFAULT_SCOPES = ['public', DEFAULT_SCOPE]

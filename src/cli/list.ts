@@ -1,9 +1,9 @@
 import { type Command, Option } from 'commander'
-import type { IdempotencyStore, ListFilter, RecordStatus, StoredRecord } from '../stores/store.js'
+import type { IdempotencyStore, ListFilter, RecordStatus, StoredRecord } from '../core/store.js'
+import { DEFAULT_STORE_URL } from '../stores/open.js'
 import { durationArg, intArg, STORE_HELP, storeArg } from './options.js'
 import { age, isStuck, leaseState, printJson, recordJson, renderTable } from './output.js'
 import { withStore } from './run.js'
-import { DEFAULT_STORE_URL } from './store-url.js'
 
 const STATUSES: RecordStatus[] = ['in_progress', 'completed', 'failed']
 

@@ -1,8 +1,8 @@
 import type { Command } from 'commander'
+import { DEFAULT_STORE_URL, describeStore } from '../stores/open.js'
 import { STORE_HELP, storeArg } from './options.js'
 import { printJson } from './output.js'
 import { withStore } from './run.js'
-import { DEFAULT_STORE_URL, describeStore } from './store-url.js'
 
 /** `idemkey migrate`: creates or upgrades the store's schema. Safe to run again and from several machines. */
 export function registerMigrate(program: Command): void {

@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from 'commander'
 import { parseDuration } from '../core/duration.js'
 import { isIdempotencyError } from '../errors.js'
-import { DEFAULT_STORE_URL, parseStoreUrl } from './store-url.js'
+import { DEFAULT_STORE_URL, parseStoreUrl } from '../stores/open.js'
 
 /** Help text of `--store`, shared by every command that opens one. */
 export const STORE_HELP = `store URL: memory:, sqlite:PATH, postgres://…, mysql://…, redis://… (default ${DEFAULT_STORE_URL})`

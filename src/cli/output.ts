@@ -1,5 +1,5 @@
 import { formatDuration } from '../core/duration.js'
-import type { StoredRecord } from '../stores/store.js'
+import type { StoredRecord } from '../core/store.js'
 
 /**
  * Renders rows as an aligned plain-text table with a header line; numbers are right-aligned.

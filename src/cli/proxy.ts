@@ -3,12 +3,12 @@ import { formatDuration } from '../core/duration.js'
 import { sha256Hex } from '../core/fingerprint.js'
 import { Ledger, type LedgerEvent } from '../core/ledger.js'
 import type { EngineEvent } from '../http/types.js'
+import { DEFAULT_STORE_URL, describeStore, isServerClockStore, openStore, parseStoreUrl } from '../stores/open.js'
 import { durationArg, intArg, methodsArg, sizeArg, storeArg } from './options.js'
 import { defaultMaxConnections } from './proxy-limits.js'
 import { createProxyServer } from './proxy-server.js'
 import { ReconnectingStore } from './reconnecting-store.js'
 import { CliError } from './run.js'
-import { DEFAULT_STORE_URL, describeStore, isServerClockStore, openStore, parseStoreUrl } from './store-url.js'
 
 interface ProxyFlags {
   upstream: string

@@ -1,5 +1,5 @@
 import { isIdempotencyError } from '../errors.js'
-import { type OpenedStore, openStore } from './store-url.js'
+import { type OpenedStore, openStore } from '../stores/open.js'
 
 /** A failure the CLI reports in one line, without a stack trace: bad input, a refused confirmation. */
 export class CliError extends Error {

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto'
 import { isIdempotencyError } from '../errors.js'
 import { MemoryStore } from '../stores/memory/memory-store.js'
-import type { IdempotencyStore, Outcome, StoredResponse, TransactionalStore } from '../stores/store.js'
 import { ManualClock } from './clock.js'
 import { fingerprintOf } from './fingerprint.js'
 import { Ledger, type LedgerEvent } from './ledger.js'
+import type { IdempotencyStore, Outcome, StoredResponse, TransactionalStore } from './store.js'
 
 const key = () => `k-${randomUUID()}`
 

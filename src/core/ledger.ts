@@ -1,4 +1,8 @@
 import { IdempotencyError, isIdempotencyError, storeUnavailable } from '../errors.js'
+import { type Clock, systemClock } from './clock.js'
+import { type Duration, parseDuration } from './duration.js'
+import { fingerprintOf } from './fingerprint.js'
+import { type Classification, classifyStatus } from './outcome.js'
 import {
   type AcquireResult,
   type IdempotencyStore,
@@ -7,11 +11,7 @@ import {
   type StoredRecord,
   type StoredResponse,
   type TransactionalStore,
-} from '../stores/store.js'
-import { type Clock, systemClock } from './clock.js'
-import { type Duration, parseDuration } from './duration.js'
-import { fingerprintOf } from './fingerprint.js'
-import { type Classification, classifyStatus } from './outcome.js'
+} from './store.js'
 import { assertFingerprint, assertIdentity } from './validate.js'
 
 /** The default scope when an intent names none. */

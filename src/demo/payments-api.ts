@@ -16,12 +16,12 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import Database from 'better-sqlite3'
-import { openStore } from '../cli/store-url.js'
 import { deriveKey } from '../client/derive-key.js'
 import { Ledger } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
 import { distinctHeaders, readNodeBody } from '../http/node-body.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../http/types.js'
+import { openStore } from '../stores/open.js'
 
 /** What the demo passes a worker (as JSON in `IDEMKEY_DEMO_WORKER`). */
 export interface WorkerConfig {

@@ -1,7 +1,7 @@
 import { canonicalJsonText, MAX_JSON_DEPTH } from '../core/canonical-json.js'
 import { canonicalJson, sha256Hex } from '../core/fingerprint.js'
+import type { StoredResponse } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
-import type { StoredResponse } from '../stores/store.js'
 import { DEFAULT_PROBLEM_BASE } from './problem.js'
 import { credentialScope, resolveScopeSecret } from './scope.js'
 import type { HttpRequestLike, HttpResponseLike } from './types.js'

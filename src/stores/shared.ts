@@ -1,6 +1,7 @@
 /** Helpers shared by store implementations. Not part of the public API. */
+
+import type { ListFilter, Outcome, StoredRecord, StoredResponse } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
-import type { ListFilter, Outcome, StoredRecord, StoredResponse } from './store.js'
 
 /** A copy that shares no bytes with the caller's response. */
 export function copyResponse(response: StoredResponse): StoredResponse {

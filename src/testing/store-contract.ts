@@ -2,8 +2,8 @@ import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { ManualClock } from '../core/clock.js'
 import { sha256Hex } from '../core/fingerprint.js'
+import type { IdempotencyStore, Outcome, StoredRecord } from '../core/store.js'
 import { isIdempotencyError } from '../errors.js'
-import type { IdempotencyStore, Outcome, StoredRecord } from '../stores/store.js'
 import { describeSkipped, resolveHarness, type SuiteOptions } from './harness.js'
 
 /** Builds the store under test. Single-process stores must use `clock`; server-clock stores ignore it. */

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import fc from 'fast-check'
 import { ManualClock } from '../core/clock.js'
-import type { AcquireResult, IdempotencyStore, RecordStatus } from '../stores/store.js'
+import type { AcquireResult, IdempotencyStore, RecordStatus } from '../core/store.js'
 import { describeSkipped, resolveHarness, type SuiteOptions } from './harness.js'
 import { fp, type StoreFactory, sampleOutcome } from './store-contract.js'
 

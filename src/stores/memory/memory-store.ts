@@ -1,7 +1,5 @@
 import { type Clock, systemClock } from '../../core/clock.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
-import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
-import { assertOutcome, copyRecord, copyResponse, matchesFilter } from '../shared.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -10,7 +8,9 @@ import {
   type Outcome,
   type StoredRecord,
   type Unsubscribe,
-} from '../store.js'
+} from '../../core/store.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { assertOutcome, copyRecord, copyResponse, matchesFilter } from '../shared.js'
 
 /** Options of {@link MemoryStore}. */
 export interface MemoryStoreOptions {

@@ -1,8 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { type Duration, parseDuration } from '../../core/duration.js'
-import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
-import { IdempotencyError } from '../../errors.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -11,7 +9,9 @@ import {
   type Outcome,
   type StoredRecord,
   type TransactionalStore,
-} from '../store.js'
+} from '../../core/store.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { IdempotencyError } from '../../errors.js'
 import { isRetryable, toStoreError } from './mysql-errors.js'
 import type { MySqlPoolLike, MySqlTransaction, MySqlValue, WriteResult } from './pool.js'
 import { completeValues, identity, liveAnswer, type Row, toRecord } from './records.js'

@@ -1,7 +1,8 @@
 /** Rows of the MySQL table and the records they hold. Not part of the public API. */
+
+import type { AcquireResult, Outcome, RecordStatus, StoredRecord } from '../../core/store.js'
 import { assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { assertOutcome, decodeHeaders, encodeHeaders } from '../shared.js'
-import type { AcquireResult, Outcome, RecordStatus, StoredRecord } from '../store.js'
 import type { MySqlValue } from './pool.js'
 
 /** A row as mysql2 returns it; numbers may come as strings from pools with `bigNumberStrings`. */

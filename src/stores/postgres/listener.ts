@@ -1,4 +1,4 @@
-import type { Unsubscribe } from '../store.js'
+import type { Unsubscribe } from '../../core/store.js'
 import type { PgClientLike, PgNotification, PgPoolLike } from './pool.js'
 
 const MAX_BACKOFF_MS = 5_000

@@ -1,7 +1,4 @@
 import { parseDuration } from '../../core/duration.js'
-import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
-import { IdempotencyError } from '../../errors.js'
-import { assertOutcome, encodeHeaders } from '../shared.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -10,7 +7,10 @@ import {
   type StoredRecord,
   type TransactionalStore,
   type Unsubscribe,
-} from '../store.js'
+} from '../../core/store.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { IdempotencyError } from '../../errors.js'
+import { assertOutcome, encodeHeaders } from '../shared.js'
 import { channelName, openPool } from './connect.js'
 import { Listener } from './listener.js'
 import type { PostgresStoreOptions } from './options.js'

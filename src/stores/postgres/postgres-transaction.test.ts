@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import { serviceSkipReason } from '../../../test/helpers/services.js'
 import { Ledger } from '../../core/ledger.js'
-import type { TransactionalStore } from '../store.js'
+import type { TransactionalStore } from '../../core/store.js'
 import { isTransientTransactionError } from './postgres-errors.js'
 import { PostgresStore } from './postgres-store.js'
 

@@ -1,6 +1,7 @@
 /** Rows of the records table and their conversion to records. Not part of the public API. */
+
+import type { RecordStatus, StoredRecord } from '../../core/store.js'
 import { decodeHeaders } from '../shared.js'
-import type { RecordStatus, StoredRecord } from '../store.js'
 
 /** A row as node-postgres returns it: bigint columns arrive as strings unless a type parser says otherwise. */
 export interface Row {

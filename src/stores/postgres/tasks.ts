@@ -1,5 +1,5 @@
 import { parseDuration } from '../../core/duration.js'
-import type { IdempotencyStore } from '../store.js'
+import type { IdempotencyStore } from '../../core/store.js'
 import type { PostgresGcOptions } from './options.js'
 
 /** The optional purge loop of a store: rounds of bounded batches on an unref'd timer. */

@@ -1,4 +1,4 @@
-import type { Unsubscribe } from '../store.js'
+import type { Unsubscribe } from '../../core/store.js'
 import type { RedisClientLike, RedisSubscriberLike } from './client.js'
 
 /**

@@ -1,6 +1,6 @@
+import type { RecordStatus, StoredRecord } from '../../core/store.js'
 import { IdempotencyError } from '../../errors.js'
 import { decodeHeaders } from '../shared.js'
-import type { RecordStatus, StoredRecord } from '../store.js'
 
 const STATUSES: ReadonlySet<string> = new Set(['in_progress', 'completed', 'failed'])
 

@@ -1,8 +1,5 @@
 import { isUtf8 } from 'node:buffer'
 import { type Duration, parseDuration } from '../../core/duration.js'
-import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
-import { IdempotencyError } from '../../errors.js'
-import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -11,7 +8,10 @@ import {
   type Outcome,
   type StoredRecord,
   type Unsubscribe,
-} from '../store.js'
+} from '../../core/store.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { IdempotencyError } from '../../errors.js'
+import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
 import { openClient, type RedisArg, type RedisClientLike, Script, toStoreError } from './client.js'
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
 import { acquireLua, completeLua, evictLua, purgeLua, readLua, releaseLua, renewLua } from './lua.generated.js'

@@ -1,9 +1,6 @@
 import Database from 'better-sqlite3'
 import { type Clock, systemClock } from '../../core/clock.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
-import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
-import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { assertOutcome, decodeHeaders, encodeHeaders } from '../shared.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -13,7 +10,10 @@ import {
   type RecordStatus,
   type StoredRecord,
   type Unsubscribe,
-} from '../store.js'
+} from '../../core/store.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { IdempotencyError, storeUnavailable } from '../../errors.js'
+import { assertOutcome, decodeHeaders, encodeHeaders } from '../shared.js'
 import { migrate, type SqliteDatabase } from './schema.js'
 
 /** Options of {@link SqliteStore}. */

@@ -1,5 +1,5 @@
+import type { IdempotencyStore } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
-import type { IdempotencyStore } from '../stores/store.js'
 
 /** The store every command uses when `--store` is not given. */
 export const DEFAULT_STORE_URL = 'sqlite:idemkey.db'
@@ -96,29 +96,29 @@ export async function openStore(url: string): Promise<OpenedStore> {
 async function construct(spec: StoreSpec): Promise<IdempotencyStore> {
   switch (spec.kind) {
     case 'memory': {
-      const { MemoryStore } = await import('../stores/memory/index.js')
+      const { MemoryStore } = await import('./memory/index.js')
       return new MemoryStore()
     }
     case 'sqlite': {
-      const mod = (await importDriver('../stores/sqlite/index.js', 'better-sqlite3', spec)) as {
+      const mod = (await importDriver('./sqlite/index.js', 'better-sqlite3', spec)) as {
         SqliteStore: new (options: { path: string }) => IdempotencyStore
       }
       return new mod.SqliteStore({ path: spec.path })
     }
     case 'postgres': {
-      const mod = (await importDriver('../stores/postgres/index.js', 'pg', spec)) as {
+      const mod = (await importDriver('./postgres/index.js', 'pg', spec)) as {
         PostgresStore: new (options: { connectionString: string }) => IdempotencyStore
       }
       return new mod.PostgresStore({ connectionString: spec.url })
     }
     case 'mysql': {
-      const mod = (await importDriver('../stores/mysql/index.js', 'mysql2', spec)) as {
+      const mod = (await importDriver('./mysql/index.js', 'mysql2', spec)) as {
         MySqlStore: new (options: { uri: string }) => IdempotencyStore
       }
       return new mod.MySqlStore({ uri: spec.url })
     }
     case 'redis': {
-      const mod = (await importDriver('../stores/redis/index.js', 'ioredis', spec)) as {
+      const mod = (await importDriver('./redis/index.js', 'ioredis', spec)) as {
         RedisStore: new (options: { url: string }) => IdempotencyStore
       }
       return new mod.RedisStore({ url: spec.url })
