@@ -1,13 +1,13 @@
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { type ChildProcess, spawnSync } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { BIN, type ProxyProcess, startProxy as startHelper } from './helpers/proxy-process.js'
 
 const ROOT = join(import.meta.dirname, '..')
-const BIN = join(ROOT, 'bin/idemkey.js')
 
 /** The API behind the proxies: counts how often each key ran, and misbehaves on request. */
 class Upstream {
@@ -77,33 +77,13 @@ class Upstream {
   }
 }
 
-interface Proxy {
-  child: ChildProcess
-  port: number
-  stderr: () => string
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>
-}
+type Proxy = ProxyProcess
 
 const children: ChildProcess[] = []
 
 /** Starts the built `idemkey proxy` on a free port; resolves once it listens. */
 function startProxy(args: string[]): Promise<Proxy> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, 'proxy', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
-    children.push(child)
-    let out = ''
-    let err = ''
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) =>
-      child.once('exit', (code, signal) => done({ code, signal })),
-    )
-    child.stderr?.on('data', (c) => (err += c))
-    child.stdout?.on('data', (c) => {
-      out += c
-      const match = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(out)
-      if (match) resolve({ child, port: Number(match[1]), stderr: () => err, exited })
-    })
-    child.once('exit', (code) => reject(new Error(`proxy exited with ${code}: ${err}`)))
-  })
+  return startHelper(args, children)
 }
 
 function post(port: number, path: string, key: string | undefined, body: unknown = { amount: 100 }, headers: Record<string, string> = {}) {

@@ -3,7 +3,7 @@
  * byte budget, streaming of large responses, and what clients and the log see. The attacks run the
  * built CLI as a child process and read its peak memory from /proc; the rest runs the proxy in-process.
  */
-import { type ChildProcess, spawn } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http'
@@ -12,9 +12,8 @@ import { join } from 'node:path'
 import { createProxyServer, type ProxyServer, type ProxyServerOptions } from '../src/cli/proxy-server.js'
 import { Ledger } from '../src/core/ledger.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
+import { type ProxyProcess, startProxy as startHelper } from './helpers/proxy-process.js'
 
-const ROOT = join(import.meta.dirname, '..')
-const BIN = join(ROOT, 'bin/idemkey.js')
 const MiB = 1024 * 1024
 const CHUNK = Buffer.alloc(64 * 1024, 'x')
 
@@ -85,34 +84,14 @@ function streamBytes(res: NodeJS.WritableStream & { destroyed?: boolean }, total
   pump()
 }
 
-interface ChildProxy {
-  child: ChildProcess
-  port: number
-  stderr: () => string
-}
+type ChildProxy = ProxyProcess
 
+const ROOT = join(import.meta.dirname, '..')
 const children: ChildProcess[] = []
 
-/** Starts the built `idemkey proxy` (optionally under an open-file limit); resolves once it listens. */
+/** Starts the built `idemkey proxy` on a memory store (optionally under an open-file limit). */
 function startProxy(args: string[], openFiles?: number): Promise<ChildProxy> {
-  const argv = [BIN, 'proxy', '--port', '0', '--store', 'memory:', ...args]
-  const child =
-    openFiles === undefined
-      ? spawn(process.execPath, argv, { stdio: ['ignore', 'pipe', 'pipe'] })
-      : // exec keeps the pid, so /proc/<pid>/status is the proxy's own.
-        spawn('sh', ['-c', `ulimit -n ${openFiles} && exec "$0" "$@"`, process.execPath, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] })
-  children.push(child)
-  return new Promise((resolve, reject) => {
-    let out = ''
-    let err = ''
-    child.stderr?.on('data', (c) => (err += c))
-    child.stdout?.on('data', (c) => {
-      out += c
-      const match = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(out)
-      if (match) resolve({ child, port: Number(match[1]), stderr: () => err })
-    })
-    child.once('exit', (code) => reject(new Error(`proxy exited with ${code}: ${err}`)))
-  })
+  return startHelper(['--store', 'memory:', ...args], children, { openFiles })
 }
 
 async function stopProxy(proxy: ChildProxy): Promise<void> {

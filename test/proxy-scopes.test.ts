@@ -3,16 +3,14 @@
  * scope, a scope copied from `idemkey list`, a credential whose scheme is spelled in another case,
  * and a store whose error message would leak its address.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { type ChildProcess, spawnSync } from 'node:child_process'
 import { createHash, randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-
-const ROOT = join(import.meta.dirname, '..')
-const BIN = join(ROOT, 'bin/idemkey.js')
+import { BIN, type ProxyProcess, startProxy as startHelper } from './helpers/proxy-process.js'
 
 const children: ChildProcess[] = []
 const runs = new Map<string, number>()
@@ -20,30 +18,8 @@ let upstream: Server
 let upstreamUrl: string
 let dir: string
 
-interface Proxy {
-  port: number
-  stderr: () => string
-}
-
-function startProxy(args: string[], env: Record<string, string | undefined> = {}): Promise<Proxy> {
-  return new Promise((resolve, reject) => {
-    const childEnv = { ...process.env, ...env }
-    for (const [name, value] of Object.entries(env)) if (value === undefined) delete childEnv[name]
-    const child = spawn(process.execPath, [BIN, 'proxy', '--port', '0', '--upstream', upstreamUrl, ...args], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: childEnv,
-    })
-    children.push(child)
-    let out = ''
-    let err = ''
-    child.stderr?.on('data', (c) => (err += c))
-    child.stdout?.on('data', (c) => {
-      out += c
-      const match = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(out)
-      if (match) resolve({ port: Number(match[1]), stderr: () => err })
-    })
-    child.once('exit', (code) => reject(new Error(`proxy exited with ${code}: ${err}`)))
-  })
+function startProxy(args: string[], env: Record<string, string | undefined> = {}): Promise<ProxyProcess> {
+  return startHelper(['--upstream', upstreamUrl, ...args], children, { env })
 }
 
 async function post(port: number, key: string, headers: Record<string, string> = {}) {

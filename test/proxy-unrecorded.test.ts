@@ -9,9 +9,9 @@ import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { freePort, RedisServer, tempDir } from './fixtures/redis/servers.js'
+import { startProxy } from './helpers/proxy-process.js'
 import { portOpen } from './helpers/services.js'
 
-const BIN = join(import.meta.dirname, '..', 'bin/idemkey.js')
 const hasRedis = await new Promise<boolean>((resolve) => {
   const probe = spawn('redis-server', ['--version'], { stdio: 'ignore' })
   probe.once('error', () => resolve(false))
@@ -26,7 +26,7 @@ describe.skipIf(!hasRedis)('idemkey proxy: an outcome the store never takes', ()
   let redis: RedisServer
   let dir: { path: string; remove(): void }
   let upstream: Server
-  let proxy: ChildProcess | undefined
+  const children: ChildProcess[] = []
   let arrived: () => void = () => {}
 
   beforeAll(async () => {
@@ -47,7 +47,7 @@ describe.skipIf(!hasRedis)('idemkey proxy: an outcome the store never takes', ()
   })
 
   afterAll(async () => {
-    proxy?.kill('SIGKILL')
+    for (const child of children) child.kill('SIGKILL')
     await redis.stop('SIGKILL')
     upstream.closeAllConnections()
     await new Promise((resolve) => upstream.close(resolve))
@@ -56,22 +56,11 @@ describe.skipIf(!hasRedis)('idemkey proxy: an outcome the store never takes', ()
 
   it('gives the client its response and logs an UNRECORDED line when the store stays away past the lease', async () => {
     const upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`
-    const child = spawn(process.execPath, [BIN, 'proxy', '--port', '0', '--upstream', upstreamUrl, '--store', redis.url, '--lease', '2s'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, IDEMKEY_SCOPE_SECRET: 's' },
+    const started = await startProxy(['--upstream', upstreamUrl, '--store', redis.url, '--lease', '2s'], children, {
+      env: { IDEMKEY_SCOPE_SECRET: 's' },
     })
-    proxy = child
-    let stderr = ''
-    child.stderr?.on('data', (chunk) => (stderr += chunk))
-    const port = await new Promise<number>((resolve, reject) => {
-      let out = ''
-      child.stdout?.on('data', (chunk) => {
-        out += chunk
-        const match = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(out)
-        if (match) resolve(Number(match[1]))
-      })
-      child.once('exit', (code) => reject(new Error(`proxy exited with ${code}: ${stderr}`)))
-    })
+    const port = started.port
+    const stderr = started.stderr
     // Warm up: the proxy has its store open before the outage.
     for (let i = 0; i < 50 && (await post(port, randomUUID())).status !== 201; i++) await sleep(100)
 
@@ -85,9 +74,9 @@ describe.skipIf(!hasRedis)('idemkey proxy: an outcome the store never takes', ()
     const response = await answer
     expect(response.status).toBe(201)
     expect(response.text).toBe('{"charged":true}')
-    expect(stderr).toMatch(/idemkey proxy: UNRECORDED outcome \(completed\) for key sha256:[0-9a-f]{16} token 1 after \d+ tries/)
+    expect(stderr()).toMatch(/idemkey proxy: UNRECORDED outcome \(completed\) for key sha256:[0-9a-f]{16} token 1 after \d+ tries/)
     // The key itself never appears in the log line.
-    expect(stderr).not.toContain(key)
+    expect(stderr()).not.toContain(key)
     expect(await portOpen(redis.port)).toBe(false)
   })
 })
