@@ -51,7 +51,20 @@ describe.skipIf(skip !== undefined)('MySqlStore across processes', () => {
   })
 
   it(`gives exactly one winner per key when ${PROCESSES} processes acquire the same ${KEYS} keys at once`, async () => {
-    const scope = `procs-${Date.now()}`
+    // Exactly-once is checked on every round; a round in which one process won every key before the
+    // others started (a loaded machine) proved nothing about racing, so it runs again, at most 3 times.
+    for (let round = 1; ; round++) {
+      const racing = await raceRound()
+      if (racing > 1 || round === 3) {
+        expect(racing, 'processes that won keys: they really raced').toBeGreaterThan(1)
+        return
+      }
+    }
+  })
+
+  /** One race of every process over the same keys in a fresh scope; returns how many processes won some. */
+  async function raceRound(): Promise<number> {
+    const scope = `procs-${Date.now()}-${Math.random().toString(36).slice(2)}`
     const racers = await Promise.all(Array.from({ length: PROCESSES }, (_, i) => startRacer(scope, i)))
     for (const racer of racers) racer.child.stdin?.write('go\n')
     const reports = await Promise.all(
@@ -74,9 +87,8 @@ describe.skipIf(skip !== undefined)('MySqlStore across processes', () => {
     }
     expect(winners.size).toBe(KEYS)
     for (const [key, pids] of winners) expect(pids, key).toHaveLength(1)
-    // The wins were spread over the processes: they really raced.
-    expect(new Set([...winners.values()].flat()).size).toBeGreaterThan(1)
     const [rows] = await pool.query(`SELECT COUNT(*) AS n, MAX(token) AS maxToken FROM \`${table}\` WHERE scope = ?`, [Buffer.from(scope)])
     expect(rows).toEqual([{ n: KEYS, maxToken: 1 }])
-  })
+    return new Set([...winners.values()].flat()).size
+  }
 })

@@ -43,6 +43,19 @@ describe.skipIf(skip !== undefined)('PostgresStore across processes', () => {
   })
 
   it(`runs each of ${KEYS} keys exactly once when ${PROCESSES} processes with their own pools run them all at once`, async () => {
+    // Exactly-once is checked on every round; a round in which one process finished every key before
+    // the others started (a loaded machine) proved nothing about racing, so it runs again, at most 3 times.
+    for (let round = 1; ; round++) {
+      const racing = await raceRound()
+      if (racing > 1 || round === 3) {
+        expect(racing, 'processes that executed keys: they really raced').toBeGreaterThan(1)
+        return
+      }
+    }
+  })
+
+  /** One race of every process over the same keys in a fresh scope; returns how many processes executed some. */
+  async function raceRound(): Promise<number> {
     const scope = `procs-${randomUUID()}`
     const racers = await Promise.all(Array.from({ length: PROCESSES }, (_, i) => startRacer(scope, i)))
     for (const racer of racers) racer.child.stdin?.write('go\n')
@@ -66,9 +79,8 @@ describe.skipIf(skip !== undefined)('PostgresStore across processes', () => {
         expect(value, key).toBe(executor.get(key)?.[0])
       }
     }
-    // The executions were spread over the processes: they really raced.
-    expect(new Set([...executor.values()].flat()).size).toBeGreaterThan(1)
     const tokens = await pool.query(`SELECT max(token)::int AS max, count(*)::int AS n FROM "${table}" WHERE scope = $1`, [scope])
     expect(tokens.rows[0]).toEqual({ max: 1, n: KEYS })
-  })
+    return new Set([...executor.values()].flat()).size
+  }
 })

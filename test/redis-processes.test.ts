@@ -10,23 +10,35 @@ const KEYS = 300
 
 describe.skipIf(skip !== undefined)('RedisStore across processes', () => {
   it(`runs each of ${KEYS} keys exactly once when ${PROCESSES} processes run them all at once, and the others replay`, async () => {
-    const prefix = `idemkey-test-${randomUUID()}`
-    const counter = `${prefix}:executions`
-    const reports = await raceProcesses({ mode: 'single', target: URL, prefix, scope: 'procs', keys: KEYS, processes: PROCESSES, counter })
-    const redis = new Redis(URL)
-    try {
-      const executions = await redis.hgetall(counter)
-      expect(Object.keys(executions)).toHaveLength(KEYS)
-      for (const [key, times] of Object.entries(executions)) expect(times, key).toBe('1')
-      const total = (kind: string) => reports.reduce((sum, r) => sum + (r.seen[kind] ?? 0), 0)
-      expect(total('executed:completed')).toBe(KEYS)
-      expect(total('replayed')).toBe(KEYS * (PROCESSES - 1))
-      // The executions were spread over the processes: they really raced.
-      expect(reports.filter((r) => (r.seen['executed:completed'] ?? 0) > 0).length).toBeGreaterThan(1)
-    } finally {
-      const keys = await redis.keys(`${prefix}:*`)
-      if (keys.length > 0) await redis.del(...keys)
-      redis.disconnect()
+    // Exactly-once is checked on every round; a round in which one process finished every key before
+    // the others started (a loaded machine) proved nothing about racing, so it runs again, at most 3 times.
+    for (let round = 1; ; round++) {
+      const racing = await raceRound()
+      if (racing > 1 || round === 3) {
+        expect(racing, 'processes that executed keys: they really raced').toBeGreaterThan(1)
+        return
+      }
     }
   })
 })
+
+/** One race of every process over the same keys; returns how many processes executed some of them. */
+async function raceRound(): Promise<number> {
+  const prefix = `idemkey-test-${randomUUID()}`
+  const counter = `${prefix}:executions`
+  const reports = await raceProcesses({ mode: 'single', target: URL, prefix, scope: 'procs', keys: KEYS, processes: PROCESSES, counter })
+  const redis = new Redis(URL)
+  try {
+    const executions = await redis.hgetall(counter)
+    expect(Object.keys(executions)).toHaveLength(KEYS)
+    for (const [key, times] of Object.entries(executions)) expect(times, key).toBe('1')
+    const total = (kind: string) => reports.reduce((sum, r) => sum + (r.seen[kind] ?? 0), 0)
+    expect(total('executed:completed')).toBe(KEYS)
+    expect(total('replayed')).toBe(KEYS * (PROCESSES - 1))
+    return reports.filter((r) => (r.seen['executed:completed'] ?? 0) > 0).length
+  } finally {
+    const keys = await redis.keys(`${prefix}:*`)
+    if (keys.length > 0) await redis.del(...keys)
+    redis.disconnect()
+  }
+}
