@@ -41,6 +41,7 @@ describe('Express adapter', () => {
 
   beforeAll(async () => {
     const app = express()
+    app.disable('x-powered-by')
     app.use(express.json())
     app.use(express.urlencoded({ extended: false }))
     app.use(expressIdempotency({ ledger: new Ledger({ store: new MemoryStore() }), maxStoredBody: 64 }))
@@ -75,6 +76,12 @@ describe('Express adapter', () => {
       runs++
       res.status(201).json({ got: req.body })
     })
+    app.post('/head', (_req, res) => {
+      runs++
+      // No header set before: Node keeps what writeHead is given out of getHeaders().
+      res.writeHead(201, { 'content-type': 'application/json', etag: `"h${runs}"` })
+      res.end(`{"run":${runs}}`)
+    })
     server = app.listen(0, '127.0.0.1')
     await new Promise((resolve) => server.once('listening', resolve))
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
@@ -82,6 +89,24 @@ describe('Express adapter', () => {
   afterAll(async () => {
     server.closeAllConnections()
     await new Promise((resolve) => server.close(resolve))
+  })
+
+  it("stores the headers a handler gives writeHead, when it set none before (app.disable('x-powered-by'))", async () => {
+    const key = randomUUID()
+    const first = await fetch(`${url}/head`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: '{}',
+    })
+    const replay = await fetch(`${url}/head`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: '{}',
+    })
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(replay.headers.get('content-type')).toBe('application/json')
+    expect(replay.headers.get('etag')).toBe(first.headers.get('etag'))
+    expect(await replay.text()).toBe(await first.text())
   })
 
   it.each(['/json', '/send', '/pipe'])('captures what %s sends and replays it byte for byte', async (path) => {

@@ -123,6 +123,10 @@ const nativeTenant: Record<string, (req: never) => string | undefined> = {
   fastify: (request: { raw: { headers: Record<string, string | undefined> } }) => request.raw.headers['x-tenant'],
   hono: (c: { req: { header(name: string): string | undefined } }) => c.req.header('x-tenant'),
   fetch: (request: Request) => request.headers.get('x-tenant') ?? undefined,
+  koa: (ctx: { get(name: string): string }) => ctx.get('x-tenant'),
+  // NestJS hands the scope function its platform's request: Express's req, Fastify's request.
+  'nestjs-express': (req: { get(name: string): string | undefined }) => req.get('x-tenant'),
+  'nestjs-fastify': (request: { raw: { headers: Record<string, string | undefined> } }) => request.raw.headers['x-tenant'],
 }
 
 describe.each(Object.entries(adapters))('HTTP conformance: %s', (name, start: AdapterFactory) => {
@@ -256,6 +260,68 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (name, start: Ad
     const status = await postWithKeyTwice(app.url, '/charges')
     // fetch-style runtimes join repeated headers into "a, b", which is one valid key: documented.
     expect(name === 'fetch' ? [400, 201].includes(status) : status === 400).toBe(true)
+  })
+
+  it('reads the key from the header keyHeader names, and names that header in its problems', async () => {
+    const custom = await boot({ keyHeader: 'X-Idempotency-Key', required: true })
+    const key = randomUUID()
+    const first = await post(custom.url, '/context', { headers: { 'x-idempotency-key': key } })
+    expect(first.status).toBe(200)
+    expect(first.json()).toMatchObject({ key, token: 1 })
+    const again = await post(custom.url, '/context', { headers: { 'X-Idempotency-Key': `"${key}"` } })
+    expect(again.headers.get('idempotent-replayed')).toBe('true')
+    expect(again.text).toBe(first.text)
+    // The default header is no key any more: this route requires one in the configured header.
+    const missing = await post(custom.url, '/context', { key })
+    expectProblem(missing, 400, 'key-missing')
+    expect(missing.json().detail).toContain('X-Idempotency-Key header')
+    const reuse = await post(custom.url, '/context', { headers: { 'x-idempotency-key': key }, body: { amount: 5 } })
+    expectProblem(reuse, 422, 'fingerprint-mismatch')
+    expect(reuse.json().title).toBe('X-Idempotency-Key reused with another request')
+    expect(reuse.json().detail).toContain(`X-Idempotency-Key "${key}"`)
+    const invalid = await post(custom.url, '/context', { headers: { 'x-idempotency-key': '"unterminated' } })
+    expectProblem(invalid, 400, 'key-invalid')
+    expect(invalid.json().detail).toContain('X-Idempotency-Key header')
+  })
+
+  it('with another keyHeader, lets a request that has only Idempotency-Key pass through', async () => {
+    const custom = await boot({ keyHeader: 'X-Idempotency-Key' })
+    const key = randomUUID()
+    await post(custom.url, '/charges', { key })
+    const second = await post(custom.url, '/charges', { key })
+    expect(second.headers.get('idempotent-replayed')).toBeNull()
+    expect(state.executions('/charges', key)).toBe(2)
+  })
+
+  it('calls onReplay before each replay is sent, with the request, and sends the headers it sets', async () => {
+    const seen: Array<{ request: unknown; status: number }> = []
+    let fail = false
+    const hooked = await boot({
+      onReplay: async (request, response) => {
+        await new Promise((r) => setTimeout(r, 1))
+        if (fail) throw new Error('hook broke')
+        seen.push({ request, status: response.status })
+        response.headers['x-replay-of'] = request.key
+      },
+    })
+    const key = randomUUID()
+    const first = await post(hooked.url, '/charges?via=test', { key })
+    expect(first.headers.get('x-replay-of')).toBeNull()
+    expect(seen).toEqual([])
+    const second = await post(hooked.url, '/charges?via=test', { key })
+    expect(second.headers.get('idempotent-replayed')).toBe('true')
+    expect(second.headers.get('x-replay-of')).toBe(key)
+    expect(second.text).toBe(first.text)
+    expect(seen).toEqual([{ request: { method: 'POST', url: '/charges?via=test', key, scope: 'public' }, status: 201 }])
+    // Never on the layer's own problems.
+    expectProblem(await post(hooked.url, '/charges?via=test', { key, body: { amount: 7 } }), 422, 'fingerprint-mismatch')
+    expect(seen).toHaveLength(1)
+    // A hook that throws fails that request as a handler error would; the record stays as it was.
+    fail = true
+    expect((await post(hooked.url, '/charges?via=test', { key })).status).toBe(500)
+    fail = false
+    expect((await post(hooked.url, '/charges?via=test', { key })).text).toBe(first.text)
+    expect(state.executions('/charges', key)).toBe(1)
   })
 
   it('lets a request without a key pass through, every time', async () => {

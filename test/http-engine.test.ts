@@ -48,6 +48,11 @@ describe('parseKeyHeader', () => {
   it('rejects the header given twice', () => {
     expect(() => parseKeyHeader(['a', 'b'])).toThrow(/more than once/)
   })
+
+  it('names the header as configured in what it throws', () => {
+    expect(() => parseKeyHeader(['a', 'b'], 'X-Idempotency-Key')).toThrow('The X-Idempotency-Key header was given more than once')
+    expect(() => parseKeyHeader('"a', 'X-Idempotency-Key')).toThrow(/^The X-Idempotency-Key header is not a valid RFC 8941 string/)
+  })
 })
 
 describe('problem', () => {
@@ -63,6 +68,12 @@ describe('problem', () => {
       detail: 'still running',
       code: 'IN_PROGRESS',
     })
+  })
+
+  it('names the key header as configured in its title', () => {
+    const title = (header?: string) => JSON.parse(new TextDecoder().decode(problem('KEY_MISSING', 'x', undefined, {}, header).body)).title
+    expect(title()).toBe('Idempotency-Key required')
+    expect(title('X-Idempotency-Key')).toBe('X-Idempotency-Key required')
   })
 })
 
@@ -150,6 +161,35 @@ describe('createEngine', () => {
     const required = createEngine({ ledger, required: true, methods: ['PUT'] })
     expect(required.applies('PUT', false)).toBe(true)
     expect(required.applies('POST', true)).toBe(false)
+  })
+
+  it('takes keyHeader case-insensitively, exposes it lower-cased, and refuses a name that is no header name', () => {
+    const ledger = new Ledger({ store: new MemoryStore() })
+    expect(createEngine({ ledger }).keyHeader).toBe('idempotency-key')
+    expect(createEngine({ ledger, keyHeader: 'X-Idempotency-Key' }).keyHeader).toBe('x-idempotency-key')
+    for (const keyHeader of ['', 'Idempotency Key', 'key:', 'clé']) {
+      expect(() => createEngine({ ledger, keyHeader })).toThrow(/keyHeader must be an HTTP header name/)
+    }
+  })
+
+  it('calls onReplay only for replays, and sends what it set', async () => {
+    const calls: string[] = []
+    const engine = createEngine({
+      ledger: new Ledger({ store: new MemoryStore() }),
+      keyHeader: 'X-Key',
+      onReplay: (request, response) => {
+        calls.push(`${request.method} ${request.url} ${request.key} ${request.scope} ${response.status}`)
+        response.headers['x-hooked'] = 'yes'
+      },
+    })
+    const run = async () => ({ status: 201, headers: { 'content-type': 'text/plain' }, body: bytes('ran') })
+    const request = () => req({ url: '/orders?a=1', headers: { 'x-key': 'k1' } })
+    const first = await engine.handle(request(), run)
+    expect(first.headers['x-hooked']).toBeUndefined()
+    expect(calls).toEqual([])
+    const replay = await engine.handle(request(), run)
+    expect(replay.headers).toEqual({ 'content-type': 'text/plain', 'idempotent-replayed': 'true', 'x-hooked': 'yes' })
+    expect(calls).toEqual(['POST /orders?a=1 k1 public 201'])
   })
 
   it('answers 413 when the body is larger than maxRequestBody, before touching the ledger', async () => {

@@ -3,32 +3,37 @@ import type { IntentContext, Ledger, RunOptions, RunResult, TransactionContext }
 import { classifyStatus } from '../core/outcome.js'
 import { isTransactionalStore } from '../core/store.js'
 import { IdempotencyError, isIdempotencyError } from '../errors.js'
-import { KEY_HEADER, parseKeyHeader } from './key-header.js'
+import { keyHeaderName, parseKeyHeader } from './key-header.js'
 import { DEFAULT_PROBLEM_BASE, problem } from './problem.js'
 import { credentialScope, functionScope, resolveScopeSecret } from './scope.js'
 import { fromStored, requestFingerprint, storedHeaderSet, toStored } from './stored.js'
 import type { Decision, EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
 
-/** The neutral HTTP layer: every rule of SPEC §5, once, for every adapter. */
+/** The neutral HTTP layer: every rule of docs/http.md, once, for every adapter. */
 export interface IdempotencyEngine {
   /**
-   * Whether a request needs the layer at all: a covered method that carries an Idempotency-Key, or
-   * whose route requires one. Synchronous and allocation-free, so adapters let other traffic (GETs,
-   * keyless POSTs) straight through without building a neutral request.
+   * The header that carries the key (the `keyHeader` option), lower-cased as Node's header records
+   * name it: adapters look it up to tell {@link applies} whether a request has one.
+   */
+  readonly keyHeader: string
+  /**
+   * Whether a request needs the layer at all: a covered method that carries a key (in
+   * {@link keyHeader}), or whose route requires one. Synchronous and allocation-free, so adapters let
+   * other traffic (GETs, keyless POSTs) straight through without building a neutral request.
    */
   applies(method: string, hasKey: boolean): boolean
   /** Decides what to do with a request before the handler runs (for adapters that run the handler themselves). */
   begin(req: HttpRequestLike): Promise<Decision>
   /**
-   * Runs one request through SPEC §5: `next` runs the real handler and returns its captured response.
+   * Runs one request through the layer's rules (docs/http.md): `next` runs the real handler and returns its captured response.
    * Resolves with the response to send: the handler's own when it ran, else a replay or a problem.
    */
   handle(req: HttpRequestLike, next: (ctx: IdempotencyContext | undefined) => Promise<HttpResponseLike>): Promise<HttpResponseLike>
 }
 
 const MiB = 1024 * 1024
-const STORE_DOWN_DETAIL =
-  'The idempotency store is unavailable right now, so this request was not run. Retry with the same Idempotency-Key after the Retry-After delay.'
+const storeDownDetail = (header: string) =>
+  `The idempotency store is unavailable right now, so this request was not run. Retry with the same ${header} after the Retry-After delay.`
 const MISCONFIGURED_DETAIL =
   'The server could not tell which account this request belongs to (its idempotency scope is misconfigured), so it was not run. This is not something a retry fixes; contact the API operator.'
 
@@ -61,6 +66,9 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
     )
   }
   const methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()))
+  const { name: header, lower: keyHeader } = keyHeaderName(options.keyHeader)
+  const storeDown = storeDownDetail(header)
+  const onReplay = options.onReplay
   const allow = storedHeaderSet(options.storedHeaders)
   const maxStoredBody = options.maxStoredBody ?? MiB
   const maxRequestBody = options.maxRequestBody ?? MiB
@@ -108,15 +116,18 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       case 'mismatch':
         return problem(
           'FINGERPRINT_MISMATCH',
-          `The Idempotency-Key "${key}" was already used with a different request (method, path or body). Use a new key for a new request.`,
+          `The ${header} "${key}" was already used with a different request (method, path or body). Use a new key for a new request.`,
           base,
+          {},
+          header,
         )
       case 'in_progress':
         return problem(
           'IN_PROGRESS',
-          `A request with the Idempotency-Key "${key}" is still being processed. Retry after the Retry-After delay with the same key.`,
+          `A request with the ${header} "${key}" is still being processed. Retry after the Retry-After delay with the same key.`,
           base,
           { 'retry-after': String(Math.max(1, Math.ceil(result.retryAfterMs / 1_000))) },
+          header,
         )
     }
   }
@@ -129,13 +140,13 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
         if (options.failOpen) return { kind: 'passthrough' }
         // The store's own message (addresses, roles, driver hints) is for the operator: it went to
         // onEvent as a store_error. The client learns only what to do.
-        return { kind: 'respond', response: problem(error.code, STORE_DOWN_DETAIL, base, { 'retry-after': '1' }) }
+        return { kind: 'respond', response: problem(error.code, storeDown, base, { 'retry-after': '1' }, header) }
       case 'KEY_INVALID':
       case 'KEY_MISSING':
       case 'SCOPE_INVALID':
       case 'BODY_TOO_LARGE':
       case 'BODY_INVALID':
-        return { kind: 'respond', response: problem(error.code, error.message, base) }
+        return { kind: 'respond', response: problem(error.code, error.message, base, {}, header) }
       default:
         return undefined
     }
@@ -147,12 +158,12 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
     let scope: string
     let fingerprint: string
     try {
-      key = parseKeyHeader(req.headers[KEY_HEADER])
+      key = parseKeyHeader(req.headers[keyHeader], header)
       if (key === undefined) {
         if (!options.required) return { kind: 'passthrough' }
         throw new IdempotencyError(
           'KEY_MISSING',
-          `${req.method.toUpperCase()} ${req.url.split('?')[0]} requires an Idempotency-Key header (for example a UUID), the same on every retry of one request.`,
+          `${req.method.toUpperCase()} ${req.url.split('?')[0]} requires an ${header} header (for example a UUID), the same on every retry of one request.`,
         )
       }
       try {
@@ -160,7 +171,7 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       } catch (error) {
         if (!isIdempotencyError(error) || error.code !== 'INVALID_OPTION') throw error
         configError(key, error)
-        return { kind: 'respond', response: problem('INVALID_OPTION', MISCONFIGURED_DETAIL, base) }
+        return { kind: 'respond', response: problem('INVALID_OPTION', MISCONFIGURED_DETAIL, base, {}, header) }
       }
       if (req.parsedBody !== undefined && Number(headerValue(req.headers['content-length'])) > maxRequestBody) {
         throw new IdempotencyError(
@@ -175,10 +186,10 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       if (decision) return decision
       throw error
     }
-    return execute(key, scope, fingerprint)
+    return execute(req, key, scope, fingerprint)
   }
 
-  async function execute(key: string, scope: string, fingerprint: string): Promise<Decision> {
+  async function execute(req: HttpRequestLike, key: string, scope: string, fingerprint: string): Promise<Decision> {
     let finishHandler: (response: HttpResponseLike) => void = () => {}
     let failHandler: (error: unknown) => void = () => {}
     const handlerDone = new Promise<HttpResponseLike>((resolve, reject) => {
@@ -210,7 +221,11 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       if (decision) return decision
       throw step.error
     }
-    if ('result' in step) return { kind: 'respond', response: settled(step.result, key) }
+    if ('result' in step) {
+      const response = settled(step.result, key)
+      if (onReplay && step.result.kind === 'replayed') await onReplay({ method: req.method, url: req.url, key, scope }, response)
+      return { kind: 'respond', response }
+    }
     return {
       kind: 'execute',
       context: step.ctx,
@@ -222,17 +237,19 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
           // Why it did not commit is for the operator (onEvent); the client learns what to do.
           return problem(
             'STORE_UNAVAILABLE',
-            `The request's transaction did not commit, so none of its writes were kept. Retry with the same Idempotency-Key.`,
+            `The request's transaction did not commit, so none of its writes were kept. Retry with the same ${header}.`,
             base,
             { 'retry-after': '1' },
+            header,
           )
         }
         if (result.kind === 'executed' && result.outcome === 'fenced_out') {
           return problem(
             'FENCED_OUT',
-            `Another attempt with the Idempotency-Key "${key}" took over while this one ran, so this one's writes were rolled back. Retry with the same key to get the outcome that counts.`,
+            `Another attempt with the ${header} "${key}" took over while this one ran, so this one's writes were rolled back. Retry with the same key to get the outcome that counts.`,
             base,
             { 'retry-after': '1' },
+            header,
           )
         }
         return response
@@ -245,6 +262,7 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
   }
 
   return {
+    keyHeader,
     applies: (method, hasKey) => (hasKey || options.required === true) && methods.has(method.toUpperCase()),
     begin,
     async handle(req, next) {

@@ -1,9 +1,10 @@
 /**
- * The neutral HTTP layer (`idemkey/http`): SPEC §5 on a framework-free request/response shape.
- * Framework adapters: `idemkey/express`, `idemkey/fastify`, `idemkey/hono`, `idemkey/fetch`.
+ * The neutral HTTP layer (`idemkey/http`): every rule of docs/http.md on a framework-free request/response shape.
+ * Framework adapters: `idemkey/express`, `idemkey/fastify`, `idemkey/hono`, `idemkey/fetch`, `idemkey/koa`,
+ * `idemkey/nestjs`.
  */
 export { createEngine, type IdempotencyEngine } from './engine.js'
-export { KEY_HEADER, parseKeyHeader } from './key-header.js'
+export { KEY_HEADER, KEY_HEADER_NAME, parseKeyHeader } from './key-header.js'
 export { DEFAULT_PROBLEM_BASE, problem } from './problem.js'
 export {
   credentialScope,
@@ -14,4 +15,13 @@ export {
   SCOPE_SOURCES,
 } from './scope.js'
 export { BODY_OMITTED_HEADER, DEFAULT_STORED_HEADERS, defaultScope, REPLAYED_HEADER, requestFingerprint } from './stored.js'
-export type { Decision, EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
+export type {
+  Decision,
+  EngineEvent,
+  EngineOptions,
+  HttpRequestLike,
+  HttpResponseLike,
+  IdempotencyContext,
+  ReplayRequest,
+  ReplayResponse,
+} from './types.js'

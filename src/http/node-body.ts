@@ -152,3 +152,16 @@ export function toWebResponse(response: { status: number; headers: Record<string
     headers,
   })
 }
+
+/** A body read by the layer, as a handler expects it: parsed when it is JSON, else the bytes. */
+export function parseJsonOr(bytes: Uint8Array, contentType: string | undefined): unknown {
+  const type = contentType?.split(';')[0]?.trim().toLowerCase() ?? ''
+  if (type === 'application/json' || type.endsWith('+json')) {
+    try {
+      return JSON.parse(Buffer.from(bytes).toString('utf8'))
+    } catch {
+      // Invalid JSON: the handler gets the bytes and answers as it sees fit.
+    }
+  }
+  return Buffer.from(bytes)
+}

@@ -1,4 +1,5 @@
 import { HTTP_STATUS_BY_CODE, type IdempotencyErrorCode } from '../errors.js'
+import { KEY_HEADER_NAME } from './key-header.js'
 import type { HttpResponseLike } from './types.js'
 
 /** The default base of problem `type` URIs: each error has a section in docs/errors.md. */
@@ -22,7 +23,8 @@ const encoder = new TextEncoder()
 
 /**
  * An RFC 9457 problem+json response for an error the layer itself answers. It never carries a stored
- * body of another request.
+ * body of another request. `keyHeader` is how the title names the key's header, when it is not
+ * `Idempotency-Key`.
  *
  * @example
  * problem('IN_PROGRESS', 'Still running; retry in 2 s.', DEFAULT_PROBLEM_BASE, { 'retry-after': '2' })
@@ -32,11 +34,13 @@ export function problem(
   detail: string,
   base = DEFAULT_PROBLEM_BASE,
   extraHeaders: Record<string, string> = {},
+  keyHeader = KEY_HEADER_NAME,
 ): HttpResponseLike {
   const status = HTTP_STATUS_BY_CODE[code] ?? 500
+  const title = TITLES[code] ?? code
   const body = {
     type: `${base}${code.toLowerCase().replaceAll('_', '-')}`,
-    title: TITLES[code] ?? code,
+    title: keyHeader === KEY_HEADER_NAME ? title : title.replace(KEY_HEADER_NAME, keyHeader),
     status,
     detail,
     code,

@@ -5,7 +5,7 @@ import type { HttpRequestLike } from './types.js'
 /**
  * Where a scope came from. Every scope the HTTP layer makes starts with its source, so no two sources
  * can ever produce the same scope: a tenant called `public`, or a header value copied from
- * `idemkey list` such as `cred:…`, stays in its own namespace (SPEC §5.5).
+ * `idemkey list` such as `cred:…`, stays in its own namespace (docs/http.md, "Scopes").
  */
 export const SCOPE_SOURCES = {
   /** No credential and no scope function: every anonymous caller shares it. */
@@ -56,7 +56,7 @@ export function normalizeCredential(authorization: string): string {
 }
 
 /**
- * The default scope (SPEC §5.5): `cred:` and an HMAC-SHA-256 of the normalised Authorization
+ * The default scope (docs/http.md, "Scopes"): `cred:` and an HMAC-SHA-256 of the normalised Authorization
  * credential under the deployment secret, or `public` when the request has none.
  *
  * @example

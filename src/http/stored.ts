@@ -6,7 +6,7 @@ import { DEFAULT_PROBLEM_BASE } from './problem.js'
 import { credentialScope, resolveScopeSecret } from './scope.js'
 import type { HttpRequestLike, HttpResponseLike } from './types.js'
 
-/** Response headers stored for replay by default (SPEC §5.12). */
+/** Response headers stored for replay by default (docs/http.md). */
 export const DEFAULT_STORED_HEADERS = ['content-type', 'content-location', 'location', 'etag', 'last-modified'] as const
 
 /** Never stored, whatever the allowlist says: credentials, per-response and hop-by-hop headers. */
@@ -81,7 +81,7 @@ function isJson(contentType: string | string[] | undefined): boolean {
 }
 
 /**
- * The default fingerprint (SPEC §5.6): method, path with query, and the body. A JSON body is
+ * The default fingerprint (docs/http.md, "Fingerprints"): method, path with query, and the body. A JSON body is
  * canonicalised losslessly from its bytes: keys sorted, whitespace and escapes normalised, numbers
  * compared by their exact decimal value (never through a double). Duplicate member names and nesting
  * past {@link MAX_JSON_DEPTH} are a `400` (`BODY_INVALID`). A body that is not valid JSON is hashed as
@@ -115,7 +115,7 @@ export function requestFingerprint(req: HttpRequestLike, body: Uint8Array): stri
 }
 
 /**
- * The default scope (SPEC §5.5): `cred:` and a keyed hash (HMAC-SHA-256 under `IDEMKEY_SCOPE_SECRET`)
+ * The default scope (docs/http.md, "Scopes"): `cred:` and a keyed hash (HMAC-SHA-256 under `IDEMKEY_SCOPE_SECRET`)
  * of the Authorization credential with its scheme normalised, or `public` where there is none.
  *
  * @example

@@ -61,8 +61,14 @@ export interface EngineOptions<Req = HttpRequestLike> {
   ledger: Ledger
   /** Methods the layer covers; others pass through untouched. @default ['POST', 'PATCH'] */
   methods?: string[]
-  /** Answer `400` to a covered request without `Idempotency-Key`. @default false */
+  /** Answer `400` to a covered request without a key. @default false */
   required?: boolean
+  /**
+   * The request header that carries the key, for APIs that name it otherwise (`X-Idempotency-Key`).
+   * Matched case-insensitively; problems name it as given here.
+   * @default 'Idempotency-Key'
+   */
+  keyHeader?: string
   /**
    * The scope of a request, from the framework's own request object (so it sees what authentication
    * middleware set, e.g. `req.user`): a user or tenant id. It must return a non-empty string for every
@@ -92,9 +98,9 @@ export interface EngineOptions<Req = HttpRequestLike> {
   maxRequestBody?: number
   /** When the store is unreachable, run the handler unprotected instead of answering `503`. @default false */
   failOpen?: boolean
-  /** Which statuses are stored, replayed as failures, or released. @default SPEC §4 */
+  /** Which statuses are stored, replayed as failures, or released. @default 2xx/3xx completed; 4xx failed except 401, 408, 409, 425, 429; those and 5xx transient */
   classify?: (status: number) => Classification
-  /** Run the handler in the store's transaction, reachable as `ctx.tx` (PostgreSQL, SPEC §6). @default false */
+  /** Run the handler in the store's transaction, reachable as `ctx.tx` (PostgreSQL or MySQL: docs/postgres.md). @default false */
   transactional?: boolean
   /** Base of the problem `type` URIs; a slug is appended. @default 'https://idemkey.dev/docs/errors#' */
   problemBaseUrl?: string
@@ -104,6 +110,36 @@ export interface EngineOptions<Req = HttpRequestLike> {
    * get a generic detail. Must not throw.
    */
   onEvent?: (event: EngineEvent) => void
+  /**
+   * Called before each replay is sent, with what identifies the request and the stored response about
+   * to go out: add or change its headers, or log. It runs only on replays (never on a first run, nor on
+   * the layer's own problems), and costs nothing when not set. What it throws fails the request as an
+   * error in a handler would (the framework answers `500`); the record is unchanged.
+   *
+   * @example
+   * onReplay: (request, response) => { response.headers['x-replayed-key'] = request.key }
+   */
+  onReplay?: (request: ReplayRequest, response: ReplayResponse) => void | Promise<void>
+}
+
+/** What {@link EngineOptions.onReplay} learns about the request being answered with a replay. */
+export interface ReplayRequest {
+  method: string
+  /** Path and query. */
+  url: string
+  key: string
+  /** The scope the key lives in (`fn:…`, `cred:…`, `public`). */
+  scope: string
+}
+
+/**
+ * The replay about to be sent: its headers may be changed in place; its status and body are what was
+ * stored, and stay as they are (byte for byte).
+ */
+export interface ReplayResponse {
+  readonly status: number
+  headers: Record<string, string | string[]>
+  readonly body: Uint8Array
 }
 
 /** What to do with a request, decided before the handler runs. */

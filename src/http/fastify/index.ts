@@ -4,13 +4,11 @@
  */
 import { Readable, Transform, type TransformCallback } from 'node:stream'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
-import fp from 'fastify-plugin'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
-import { KEY_HEADER } from '../key-header.js'
 import { distinctHeaders, tooLarge } from '../node-body.js'
 import type { Decision, EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
 
-export type { IdempotencyContext } from '../types.js'
+export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
 
 /** Per-route setting: `config: { idempotency: false }` turns it off, an object overrides options. */
 export type RouteIdempotency = false | Partial<Omit<FastifyIdempotencyOptions, 'ledger'>>
@@ -86,7 +84,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
   // Only covered requests pay for the copy; the rest pass this hook synchronously.
   app.addHook('preParsing', function idempotencyPreParsing(request, _reply, payload, done) {
     const engine = engineFor(routeConfig(request))
-    if (!engine?.applies(request.method, request.headers[KEY_HEADER] !== undefined)) return done(null, payload)
+    if (!engine?.applies(request.method, request.headers[engine.keyHeader] !== undefined)) return done(null, payload)
     const raw = new RawBody(maxRequestBodyOf(routeConfig(request)))
     rawBodies.set(request, raw)
     payload.on('error', (error) => raw.destroy(error))
@@ -97,7 +95,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
   // with no promise made for it.
   app.addHook('preHandler', function idempotencyPreHandler(request: FastifyRequest, reply: FastifyReply, done: (error?: Error) => void) {
     const engine = engineFor(routeConfig(request))
-    if (!engine?.applies(request.method, request.headers[KEY_HEADER] !== undefined)) return done()
+    if (!engine?.applies(request.method, request.headers[engine.keyHeader] !== undefined)) return done()
     const body = request.body
     const raw = rawBodies.get(request)
     rawBodies.delete(request)
@@ -183,11 +181,24 @@ async function toBuffer(payload: unknown): Promise<Buffer> {
 }
 
 /**
+ * What fastify-plugin does, without the dependency: marks the plugin to skip Fastify's encapsulation
+ * (its hooks apply to the routes of the instance that registers it), names it, and states the Fastify
+ * versions it supports (Fastify checks them at register time).
+ */
+function rootPlugin<T extends FastifyPluginAsync<FastifyIdempotencyOptions>>(fn: T, name: string, fastify: string): T {
+  const marked = fn as unknown as Record<symbol, unknown>
+  marked[Symbol.for('skip-override')] = true
+  marked[Symbol.for('fastify.display-name')] = name
+  marked[Symbol.for('plugin-meta')] = { name, fastify }
+  return fn
+}
+
+/**
  * The plugin.
  *
  * @example
  * await app.register(idempotency, { ledger })
  * app.post('/charges', { config: { idempotency: { required: true } } }, async (request, reply) => reply.code(201).send(charge(request.body)))
  */
-export const idempotency = fp(plugin, { name: 'idemkey', fastify: '4.x || 5.x' })
+export const idempotency = rootPlugin(plugin, 'idemkey', '4.x || 5.x')
 export default idempotency

@@ -4,14 +4,16 @@
  */
 import type { Ledger } from '../../core/ledger.js'
 import { createEngine } from '../engine.js'
-import { KEY_HEADER } from '../key-header.js'
 import { headersRecord, readWebBody, toWebResponse } from '../node-body.js'
 import type { EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
 
-export type { IdempotencyContext } from '../types.js'
+export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
 
-/** Options of {@link withIdempotency}: every engine option but the ledger. `scope` receives the fetch `Request`. */
-export type FetchIdempotencyOptions = Omit<EngineOptions<Request>, 'ledger'>
+/**
+ * Options of {@link withIdempotency}: every engine option but the ledger. `scope` receives the request
+ * the handler takes (a fetch `Request`, or your framework's subclass of it, such as Next.js's `NextRequest`).
+ */
+export type FetchIdempotencyOptions<R extends Request = Request> = Omit<EngineOptions<R>, 'ledger'>
 
 const contexts = new WeakMap<Request, IdempotencyContext>()
 
@@ -21,21 +23,22 @@ export function getIdempotency(request: Request): IdempotencyContext | undefined
 }
 
 /**
- * Wraps a fetch-style handler so each Idempotency-Key runs it once (SPEC §5). The handler's response
- * is buffered to be stored; extra arguments (a Next.js route context) pass through.
+ * Wraps a fetch-style handler so each Idempotency-Key runs it once (docs/http.md). The handler's response
+ * is buffered to be stored; extra arguments (a Next.js route context) pass through. The wrapper takes
+ * the same request type and arguments as the handler (`NextRequest`, a typed route context).
  *
  * @example
  * export const POST = withIdempotency(ledger, async (request) => Response.json(await charge(await request.json()), { status: 201 }))
  */
-export function withIdempotency<A extends unknown[]>(
+export function withIdempotency<R extends Request, A extends unknown[]>(
   ledger: Ledger,
-  handler: (request: Request, ...rest: A) => Response | Promise<Response>,
-  options: FetchIdempotencyOptions = {},
-): (request: Request, ...rest: A) => Promise<Response> {
-  const engine = createEngine({ ...options, ledger })
-  return async function idempotentHandler(request: Request, ...rest: A): Promise<Response> {
+  handler: (request: R, ...rest: A) => Response | Promise<Response>,
+  options: FetchIdempotencyOptions<R> = {},
+): (request: R, ...rest: A) => Promise<Response> {
+  const engine = createEngine<R>({ ...options, ledger })
+  return async function idempotentHandler(request: R, ...rest: A): Promise<Response> {
     // Uncovered traffic gets the handler's own Response, unbuffered (streams and SSE stay streams).
-    if (!engine.applies(request.method, request.headers.has(KEY_HEADER))) return handler(request, ...rest)
+    if (!engine.applies(request.method, request.headers.has(engine.keyHeader))) return handler(request, ...rest)
     const url = new URL(request.url)
     const neutral: HttpRequestLike = {
       method: request.method,

@@ -4,32 +4,39 @@
  */
 
 import type { IncomingMessage } from 'node:http'
-import type { Context, MiddlewareHandler } from 'hono'
+import type { Context, Env, MiddlewareHandler } from 'hono'
 import { createEngine } from '../engine.js'
-import { KEY_HEADER } from '../key-header.js'
 import { distinctHeaders, headersRecord, readWebBody, toWebResponse } from '../node-body.js'
 import type { EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
 
-export type { IdempotencyContext } from '../types.js'
+export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
 
 /** Context variables the middleware sets: `c.get('idempotency')`. */
 export type IdempotencyVariables = { idempotency: IdempotencyContext | undefined }
 
-/** Options of the middleware. `scope` receives Hono's `Context` (`(c) => c.get('jwtPayload').sub`). */
-export type HonoIdempotencyOptions = EngineOptions<Context>
+/**
+ * Options of the middleware. `scope` receives Hono's `Context` (`(c) => c.get('jwtPayload').sub`), typed
+ * with your app's `Env` when you name it: `idempotency<AppEnv>({ ledger, scope: (c) => c.get('user').id })`.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: Hono's own default Env for a Context
+export type HonoIdempotencyOptions<E extends Env = any> = EngineOptions<Context<E>>
 
 /**
- * The middleware.
+ * The middleware. It adds only its own variable to the app's `Env`, so the handlers after it keep their
+ * bindings, variables, path parameters and validated input.
  *
  * @example
  * const app = new Hono<{ Variables: IdempotencyVariables }>()
  * app.post('/charges', idempotency({ ledger }), async (c) => c.json(await charge(await c.req.json()), 201))
  */
-export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler<{ Variables: IdempotencyVariables }> {
+// biome-ignore lint/suspicious/noExplicitAny: Hono's own default Env for a Context
+export function idempotency<E extends Env = any>(
+  options: HonoIdempotencyOptions<E>,
+): MiddlewareHandler<{ Variables: IdempotencyVariables }> {
   const engine = createEngine(options)
   return async function idempotencyMiddleware(c, next) {
     const raw = c.req.raw
-    if (!engine.applies(raw.method, raw.headers.has(KEY_HEADER))) {
+    if (!engine.applies(raw.method, raw.headers.has(engine.keyHeader))) {
       c.set('idempotency', undefined)
       await next()
       return

@@ -1,0 +1,176 @@
+/**
+ * A Node `ServerResponse` seen from the inside: what a handler writes to it, however it writes it, is
+ * kept for the ledger while it goes out. Express writes to one directly; NestJS's platforms (Express,
+ * and Fastify's `reply.raw`) end up writing to one, so both adapters share this.
+ */
+import type { ServerResponse } from 'node:http'
+import type { HttpResponseLike } from './types.js'
+
+type Chunk = string | Uint8Array
+type WriteArgs = [chunk?: unknown, encoding?: unknown, callback?: unknown]
+type Finish = (response: HttpResponseLike) => Promise<HttpResponseLike>
+type Fail = (error: unknown) => Promise<void>
+
+/** Sends a neutral response (a replay, a problem) on a response nothing has written to yet. */
+export function sendNode(res: ServerResponse, response: HttpResponseLike): void {
+  res.statusCode = response.status
+  for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value)
+  res.end(Buffer.from(response.body))
+}
+
+/**
+ * Keeps a copy of everything the handler writes, however it writes it, while it goes to the client.
+ * When the handler ends the response, the copy is stored. A client that leaves first does not make the
+ * outcome transient; a handler that never ends the response releases the record after `abandonAfterMs`.
+ *
+ * Headers given to `writeHead(status, headers)` count too: Fastify hands all of its headers over that
+ * way, and Node keeps those out of `getHeaders()` when nothing was set before.
+ */
+export function capture(res: ServerResponse, abandonAfterMs: number, keepAtMost: number, finish: Finish, fail: Fail): void {
+  let chunks: Buffer[] = []
+  let length = 0
+  let ended = false
+  let headFields: Record<string, string | string[]> | undefined
+  const keep = (chunk: unknown, encoding: unknown) => {
+    const buffer = toBuffer(chunk, encoding)
+    if (!buffer) return
+    length += buffer.byteLength
+    // A body over the stored limit is stored without its bytes: stop holding a copy of a long stream.
+    if (length > keepAtMost) chunks = []
+    else chunks.push(buffer)
+  }
+  const writeHead = res.writeHead
+  const write = res.write
+  const end = res.end
+  res.writeHead = function captureWriteHead(this: ServerResponse, statusCode: number, ...rest: unknown[]) {
+    for (const arg of rest) {
+      if (arg && typeof arg === 'object') {
+        headFields ??= {}
+        for (const [name, value] of headerEntries(arg)) headFields[name.toLowerCase()] = value
+      }
+    }
+    return (writeHead as (...a: unknown[]) => ServerResponse).apply(this, [statusCode, ...rest])
+  } as ServerResponse['writeHead']
+  res.write = function captureWrite(this: ServerResponse, ...args: WriteArgs) {
+    keep(args[0], args[1])
+    return (write as (...a: WriteArgs) => boolean).apply(this, args)
+  } as ServerResponse['write']
+  res.end = function captureEnd(this: ServerResponse, ...args: WriteArgs) {
+    if (!ended) {
+      ended = true
+      keep(args[0], args[1])
+      const headers = headFields ? { ...headersOf(res), ...headFields } : headersOf(res)
+      void finish({ status: res.statusCode, headers, body: Buffer.concat(chunks), bodyLength: length })
+    }
+    return (end as (...a: WriteArgs) => ServerResponse).apply(this, args)
+  } as ServerResponse['end']
+  releaseIfAbandoned(res, abandonAfterMs, () => ended, fail)
+}
+
+/**
+ * With `transactional: true`: holds the whole response until the transaction that completes the record
+ * has committed, so a client never gets an answer whose writes were rolled back (a fenced-out holder
+ * gets `409`, a failed commit `503`). Streaming handlers are buffered in this mode.
+ */
+export function holdUntilCommit(res: ServerResponse, abandonAfterMs: number, finish: Finish, fail: Fail): void {
+  const chunks: Buffer[] = []
+  let ended = false
+  const write = res.write
+  const end = res.end
+  const writeHead = res.writeHead
+  // writeHead would build the header block now; keep status and headers open until the commit, so a
+  // failed commit can still replace them.
+  res.writeHead = function holdWriteHead(this: ServerResponse, statusCode: number, ...rest: unknown[]) {
+    res.statusCode = statusCode
+    for (const arg of rest) {
+      if (typeof arg === 'string') res.statusMessage = arg
+      else if (Array.isArray(arg)) {
+        // Node takes [name, value, name, value] or [[name, value], …]; repeated names add up.
+        for (const [name, value] of headerEntries(arg)) res.appendHeader(name, value)
+      } else if (arg && typeof arg === 'object') {
+        for (const [name, value] of headerEntries(arg)) res.setHeader(name, value)
+      }
+    }
+    return this
+  } as ServerResponse['writeHead']
+  res.write = function holdWrite(...args: WriteArgs) {
+    const buffer = toBuffer(args[0], args[1])
+    if (buffer) chunks.push(buffer)
+    const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined
+    if (callback) process.nextTick(callback)
+    return true
+  } as ServerResponse['write']
+  res.end = function holdEnd(this: ServerResponse, ...args: WriteArgs) {
+    if (ended) return this
+    ended = true
+    const buffer = toBuffer(args[0], args[1])
+    if (buffer) chunks.push(buffer)
+    const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined
+    const body = Buffer.concat(chunks)
+    void finish({ status: res.statusCode, headers: headersOf(res), body }).then((answer) => {
+      res.writeHead = writeHead
+      res.write = write
+      res.end = end
+      if (answer.body !== body && !res.headersSent) {
+        // The transaction did not commit: answer the engine's problem instead of the handler's response.
+        for (const name of res.getHeaderNames()) res.removeHeader(name)
+        res.statusCode = answer.status
+        for (const [name, value] of Object.entries(answer.headers)) res.setHeader(name, value)
+      }
+      const out = answer.body === body ? body : Buffer.from(answer.body)
+      if (callback) res.end(out, callback)
+      else res.end(out)
+    })
+    return this
+  } as ServerResponse['end']
+  releaseIfAbandoned(res, abandonAfterMs, () => ended, fail)
+}
+
+/** A handler that never ends the response after its client left releases the record after a while. */
+function releaseIfAbandoned(res: ServerResponse, afterMs: number, ended: () => boolean, fail: Fail) {
+  res.once('close', () => {
+    if (ended()) return
+    const timer = setTimeout(() => {
+      if (!ended()) void fail(new Error('The handler did not end the response after the client went away.'))
+    }, afterMs)
+    timer.unref()
+  })
+}
+
+/**
+ * The fields of a `writeHead` argument: `{ name: value }`, `[name, value, name, value]` or
+ * `[[name, value], …]`; a name given twice in an array adds up, as Node does.
+ */
+function headerEntries(arg: object): [string, string | string[]][] {
+  if (!Array.isArray(arg)) {
+    return Object.entries(arg)
+      .filter((entry): entry is [string, string | string[]] => entry[1] !== undefined && entry[1] !== null)
+      .map(([name, value]) => [name, Array.isArray(value) ? value.map(String) : String(value)])
+  }
+  const pairs: [string, string][] = Array.isArray(arg[0])
+    ? (arg as [string, string][])
+    : Array.from({ length: Math.floor(arg.length / 2) }, (_, i) => [arg[2 * i] as string, arg[2 * i + 1] as string])
+  const merged = new Map<string, [string, string | string[]]>()
+  for (const [name, value] of pairs) {
+    const existing = merged.get(name.toLowerCase())
+    if (!existing) merged.set(name.toLowerCase(), [name, String(value)])
+    else existing[1] = [existing[1]].flat().concat(String(value))
+  }
+  return [...merged.values()]
+}
+
+function toBuffer(chunk: unknown, encoding: unknown): Buffer | undefined {
+  if (chunk === undefined || chunk === null || typeof chunk === 'function') return undefined
+  return typeof chunk === 'string'
+    ? Buffer.from(chunk, (typeof encoding === 'string' ? encoding : 'utf8') as BufferEncoding)
+    : Buffer.from(chunk as Chunk as Uint8Array)
+}
+
+/** The headers set on a response, as a record of strings. */
+export function headersOf(res: ServerResponse): Record<string, string | string[]> {
+  const headers: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(res.getHeaders())) {
+    if (value !== undefined) headers[name] = Array.isArray(value) ? value : String(value)
+  }
+  return headers
+}
