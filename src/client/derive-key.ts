@@ -7,7 +7,7 @@ const DOMAIN = 'idemkey/derive-key/v1'
 
 /**
  * The key of a downstream call, derived from the root intent's key and a step name, so a retry at
- * the edge lands on the same downstream keys (SPEC §7).
+ * the edge lands on the same downstream keys (docs/client.md).
  *
  * Construction: `dk1_` + base64url(HMAC-SHA256(key = rootKey, message = "idemkey/derive-key/v1" NUL step)),
  * 47 characters. HMAC makes it collision-resistant across (root, step) pairs and one-way: a derived

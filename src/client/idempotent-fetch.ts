@@ -58,13 +58,21 @@ export interface IdempotentFetchOptions {
   generateKey?: () => string
   /** Attempts in all, the first included. @default 5 */
   maxAttempts?: number
-  /** Total time of a call; no attempt starts, and no wait is begun, that would end after it. @default '30s' */
+  /**
+   * Total time of a call; no attempt starts, and no wait is begun, that would end after it. The default
+   * outlasts a server that holds every attempt for its default wait (10 s) with a `Retry-After` of 2 s
+   * between them. @default '60s'
+   */
   maxElapsed?: Duration
   /** Cap of the first backoff; it doubles at each retry, and the wait is random below it (full jitter). @default '100ms' */
   baseDelay?: Duration
   /** Largest backoff cap. A server's `Retry-After` is honoured even when longer, within `maxElapsed`. @default '10s' */
   maxDelay?: Duration
-  /** An attempt with no response headers after this is aborted and retried with the same key. @default '10s' */
+  /**
+   * An attempt with no response headers after this is aborted and retried with the same key. Keep it
+   * longer than the server's wait for an in-flight duplicate (10 s by default), so an attempt hears the
+   * server's answer instead of giving up on it. @default '15s'
+   */
   attemptTimeout?: Duration
   /** Throw {@link IdempotentRequestError} on a final 4xx and when retries run out on a response; `false` returns that Response instead. @default true */
   throwOnError?: boolean
@@ -90,6 +98,20 @@ export interface IdempotentRequestInit extends RequestInit {
   idempotencyKey?: string
 }
 
+/**
+ * The defaults of {@link createIdempotentFetch}, chosen to agree with the server's (docs/client.md,
+ * "Defaults that agree"): an attempt outlasts the server's wait for an in-flight duplicate (10 s), and
+ * the whole budget outlasts five attempts each held that long, with the server's `Retry-After` (at most
+ * 2 s) between them.
+ */
+export const IDEMPOTENT_FETCH_DEFAULTS = {
+  maxAttempts: 5,
+  maxElapsed: '60s',
+  baseDelay: '100ms',
+  maxDelay: '10s',
+  attemptTimeout: '15s',
+} as const satisfies Partial<IdempotentFetchOptions>
+
 const infos = new WeakMap<Response, IdempotencyInfo>()
 
 /**
@@ -105,7 +127,7 @@ export function idempotencyInfo(response: Response): IdempotencyInfo | undefined
 }
 
 /**
- * Makes a fetch that names each intent once and retries it safely (SPEC §7): one key per call, sent
+ * Makes a fetch that names each intent once and retries it safely (docs/client.md): one key per call, sent
  * as `Idempotency-Key` on every attempt; retries on network errors, attempt timeouts, 5xx, 408, 409,
  * 425 and 429 with exponential backoff, full jitter and `Retry-After`; never on 422 or another 4xx.
  *
@@ -123,14 +145,17 @@ export function createIdempotentFetch(options: IdempotentFetchOptions = {}): Ide
   const baseFetch: FetchLike = options.fetch ?? ((input, init) => globalThis.fetch(input, init))
   const methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()))
   const generateKey = options.generateKey ?? (() => uuidv7())
-  const maxAttempts = options.maxAttempts ?? 5
+  const maxAttempts = options.maxAttempts ?? IDEMPOTENT_FETCH_DEFAULTS.maxAttempts
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
     throw new IdempotencyError('INVALID_OPTION', `maxAttempts must be a whole number of at least 1 (1 means no retry), got ${maxAttempts}.`)
   }
-  const maxElapsedMs = positive(parseDuration(options.maxElapsed ?? '30s', 'maxElapsed'), 'maxElapsed')
-  const baseDelayMs = parseDuration(options.baseDelay ?? '100ms', 'baseDelay')
-  const maxDelayMs = parseDuration(options.maxDelay ?? '10s', 'maxDelay')
-  const attemptTimeoutMs = positive(parseDuration(options.attemptTimeout ?? '10s', 'attemptTimeout'), 'attemptTimeout')
+  const maxElapsedMs = positive(parseDuration(options.maxElapsed ?? IDEMPOTENT_FETCH_DEFAULTS.maxElapsed, 'maxElapsed'), 'maxElapsed')
+  const baseDelayMs = parseDuration(options.baseDelay ?? IDEMPOTENT_FETCH_DEFAULTS.baseDelay, 'baseDelay')
+  const maxDelayMs = parseDuration(options.maxDelay ?? IDEMPOTENT_FETCH_DEFAULTS.maxDelay, 'maxDelay')
+  const attemptTimeoutMs = positive(
+    parseDuration(options.attemptTimeout ?? IDEMPOTENT_FETCH_DEFAULTS.attemptTimeout, 'attemptTimeout'),
+    'attemptTimeout',
+  )
   const throwOnError = options.throwOnError ?? true
   const now = options.now ?? Date.now
   const sleep = options.sleep ?? abortableSleep
@@ -252,7 +277,7 @@ function quietly(hook: () => void): void {
 }
 
 /**
- * The idempotent fetch with default options (POST and PATCH covered, 5 attempts, 30 s in all).
+ * The idempotent fetch with default options (POST and PATCH covered, 5 attempts, 60 s in all).
  *
  * @example
  * const response = await idempotentFetch('https://api.example.com/orders', { method: 'POST', body })

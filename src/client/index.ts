@@ -1,5 +1,5 @@
 /**
- * `idemkey/client`: the client's half of the contract (SPEC §7). One key per intent, retries with
+ * `idemkey/client`: the client's half of the contract (docs/client.md). One key per intent, retries with
  * that key, and keys for downstream calls derived from it. No dependency beyond the platform.
  */
 export { deriveKey } from './derive-key.js'
@@ -8,6 +8,7 @@ export { forwardKey, type IncomingHeaders, incomingKey } from './forward.js'
 export {
   createIdempotentFetch,
   type FetchLike,
+  IDEMPOTENT_FETCH_DEFAULTS,
   type IdempotencyInfo,
   type IdempotentFetch,
   type IdempotentFetchOptions,

@@ -1,4 +1,4 @@
-/** When to retry, and how long to wait: the policy of SPEC §7, kept apart from the fetch wrapper. */
+/** When to retry, and how long to wait: the policy of docs/client.md, kept apart from the fetch wrapper. */
 
 /** Statuses below 500 worth retrying with the same key: the server may succeed next time. */
 export const RETRYABLE_STATUSES: ReadonlySet<number> = new Set([408, 409, 425, 429])

@@ -72,7 +72,7 @@ export interface RunOptions<T> {
   encode?: (value: T) => StoredResponse
   /** Turns a stored response back into a value for a replay. */
   decode?: (response: StoredResponse, record: StoredRecord) => T
-  /** Decides whether the value is stored (`completed`/`failed`) or released (`transient`). @default by the response's status (SPEC §4) */
+  /** Decides whether the value is stored (`completed`/`failed`) or released (`transient`). @default by the response's status: 2xx/3xx completed, 4xx failed except 401, 408, 409, 425, 429, which and 5xx are transient */
   classify?: (value: T, response: StoredResponse) => Classification
   /** A pointer to what the work created, stored with the record. */
   resourceId?: (value: T) => string | null | undefined
@@ -154,7 +154,7 @@ class Rollback {
 /**
  * Runs each intent once, whatever the network does: atomic acquire, a lease renewed while the work
  * runs, replay of stored outcomes, rejection of a reused key with another payload, and release of
- * transient failures (SPEC §3–4).
+ * transient failures (docs/ledger.md).
  *
  * @example
  * const ledger = new Ledger({ store: new SqliteStore({ path: 'idemkey.db' }) })
@@ -189,7 +189,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
   /**
    * Runs `fn` once for the intent: executes it when the ledger grants the record, replays the stored
    * outcome when it already ran, waits (bounded) while another holder runs it.
-   * A thrown error releases the record (transient, SPEC §4) and is rethrown.
+   * A thrown error releases the record (transient) and is rethrown.
    */
   run<T>(intent: Intent, fn: (ctx: IntentContext) => T | Promise<T>, options: RunOptions<T> = {}): Promise<RunResult<T>> {
     return this.#run(intent, options, (ctx, plan) => this.#execute(ctx, plan, fn))
@@ -197,7 +197,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
 
   /**
    * Like {@link Ledger.run}, but `fn` runs inside a store transaction that also completes the record
-   * (SPEC §6): the business writes and the record commit together or not at all, and a holder that
+   * (docs/postgres.md): the business writes and the record commit together or not at all, and a holder that
    * was fenced out meanwhile has its writes rolled back. Needs a transactional store (PostgreSQL).
    */
   runInTransaction<T>(
@@ -267,7 +267,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
               return {
                 kind: 'in_progress',
                 lockedUntilMs: result.lockedUntilMs,
-                retryAfterMs: retryAfter(result.lockedUntilMs, nowMs, plan.leaseMs),
+                retryAfterMs: retryAfter(result.lockedUntilMs, nowMs),
               }
             }
             this.#emit({ type: 'waiting', scope, key, lockedUntilMs: result.lockedUntilMs }, plan.onEvent)
@@ -600,9 +600,25 @@ function positive(ms: number, name: string): number {
   return ms
 }
 
-/** When to try again: the lease's end, at least 1 s and at most one lease away (the clocks may disagree). */
-function retryAfter(lockedUntilMs: number, nowMs: number, leaseMs: number): number {
-  return Math.min(Math.max(lockedUntilMs - nowMs, 1_000), leaseMs)
+/** The longest `retryAfterMs` of an `in_progress` answer (the HTTP layer's `Retry-After`): 2 s. */
+export const RETRY_AFTER_MAX_MS = 2_000
+
+/**
+ * When to try again after `in_progress`: a short hint, not the lease's end. The caller has already
+ * waited (`wait`, 10 s by default) and its retry waits on the store again, woken the moment the holder
+ * finishes; the lease's end says nothing about when that is (a live holder renews its lease, and only a
+ * dead one is taken over at its end, which the retry's own wait sees too). Coming back at the lease's end
+ * (up to 30 s) only made clients give up, or answer late, for work that finished meanwhile.
+ *
+ * Whole seconds (HTTP's delay-seconds), at least 1 s, at most {@link RETRY_AFTER_MAX_MS}, and never past
+ * the lease's end when that is 1 s or more away. See docs/client.md, "Defaults that agree".
+ *
+ * @example retryAfter(nowMs + 25_000, nowMs) // 2000
+ * @example retryAfter(nowMs + 1_500, nowMs) // 1000
+ */
+export function retryAfter(lockedUntilMs: number, nowMs: number): number {
+  const leaseLeftS = Math.floor((lockedUntilMs - nowMs) / 1_000)
+  return Math.max(1, Math.min(RETRY_AFTER_MAX_MS / 1_000, leaseLeftS)) * 1_000
 }
 
 async function withTimeout<R>(promise: Promise<R>, ms: number, storeName: string, operation: string): Promise<R> {
