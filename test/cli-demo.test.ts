@@ -76,6 +76,60 @@ describe('idemkey demo (built CLI)', () => {
     expect(out.stdout).toMatch(/double charges\s+\d+\s+0\n/)
   })
 
+  it('explains its rows under the table: bank repeats, and why p99 is higher behind idemkey', async () => {
+    const out = await runDemo('--intents', '10', '--workers', '1', '--seed', '5', '--lease', '1500ms')
+    expect(out.code, out.stderr).toBe(0)
+    expect(out.stdout).toContain('What the rows count:')
+    expect(out.stdout).toMatch(/bank repeats refused[\s\S]*the bank refused the repeat/)
+    expect(out.stdout).toMatch(
+      /intent latency p99\s+higher behind idemkey when a worker is killed: its intent waits for the lease \(1\.5s\)/,
+    )
+    const text = out.stdout.replace(/\s+/g, ' ')
+    expect(text).toContain("Seed 5 fixes the traffic, the faults and the clients' retry jitter.")
+    expect(text).toMatch(/latencies and run time vary/)
+  })
+
+  it('repeats a seeded run: the same seed without crashes gives the same counts; what varies is said', async () => {
+    const noCrash = ['--intents', '30', '--workers', '1', '--seed', '9', '--json', ...FAULTY, '--crash-rate', '0']
+    // One after the other: two runs side by side would load the machine, and load is timing.
+    const first = await runDemo(...noCrash)
+    const second = await runDemo(...noCrash)
+    expect(first.code, first.stderr).toBe(0)
+    expect(second.code, second.stderr).toBe(0)
+    const a = JSON.parse(first.stdout) as DemoReport
+    const b = JSON.parse(second.stdout) as DemoReport
+    expect(b.faults).toEqual(a.faults)
+    const counts = (r: DemoReport['bare']) => [r.chargesMade, r.doubleCharges, r.lostIntents, r.reuseAttempts, r.keyReusesRejected]
+    expect(counts(b.bare)).toEqual(counts(a.bare))
+    expect(counts(b.protected)).toEqual(counts(a.protected))
+    expect(a.bare.doubleCharges).toBeGreaterThan(0)
+    expect(a.repeatability.variable).toEqual(['p50Ms', 'p99Ms', 'seconds'])
+    // With crashes, the report owns up to what a kill makes vary.
+    const crashy = JSON.parse(
+      (
+        await runDemo(
+          '--intents',
+          '5',
+          '--workers',
+          '1',
+          '--json',
+          '--drop-rate',
+          '0',
+          '--timeout-rate',
+          '0',
+          '--double-rate',
+          '0',
+          '--reuse-rate',
+          '0',
+          '--crash-rate',
+          '0.5',
+        )
+      ).stdout,
+    ) as DemoReport
+    expect(crashy.repeatability.variable).toEqual(expect.arrayContaining(['chargesMade', 'doubleCharges', 'workerRestarts']))
+    expect(crashy.repeatability.varies).toContain('which other requests a killed worker takes down')
+  })
+
   it('refuses a memory: store, which separate worker processes cannot share', async () => {
     const out = await runDemo('--intents', '5', '--store', 'memory:')
     expect(out.code).toBe(1)

@@ -1,8 +1,9 @@
 import { spawnSync } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import Database from 'better-sqlite3'
 import { MySqlStore } from '../src/stores/mysql/mysql-store.js'
 import { SqliteStore } from '../src/stores/sqlite/sqlite-store.js'
@@ -11,11 +12,20 @@ import { serviceSkipReason } from './helpers/services.js'
 const ROOT = join(import.meta.dirname, '..')
 const BIN = join(ROOT, 'bin/idemkey.js')
 
-/** Runs the built CLI as a user would; stdin is not a terminal. */
-function cli(...args: string[]): { code: number | null; stdout: string; stderr: string } {
-  const result = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'], input: '' })
+/** Runs the built CLI as a user would, in `cwd` with `env` added; stdin is not a terminal. */
+function cliIn(cwd: string, env: Record<string, string>, ...args: string[]): { code: number | null; stdout: string; stderr: string } {
+  const { IDEMKEY_STORE: _, ...inherited } = process.env
+  const result = spawnSync(process.execPath, [BIN, ...args], {
+    cwd,
+    env: { ...inherited, ...env },
+    encoding: 'utf8',
+    stdio: ['pipe', 'pipe', 'pipe'],
+    input: '',
+  })
   return { code: result.status, stdout: result.stdout, stderr: result.stderr }
 }
+
+const cli = (...args: string[]) => cliIn(ROOT, {}, ...args)
 
 const json = <T>(text: string) => JSON.parse(text) as T
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -37,6 +47,10 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     await s.complete('tenant-1', 'done-key', done.token, { status: 'completed', response, resourceId: 'ch_1' }, 3_600_000)
     await s.acquire('tenant-1', 'stuck-key', FP, 1) // its holder "died": the lease ends at once
     await s.acquire('tenant-1', 'busy-key', FP, 600_000)
+    // A transient failure gave this one back: its lease ended at the release, not by running out.
+    const released = await s.acquire('tenant-1', 'released-key', FP, 600_000)
+    if (released.kind !== 'acquired') throw new Error('setup')
+    await s.release('tenant-1', 'released-key', released.token)
     const old = await s.acquire('tenant-1', 'expired-key', FP, 30_000)
     if (old.kind !== 'acquired') throw new Error('setup')
     await s.complete('tenant-1', 'expired-key', old.token, { status: 'completed', response }, 1)
@@ -77,16 +91,33 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
   it('list puts stuck intents first and hides expired records', () => {
     const out = cli('list', '--store', store, '--json')
     expect(out.code).toBe(0)
-    const records = json<Array<{ key: string; stuck: boolean; status: string }>>(out.stdout)
-    expect(records.map((r) => r.key)).toEqual(['stuck-key', 'busy-key', 'done-key'])
-    expect(records[0]?.stuck).toBe(true)
+    const records = json<Array<{ key: string; stuck: boolean; status: string; leaseEnded: string | null }>>(out.stdout)
+    expect(records.map((r) => r.key)).toEqual(['stuck-key', 'busy-key', 'released-key', 'done-key'])
+    expect(records.map((r) => [r.stuck, r.leaseEnded])).toEqual([
+      [true, 'abandoned'],
+      [false, null],
+      [false, 'released'],
+      [false, null],
+    ])
     const table = cli('list', '--store', store)
     expect(table.stdout.split('\n')[2]).toMatch(/^STUCK\s+tenant-1\s+stuck-key\s+in_progress/)
   })
 
+  it('list tells a record released after a transient failure from one whose holder crashed', () => {
+    const lines = cli('list', '--status', 'in_progress', '--store', store).stdout.split('\n')
+    const line = (key: string) => lines.find((l) => l.includes(key)) ?? ''
+    expect(line('stuck-key')).toMatch(/^STUCK\s/)
+    expect(line('stuck-key')).toContain('not renewed (holder crashed or hung')
+    expect(line('released-key')).toMatch(/^released\s/)
+    expect(line('released-key')).toContain('transient failure: the next retry runs afresh')
+    expect(line('busy-key')).toMatch(/^\s+tenant-1\s+busy-key/)
+    const inspected = cli('inspect', 'released-key', '--scope', 'tenant-1', '--store', store)
+    expect(inspected.stdout).toMatch(/lease:\s+released \S+ ago/)
+  })
+
   it('list filters by status and by age', () => {
     const inProgress = json<Array<{ key: string }>>(cli('list', '--status', 'in_progress', '--store', store, '--json').stdout)
-    expect(inProgress.map((r) => r.key).sort()).toEqual(['busy-key', 'stuck-key'])
+    expect(inProgress.map((r) => r.key).sort()).toEqual(['busy-key', 'released-key', 'stuck-key'])
     expect(json<unknown[]>(cli('list', '--older-than', '1h', '--store', store, '--json').stdout)).toEqual([])
     expect(cli('list', '--older-than', '1h', '--store', store).stdout).toContain('no records match')
   })
@@ -107,6 +138,90 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     expect(json<{ evicted: boolean }>(done.stdout).evicted).toBe(true)
     expect(cli('inspect', 'busy-key', '--scope', 'tenant-1', '--store', store).code).toBe(1)
     expect(cli('evict', 'busy-key', '--scope', 'tenant-1', '--store', store, '--yes').stdout).toContain('nothing to evict')
+  })
+
+  it('list, inspect, gc and evict refuse a SQLite store that does not exist, and create nothing', () => {
+    const cwd = mkdtempSync(join(tmpdir(), 'idemkey-cli-empty-'))
+    try {
+      for (const args of [['list'], ['gc'], ['inspect', 'order-1'], ['evict', 'order-1', '--yes'], ['list', '--store', 'sqlite:nope.db']]) {
+        const out = cliIn(cwd, {}, ...args)
+        expect(out.code, args.join(' ')).toBe(2)
+        expect(out.stderr, args.join(' ')).toMatch(/No store at sqlite:\S+: .* does not exist, and \w+ does not create one\. Pass --store/)
+      }
+      expect(readdirSync(cwd)).toEqual([])
+      // migrate is the command that creates a store.
+      expect(cliIn(cwd, {}, 'migrate').code).toBe(0)
+      expect(cliIn(cwd, {}, 'list').stdout).toContain('no records match')
+    } finally {
+      rmSync(cwd, { recursive: true, force: true })
+    }
+  })
+
+  it('takes the store from IDEMKEY_STORE when --store is not given', () => {
+    const out = cliIn(ROOT, { IDEMKEY_STORE: store }, 'list', '--status', 'completed', '--json')
+    expect(out.code, out.stderr).toBe(0)
+    expect(json<Array<{ key: string }>>(out.stdout).map((r) => r.key)).toEqual(['done-key'])
+  })
+
+  it('reaches a table that is not the default with ?table= in the store URL', () => {
+    const path = join(dir, 'custom.db')
+    expect(cli('migrate', '--store', `sqlite:${path}?table=app_keys`).code).toBe(0)
+    const db = new Database(path, { readonly: true })
+    const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as Array<{ name: string }>
+    db.close()
+    expect(tables.map((t) => t.name)).toContain('app_keys')
+    expect(tables.map((t) => t.name)).not.toContain('idemkey_records')
+    expect(cli('list', '--store', `sqlite:${path}?table=app_keys`).stdout).toContain('no records match')
+    expect(cli('list', '--store', `sqlite:${path}?schema=x`).stderr).toContain('a sqlite store takes ?table=, not ?schema=')
+    expect(cli('list', '--store', 'redis://127.0.0.1:6379?table=x').stderr).toContain('a redis store takes ?prefix=, not ?table=')
+    const secret = cli('list', '--store', 'postgres://app:s3cret@127.0.0.1/app?table=')
+    expect(secret.stderr).toContain('postgres://app:***@127.0.0.1/app?table=')
+    expect(secret.stderr).not.toContain('s3cret')
+  })
+
+  it('--help shows defaults as they are written (24h, 1mb), not as the numbers they parse to', () => {
+    for (const command of ['demo', 'proxy', 'migrate', 'inspect', 'list', 'gc', 'evict']) {
+      const help = cli(command, '--help').stdout.replace(/\s+/g, ' ')
+      // A duration or size option whose default shows as a bare number of milliseconds or bytes.
+      expect(help, command).not.toMatch(/<(duration|size)>[^<]*?\(default: \d+\)/)
+      expect(help, command).not.toMatch(/SPEC/)
+    }
+    const proxy = cli('proxy', '--help').stdout.replace(/\s+/g, ' ')
+    for (const shown of [
+      '(default: 30s)',
+      '(default: 24h)',
+      '(default: 10s)',
+      '(default: 1mb)',
+      '(default: 64mb)',
+      '(default: POST,PATCH)',
+    ]) {
+      expect(proxy).toContain(shown)
+    }
+    const demo = cli('demo', '--help').stdout.replace(/\s+/g, ' ')
+    expect(demo).toContain('(default: 2s)')
+    expect(demo).toContain('(default: 1s)')
+  })
+
+  it('each command loads only the packages it uses', () => {
+    // A module hook that reports every package (bare specifier) the CLI resolves.
+    const hook = join(dir, 'hook.mjs')
+    writeFileSync(
+      hook,
+      `export async function resolve(specifier, context, next) {
+        if (!/^(\\.|\\/|node:|file:)/.test(specifier)) process.stderr.write('PACKAGE ' + specifier + '\\n')
+        return next(specifier, context)
+      }`,
+    )
+    const register = join(dir, 'register.mjs')
+    writeFileSync(register, `import { register } from 'node:module'\nregister(${JSON.stringify(pathToFileURL(hook).href)})\n`)
+    const packages = (...args: string[]) => {
+      const out = spawnSync(process.execPath, ['--import', register, BIN, ...args], { encoding: 'utf8', input: '' })
+      return [...new Set([...out.stderr.matchAll(/^PACKAGE (\S+)$/gm)].map((m) => m[1]))].sort()
+    }
+    expect(packages('--version')).toEqual(['commander'])
+    expect(packages('proxy', '--help')).toEqual(['commander'])
+    expect(packages('migrate', '--store', 'memory:')).toEqual(['commander'])
+    expect(packages('list', '--store', store)).toEqual(['better-sqlite3', 'commander'])
   })
 
   it('every command has --help with examples', () => {

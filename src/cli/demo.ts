@@ -1,8 +1,7 @@
-import cliProgress from 'cli-progress'
 import type { Command } from 'commander'
 import { formatDuration } from '../core/duration.js'
-import { type ApiName, type DemoReport, runDemo } from '../demo/run-demo.js'
-import { durationArg, intArg, rateArg, storeArg } from './options.js'
+import type { ApiName, DemoReport } from '../demo/run-demo.js'
+import { durationOption, intArg, rateArg, storeArg } from './options.js'
 import { printJson, renderTable } from './output.js'
 import { CliError } from './run.js'
 
@@ -36,26 +35,28 @@ export function registerDemo(program: Command): void {
     .option('--crash-rate <rate>', 'workers SIGKILLed mid-request (then restarted)', rateArg('--crash-rate'), 0.02)
     .option('--double-rate <rate>', 'double clicks: the same intent sent twice at once', rateArg('--double-rate'), 0.05)
     .option('--reuse-rate <rate>', 'clients that reuse a key with another amount', rateArg('--reuse-rate'), 0.03)
-    .option(
-      '--lease <duration>',
-      "lease of the protected API's records (a crashed worker's intent is taken over after it)",
-      durationArg('--lease'),
-      2000,
+    .addOption(
+      durationOption('--lease <duration>', "lease of the protected API's records (a crashed worker's intent is taken over after it)", '2s'),
     )
-    .option('--client-timeout <duration>', 'per-attempt timeout of the clients', durationArg('--client-timeout'), 1000)
-    .option('--seed <n>', 'seed of the traffic and faults', intArg('--seed', 0, 2 ** 31), 42)
+    .addOption(durationOption('--client-timeout <duration>', 'per-attempt timeout of the clients', '1s'))
+    .option('--seed <n>', "seed of the traffic, the faults and the clients' retry jitter", intArg('--seed', 0, 2 ** 31), 42)
     .option('--json', 'print the report as JSON instead of a table')
     .addHelpText(
       'after',
       `
 Examples:
   idemkey demo                                   300 intents, embedded SQLite, under a minute
+  idemkey demo --intents 20 --workers 1          a few seconds
   idemkey demo --intents 1000 --workers 4 --drop-rate 10%
   idemkey demo --store postgres://root@127.0.0.1:5432/test
   idemkey demo --store redis://127.0.0.1:6379 --json
 
 The bare API is expected to double-charge. The demo exits with code 1 when the protected API makes
-any double charge, loses an intent or accepts a reused key.`,
+any double charge, loses an intent or accepts a reused key.
+
+The same --seed gives the same traffic, faults and retry jitter. Timing still varies: latencies and
+run time always; and where a worker is killed (--crash-rate), which other requests die with it, so
+the bare API's charges, HTTP attempts and restarts vary too. --crash-rate 0 makes the counts repeat.`,
     )
     .action(async (flags: DemoFlags) => {
       const rates = {
@@ -72,7 +73,9 @@ any double charge, loses an intent or accepts a reused key.`,
           2,
         )
       if (flags.lease < 100) throw new CliError('--lease must be at least 100ms.', 2)
-      const progress = createProgress(flags.intents)
+      // Loaded only now: the demo brings better-sqlite3, undici and the payments API with it.
+      const { runDemo } = await import('../demo/run-demo.js')
+      const progress = await createProgress(flags.intents)
       let report: DemoReport
       try {
         report = await runDemo({
@@ -96,8 +99,9 @@ any double charge, loses an intent or accepts a reused key.`,
 }
 
 /** A progress bar on stderr when it is a terminal; otherwise a plain line every 10%, readable in CI logs. */
-function createProgress(total: number): { update: (api: ApiName, done: number, total: number) => void; stop: () => void } {
+async function createProgress(total: number): Promise<{ update: (api: ApiName, done: number, total: number) => void; stop: () => void }> {
   if (process.stderr.isTTY) {
+    const { default: cliProgress } = await import('cli-progress')
     const bar = new cliProgress.SingleBar(
       { format: ' {api} API |{bar}| {value}/{total} intents', stream: process.stderr, hideCursor: true, clearOnComplete: false },
       cliProgress.Presets.shades_classic,
@@ -142,12 +146,27 @@ function renderReport(report: DemoReport): string {
     ['run time', formatDuration(bare.seconds * 1000), formatDuration(guarded.seconds * 1000)],
   ]
   const f = report.faults
+  const lease = formatDuration(report.leaseMs)
   const lines = [
     '',
     `idemkey demo: ${report.intents} payment intents, ${report.workers} worker(s) per API, store ${report.store}, seed ${report.seed}`,
     `faults: ${f.drop} responses lost after commit, ${f.timeout} client timeouts, ${f.crash} workers killed mid-request, ${f.double} double clicks, ${f.reuse} keys reused with another amount`,
     '',
     renderTable(['', 'bare API', 'behind idemkey'], rows),
+    '',
+    'What the rows count:',
+    '  HTTP attempts         every request that reached the API: first sends, client retries, double clicks.',
+    '  charges made          rows in the charges table; one per intent is right. Double charges are the extra ones.',
+    '  bank repeats refused  a worker was killed after the bank charged, before idemkey stored the answer. After',
+    `    by key              the lease (${lease}) another worker ran the request again, and the bank refused the repeat:`,
+    '                        idemkey passes it a key derived from the Idempotency-Key (deriveKey). The bare API has',
+    '                        no key to pass, so its retry charges again.',
+    "  key reuses rejected   a client sent an intent's key again with another amount: behind idemkey, a 422.",
+    `  intent latency p99    higher behind idemkey when a worker is killed: its intent waits for the lease (${lease})`,
+    '                        to end, since a slow holder and a dead one look alike until then; only then may another',
+    '                        worker take it over. The bare API retries at once, and charges twice.',
+    '',
+    ...wrap(`Seed ${report.seed} fixes the traffic, the faults and the clients' retry jitter. ${report.repeatability.varies}`, 110),
     '',
   ]
   if (report.passed) {
@@ -161,4 +180,17 @@ function renderReport(report: DemoReport): string {
     lines.push('FAILED: the protected API double-charged, lost an intent or accepted a reused key. Please report this as a bug.')
   }
   return `${lines.join('\n')}\n`
+}
+
+/** Breaks a paragraph into lines of at most `width` characters, at spaces. */
+function wrap(text: string, width: number): string[] {
+  const lines: string[] = []
+  let line = ''
+  for (const word of text.split(' ')) {
+    if (line && line.length + 1 + word.length > width) {
+      lines.push(line)
+      line = word
+    } else line = line ? `${line} ${word}` : word
+  }
+  return line ? [...lines, line] : lines
 }

@@ -1,9 +1,9 @@
 import { createInterface } from 'node:readline/promises'
 import type { Command } from 'commander'
-import { DEFAULT_STORE_URL, describeStore } from '../stores/open.js'
-import { STORE_HELP, storeArg } from './options.js'
+import { describeStore } from '../stores/open.js'
+import { storeOption } from './options.js'
 import { leaseState, printJson } from './output.js'
-import { CliError, withStore } from './run.js'
+import { CliError, withExistingStore } from './run.js'
 
 /**
  * `idemkey evict KEY`: an operator's deliberate reset. The next request with the key runs afresh,
@@ -16,7 +16,7 @@ export function registerEvict(program: Command): void {
     .argument('<key>', 'the idempotency key')
     .option('--scope <scope>', "the key's scope", 'public')
     .option('-y, --yes', 'do not ask for confirmation (needed when stdin is not a terminal)')
-    .option('--store <url>', STORE_HELP, storeArg, DEFAULT_STORE_URL)
+    .addOption(storeOption())
     .option('--json', 'print the result as JSON')
     .addHelpText(
       'after',
@@ -28,7 +28,7 @@ Examples:
   know the operation did not take effect, or that running it again is what you want.`,
     )
     .action(async (key: string, options: { scope: string; yes?: boolean; store: string; json?: boolean }) => {
-      await withStore(options.store, async ({ store, spec }) => {
+      await withExistingStore(options.store, 'evict', async ({ store, spec }) => {
         const record = await store.get(options.scope, key)
         if (!options.yes) {
           if (!process.stdin.isTTY) {

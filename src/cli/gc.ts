@@ -1,27 +1,29 @@
 import type { Command } from 'commander'
-import { DEFAULT_STORE_URL, describeStore } from '../stores/open.js'
-import { intArg, STORE_HELP, storeArg } from './options.js'
+import { describeStore } from '../stores/open.js'
+import { intArg, storeOption } from './options.js'
 import { printJson } from './output.js'
-import { withStore } from './run.js'
+import { withExistingStore } from './run.js'
 
 /** `idemkey gc`: purges expired records in bounded batches, so traffic is never blocked for long. */
 export function registerGc(program: Command): void {
   program
     .command('gc')
     .description('purge expired records, in batches, and print how many')
-    .option('--store <url>', STORE_HELP, storeArg, DEFAULT_STORE_URL)
+    .addOption(storeOption())
     .option('--batch <n>', 'records deleted per round trip', intArg('--batch', 1, 100_000), 1000)
     .option('--json', 'print the result as JSON')
     .addHelpText(
       'after',
       `
 Examples:
-  idemkey gc                          purge the default sqlite:idemkey.db
+  idemkey gc --store sqlite:data/idemkey.db
   idemkey gc --store redis://127.0.0.1:6379 --json
-  Run it from cron (e.g. hourly); expired records already count as absent before they are purged.`,
+  IDEMKEY_STORE=postgres://app@127.0.0.1:5432/app idemkey gc
+  Run it from cron (e.g. hourly); expired records already count as absent before they are purged.
+  A SQLite file that does not exist is refused, never created.`,
     )
     .action(async (options: { store: string; batch: number; json?: boolean }) => {
-      await withStore(options.store, async ({ store, spec }) => {
+      await withExistingStore(options.store, 'gc', async ({ store, spec }) => {
         let purged = 0
         let batches = 0
         for (;;) {

@@ -1,10 +1,10 @@
 import type { Command } from 'commander'
 import { DEFAULT_SCOPE } from '../core/ledger.js'
 import type { StoredRecord } from '../core/store.js'
-import { DEFAULT_STORE_URL, describeStore } from '../stores/open.js'
-import { STORE_HELP, storeArg } from './options.js'
+import { describeStore } from '../stores/open.js'
+import { storeOption } from './options.js'
 import { age, bodyPreview, leaseState, printJson, recordJson, renderPairs } from './output.js'
-import { CliError, withStore } from './run.js'
+import { CliError, withExistingStore } from './run.js'
 
 /** The scopes tried when `--scope` is not given: the HTTP layer's default, then the ledger's. */
 const DEFAULT_SCOPES = ['public', DEFAULT_SCOPE]
@@ -16,7 +16,7 @@ export function registerInspect(program: Command): void {
     .description('show one record: status, age, token, attempts, lease, stored response')
     .argument('<key>', 'the idempotency key')
     .option('--scope <scope>', `the key's scope (default: tries ${DEFAULT_SCOPES.map((s) => `"${s}"`).join(', then ')})`)
-    .option('--store <url>', STORE_HELP, storeArg, DEFAULT_STORE_URL)
+    .addOption(storeOption())
     .option('--json', 'print the record as JSON')
     .addHelpText(
       'after',
@@ -27,7 +27,7 @@ Examples:
   Requests with an Authorization header are scoped by a keyed hash of it (cred:…), tenants by fn:… or header:…: find the scope with idemkey list.`,
     )
     .action(async (key: string, options: { scope?: string; store: string; json?: boolean }) => {
-      await withStore(options.store, async ({ store, spec }) => {
+      await withExistingStore(options.store, 'inspect', async ({ store, spec }) => {
         const scopes = options.scope === undefined ? DEFAULT_SCOPES : [options.scope]
         let record: StoredRecord | null = null
         for (const scope of scopes) {

@@ -1,11 +1,13 @@
 import { type Command, Option } from 'commander'
 import type { IdempotencyStore, ListFilter, RecordStatus, StoredRecord } from '../core/store.js'
-import { DEFAULT_STORE_URL } from '../stores/open.js'
-import { durationArg, intArg, STORE_HELP, storeArg } from './options.js'
-import { age, isStuck, leaseState, printJson, recordJson, renderTable } from './output.js'
-import { withStore } from './run.js'
+import { durationArg, intArg, storeOption } from './options.js'
+import { age, isStuck, leaseEnd, leaseState, printJson, recordJson, renderTable } from './output.js'
+import { withExistingStore } from './run.js'
 
 const STATUSES: RecordStatus[] = ['in_progress', 'completed', 'failed']
+
+/** The first column of the table, by what ended the lease (see leaseEnd in output.ts). */
+const LABELS = { abandoned: 'STUCK', released: 'released', live: '' } as const
 
 interface ListOptions {
   store: string
@@ -17,28 +19,37 @@ interface ListOptions {
   json?: boolean
 }
 
-/** `idemkey list`: records for operators, stuck intents first (in progress, lease ended), then oldest first. */
+/**
+ * `idemkey list`: records for operators. Stuck intents first (in progress, lease ended without a
+ * release: the holder crashed or hung), then live in-progress ones, then released ones (a transient
+ * failure gave them back; the next retry runs afresh), then settled ones; oldest first within each.
+ */
 export function registerList(program: Command): void {
   program
     .command('list')
-    .description('list records, stuck intents first')
+    .description('list records: stuck intents (holder crashed) first, then in progress, released, settled')
     .addOption(new Option('--status <status>', 'only records with this status').choices(STATUSES))
     .option('--older-than <duration>', 'only records created at least this long ago (e.g. 5m)', durationArg('--older-than'))
     .option('--scope <scope>', 'only records of this scope')
     .option('--limit <n>', 'most records shown', intArg('--limit', 1, 100_000), 100)
     .option('--include-expired', 'also show expired records not yet purged')
-    .option('--store <url>', STORE_HELP, storeArg, DEFAULT_STORE_URL)
+    .addOption(storeOption())
     .option('--json', 'print the records as JSON')
     .addHelpText(
       'after',
       `
 Examples:
-  idemkey list                                   stuck intents first, then the oldest
-  idemkey list --status in_progress --older-than 5m
-  idemkey list --scope tenant-7 --store redis://127.0.0.1:6379 --json`,
+  idemkey list --store sqlite:data/idemkey.db    stuck intents first, then the oldest
+  idemkey list --status in_progress --older-than 5m --store postgres://app@127.0.0.1:5432/app
+  idemkey list --scope tenant-7 --store redis://127.0.0.1:6379 --json
+
+The first column: STUCK is an in-progress record whose lease ran out without a release (its holder
+crashed, was killed or hung): the next retry with its key takes over and runs the work again, so check
+whether it took effect. "released" is one a transient failure (5xx, 401, 408, 409, 425, 429, a thrown
+error) gave back: nothing is wrong, the next retry runs afresh.`,
     )
     .action(async (options: ListOptions) => {
-      await withStore(options.store, async ({ store }) => {
+      await withExistingStore(options.store, 'list', async ({ store }) => {
         const now = Date.now()
         const records = await collect(store, options, now)
         if (options.json) {
@@ -50,7 +61,7 @@ Examples:
           return
         }
         const rows = records.map((r) => [
-          isStuck(r, now) ? 'STUCK' : '',
+          LABELS[leaseEnd(r, now) ?? 'live'],
           r.scope,
           r.key,
           r.status,
@@ -80,6 +91,10 @@ async function collect(store: IdempotencyStore, options: ListOptions, now: numbe
     if (records.length >= options.limit) break
     records.push(...(await store.list({ ...base, status, limit: options.limit - records.length })))
   }
-  const rank = (r: StoredRecord) => (isStuck(r, now) ? 0 : r.status === 'in_progress' ? 1 : 2)
+  const rank = (r: StoredRecord) => {
+    if (r.status !== 'in_progress') return 3
+    const ended = leaseEnd(r, now)
+    return ended === 'abandoned' ? 0 : ended === 'released' ? 2 : 1
+  }
   return records.sort((a, b) => rank(a) - rank(b) || a.createdAtMs - b.createdAtMs).slice(0, options.limit)
 }

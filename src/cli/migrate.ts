@@ -1,6 +1,6 @@
 import type { Command } from 'commander'
-import { DEFAULT_STORE_URL, describeStore } from '../stores/open.js'
-import { STORE_HELP, storeArg } from './options.js'
+import { describeStore } from '../stores/open.js'
+import { storeOption } from './options.js'
 import { printJson } from './output.js'
 import { withStore } from './run.js'
 
@@ -9,7 +9,7 @@ export function registerMigrate(program: Command): void {
   program
     .command('migrate')
     .description("create or upgrade the store's schema (safe to run again)")
-    .option('--store <url>', STORE_HELP, storeArg, DEFAULT_STORE_URL)
+    .addOption(storeOption())
     .option('--json', 'print the result as JSON')
     .addHelpText(
       'after',

@@ -1,10 +1,22 @@
-import { InvalidArgumentError } from 'commander'
+import { InvalidArgumentError, Option } from 'commander'
 import { parseDuration } from '../core/duration.js'
 import { isIdempotencyError } from '../errors.js'
 import { DEFAULT_STORE_URL, parseStoreUrl } from '../stores/open.js'
 
 /** Help text of `--store`, shared by every command that opens one. */
-export const STORE_HELP = `store URL: memory:, sqlite:PATH, postgres://…, mysql://…, redis://… (default ${DEFAULT_STORE_URL})`
+export const STORE_HELP =
+  'store URL: memory:, sqlite:PATH, postgres://USER@HOST:PORT/DB, mysql://…, redis://HOST:PORT; add ?table=NAME (and ?schema=NAME on PostgreSQL, ?prefix=P on Redis) when your app does not use the defaults'
+
+/** The environment variable every command reads its store from when `--store` is not given. */
+export const STORE_ENV = 'IDEMKEY_STORE'
+
+/**
+ * The `--store` option of the operator commands: from the flag, else `$IDEMKEY_STORE`, else the
+ * default SQLite file (which the read and purge commands only open when it exists).
+ */
+export function storeOption(): Option {
+  return new Option('--store <url>', STORE_HELP).argParser(storeArg).default(DEFAULT_STORE_URL).env(STORE_ENV)
+}
 
 /**
  * A commander parser for a duration flag (`30s`, `5m`, `1h30m`, or milliseconds); returns milliseconds.
@@ -23,12 +35,40 @@ export function durationArg(flag: string): (value: string) => number {
   }
 }
 
+/** The long flag of an option's flags (`--ttl` of `--ttl <duration>`), for messages. */
+function longFlag(flags: string): string {
+  return /--[\w-]+/.exec(flags)?.[0] ?? flags
+}
+
+/**
+ * A duration option whose default is written as users write it, so `--help` shows `default: 24h`
+ * rather than the 86400000 it parses to.
+ *
+ * @example program.addOption(durationOption('--ttl <duration>', 'how long outcomes are replayed', '24h'))
+ */
+export function durationOption(flags: string, description: string, defaultValue: string): Option {
+  const parse = durationArg(longFlag(flags))
+  return new Option(flags, description).argParser(parse).default(parse(defaultValue), defaultValue)
+}
+
+/**
+ * A size option whose default is written as users write it (`1mb`, not 1048576).
+ *
+ * @example program.addOption(sizeOption('--max-body <size>', 'largest request body', '1mb'))
+ */
+export function sizeOption(flags: string, description: string, defaultValue: string): Option {
+  const parse = sizeArg(longFlag(flags))
+  return new Option(flags, description).argParser(parse).default(parse(defaultValue), defaultValue)
+}
+
 /** A commander parser for a store URL: checks its shape now, so a typo fails before anything starts. */
 export function storeArg(value: string): string {
   try {
     parseStoreUrl(value)
     return value
   } catch (error) {
+    // commander would quote the raw value; a URL with a password gets our message alone, which masks it.
+    if (/\/\/[^:/@]*:[^@/]*@/.test(value)) throw error
     throw new InvalidArgumentError((error as Error).message)
   }
 }

@@ -44,6 +44,7 @@ export function recordJson(record: StoredRecord, nowMs: number): Record<string, 
     expiresAt: new Date(record.expiresAtMs).toISOString(),
     lockedUntil: record.lockedUntilMs === null ? null : new Date(record.lockedUntilMs).toISOString(),
     leaseState: leaseState(record, nowMs),
+    leaseEnded: leaseEnd(record, nowMs),
     resourceId: record.resourceId,
     response: record.response
       ? {
@@ -56,16 +57,37 @@ export function recordJson(record: StoredRecord, nowMs: number): Record<string, 
   }
 }
 
-/** `held 12s more`, `ended 3s ago (takeover possible)`, or `-` once the record is settled. */
+/**
+ * What ended the lease of an in-progress record, once it has ended:
+ * - `released`: the holder gave the record back (a transient failure: 5xx, 401, 408, 409, 425, 429, a
+ *   thrown error), so the next retry with the key runs afresh. Nothing is wrong.
+ * - `abandoned`: the holder stopped renewing (crashed, killed, hung, cut off from the store). The next
+ *   retry takes over; until one comes, the intent is stuck, and whether its work ran is unknown.
+ *
+ * Every built-in store ends a released lease at the instant of the release (`locked_until` =
+ * `updated_at`), while a lease that ran out ends after the holder's last write (its last acquire or
+ * renewal set `locked_until` = `updated_at` + lease). A custom store that does not keep this is
+ * reported as abandoned, the cautious reading. `null` while the lease is live or the record is settled.
+ */
+export function leaseEnd(record: StoredRecord, nowMs: number): 'released' | 'abandoned' | null {
+  if (record.status !== 'in_progress' || record.lockedUntilMs === null || record.lockedUntilMs > nowMs) return null
+  return record.lockedUntilMs <= record.updatedAtMs ? 'released' : 'abandoned'
+}
+
+/** `held 12s more`, `released 3s ago (…)`, `ended 3s ago, not renewed (…)`, or `-` once the record is settled. */
 export function leaseState(record: StoredRecord, nowMs: number): string {
   if (record.status !== 'in_progress' || record.lockedUntilMs === null) return '-'
   const left = record.lockedUntilMs - nowMs
-  return left > 0 ? `held ${formatDuration(left)} more` : `ended ${formatDuration(-left)} ago (takeover possible)`
+  if (left > 0) return `held ${formatDuration(left)} more`
+  const ago = formatDuration(-left)
+  return leaseEnd(record, nowMs) === 'released'
+    ? `released ${ago} ago (transient failure: the next retry runs afresh)`
+    : `ended ${ago} ago, not renewed (holder crashed or hung: the next retry takes over)`
 }
 
-/** Whether an in-progress record's holder stopped renewing it: a crash, or a release. */
+/** Whether an in-progress record was abandoned by its holder (crashed or hung), as opposed to released. */
 export function isStuck(record: StoredRecord, nowMs: number): boolean {
-  return record.status === 'in_progress' && (record.lockedUntilMs ?? 0) <= nowMs
+  return leaseEnd(record, nowMs) === 'abandoned'
 }
 
 /** Up to 120 characters of a body when it is UTF-8 text, else `null`. */

@@ -84,7 +84,7 @@ const MiB = 1024 * 1024
 const EMPTY = new Uint8Array(0)
 
 /**
- * A reverse proxy that gives any HTTP API SPEC §5 through idemkey's HTTP engine: covered requests
+ * A reverse proxy that gives any HTTP API idempotency keys (docs/http.md) through idemkey's HTTP engine: covered requests
  * with a key are buffered, run once and replayed; everything else streams through untouched.
  *
  * @example

@@ -8,7 +8,7 @@ import { IdempotencyError } from '../errors.js'
  * Why a limit: a body nested 30,000 deep costs a parser stack or memory per level, and no payment or
  * order API needs more than a dozen levels. Why 128: it is serde_json's recursion limit and above Ruby
  * JSON's default of 100, so a body that common servers parse with their defaults is never refused.
- * Deeper bodies are a `400` (SPEC §5.6), not a fingerprint of something less than the whole body.
+ * Deeper bodies are a `400` (docs/http.md, "Fingerprints"), not a fingerprint of something less than the whole body.
  */
 export const MAX_JSON_DEPTH = 128
 
@@ -39,7 +39,7 @@ const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true })
 
 /**
  * The canonical text of a JSON body, read from its bytes without ever turning a number into a double,
- * so that two bodies share a fingerprint exactly when they are the same JSON value (SPEC §5.6).
+ * so that two bodies share a fingerprint exactly when they are the same JSON value (docs/http.md, "Fingerprints").
  *
  * Canonical means: no whitespace; object members sorted by the UTF-16 code units of their names;
  * strings written as `JSON.stringify` writes them (escapes resolved); numbers by exact decimal value,

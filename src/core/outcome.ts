@@ -1,12 +1,12 @@
 /**
- * How a finished attempt is kept (SPEC §4):
+ * How a finished attempt is kept (docs/ledger.md, "Outcomes"):
  * - `completed`: success, stored and replayed until it expires;
  * - `failed`: a final failure, stored and replayed, because the same request would fail the same way;
  * - `transient`: the record is released and the next retry runs afresh. Never cached.
  */
 export type Classification = 'completed' | 'failed' | 'transient'
 
-/** 4xx statuses that are worth retrying, so they are never stored (SPEC §4). */
+/** 4xx statuses that are worth retrying, so they are never stored. */
 export const TRANSIENT_4XX: ReadonlySet<number> = new Set([401, 408, 409, 425, 429])
 
 /**

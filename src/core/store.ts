@@ -1,5 +1,5 @@
 /**
- * The store contract (SPEC §3). Every method is one atomic round trip to the store. Expected
+ * The store contract (docs/ledger.md, "Writing your own store"). Every method is one atomic round trip to the store. Expected
  * outcomes come back as values; only bad input (`KEY_INVALID`, …) and an unreachable store
  * (`STORE_UNAVAILABLE`, with the driver's error as `cause`) throw.
  *
@@ -37,7 +37,7 @@ export interface Outcome {
   resourceId?: string | null
 }
 
-/** The ledger's entry for one (scope, key) (SPEC §2). */
+/** The ledger's entry for one (scope, key). */
 export interface StoredRecord {
   scope: string
   key: string
@@ -125,7 +125,7 @@ export interface IdempotencyStore {
 
 /**
  * A store that can run the caller's work in a database transaction that also completes the record
- * (SPEC §6): the business writes and the completion commit together, and a fenced-out holder's
+ * (docs/postgres.md): the business writes and the completion commit together, and a fenced-out holder's
  * writes roll back.
  */
 export interface TransactionalStore<Tx> extends IdempotencyStore {

@@ -1,6 +1,6 @@
 import { IdempotencyError } from '../errors.js'
 
-/** Longest key and scope, in characters (SPEC §2). */
+/** Longest key and scope, in characters. */
 export const MAX_KEY_LENGTH = 255
 
 const KEY_CHARS = /^[\x20-\x7e]+$/
@@ -15,7 +15,7 @@ function describe(value: unknown): string {
   return value === null ? 'null' : typeof value
 }
 
-/** Throws `KEY_INVALID` unless `key` is 1–255 characters, each 0x20–0x7E (SPEC §2). */
+/** Throws `KEY_INVALID` unless `key` is 1–255 characters, each 0x20–0x7E (printable ASCII). */
 export function assertKey(key: unknown): asserts key is string {
   if (typeof key !== 'string' || key.length === 0 || key.length > MAX_KEY_LENGTH || !KEY_CHARS.test(key)) {
     throw new IdempotencyError(

@@ -1,8 +1,10 @@
 import { createIdempotentFetch, IdempotentRequestError, uuidv7 } from '../client/index.js'
-import type { PlannedIntent } from './plan.js'
+import { type PlannedIntent, seededRandom } from './plan.js'
 
 /** How the demo's clients behave. */
 export interface DriverOptions {
+  /** Seed of the clients' retry jitter: each intent draws from its own generator, so the order in which intents run does not matter. */
+  seed: number
   /** Intents in flight at once. */
   concurrency: number
   /** One HTTP attempt taking longer than this is abandoned and retried with the same key. */
@@ -30,14 +32,16 @@ export interface IntentResult {
  * a buggy second request with the same key and another amount.
  */
 export async function drive(origin: string, intents: PlannedIntent[], options: DriverOptions): Promise<IntentResult[]> {
-  const post = createIdempotentFetch({
-    maxAttempts: 15,
-    maxElapsed: '30s',
-    baseDelay: '50ms',
-    maxDelay: '1s',
-    attemptTimeout: options.attemptTimeoutMs,
-  })
-  const send = (intent: PlannedIntent, key: string, amount: number) =>
+  const client = (index: number) =>
+    createIdempotentFetch({
+      maxAttempts: 15,
+      maxElapsed: '30s',
+      baseDelay: '50ms',
+      maxDelay: '1s',
+      attemptTimeout: options.attemptTimeoutMs,
+      random: seededRandom((options.seed * 100_003 + index) >>> 0),
+    })
+  const send = (post: ReturnType<typeof client>, intent: PlannedIntent, key: string, amount: number) =>
     post(`${origin}/charges`, {
       method: 'POST',
       idempotencyKey: key,
@@ -53,12 +57,13 @@ export async function drive(origin: string, intents: PlannedIntent[], options: D
   const worker = async () => {
     for (let i = next++; i < intents.length; i = next++) {
       const intent = intents[i] as PlannedIntent
+      const post = client(i)
       const key = uuidv7()
       const started = performance.now()
       const result: IntentResult = { id: intent.id, ok: false, latencyMs: 0 }
       try {
-        if (intent.fault === 'double') await Promise.all([send(intent, key, intent.amount), send(intent, key, intent.amount)])
-        else await send(intent, key, intent.amount)
+        if (intent.fault === 'double') await Promise.all([send(post, intent, key, intent.amount), send(post, intent, key, intent.amount)])
+        else await send(post, intent, key, intent.amount)
         result.ok = true
       } catch (error) {
         result.error = (error as Error).message
@@ -66,7 +71,7 @@ export async function drive(origin: string, intents: PlannedIntent[], options: D
       result.latencyMs = performance.now() - started
       if (intent.fault === 'reuse' && result.ok) {
         try {
-          await send(intent, key, intent.amount + 500)
+          await send(post, intent, key, intent.amount + 500)
           result.reuseRejected = false
         } catch (error) {
           result.reuseRejected = error instanceof IdempotentRequestError && error.status === 422

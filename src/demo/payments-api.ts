@@ -4,10 +4,10 @@
  * charge is a row in a SQLite file shared by all workers, so the demo's counts come from the data.
  *
  * Behind idemkey, the handler calls its "bank" with a key derived from the request's idempotency key
- * (`deriveKey`, SPEC §7), and the bank keeps one charge per key, as Stripe does. That closes the one
- * window the ledger alone cannot: a worker killed after the bank charged but before the outcome was
- * recorded. The request is taken over after its lease and runs again, and the bank answers the
- * repeat with the charge it already made. The bare API has no keys to pass on.
+ * (`deriveKey`, docs/client.md), and the bank keeps one charge per key, as Stripe does. That closes
+ * the one window the ledger alone cannot: a worker killed after the bank charged but before the
+ * outcome was recorded. The request is taken over after its lease and runs again, and the bank
+ * answers the repeat with the charge it already made. The bare API has no keys to pass on.
  *
  * Faults it obeys (the demo's fault injector sets `x-demo-fault` on the attempt it picks):
  * - `crash`: the process kills itself with SIGKILL right after the bank charged, before it answers or
@@ -17,6 +17,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import Database from 'better-sqlite3'
 import { deriveKey } from '../client/derive-key.js'
+import { sha256Hex } from '../core/fingerprint.js'
 import { Ledger } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
 import { distinctHeaders, readNodeBody } from '../http/node-body.js'
@@ -98,8 +99,8 @@ async function main(): Promise<void> {
       return json(400, { error: 'intent (string) and amount (positive integer, cents) are required' })
     }
     const fault = req.headers['x-demo-fault']
-    // The bank call: a few milliseconds, or late (after the client's timeout).
-    await sleep(fault === 'slow' ? config.slowMs : 1 + Math.floor(Math.random() * 3))
+    // The bank call: 1 to 3 ms (fixed per intent, so a seeded run repeats), or late (after the client's timeout).
+    await sleep(fault === 'slow' ? config.slowMs : 1 + (Number.parseInt(sha256Hex(input.intent).slice(0, 8), 16) % 3))
     const key = req.headers['idempotency-key']
     const bankKey = ctx ? deriveKey(ctx.key, `bank-charge:${ctx.scope}`) : null
     const id = bankCharge(config.mode, input.intent, input.amount as number, typeof key === 'string' ? key : null, bankKey)

@@ -61,7 +61,19 @@ export interface DemoReport {
   intents: number
   workers: number
   seed: number
+  /** Lease of the protected API's records: how long a killed worker's intent waits for a takeover. */
+  leaseMs: number
   faults: Record<Fault, number>
+  /**
+   * What the seed does not make repeatable. The seed fixes the traffic (intents, amounts), the fault of
+   * each intent and the clients' retry jitter; timing it cannot fix.
+   */
+  repeatability: {
+    /** Fields of the side reports that may differ between two runs with the same seed and flags. */
+    variable: Array<keyof SideReport>
+    /** The same, in a sentence. */
+    varies: string
+  }
   bare: SideReport
   protected: SideReport
   /** The protected API made no double charge, lost no intent and rejected every reused key. */
@@ -113,6 +125,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoReport> {
         let done = 0
         const started = performance.now()
         const results = await drive(origin, plan, {
+          seed: options.seed,
           concurrency: options.concurrency,
           attemptTimeoutMs: options.attemptTimeoutMs,
           onIntentDone: () => options.onProgress?.(api, ++done, plan.length),
@@ -132,7 +145,9 @@ export async function runDemo(options: DemoOptions): Promise<DemoReport> {
       intents: options.intents,
       workers: options.workers,
       seed: options.seed,
+      leaseMs: options.leaseMs,
       faults: tally,
+      repeatability: repeatability(tally.crash > 0),
       bare,
       protected: guarded,
       passed: guarded.doubleCharges === 0 && guarded.lostIntents === 0 && guarded.keyReusesRejected === guarded.reuseAttempts,
@@ -186,6 +201,21 @@ function count(
     p50Ms: percentile(latencies, 0.5),
     p99Ms: percentile(latencies, 0.99),
     seconds,
+  }
+}
+
+function repeatability(crashes: boolean): DemoReport['repeatability'] {
+  if (!crashes) {
+    return {
+      variable: ['p50Ms', 'p99Ms', 'seconds'],
+      varies:
+        'Timing it cannot fix: latencies and run time vary between runs. The counts repeat, unless the machine is so loaded that a request outlasts --client-timeout and turns into one more retry.',
+    }
+  }
+  return {
+    variable: ['p50Ms', 'p99Ms', 'seconds', 'httpAttempts', 'chargesMade', 'doubleCharges', 'bankRepeatsRefused', 'workerRestarts'],
+    varies:
+      "Timing it cannot fix: latencies and run time vary, and so do HTTP attempts, the bare API's charges, restarts and bank repeats, because which other requests a killed worker takes down with it depends on timing. With --crash-rate 0 the counts repeat.",
   }
 }
 

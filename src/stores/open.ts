@@ -4,57 +4,101 @@ import { IdempotencyError } from '../errors.js'
 /** The store every command uses when `--store` is not given. */
 export const DEFAULT_STORE_URL = 'sqlite:idemkey.db'
 
-/** What the CLI understands of a store URL, before anything is opened. */
+/** Where a store keeps its records, when not where the store puts them by default. */
+export interface StoreLocation {
+  /** Table of the SQL stores (`?table=`). */
+  table?: string
+  /** PostgreSQL schema (`?schema=`). */
+  schema?: string
+  /** Redis key prefix (`?prefix=`). */
+  prefix?: string
+}
+
+/** What the CLI understands of a store URL, before anything is opened. `url` is what the driver gets. */
 export type StoreSpec =
-  | { kind: 'memory'; url: string }
-  | { kind: 'sqlite'; url: string; path: string }
-  | { kind: 'postgres'; url: string }
-  | { kind: 'redis'; url: string }
-  | { kind: 'mysql'; url: string }
+  | { kind: 'memory'; url: string; location: StoreLocation }
+  | { kind: 'sqlite'; url: string; path: string; location: StoreLocation }
+  | { kind: 'postgres'; url: string; location: StoreLocation }
+  | { kind: 'redis'; url: string; location: StoreLocation }
+  | { kind: 'mysql'; url: string; location: StoreLocation }
 
 const EXPECTED =
-  'expected memory:, sqlite:PATH (e.g. sqlite:idemkey.db), postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB or redis://HOST:PORT (rediss:// for TLS)'
+  'expected memory:, sqlite:PATH (e.g. sqlite:idemkey.db), postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB or redis://HOST:PORT (rediss:// for TLS), each optionally with ?table=NAME (?schema=NAME on PostgreSQL, ?prefix=P on Redis)'
+
+/** The location parameters each kind of store takes in its URL's query. */
+const LOCATION_PARAMS: Record<StoreSpec['kind'], Array<keyof StoreLocation>> = {
+  memory: [],
+  sqlite: ['table'],
+  postgres: ['schema', 'table'],
+  mysql: ['table'],
+  redis: ['prefix'],
+}
 
 /**
  * Reads a store URL without opening anything; throws `INVALID_OPTION` saying what is expected.
+ * `?table=`, `?schema=` and `?prefix=` name where an app that does not use the defaults keeps its
+ * records; they are taken out of the URL the driver gets.
  *
  * @example parseStoreUrl('sqlite:data/idemkey.db') // { kind: 'sqlite', path: 'data/idemkey.db', … }
+ * @example parseStoreUrl('postgres://app@db:5432/app?schema=billing&table=idempotency')
  */
 export function parseStoreUrl(url: string): StoreSpec {
   const text = url.trim()
-  if (text === 'memory:' || text === 'memory') return { kind: 'memory', url: 'memory:' }
+  if (text === 'memory:' || text === 'memory') return { kind: 'memory', url: 'memory:', location: {} }
   if (text.startsWith('sqlite:')) {
-    const path = text.slice('sqlite:'.length).replace(/^\/\/(?=\/)/, '')
+    // A query is read only when it holds nothing but location parameters: a file name may contain '?'.
+    const query = /\?((?:table|schema|prefix)=[^&?]*(?:&(?:table|schema|prefix)=[^&?]*)*)$/.exec(text)
+    const location = query ? readLocation(url, 'sqlite', new URLSearchParams(query[1])) : {}
+    const bare = query ? text.slice(0, query.index) : text
+    const path = bare.slice('sqlite:'.length).replace(/^\/\/(?=\/)/, '')
     if (path.length === 0) throw invalid(url, 'sqlite: needs a file path after the colon, e.g. sqlite:idemkey.db or sqlite::memory:')
-    return { kind: 'sqlite', url: text, path }
+    return { kind: 'sqlite', url: bare, path, location }
   }
-  if (/^postgres(ql)?:\/\//.test(text)) {
-    checkUrl(url, text)
-    return { kind: 'postgres', url: text }
-  }
-  if (/^(mysql|mariadb):\/\//.test(text)) {
-    checkUrl(url, text)
-    // mysql2 reads mysql:// URIs; mariadb:// is the same server to a user.
-    return { kind: 'mysql', url: text.replace(/^mariadb:/, 'mysql:') }
-  }
-  if (/^rediss?:\/\//.test(text)) {
-    checkUrl(url, text)
-    return { kind: 'redis', url: text }
-  }
-  throw invalid(url, EXPECTED)
+  let kind: 'postgres' | 'mysql' | 'redis'
+  if (/^postgres(ql)?:\/\//.test(text)) kind = 'postgres'
+  else if (/^(mysql|mariadb):\/\//.test(text)) kind = 'mysql'
+  else if (/^rediss?:\/\//.test(text)) kind = 'redis'
+  else throw invalid(url, EXPECTED)
+  const parsed = checkUrl(url, text)
+  const location = readLocation(url, kind, parsed.searchParams)
+  for (const name of ['table', 'schema', 'prefix']) parsed.searchParams.delete(name)
+  let driverUrl = parsed.toString()
+  // mysql2 reads mysql:// URIs; mariadb:// is the same server to a user.
+  if (kind === 'mysql') driverUrl = driverUrl.replace(/^mariadb:/, 'mysql:')
+  return { kind, url: driverUrl, location }
 }
 
-function checkUrl(original: string, text: string): void {
+function readLocation(url: string, kind: StoreSpec['kind'], params: URLSearchParams): StoreLocation {
+  const location: StoreLocation = {}
+  const allowed = LOCATION_PARAMS[kind]
+  for (const name of ['table', 'schema', 'prefix'] as const) {
+    const value = params.get(name)
+    if (value === null) continue
+    if (!allowed.includes(name)) {
+      const takes = allowed.length ? `takes ${allowed.map((n) => `?${n}=`).join(' and ')}` : 'takes no parameters'
+      throw invalid(url, `a ${kind} store ${takes}, not ?${name}=`)
+    }
+    if (value === '') throw invalid(url, `?${name}= needs a value`)
+    location[name] = value
+  }
+  return location
+}
+
+function checkUrl(original: string, text: string): URL {
+  let parsed: URL
   try {
-    const parsed = new URL(text)
-    if (!parsed.hostname) throw new Error('no host')
+    parsed = new URL(text)
   } catch {
     throw invalid(original, `it is not a valid URL with a host; ${EXPECTED}`)
   }
+  if (!parsed.hostname) throw invalid(original, `it is not a valid URL with a host; ${EXPECTED}`)
+  return parsed
 }
 
 function invalid(url: string, detail: string): IdempotencyError {
-  return new IdempotencyError('INVALID_OPTION', `Store URL "${url}" is not usable: ${detail}.`)
+  // The URL is echoed so the user sees what was read, but never its password.
+  const shown = url.replace(/(\/\/[^:/@]*):[^@/]*@/, '$1:***@')
+  return new IdempotencyError('INVALID_OPTION', `Store URL "${shown}" is not usable: ${detail}.`)
 }
 
 /** A store the CLI opened, with what it takes to set up its schema. */
@@ -94,66 +138,88 @@ export async function openStore(url: string): Promise<OpenedStore> {
 }
 
 async function construct(spec: StoreSpec): Promise<IdempotencyStore> {
+  const { location } = spec
   switch (spec.kind) {
     case 'memory': {
       const { MemoryStore } = await import('./memory/index.js')
       return new MemoryStore()
     }
     case 'sqlite': {
-      const mod = (await importDriver('./sqlite/index.js', 'better-sqlite3', spec)) as {
-        SqliteStore: new (options: { path: string }) => IdempotencyStore
+      const mod = (await importStore('./sqlite/index.js', spec)) as {
+        SqliteStore: new (options: { path: string; table?: string }) => IdempotencyStore
       }
-      return new mod.SqliteStore({ path: spec.path })
+      return new mod.SqliteStore({ path: spec.path, ...location })
     }
     case 'postgres': {
-      const mod = (await importDriver('./postgres/index.js', 'pg', spec)) as {
-        PostgresStore: new (options: { connectionString: string }) => IdempotencyStore
+      const mod = (await importStore('./postgres/index.js', spec)) as {
+        PostgresStore: new (options: { connectionString: string; schema?: string; table?: string }) => IdempotencyStore
       }
-      return new mod.PostgresStore({ connectionString: spec.url })
+      return new mod.PostgresStore({ connectionString: spec.url, ...location })
     }
     case 'mysql': {
-      const mod = (await importDriver('./mysql/index.js', 'mysql2', spec)) as {
-        MySqlStore: new (options: { uri: string }) => IdempotencyStore
+      const mod = (await importStore('./mysql/index.js', spec)) as {
+        MySqlStore: new (options: { uri: string; table?: string }) => IdempotencyStore
       }
-      return new mod.MySqlStore({ uri: spec.url })
+      return new mod.MySqlStore({ uri: spec.url, ...location })
     }
     case 'redis': {
-      const mod = (await importDriver('./redis/index.js', 'ioredis', spec)) as {
-        RedisStore: new (options: { url: string }) => IdempotencyStore
+      const mod = (await importStore('./redis/index.js', spec)) as {
+        RedisStore: new (options: { url: string; prefix?: string }) => IdempotencyStore
       }
-      return new mod.RedisStore({ url: spec.url })
+      return new mod.RedisStore({ url: spec.url, ...location })
     }
   }
 }
 
-/** The store modules are imported by a computed name, so the CLI compiles and runs without the optional ones. */
-async function importDriver(modulePath: string, driver: string, spec: StoreSpec): Promise<unknown> {
-  const specifier: string = modulePath
+/** The npm package each store's driver comes from. */
+export const STORE_DRIVERS = { sqlite: 'better-sqlite3', postgres: 'pg', mysql: 'mysql2', redis: 'ioredis' } as const
+
+/**
+ * Loads a store module after its driver, so a missing driver is named with the command that installs
+ * it, before any store code runs. Both are imported by a computed name: the CLI compiles and runs
+ * without the optional drivers.
+ */
+async function importStore(modulePath: string, spec: StoreSpec & { kind: keyof typeof STORE_DRIVERS }): Promise<unknown> {
+  const driver: string = STORE_DRIVERS[spec.kind]
   try {
-    return await import(specifier)
+    await import(driver)
   } catch (error) {
-    const code = (error as { code?: string }).code
-    const message = (error as Error).message ?? String(error)
-    if ((code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && message.includes(driver)) {
-      throw new IdempotencyError(
-        'INVALID_OPTION',
-        `The ${spec.kind} store needs the "${driver}" package, which is not installed. Run: npm install ${driver}`,
-        { cause: error },
-      )
-    }
-    if (code === 'ERR_MODULE_NOT_FOUND') {
-      throw new IdempotencyError('INVALID_OPTION', `This build of idemkey has no ${spec.kind} store (${message}).`, { cause: error })
-    }
-    throw error
+    throw driverError(spec.kind, driver, error)
   }
+  const specifier: string = modulePath
+  return import(specifier)
 }
 
-/** A store URL without its password, for messages and logs. */
+/** Says what to do about a driver that did not load: install it, or rebuild its native part. */
+export function driverError(kind: string, driver: string, error: unknown): Error {
+  const code = (error as { code?: string }).code
+  const message = (error as Error).message ?? String(error)
+  if ((code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && message.includes(`'${driver}'`)) {
+    return new IdempotencyError(
+      'INVALID_OPTION',
+      `The ${kind} store needs the ${driver} package, which is not installed where idemkey is. Install it beside idemkey: npm i ${driver} (or, for a one-off run: npx -p idemkey -p ${driver} idemkey …).`,
+      { cause: error },
+    )
+  }
+  if (/bindings file|NODE_MODULE_VERSION|\.node\b|invalid ELF|wrong ELF/i.test(message)) {
+    return new IdempotencyError(
+      'INVALID_OPTION',
+      `The ${kind} store's driver ${driver} is installed, but its native module did not load (${message.split('\n')[0]}). Rebuild it for this Node.js (${process.version}): npm rebuild ${driver}.`,
+      { cause: error },
+    )
+  }
+  return error instanceof Error ? error : new Error(message)
+}
+
+/** A store URL without its password, for messages and logs, with its location parameters. */
 export function describeStore(spec: StoreSpec): string {
-  if (spec.kind === 'memory' || spec.kind === 'sqlite') return spec.url
+  const query = new URLSearchParams(Object.entries(spec.location) as Array<[string, string]>).toString()
+  const withQuery = (text: string) => (query ? `${text}?${query}` : text)
+  if (spec.kind === 'memory' || spec.kind === 'sqlite') return withQuery(spec.url)
   try {
     const parsed = new URL(spec.url)
     if (parsed.password) parsed.password = '***'
+    for (const [name, value] of Object.entries(spec.location)) parsed.searchParams.set(name, value as string)
     return parsed.toString()
   } catch {
     return `${spec.kind}://…`

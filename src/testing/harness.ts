@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module'
+import { join } from 'node:path'
 
 type Fn = () => unknown
 
@@ -33,7 +34,8 @@ export function resolveHarness(given: Partial<TestHarness> = {}): TestHarness {
       'idemkey/testing: describe/it are not globals here. Set `test.globals: true` in vitest.config, or pass { harness: { describe, it, beforeAll, afterAll } } imported from vitest.',
     )
   }
-  const nodeTest = createRequire(import.meta.url)('node:test') as Record<string, Fn>
+  // A built-in resolves the same from any directory; no import.meta, so the CommonJS build has it too.
+  const nodeTest = createRequire(join(process.cwd(), 'noop.js'))('node:test') as Record<string, Fn>
   return {
     describe: nodeTest.describe as TestHarness['describe'],
     it: nodeTest.it as TestHarness['it'],

@@ -1,5 +1,6 @@
 /**
- * Test suites any store can run: the store contract (SPEC §3) and a property-based model test.
+ * Test suites any store can run: the store contract (docs/ledger.md, "Writing your own store") and a
+ * property-based model test.
  *
  * @example
  * import { describeStore, describeStoreModel } from 'idemkey/testing'

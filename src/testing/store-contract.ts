@@ -52,7 +52,7 @@ function sameRecord(after: StoredRecord | null, before: StoredRecord | null, mes
 }
 
 /**
- * The store contract (SPEC §3) as a test suite. Every idemkey store runs it against its real server;
+ * The store contract (docs/ledger.md, "Writing your own store") as a test suite. Every idemkey store runs it against its real server;
  * run it against your own store too.
  *
  * @example

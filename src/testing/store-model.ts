@@ -22,7 +22,7 @@ const KEYS = ['k0', 'k1'] as const
 const HOLDERS = 3
 const FINGERPRINTS = [fp('model-a'), fp('model-b')] as const
 
-/** The reference model of one record: SPEC §3 written as plainly as it can be. */
+/** The reference model of one record: the store contract written as plainly as it can be. */
 interface ModelRecord {
   fingerprint: string
   status: RecordStatus
@@ -118,9 +118,9 @@ const commandArb: fc.Arbitrary<Command> = fc.oneof(
 
 /**
  * Property-based model test (fast-check): random sequences of acquire / renew / complete / release /
- * clock advances / purges across several holders, each step compared with a reference model of
- * SPEC §3. Stores on a server's clock cannot have their time moved, so for them the sequences hold
- * no clock advances and no purges (their lease and TTL behaviour is pinned by `describeStore`).
+ * clock advances / purges across several holders, each step compared with a reference model of the
+ * store contract. Stores on a server's clock cannot have their time moved, so for them the sequences
+ * hold no clock advances and no purges (their lease and TTL behaviour is pinned by `describeStore`).
  */
 export function describeStoreModel(name: string, createStore: StoreFactory, options: StoreModelOptions = {}): void {
   const harness = resolveHarness(options.harness)

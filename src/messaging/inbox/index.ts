@@ -1,5 +1,5 @@
 /**
- * `idemkey/inbox`: apply each message once, however often the broker delivers it (SPEC §8).
+ * `idemkey/inbox`: apply each message once, however often the broker delivers it (docs/messaging.md).
  * The broker consumer helpers live in `idemkey/publishers/<broker>`.
  *
  * @example

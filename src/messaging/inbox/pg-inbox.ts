@@ -141,7 +141,7 @@ export class PgInbox implements Inbox<PgPoolClient> {
 
   /**
    * Records the message ID inside a transaction *you* run (your `BEGIN`, your effect, your `COMMIT`),
-   * for when the effect already has its own transaction, e.g. the idempotency store's (SPEC §6).
+   * for when the effect already has its own transaction, e.g. the idempotency store's (`ledger.runInTransaction`, docs/postgres.md).
    * Returns `new` (apply the effect, then commit) or `duplicate` (skip the effect; rolling back or
    * committing is the same). Throws {@link InboxMismatchError} for the same ID with another payload.
    *

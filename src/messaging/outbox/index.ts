@@ -1,6 +1,6 @@
 /**
  * `idemkey/outbox`: write events in the same transaction as the state change, and publish them
- * with a relay (SPEC §8). Publishers live in `idemkey/publishers/<broker>`.
+ * with a relay (docs/messaging.md). Publishers live in `idemkey/publishers/<broker>`.
  *
  * @example
  * import { OutboxRelay, PgOutbox } from 'idemkey/outbox'

@@ -143,7 +143,7 @@ export class MySqlStore implements IdempotencyStore, TransactionalStore<MySqlTra
   }
 
   /**
-   * Runs `fn` in a transaction on one pool connection (SPEC §6): commits when it resolves, rolls back
+   * Runs `fn` in a transaction on one pool connection (docs/mysql.md, "Business writes and the record in one transaction"): commits when it resolves, rolls back
    * when it throws. Use it through `ledger.runInTransaction`, or with {@link MySqlStore.completeInTransaction}.
    */
   async transaction<R>(fn: (tx: MySqlTransaction) => Promise<R>): Promise<R> {

@@ -1,4 +1,4 @@
-/** The SPEC §6 path of MySqlStore: business writes and the completion of the record in one transaction. */
+/** The exactly-once path of MySqlStore: business writes and the completion of the record in one transaction. */
 import { toStoreError } from './mysql-errors.js'
 import type { MySqlPoolLike, MySqlTransaction, MySqlValue, WriteResult } from './pool.js'
 import { bind, type Statement } from './statements.js'

@@ -24,7 +24,8 @@ import { PostgresTasks } from './tasks.js'
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
 
 /**
- * Records in a PostgreSQL table, shared by any number of processes and machines (SPEC §3, §6).
+ * Records in a PostgreSQL table, shared by any number of processes and machines, with business writes and the record in one
+ * transaction when you want them (docs/postgres.md).
  * Leases and expiry are decided by the server's clock (`clock_timestamp()`). Acquire is one
  * statement (a read of the live record, or an `INSERT … ON CONFLICT … DO UPDATE … WHERE` that takes
  * the row only when no live record holds it), so a first request costs two round trips (acquire,

@@ -1,0 +1,32 @@
+// The package build, run by `npm run build` (and so by `npm pack` and `npm publish`, through prepare):
+// - dist/: ESM, every subpath plus the CLI and the demo;
+// - dist/cjs/: CommonJS, every library subpath, for require() and TypeScript's CommonJS settings
+//   (its package.json says so, and its .d.ts files are read as CommonJS declarations).
+// dist/ is emptied first, so a module that was removed from src/ is never shipped.
+import { spawn } from 'node:child_process'
+import { rmSync, writeFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { join } from 'node:path'
+
+process.chdir(join(import.meta.dirname, '..'))
+const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc')
+
+function run(args) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, args, { stdio: 'inherit' })
+    child.once('error', reject)
+    child.once('exit', (code, signal) => (code === 0 ? resolve() : reject(new Error(`${args.join(' ')} failed (${signal ?? code})`))))
+  })
+}
+
+try {
+  rmSync('dist', { recursive: true, force: true })
+  await run(['scripts/gen-lua.mjs'])
+  const builds = await Promise.allSettled([run([tsc, '-p', 'tsconfig.build.json']), run([tsc, '-p', 'tsconfig.build.cjs.json'])])
+  const failed = builds.find((result) => result.status === 'rejected')
+  if (failed) throw failed.reason
+  writeFileSync('dist/cjs/package.json', `${JSON.stringify({ type: 'commonjs' }, null, 2)}\n`)
+} catch (error) {
+  process.stderr.write(`build: ${error.message}\n`)
+  process.exit(1)
+}

@@ -1,0 +1,378 @@
+/**
+ * The user's path: `npm pack`, then the tarball installed into scratch projects with only what a user
+ * would install, and used from ESM, from CommonJS, under four TypeScript module settings, and from the
+ * command line (`npx idemkey …`) in a project that has nothing but idemkey (and `pg` for a migrate).
+ *
+ * Installs come from the npm cache (`--prefer-offline`), with the versions this repo has installed,
+ * so the run is quick and needs no network. better-sqlite3's native binary is offered to its installer
+ * as a local prebuild made from the repo's own build (what a user downloads from its releases);
+ * without a match the installer compiles it, which only takes longer.
+ */
+import { spawn } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, posix } from 'node:path'
+import pg from 'pg'
+import { serviceSkipReason } from './helpers/services.js'
+
+const ROOT = join(import.meta.dirname, '..')
+const FIXTURES = join(ROOT, 'test/fixtures/consumer')
+const TSC = join(ROOT, 'node_modules/typescript/bin/tsc')
+const ATTW = join(ROOT, 'node_modules/@arethetypeswrong/cli/dist/index.js')
+const PUBLINT = join(ROOT, 'node_modules/publint/src/cli.js')
+const PG_URL = 'postgres://root@127.0.0.1:5432/test'
+
+/** Peer dependencies installed beside idemkey for the import and type checks (the subpaths need them). */
+const PEERS = [
+  'pg',
+  'mysql2',
+  'ioredis',
+  'express',
+  'fastify',
+  'hono',
+  'koa',
+  '@nestjs/common',
+  '@nestjs/core',
+  'rxjs',
+  'reflect-metadata',
+  'nats',
+  'amqplib',
+  'fast-check',
+  '@types/node',
+  '@types/express',
+  '@types/koa',
+  '@types/amqplib',
+]
+
+interface Result {
+  code: number | null
+  stdout: string
+  stderr: string
+}
+
+/** The environment of a child: npm's own variables dropped, so an outer `npm test` cannot redirect a nested npm. */
+function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {}
+  for (const [name, value] of Object.entries(process.env)) {
+    if (!/^npm_/i.test(name) && name !== 'INIT_CWD' && name !== 'NODE_OPTIONS') env[name] = value
+  }
+  return { ...env, ...extra }
+}
+
+/** Runs a command to its end (a non-zero exit is a result, not a throw); kills it after `timeoutMs`. */
+function run(command: string, args: string[], cwd: string, options: { env?: Record<string, string>; timeoutMs?: number } = {}) {
+  return new Promise<Result>((resolve, reject) => {
+    const child = spawn(command, args, { cwd, env: childEnv(options.env), stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk) => (stdout += chunk))
+    child.stderr.on('data', (chunk) => (stderr += chunk))
+    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 120_000)
+    child.once('error', reject)
+    child.once('close', (code) => {
+      clearTimeout(timer)
+      resolve({ code, stdout, stderr })
+    })
+  })
+}
+
+const show = (r: Result) => `exit ${r.code}\n--- stdout\n${r.stdout.slice(-4000)}\n--- stderr\n${r.stderr.slice(-4000)}`
+
+/** Newest modification time of the files under `dir` that `keep` accepts. */
+function newest(dir: string, keep: (path: string) => boolean): number {
+  let latest = 0
+  for (const entry of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    const path = join(entry.parentPath, entry.name)
+    if (entry.isFile() && keep(path)) latest = Math.max(latest, statSync(path).mtimeMs)
+  }
+  return latest
+}
+
+/**
+ * `npm test` builds before vitest starts, so the tarball is packed from that build (rebuilding here
+ * would rewrite dist/ under the feet of the CLI suites running beside this one). Run alone after an
+ * edit, this file builds first, as `npm pack`'s prepare step would.
+ */
+async function ensureBuilt(): Promise<void> {
+  const dist = join(ROOT, 'dist')
+  const sources = Math.max(
+    newest(join(ROOT, 'src'), (p) => /\.(ts|lua)$/.test(p) && !/\.test(-d)?\.ts$/.test(p) && !p.endsWith('lua.generated.ts')),
+    newest(join(ROOT, 'scripts'), () => true),
+    ...readdirSync(ROOT)
+      .filter((name) => /^tsconfig.*\.json$/.test(name))
+      .map((name) => statSync(join(ROOT, name)).mtimeMs),
+  )
+  if (existsSync(join(dist, 'index.js')) && newest(dist, () => true) >= sources) return
+  const build = await run('npm', ['run', 'build'], ROOT, { timeoutMs: 180_000 })
+  if (build.code !== 0) throw new Error(`npm run build failed\n${show(build)}`)
+}
+
+interface Packed {
+  filename: string
+  size: number
+  unpackedSize: number
+  files: Array<{ path: string; size: number }>
+}
+
+const work = mkdtempSync(join(tmpdir(), 'idemkey-consumer-'))
+/** Only idemkey installed: the CLI checks. */
+const bare = join(work, 'bare')
+/** idemkey and every peer dependency: the import and type checks. */
+const full = join(work, 'full')
+let packed: Packed
+let tarball: string
+let manifest: { version: string; exports: Record<string, unknown>; [field: string]: unknown }
+let subpaths: string[]
+
+/** Copies the better-sqlite3 binary the repo built into the file name its installer looks for first. */
+async function localPrebuilds(): Promise<Record<string, string>> {
+  const dir = join(work, 'prebuilds')
+  mkdirSync(dir)
+  const pkg = join(ROOT, 'node_modules/better-sqlite3')
+  const { version } = JSON.parse(readFileSync(join(pkg, 'package.json'), 'utf8')) as { version: string }
+  const name = `better-sqlite3-v${version}-node-v${process.versions.modules}-${process.platform}-${process.arch}.tar.gz`
+  const tar = await run('tar', ['-czf', join(dir, name), '-C', pkg, 'build/Release/better_sqlite3.node'], work)
+  if (tar.code !== 0) return {}
+  return { npm_config_better_sqlite3_local_prebuilds: dir }
+}
+
+function installedVersion(name: string): string {
+  return (JSON.parse(readFileSync(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
+}
+
+async function npmInstall(dir: string, specs: string[], env: Record<string, string>): Promise<void> {
+  mkdirSync(dir, { recursive: true })
+  if (!existsSync(join(dir, 'package.json'))) {
+    writeFileSync(
+      join(dir, 'package.json'),
+      `${JSON.stringify({ name: `consumer-${posix.basename(dir)}`, version: '1.0.0', private: true }, null, 2)}\n`,
+    )
+  }
+  const install = await run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', ...specs], dir, { env, timeoutMs: 240_000 })
+  if (install.code !== 0) throw new Error(`npm install ${specs.join(' ')} failed in ${dir}\n${show(install)}`)
+}
+
+/** `npx idemkey …` in a scratch project, as a user types it. */
+const idemkey = (dir: string, ...args: string[]) => run('npx', ['--no', '--', 'idemkey', ...args], dir, { timeoutMs: 90_000 })
+
+const pgSkip = await serviceSkipReason('PostgreSQL', 5432)
+const dropTables: string[] = []
+
+beforeAll(async () => {
+  await ensureBuilt()
+  const pack = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', work], ROOT)
+  if (pack.code !== 0) throw new Error(`npm pack failed\n${show(pack)}`)
+  packed = (JSON.parse(pack.stdout) as Packed[])[0] as Packed
+  tarball = join(work, packed.filename)
+  const env = await localPrebuilds()
+  await Promise.all([
+    npmInstall(bare, [tarball], env),
+    npmInstall(full, [tarball, ...PEERS.map((name) => `${name}@${installedVersion(name)}`)], env),
+  ])
+  manifest = JSON.parse(readFileSync(join(bare, 'node_modules/idemkey/package.json'), 'utf8')) as typeof manifest
+  subpaths = Object.keys(manifest.exports)
+    .filter((key) => key !== './package.json')
+    .map((key) => (key === '.' ? 'idemkey' : `idemkey/${key.slice(2)}`))
+  for (const file of ['load.mjs', 'load.cjs', 'two-copies.mjs']) cpSync(join(FIXTURES, file), join(full, file))
+}, 420_000)
+
+afterAll(async () => {
+  if (dropTables.length > 0) {
+    const client = new pg.Client({ connectionString: PG_URL })
+    await client.connect()
+    for (const table of dropTables) await client.query(`DROP TABLE IF EXISTS public."${table}"`)
+    await client.end()
+  }
+  rmSync(work, { recursive: true, force: true })
+})
+
+describe('the packed tarball', () => {
+  it('ships what a user needs: LICENSE, docs the README links to, both builds; no source maps, no sources', () => {
+    const files = new Set(packed.files.map((f) => f.path))
+    for (const needed of [
+      'LICENSE',
+      'README.md',
+      'CHANGELOG.md',
+      'package.json',
+      'bin/idemkey.js',
+      'dist/index.js',
+      'dist/index.d.ts',
+      'dist/cjs/index.js',
+      'dist/cjs/index.d.ts',
+      'dist/cjs/package.json',
+      'dist/cli/main.js',
+      'docs/cli.md',
+    ]) {
+      expect(files, needed).toContain(needed)
+    }
+    expect([...files].filter((f) => f.endsWith('.map'))).toEqual([])
+    expect([...files].filter((f) => f.startsWith('src/') || /\.test(-d)?\.(js|ts)$/.test(f))).toEqual([])
+    // The CLI and the demo are ESM only (the bin runs dist/cli/main.js): no CommonJS copy of them.
+    expect([...files].filter((f) => /^dist\/cjs\/(cli|demo)\//.test(f) || f === 'dist/cjs/stores/open.js')).toEqual([])
+    // A guard, not a target: source maps, sources or tests slipping in would pass it by far (maps alone were 42%).
+    expect(packed.size, 'packed size in bytes').toBeLessThan(380_000)
+    console.info(`idemkey tarball: ${packed.size} bytes packed, ${packed.unpackedSize} unpacked, ${files.size} files`)
+  })
+
+  it('has the fields npm shows: repository, homepage, bugs, license, and the Node range it runs on', () => {
+    expect(manifest.license).toBe('MIT')
+    expect(manifest.repository).toEqual({ type: 'git', url: 'git+https://github.com/idemkey/idemkey.git' })
+    expect(manifest.homepage).toMatch(/^https:\/\/github\.com\/idemkey\/idemkey/)
+    expect(manifest.bugs).toMatchObject({ url: 'https://github.com/idemkey/idemkey/issues' })
+    expect((manifest.engines as { node: string }).node).toMatch(/^>=20/)
+    expect(readFileSync(join(bare, 'node_modules/idemkey/LICENSE'), 'utf8')).toMatch(/^MIT License/)
+  })
+
+  it('every relative link of the shipped README and docs leads to a shipped file', () => {
+    const root = join(bare, 'node_modules/idemkey')
+    const broken: string[] = []
+    for (const file of packed.files.map((f) => f.path).filter((f) => f.endsWith('.md'))) {
+      const text = readFileSync(join(root, file), 'utf8')
+      for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        if (!target || /^[a-z]+:/i.test(target) || target.startsWith('#')) continue
+        const path = posix.normalize(posix.join(posix.dirname(file), target.split('#')[0] as string))
+        if (!existsSync(join(root, path))) broken.push(`${file} -> ${target}`)
+      }
+    }
+    expect(broken).toEqual([])
+  })
+
+  it('cites nothing users do not have: no "SPEC §" in shipped docs, type declarations or CLI help', async () => {
+    const root = join(bare, 'node_modules/idemkey')
+    const citing = packed.files
+      .map((f) => f.path)
+      .filter((f) => /\.(md|d\.ts)$/.test(f))
+      .filter((f) => /SPEC §|SPEC\.md/.test(readFileSync(join(root, f), 'utf8')))
+    expect(citing).toEqual([])
+    for (const command of ['demo', 'proxy', 'migrate', 'inspect', 'list', 'gc', 'evict']) {
+      expect((await idemkey(bare, command, '--help')).stdout, command).not.toMatch(/SPEC/)
+    }
+  })
+
+  it('passes publint --strict and attw in every resolution mode', async () => {
+    const publint = await run(process.execPath, [PUBLINT, 'run', tarball, '--strict'], work)
+    expect(publint.code, show(publint)).toBe(0)
+    const attw = await run(process.execPath, [ATTW, tarball, '--format', 'table-flipped'], work)
+    expect(attw.code, show(attw)).toBe(0)
+  })
+})
+
+describe('idemkey in a project with its peer dependencies', () => {
+  it('exports the NestJS and Koa adapters beside the others', () => {
+    expect(subpaths).toEqual(expect.arrayContaining(['idemkey', 'idemkey/postgres', 'idemkey/nestjs', 'idemkey/koa']))
+  })
+
+  it('loads every subpath from ESM (import)', async () => {
+    const out = await run(process.execPath, ['load.mjs', ...subpaths], full)
+    expect(out.code, show(out)).toBe(0)
+    const results = JSON.parse(out.stdout) as Record<string, { ok: boolean; exports?: string[] }>
+    expect(Object.entries(results).filter(([, r]) => !r.ok)).toEqual([])
+    expect(results.idemkey?.exports).toEqual(expect.arrayContaining(['Ledger', 'IdempotencyError', 'isIdempotencyError']))
+  })
+
+  it('loads every subpath from CommonJS (require)', async () => {
+    const out = await run(process.execPath, ['load.cjs', ...subpaths], full)
+    expect(out.code, show(out)).toBe(0)
+    const results = JSON.parse(out.stdout) as Record<string, { ok: boolean; exports?: string[] }>
+    expect(Object.entries(results).filter(([, r]) => !r.ok)).toEqual([])
+    expect(results.idemkey?.exports).toEqual(expect.arrayContaining(['Ledger', 'IdempotencyError', 'isIdempotencyError']))
+    expect(results['idemkey/fastify']?.exports).toEqual(expect.arrayContaining(['idempotency']))
+  })
+
+  it('an error from the CommonJS copy is an idemkey error to the ESM copy, and back', async () => {
+    const out = await run(process.execPath, ['two-copies.mjs'], full)
+    expect(out.code, show(out)).toBe(0)
+    expect(JSON.parse(out.stdout)).toEqual({ separateCopies: true, esmSeesCjs: true, cjsSeesEsm: true })
+  })
+
+  it('type-checks under node16, nodenext, bundler, and node10 with module commonjs', async () => {
+    const source = readFileSync(join(FIXTURES, 'consumer.ts.txt'), 'utf8')
+    const settings: Array<{ name: string; options: Record<string, unknown>; files: string[] }> = [
+      { name: 'node16', options: { module: 'node16', moduleResolution: 'node16' }, files: ['consumer.mts', 'consumer.cts'] },
+      { name: 'nodenext', options: { module: 'nodenext', moduleResolution: 'nodenext' }, files: ['consumer.mts', 'consumer.cts'] },
+      { name: 'bundler', options: { module: 'esnext', moduleResolution: 'bundler' }, files: ['consumer.ts'] },
+      // NestJS's default project: CommonJS output, node10 resolution (no exports map: typesVersions).
+      {
+        name: 'node10',
+        options: { module: 'commonjs', moduleResolution: 'node10', experimentalDecorators: true, emitDecoratorMetadata: true },
+        files: ['consumer.ts'],
+      },
+    ]
+    const dir = join(full, 'types')
+    mkdirSync(dir, { recursive: true })
+    for (const file of ['consumer.mts', 'consumer.cts', 'consumer.ts']) writeFileSync(join(dir, file), source)
+    const failures: string[] = []
+    await Promise.all(
+      settings.map(async ({ name, options, files }) => {
+        const config = join(dir, `tsconfig.${name}.json`)
+        const compilerOptions = { target: 'es2022', strict: true, noEmit: true, skipLibCheck: false, types: ['node'], ...options }
+        writeFileSync(config, JSON.stringify({ compilerOptions, files }, null, 2))
+        const out = await run(process.execPath, [TSC, '-p', config, '--pretty', 'false'], dir)
+        // Checked with skipLibCheck off, so a broken idemkey declaration shows; what other packages'
+        // declarations say about each other (e.g. @types/koa against its dependencies) is not ours.
+        const ours = `${out.stdout}${out.stderr}`
+          .split('\n')
+          .filter((line) => /error TS/.test(line) && !/^\.\.\/node_modules\/(?!idemkey\/)/.test(line))
+        if (out.code !== 0 && ours.length === 0 && !/error TS/.test(out.stdout)) ours.push(show(out))
+        if (ours.length > 0) failures.push(`${name}:\n${ours.join('\n')}`)
+      }),
+    )
+    expect(failures.join('\n')).toBe('')
+  })
+})
+
+describe('the idemkey command in a project with nothing but idemkey', () => {
+  it('--version and --help answer, whatever drivers are missing', async () => {
+    const version = await idemkey(bare, '--version')
+    expect(version.code, show(version)).toBe(0)
+    expect(version.stdout.trim()).toBe(manifest.version)
+    const help = await idemkey(bare, '--help')
+    expect(help.code, show(help)).toBe(0)
+    expect(help.stdout).toMatch(/demo[\s\S]*migrate[\s\S]*gc/)
+  })
+
+  it('runs a short demo on the embedded SQLite store', async () => {
+    const demo = await idemkey(bare, 'demo', '--intents', '12', '--workers', '1', '--json')
+    expect(demo.code, show(demo)).toBe(0)
+    const report = JSON.parse(demo.stdout) as { passed: boolean; intents: number; protected: { doubleCharges: number } }
+    expect(report).toMatchObject({ passed: true, intents: 12, protected: { doubleCharges: 0 } })
+  })
+
+  it('refuses to read or purge a store that does not exist, instead of creating ./idemkey.db', async () => {
+    for (const args of [['list'], ['gc'], ['inspect', 'order-1'], ['evict', 'order-1', '--yes']]) {
+      const out = await idemkey(bare, ...args)
+      expect(out.code, args.join(' ')).not.toBe(0)
+      expect(out.stderr, args.join(' ')).toContain('--store')
+    }
+    expect(existsSync(join(bare, 'idemkey.db'))).toBe(false)
+  })
+
+  it('names the missing driver and the npm i line that installs it', async () => {
+    for (const [url, driver] of [
+      ['redis://127.0.0.1:6379', 'ioredis'],
+      ['mysql://root@127.0.0.1:3306/test', 'mysql2'],
+      [PG_URL, 'pg'],
+    ] as const) {
+      const out = await idemkey(bare, 'migrate', '--store', url)
+      expect(out.code, url).not.toBe(0)
+      expect(out.stderr, url).toContain(`npm i ${driver}`)
+      expect(out.stderr, url).not.toMatch(/\n\s+at /) // one line, no stack trace
+    }
+  })
+
+  it('migrates PostgreSQL with only pg installed beside it', { skip: pgSkip !== undefined }, async () => {
+    const withPg = join(work, 'with-pg')
+    cpSync(bare, withPg, { recursive: true, verbatimSymlinks: true })
+    await npmInstall(withPg, [`pg@${installedVersion('pg')}`], {})
+    const table = `consumer_${randomBytes(6).toString('hex')}`
+    dropTables.push(table)
+    const store = `${PG_URL}?table=${table}`
+    const migrate = await idemkey(withPg, 'migrate', '--store', store, '--json')
+    expect(migrate.code, show(migrate)).toBe(0)
+    expect(JSON.parse(migrate.stdout)).toMatchObject({ result: expect.stringContaining('up to date') })
+    const list = await idemkey(withPg, 'list', '--store', store)
+    expect(list.code, show(list)).toBe(0)
+    expect(list.stdout).toContain('no records match')
+  })
+})
