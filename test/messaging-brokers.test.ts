@@ -7,7 +7,14 @@ import amqp from 'amqplib'
 import { Redis } from 'ioredis'
 import { connect } from 'nats'
 import { PgInbox } from '../src/messaging/inbox/index.js'
-import { type OutboxMessage, OutboxRelay, PgOutbox, PublishError } from '../src/messaging/outbox/index.js'
+import {
+  type OutboxMessage,
+  OutboxRelay,
+  PgOutbox,
+  PublishError,
+  PublishMismatchError,
+  type RelayEvent,
+} from '../src/messaging/outbox/index.js'
 import { NatsPublisher } from '../src/messaging/publishers/nats/index.js'
 import { consumeRabbitMq, RabbitMqPublisher } from '../src/messaging/publishers/rabbitmq/index.js'
 import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/publishers/redis-streams/index.js'
@@ -231,6 +238,57 @@ describe.skipIf(redisSkip !== undefined)('Redis Streams publisher and consumer',
 })
 
 describe.skipIf(natsSkip !== undefined)('NATS publisher faults', () => {
+  it('flags a re-published ID with another payload inside the duplicate window instead of confirming it, and the relay dead-letters it', async () => {
+    const nats = await createStream()
+    try {
+      const publisher = new NatsPublisher({ connection: nats.connection })
+      const first = message({ topic: nats.subject('orders'), payload: Buffer.from('{"amount":5}') })
+      expect(await publisher.publish([first])).toEqual([{ ok: true }])
+      // The same message again (a relay that died before marking it sent): JetStream drops it, and so it is sent.
+      expect(await publisher.publish([{ ...first, seq: 2, attempts: 2 }])).toEqual([{ ok: true }])
+      // Same ID, other payload or content type: JetStream drops it too, but it is not the same event.
+      const [other, binary] = await publisher.publish([
+        { ...first, payload: Buffer.from('{"amount":6}') },
+        { ...first, contentType: 'application/octet-stream' },
+      ])
+      for (const result of [other, binary]) {
+        expect(result).toMatchObject({ ok: false, retryable: false })
+        const error = (result as { error: Error }).error
+        expect(error).toBeInstanceOf(PublishMismatchError)
+        expect(error).toMatchObject({ code: 'FINGERPRINT_MISMATCH', messageId: first.id, broker: 'NATS' })
+      }
+      expect(await nats.count()).toBe(1)
+      // What is not caught: once the stored copy is gone (acked from a work-queue stream, deleted,
+      // past max_age) there is nothing to compare with, and JetStream still drops the new payload.
+      const gone = message({ topic: nats.subject('gone') })
+      expect(await publisher.publish([gone])).toEqual([{ ok: true }])
+      const jsm = await nats.connection.jetstreamManager()
+      await jsm.streams.deleteMessage(nats.stream, 2)
+      expect(await publisher.publish([{ ...gone, payload: Buffer.from('{"amount":8}') }])).toEqual([{ ok: true }])
+      expect(await nats.count()).toBe(1)
+
+      // Through the relay: the row is dead-lettered at once and reported, not retried forever.
+      const outbox = new PgOutbox({ pool: db.pool, table: db.table('nats_dup_outbox') })
+      await outbox.migrate()
+      await inTransaction(db.pool, (tx) => outbox.add(tx, { id: first.id, topic: nats.subject('orders'), payload: { amount: 7 } }))
+      const failed: RelayEvent[] = []
+      const relay = new OutboxRelay({
+        outbox,
+        publisher,
+        onEvent: (e) => {
+          if (e.type === 'failed') failed.push(e)
+        },
+      })
+      expect(await relay.runOnce()).toBe(1)
+      expect(await outbox.stats()).toEqual({ pending: 0, sent: 0, dead: 1 })
+      expect(failed).toEqual([expect.objectContaining({ dead: true, error: expect.any(PublishMismatchError) })])
+      expect(await relay.runOnce()).toBe(0)
+      expect(await nats.count()).toBe(1)
+    } finally {
+      await nats.drop()
+    }
+  })
+
   it('dead-letters at once a message larger than the server max_payload, and fails a closed connection without losing rows', async () => {
     const nats = await createStream()
     try {

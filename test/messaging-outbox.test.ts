@@ -248,6 +248,54 @@ describe.skipIf(skip !== undefined)('outbox, relay and inbox on PostgreSQL with 
     }
   })
 
+  it('adds, notifies and wakes the relay with schema and table names up to 63 bytes each (NOTIFY channel and index names fit)', async () => {
+    // Issue 16: "<schema>_<table>_added" passed PostgreSQL's 63-byte limit, so every add() failed.
+    const schema = `mcklong_${Math.random().toString(36).slice(2, 7)}_schema_name_padding_x`
+    const longest = `s${'x'.repeat(55)}_${Math.random().toString(36).slice(2, 8)}`.slice(0, 63)
+    await db.pool.query(`CREATE SCHEMA "${schema}"`)
+    await db.pool.query(`CREATE SCHEMA "${longest}"`)
+    try {
+      for (const name of [`${schema}.outbox_events_of_the_billing_service`, `${longest}.${'t'.repeat(63)}`]) {
+        const long = new PgOutbox({ pool: db.pool, table: name })
+        expect(Buffer.byteLength(long.channel)).toBeLessThanOrEqual(63)
+        await long.migrate()
+        await long.migrate()
+        const sent: string[] = []
+        const relay = new OutboxRelay({
+          outbox: long,
+          publisher: new NatsPublisher({ connection: nats.connection }),
+          pollInterval: '10m',
+          onEvent: (e) => {
+            if (e.type === 'sent') sent.push(...e.messages.map((m) => m.id))
+          },
+        })
+        relay.start()
+        try {
+          await new Promise((resolve) => setTimeout(resolve, 300))
+          const { id, created } = await inTransaction(db.pool, (tx) => long.add(tx, { topic: nats.subject('long'), payload: { name } }))
+          expect(created).toBe(true)
+          await eventually(
+            () => sent.includes(id),
+            'the relay to publish after NOTIFY on the shortened channel (its poll is 10 minutes)',
+            20_000,
+          )
+        } finally {
+          await relay.stop()
+        }
+      }
+      // Two long names that share their first 63 bytes still get two channels.
+      const a = new PgOutbox({ pool: db.pool, table: `${schema}.outbox_events_of_the_billing_service_a` })
+      const b = new PgOutbox({ pool: db.pool, table: `${schema}.outbox_events_of_the_billing_service_b` })
+      expect(a.channel).not.toBe(b.channel)
+      // Short names keep the channel they always had.
+      expect(new PgOutbox({ pool: db.pool, table: 'app.outbox' }).channel).toBe('app_outbox_added')
+      expect(new PgOutbox({ pool: db.pool }).channel).toBe('idemkey_outbox_added')
+    } finally {
+      await db.pool.query(`DROP SCHEMA "${schema}" CASCADE`)
+      await db.pool.query(`DROP SCHEMA "${longest}" CASCADE`)
+    }
+  })
+
   it('listens again after its LISTEN connection is killed, and publishes what was committed meanwhile', async () => {
     const sent: string[] = []
     const relay = new OutboxRelay({

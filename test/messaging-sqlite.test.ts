@@ -6,6 +6,7 @@ import Database from 'better-sqlite3'
 import { SqliteInbox } from '../src/messaging/inbox/index.js'
 import { OutboxRelay, type RelayEvent, SqliteOutbox } from '../src/messaging/outbox/index.js'
 import { consumeNats, NatsPublisher } from '../src/messaging/publishers/nats/index.js'
+import type { SqliteDb } from '../src/messaging/sqlite.js'
 import { createStream, type TestStream } from './fixtures/messaging/nats.js'
 import { eventually } from './fixtures/messaging/pg.js'
 import { serviceSkipReason } from './helpers/services.js'
@@ -87,6 +88,53 @@ describe('SQLite outbox and inbox', () => {
     expect(outbox.retryDead()).toBe(1)
     expect(outbox.stats()).toEqual({ pending: 2, sent: 0, dead: 0 })
     expect(() => outbox.purgeSent(1, { batchSize: 0 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }))
+  })
+
+  it('purges inbox IDs past the retention in bounded batches, like PgInbox.purge', async () => {
+    let now = 1_000_000
+    const inboxDb = new Database(join(dir, 'inbox.db'))
+    // Counts the rows each purge DELETE statement removes: at most batchSize.
+    const deletes: number[] = []
+    const counted: SqliteDb = {
+      prepare: (sql) => {
+        const statement = inboxDb.prepare(sql)
+        if (!sql.trimStart().startsWith('DELETE')) return statement
+        return {
+          run: (...params: unknown[]) => {
+            const result = statement.run(...params)
+            deletes.push(result.changes)
+            return result
+          },
+          get: (...params: unknown[]) => statement.get(...params),
+          all: (...params: unknown[]) => statement.all(...params),
+        }
+      },
+      exec: (sql) => inboxDb.exec(sql),
+      transaction: (fn) => inboxDb.transaction(fn),
+      get inTransaction() {
+        return inboxDb.inTransaction
+      },
+    }
+    try {
+      const inbox = new SqliteInbox({ database: counted, consumer: 'billing', retention: '1h', now: () => now })
+      const other = new SqliteInbox({ database: inboxDb, consumer: 'shipping', retention: '1h', now: () => now })
+      inbox.migrate()
+      const effect = () => undefined
+      for (let i = 0; i < 5; i++) await inbox.handle({ id: `old-${i}`, payload: 'x' }, effect)
+      await other.handle({ id: 'old-other', payload: 'x' }, effect)
+      now += 2 * 3_600_000
+      await inbox.handle({ id: 'fresh', payload: 'x' }, effect)
+      expect(inbox.purge({ batchSize: 2 })).toBe(5)
+      expect(deletes).toEqual([2, 2, 1])
+      expect(inbox.purge()).toBe(0)
+      expect(() => inbox.purge({ batchSize: 0 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }))
+      expect(inboxDb.prepare('SELECT consumer, message_id FROM idemkey_inbox ORDER BY message_id').all()).toEqual([
+        { consumer: 'billing', message_id: 'fresh' },
+        { consumer: 'shipping', message_id: 'old-other' },
+      ])
+    } finally {
+      inboxDb.close()
+    }
   })
 
   describe('through NATS JetStream', { skip: skip !== undefined }, () => {

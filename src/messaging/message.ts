@@ -2,6 +2,7 @@
  * What the outbox, the relay, the publishers and the inbox share: the message on its way to a
  * broker, the publisher contract and the typed errors. Imports no driver.
  */
+import { createHash } from 'node:crypto'
 import { assertPositiveInteger } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 
@@ -78,6 +79,26 @@ export class InboxMismatchError extends IdempotencyError {
   }
 }
 
+/**
+ * The broker already holds a message with this ID and another payload (NATS JetStream's duplicate
+ * window dropped the new one). Two different events share one ID; republishing cannot fix it, so the
+ * relay dead-letters the row at once and reports it (`failed`, `dead: true`). Code `FINGERPRINT_MISMATCH`.
+ */
+export class PublishMismatchError extends IdempotencyError {
+  readonly broker: string
+  readonly messageId: string
+  constructor(broker: string, messageId: string, detail: string) {
+    super(
+      'FINGERPRINT_MISMATCH',
+      `${broker}: message "${messageId}" was dropped as a duplicate, but the message stored under that ID has ${detail}. Two different events ` +
+        'share one ID: check how the producer derives message IDs (pass `n` to outbox.add for several events of one topic per request). ' +
+        'JetStream dropped this one; the outbox row is dead-lettered, not retried.',
+    )
+    this.broker = broker
+    this.messageId = messageId
+  }
+}
+
 /** Wraps a driver error from a broker as a {@link PublishError}. */
 export function publishFailed(
   broker: string,
@@ -114,6 +135,24 @@ export function quoteName(name: string, what: string): string {
     )
   }
   return parts.map((p) => `"${p}"`).join('.')
+}
+
+/** PostgreSQL's identifier limit (NAMEDATALEN - 1), in bytes. LISTEN truncates longer names; pg_notify refuses them. */
+export const PG_MAX_IDENTIFIER_BYTES = 63
+
+/**
+ * A name derived from an outbox or inbox table (a NOTIFY channel, an index, a function):
+ * `<base>_<suffix>` when it fits in 63 bytes, as it always was; otherwise a readable prefix of
+ * `base`, a short hash of `source` (the full `schema.table`, so distinct tables get distinct names)
+ * and the suffix. NOTIFY and LISTEN must both use this one function.
+ */
+export function fitPgName(base: string, suffix: string, source: string = base): string {
+  const whole = `${base}_${suffix}`
+  if (Buffer.byteLength(whole) <= PG_MAX_IDENTIFIER_BYTES) return whole
+  const hash = createHash('sha256').update(source).digest('hex').slice(0, 12)
+  // base is ASCII (quoteName allows letters, digits and underscores only), so chars are bytes.
+  const prefix = base.slice(0, PG_MAX_IDENTIFIER_BYTES - suffix.length - hash.length - 2)
+  return `${prefix}_${hash}_${suffix}`
 }
 
 /** Rows the purges delete per statement unless told otherwise: short locks, bounded WAL per commit. */

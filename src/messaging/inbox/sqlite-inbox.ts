@@ -1,6 +1,6 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { InboxMismatchError, quoteName } from '../message.js'
+import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
 import { payloadHash } from './pg-inbox.js'
 import type { Inbox, InboxEvent, InboxMessage, InboxResult } from './types.js'
@@ -106,11 +106,24 @@ export class SqliteInbox implements Inbox<SqliteDb> {
     return result
   }
 
-  /** Deletes IDs processed longer ago than the retention. Returns how many. */
-  purge(): number {
-    return this.#db
-      .prepare(`DELETE FROM ${this.#table} WHERE consumer = ? AND processed_at < ?`)
-      .run(this.consumer, this.#now() - this.#retentionMs).changes
+  /**
+   * Deletes this consumer's IDs processed longer ago than the retention, in batches of `batchSize`
+   * rows (10,000 by default), each its own short statement and transaction, so a writer waits for
+   * one batch at most. Returns how many. Run it periodically.
+   */
+  purge(options: { batchSize?: number } = {}): number {
+    const batchSize = purgeBatchSize(options)
+    const cutoff = this.#now() - this.#retentionMs
+    const purge = this.#db.prepare(
+      `DELETE FROM ${this.#table} WHERE rowid IN (
+         SELECT rowid FROM ${this.#table} WHERE consumer = ? AND processed_at < ? LIMIT ?)`,
+    )
+    let total = 0
+    for (;;) {
+      const deleted = purge.run(this.consumer, cutoff, batchSize).changes
+      total += deleted
+      if (deleted < batchSize) return total
+    }
   }
 
   #emit(event: InboxEvent): void {

@@ -12,6 +12,7 @@ export {
   PublishError,
   type Publisher,
   type PublishFailure,
+  PublishMismatchError,
   type PublishResult,
 } from '../message.js'
 export type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'

@@ -1,6 +1,6 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { purgeBatchSize, quoteName } from '../message.js'
+import { fitPgName, purgeBatchSize, quoteName } from '../message.js'
 import type { PgPool, PgQueryable } from '../pg.js'
 import { PgRelayStorage } from './pg-relay-storage.js'
 import { type AddResult, DEFAULT_MAX_PAYLOAD_BYTES, encodeEvent, type OutboxEventInput, type RelayStorage } from './storage.js'
@@ -40,6 +40,8 @@ export class PgOutbox {
   readonly #table: string
   readonly #name: string
   readonly #channel: string
+  readonly #notifyFunction: string
+  readonly #indexName: (suffix: string) => string
   readonly #ordered: boolean
   readonly #maxPayloadBytes: number
   readonly #lockKey: string
@@ -51,13 +53,24 @@ export class PgOutbox {
     this.#pool = options.pool
     this.#name = options.table ?? 'idemkey_outbox'
     this.#table = quoteName(this.#name, 'PgOutbox table')
-    this.#channel = `${this.#name.replace('.', '_')}_added`
+    // Every name derived from the table fits PostgreSQL's 63-byte limit (a hash replaces the tail
+    // of a long one), so any valid schema.table works; short names keep their historical form.
+    this.#channel = fitPgName(this.#name.replace('.', '_'), 'added', this.#name)
+    const dot = this.#name.lastIndexOf('.')
+    const schema = dot === -1 ? '' : `${this.#name.slice(0, dot)}.`
+    const tableOnly = this.#name.slice(dot + 1)
+    this.#notifyFunction = quoteName(`${schema}${fitPgName(tableOnly, 'notify', this.#name)}`, 'PgOutbox table')
+    this.#indexName = (suffix) => quoteName(fitPgName(tableOnly, suffix, this.#name), 'PgOutbox table')
     this.#ordered = (options.ordering ?? 'partition') === 'partition'
     this.#maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES
     this.#lockKey = `idemkey_outbox:${this.#name}`
   }
 
-  /** The channel the insert trigger NOTIFYs, which the relay LISTENs on. */
+  /**
+   * The channel the insert trigger NOTIFYs, which the relay LISTENs on: `<schema>_<table>_added`
+   * (`<table>_added` without a schema), or, when that passes 63 bytes, a prefix of it, a 12-hex hash
+   * of `schema.table` and `_added`.
+   */
   get channel(): string {
     return this.#channel
   }
@@ -65,7 +78,7 @@ export class PgOutbox {
   /** Creates the table, its indexes and the NOTIFY trigger. Idempotent; safe to run from several processes at once. */
   async migrate(): Promise<void> {
     const t = this.#table
-    const fn = quoteName(`${this.#name}_notify`, 'PgOutbox table')
+    const fn = this.#notifyFunction
     const client = await this.#pool.connect()
     try {
       await client.query('BEGIN')
@@ -87,7 +100,7 @@ export class PgOutbox {
         created_at timestamptz NOT NULL DEFAULT now(),
         sent_at timestamptz
       )`)
-      const idx = (suffix: string) => quoteName(`${this.#name.split('.').pop()}_${suffix}`, 'index')
+      const idx = this.#indexName
       await client.query(`CREATE INDEX IF NOT EXISTS ${idx('pending')} ON ${t} (seq) WHERE status = 'pending'`)
       await client.query(`CREATE INDEX IF NOT EXISTS ${idx('partition')} ON ${t} (partition_key, seq) WHERE status = 'pending'`)
       await client.query(`CREATE OR REPLACE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $$
