@@ -3,7 +3,7 @@ import { sha256Hex } from '../../core/fingerprint.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
-import type { Inbox, InboxEvent, InboxMessage, InboxResult } from './types.js'
+import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxResult } from './types.js'
 
 /** Options of {@link PgInbox}. */
 export interface PgInboxOptions {
@@ -134,6 +134,78 @@ export class PgInbox implements Inbox<PgPoolClient> {
       // The effect's own errors are the caller's; ours mean the database is in trouble.
       if (inEffect || error instanceof IdempotencyError) throw error
       throw storeUnavailable('PgInbox', `handle ${message.id}`, error)
+    } finally {
+      client.release()
+    }
+  }
+
+  /**
+   * Several messages in one transaction (what the consumer helpers use under load): one INSERT of all
+   * their IDs, then each new message's effect in the given order, then one COMMIT. A message seen
+   * before is `duplicate`, or `mismatch` with another payload (reported, not thrown); an ID twice in
+   * the batch is applied once. Any error rolls the whole batch back and is thrown (retry the messages
+   * one by one with {@link PgInbox.handle}). Events are reported after the commit.
+   */
+  async handleBatch<T>(
+    messages: readonly InboxMessage[],
+    effect: (tx: PgPoolClient, message: InboxMessage) => Promise<T> | T,
+  ): Promise<Array<InboxBatchResult<T>>> {
+    for (const message of messages) assertMessageId(message)
+    const hashes = messages.map((m) => payloadHash(m.payload))
+    let client: PgPoolClient
+    try {
+      client = await this.#pool.connect()
+    } catch (error) {
+      throw storeUnavailable('PgInbox', 'connect', error)
+    }
+    let inTransaction = false
+    let inEffect = false
+    try {
+      await client.query('BEGIN')
+      inTransaction = true
+      const inserted = await client.query<{ message_id: string }>(
+        `INSERT INTO ${this.#table} (consumer, message_id, payload_hash)
+         SELECT $1, id, hash FROM unnest($2::text[], $3::text[]) AS m(id, hash)
+         ON CONFLICT DO NOTHING RETURNING message_id`,
+        [this.consumer, messages.map((m) => m.id), hashes],
+      )
+      const fresh = new Set(inserted.rows.map((r) => r.message_id))
+      // The hash each ID is known under: stored before this batch, or taken by its first copy here.
+      const known = new Map<string, string>()
+      const old = messages.filter((m) => !fresh.has(m.id)).map((m) => m.id)
+      if (old.length > 0) {
+        const { rows } = await client.query<{ message_id: string; payload_hash: string }>(
+          `SELECT message_id, payload_hash FROM ${this.#table} WHERE consumer = $1 AND message_id = ANY($2::text[])`,
+          [this.consumer, old],
+        )
+        for (const row of rows) known.set(row.message_id, row.payload_hash)
+      }
+      const results: Array<InboxBatchResult<T>> = []
+      const events: InboxEvent[] = []
+      for (const [i, message] of messages.entries()) {
+        const hash = hashes[i] as string
+        if (fresh.has(message.id) && !known.has(message.id)) {
+          known.set(message.id, hash)
+          inEffect = true
+          results.push({ status: 'applied', value: await effect(client, message) })
+          inEffect = false
+          events.push({ type: 'applied', consumer: this.consumer, messageId: message.id })
+        } else if (known.get(message.id) !== undefined && known.get(message.id) !== hash) {
+          results.push({ status: 'mismatch', error: new InboxMismatchError(this.consumer, message.id) })
+          events.push({ type: 'mismatch', consumer: this.consumer, messageId: message.id })
+        } else {
+          results.push({ status: 'duplicate' })
+          events.push({ type: 'duplicate', consumer: this.consumer, messageId: message.id })
+        }
+      }
+      await client.query('COMMIT')
+      inTransaction = false
+      for (const event of events) this.#emit(event)
+      return results
+    } catch (error) {
+      if (inTransaction) await client.query('ROLLBACK').catch(() => {})
+      if (inEffect || error instanceof IdempotencyError) throw error
+      throw storeUnavailable('PgInbox', `handleBatch of ${messages.length}`, error)
     } finally {
       client.release()
     }

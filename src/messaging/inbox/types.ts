@@ -11,6 +11,12 @@ export interface InboxMessage {
 /** `applied`: the effect ran and committed. `duplicate`: seen before with the same payload, skipped. */
 export type InboxResult<T> = { status: 'applied'; value: T } | { status: 'duplicate' }
 
+/**
+ * One message's outcome in {@link Inbox.handleBatch}: as in `handle`, or `mismatch` (the same ID was
+ * processed with another payload; the error is what `handle` would have thrown).
+ */
+export type InboxBatchResult<T> = InboxResult<T> | { status: 'mismatch'; error: Error }
+
 /** What the inbox reports, for metrics. */
 export type InboxEvent =
   | { type: 'applied'; consumer: string; messageId: string }
@@ -26,4 +32,14 @@ export type InboxEvent =
 export interface Inbox<Tx> {
   readonly consumer: string
   handle<T>(message: InboxMessage, effect: (tx: Tx, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>>
+  /**
+   * Optional: several messages in one transaction, their effects run one after another in the given
+   * order, one commit for all; one result per message, in order. Any error (an effect's, the
+   * database's, a message without ID) rolls the whole batch back and is thrown: the consumer helpers
+   * then handle each message alone with `handle`.
+   */
+  handleBatch?<T>(
+    messages: readonly InboxMessage[],
+    effect: (tx: Tx, message: InboxMessage) => Promise<T> | T,
+  ): Promise<Array<InboxBatchResult<T>>>
 }

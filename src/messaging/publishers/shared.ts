@@ -1,6 +1,11 @@
 /** What the three broker consumer helpers share. */
-import { isIdempotencyError } from '../../errors.js'
+import { IdempotencyError, isIdempotencyError } from '../../errors.js'
 import type { Inbox, InboxMessage } from '../inbox/types.js'
+
+/** Effects running at once unless told otherwise. */
+export const DEFAULT_CONSUMER_CONCURRENCY = 16
+/** Messages per inbox transaction at most, unless told otherwise. */
+export const DEFAULT_CONSUMER_BATCH_SIZE = 16
 
 /** Options every consumer helper takes. */
 export interface ConsumeOptions<Tx> {
@@ -9,11 +14,34 @@ export interface ConsumeOptions<Tx> {
   handler: (tx: Tx, message: InboxMessage) => Promise<unknown> | unknown
   /** Called when a message fails (it comes back later) or is refused for good (mismatch, no ID). */
   onError?: (error: unknown, message: InboxMessage) => void
+  /**
+   * Effects (inbox transactions) running at once, at most. Give the inbox's pool at least this many
+   * connections, or the extra effects wait for one. `1` handles one message at a time, in delivery order.
+   * @default 16
+   */
+  concurrency?: number
+  /**
+   * The ordering key of a message: messages with the same key are applied one after another, in
+   * delivery order; messages with different keys (or with `null`) run in parallel. `null` for every
+   * message drops the ordering constraint. Default per helper: the subject (NATS), the routing key
+   * (RabbitMQ); no ordering on Redis Streams (every entry of a stream shares its only key, the stream).
+   *
+   * @example
+   * partitionKey: (message) => message.headers?.['order-id'] ?? null
+   */
+  partitionKey?: ((message: InboxMessage) => string | null | undefined) | null
+  /**
+   * Messages handled in one inbox transaction at most, when several are waiting and the inbox has
+   * `handleBatch` (PgInbox does): one commit for all, effects one after another. If the batch fails,
+   * its messages are handled one at a time, so only the failing one is retried. `1` turns batching off.
+   * @default 16
+   */
+  batchSize?: number
 }
 
 /** A running consumer. */
 export interface RunningConsumer {
-  /** Stops taking messages and waits for the ones in hand. */
+  /** Stops taking messages and waits for the ones in hand (their effects commit and are acked). */
   stop(): Promise<void>
   /** Resolves when the consumer has stopped. */
   readonly done: Promise<void>
@@ -24,7 +52,7 @@ export interface RunningConsumer {
  * effect or the database failed; leave it to the broker. `reject`: redelivery cannot help (same ID,
  * other payload; no ID): drop it and report.
  */
-export async function processMessage<Tx>(options: ConsumeOptions<Tx>, message: InboxMessage): Promise<'ack' | 'retry' | 'reject'> {
+export async function processMessage<Tx>(options: ConsumeOptions<Tx>, message: InboxMessage): Promise<Verdict> {
   try {
     await options.inbox.handle(message, (tx) => options.handler(tx, message))
     return 'ack'
@@ -33,4 +61,178 @@ export async function processMessage<Tx>(options: ConsumeOptions<Tx>, message: I
     if (isIdempotencyError(error) && (error.code === 'FINGERPRINT_MISMATCH' || error.code === 'INVALID_ARGUMENT')) return 'reject'
     return 'retry'
   }
+}
+
+function positive(value: number | undefined, fallback: number, name: string): number {
+  const n = value ?? fallback
+  if (!Number.isInteger(n) || n < 1) {
+    throw new IdempotencyError('INVALID_OPTION', `consumer: ${name} must be a positive integer, got ${String(n)}.`)
+  }
+  return n
+}
+
+/** The `concurrency` option, checked. */
+export function consumerConcurrency(options: { concurrency?: number }): number {
+  return positive(options.concurrency, DEFAULT_CONSUMER_CONCURRENCY, 'concurrency')
+}
+
+/**
+ * How many messages a helper holds unacked by default (its XREADGROUP COUNT, JetStream pull batch,
+ * RabbitMQ prefetch): enough for every worker to take a full batch, `concurrency x batchSize`.
+ */
+export function defaultInHand(options: { concurrency?: number; batchSize?: number }, concurrency = consumerConcurrency(options)): number {
+  return concurrency * positive(options.batchSize, DEFAULT_CONSUMER_BATCH_SIZE, 'batchSize')
+}
+
+/** A dispatcher for a helper's options: `concurrency` workers (or `limit`), batches of `batchSize`. */
+export function createDispatcher<Tx>(options: ConsumeOptions<Tx>, limit = consumerConcurrency(options)): Dispatcher<Tx> {
+  return new Dispatcher(options, limit, positive(options.batchSize, DEFAULT_CONSUMER_BATCH_SIZE, 'batchSize'))
+}
+
+/** What a helper does with a message once the inbox answered. */
+export type Verdict = 'ack' | 'retry' | 'reject'
+
+/**
+ * Handles several messages (in order) with one inbox transaction when the inbox
+ * offers `handleBatch`; if that batch fails, each message alone with {@link processMessage}, one
+ * after another, so only the failing one is retried. One verdict per message, in order.
+ */
+export async function processBatch<Tx>(options: ConsumeOptions<Tx>, messages: readonly InboxMessage[]): Promise<Verdict[]> {
+  const { inbox } = options
+  if (messages.length > 1 && inbox.handleBatch) {
+    try {
+      const results = await inbox.handleBatch(messages, (tx, message) => options.handler(tx, message))
+      return results.map((result, i) => {
+        if (result.status !== 'mismatch') return 'ack'
+        options.onError?.(result.error, messages[i] as InboxMessage)
+        return 'reject'
+      })
+    } catch {
+      // One message (or the database) failed the batch: find out which, one at a time.
+    }
+  }
+  const verdicts: Verdict[] = []
+  for (const message of messages) verdicts.push(await processMessage(options, message))
+  return verdicts
+}
+
+interface Item {
+  key: string | null
+  message: InboxMessage
+  settle: (verdict: Verdict) => Promise<void> | void
+}
+
+/**
+ * The consumer helpers' engine. Messages are given in delivery order with their partition key;
+ * up to `concurrency` workers each take a batch of ready messages (each followed by the messages
+ * waiting behind it in its key; spread over the idle workers, at most `batchSize`), run it through the inbox in one transaction
+ * ({@link processBatch}), then `settle` each (ack, nak, ...), after the commit. A message is ready
+ * when no earlier message of its key is in hand; so one key's messages run in order, and effects
+ * never run more than `concurrency` at once (a batch runs its effects one after another).
+ * `inHand` counts messages given and not settled, for the pull loops' back-pressure.
+ */
+export class Dispatcher<Tx> {
+  readonly #options: ConsumeOptions<Tx>
+  readonly #limit: number
+  readonly #batchSize: number
+  readonly #ready: Item[] = []
+  /** Keys with a message ready or running, each with the messages waiting behind it. */
+  readonly #keys = new Map<string, Item[]>()
+  #workers = 0
+  #inHand = 0
+  #waiters: Array<() => void> = []
+
+  constructor(options: ConsumeOptions<Tx>, limit: number, batchSize: number) {
+    this.#options = options
+    this.#limit = limit
+    this.#batchSize = batchSize
+  }
+
+  get inHand(): number {
+    return this.#inHand
+  }
+
+  push(key: string | null, message: InboxMessage, settle: Item['settle']): void {
+    const item: Item = { key, message, settle }
+    this.#inHand++
+    if (key !== null) {
+      const behind = this.#keys.get(key)
+      if (behind) {
+        behind.push(item)
+        return
+      }
+      this.#keys.set(key, [])
+    }
+    this.#ready.push(item)
+    this.#pump()
+  }
+
+  #pump(): void {
+    while (this.#workers < this.#limit && this.#ready.length > 0) {
+      const idle = this.#limit - this.#workers
+      const size = Math.min(this.#batchSize, Math.ceil(this.#inHand / idle))
+      const batch: Item[] = []
+      while (batch.length < size && this.#ready.length > 0) {
+        const item = this.#ready.shift() as Item
+        batch.push(item)
+        // The messages waiting behind it in its key join the batch, in order, after it.
+        const behind = item.key === null ? undefined : this.#keys.get(item.key)
+        while (behind && behind.length > 0 && batch.length < size) batch.push(behind.shift() as Item)
+      }
+      this.#workers++
+      void this.#run(batch)
+    }
+  }
+
+  async #run(batch: Item[]): Promise<void> {
+    let verdicts: Verdict[]
+    try {
+      verdicts = await processBatch(
+        this.#options,
+        batch.map((item) => item.message),
+      )
+    } catch {
+      verdicts = batch.map(() => 'retry')
+    }
+    for (const [i, item] of batch.entries()) {
+      try {
+        await item.settle(verdicts[i] ?? 'retry')
+      } catch {
+        // settle reports its own failures.
+      }
+    }
+    this.#workers--
+    this.#inHand -= batch.length
+    for (const key of new Set(batch.map((item) => item.key))) {
+      if (key === null) continue
+      const next = this.#keys.get(key)?.shift()
+      if (next) this.#ready.push(next)
+      else this.#keys.delete(key)
+    }
+    this.#pump()
+    const waiters = this.#waiters
+    this.#waiters = []
+    for (const wake of waiters) wake()
+  }
+
+  /** Resolves once fewer than `max` messages are in hand. */
+  async room(max: number): Promise<void> {
+    while (this.#inHand >= max) await new Promise<void>((resolve) => this.#waiters.push(resolve))
+  }
+
+  /** Resolves when every message given so far (and any given meanwhile) is settled. */
+  async idle(): Promise<void> {
+    while (this.#inHand > 0) await new Promise<void>((resolve) => this.#waiters.push(resolve))
+  }
+}
+
+/** The partition key of a message, by the caller's function or the helper's default. */
+export function keyOf<Tx>(
+  options: ConsumeOptions<Tx>,
+  message: InboxMessage,
+  fallback: (message: InboxMessage) => string | null | undefined,
+): string | null {
+  const fn = options.partitionKey === undefined ? fallback : options.partitionKey
+  if (fn === null) return null
+  return fn(message) ?? null
 }

@@ -1,6 +1,14 @@
-import type { ConsumerMessages, JsMsg, NatsConnection } from 'nats'
+import { AckPolicy, type ConsumerMessages, type JsMsg, type NatsConnection } from 'nats'
 import type { InboxMessage } from '../../inbox/types.js'
-import { type ConsumeOptions, processMessage, type RunningConsumer } from '../shared.js'
+import {
+  type ConsumeOptions,
+  consumerConcurrency,
+  createDispatcher,
+  defaultInHand,
+  keyOf,
+  type RunningConsumer,
+  type Verdict,
+} from '../shared.js'
 
 /** Options of {@link consumeNats}. */
 export interface ConsumeNatsOptions<Tx> extends ConsumeOptions<Tx> {
@@ -11,7 +19,11 @@ export interface ConsumeNatsOptions<Tx> extends ConsumeOptions<Tx> {
   consumer: string
   /** Delay before a failed message is redelivered, in ms. @default 1000 */
   nakDelayMs?: number
-  /** Messages fetched ahead. @default 64 */
+  /**
+   * Messages pulled per request (JetStream delivers them in batches); also the most messages held
+   * unacked (running or waiting for their key). Keep the consumer's `ack_wait` well above the time
+   * that many effects take. @default concurrency x batchSize (256)
+   */
   maxMessages?: number
 }
 
@@ -26,6 +38,8 @@ export function natsInboxMessage(msg: JsMsg): InboxMessage {
  * Consumes a JetStream consumer through an inbox: a message is acked only after its transaction
  * committed (or when it is a known duplicate). A failed effect is nak'ed and comes back; a message
  * whose ID was seen with another payload is terminated and reported, never applied.
+ * Up to `concurrency` effects run at once; messages of one subject (or `partitionKey`) run in order.
+ * A consumer with `ack_policy: all` (one ack covers every earlier message) is handled one message at a time.
  *
  * @example
  * const running = await consumeNats({ connection, stream: 'ORDERS', consumer: 'billing', inbox, handler })
@@ -33,18 +47,32 @@ export function natsInboxMessage(msg: JsMsg): InboxMessage {
  */
 export async function consumeNats<Tx>(options: ConsumeNatsOptions<Tx>): Promise<RunningConsumer> {
   const consumer = await options.connection.jetstream().consumers.get(options.stream, options.consumer)
-  const messages: ConsumerMessages = await consumer.consume({ max_messages: options.maxMessages ?? 64 })
+  const info = await consumer.info(true).catch(() => undefined)
+  // With AckAll, acking a later message would ack earlier ones whose effect has not committed.
+  const concurrency = info?.config.ack_policy === AckPolicy.All ? 1 : consumerConcurrency(options)
+  const maxMessages = options.maxMessages ?? defaultInHand(options, concurrency)
+  const dispatcher = createDispatcher(options, concurrency)
+  const settle = (msg: JsMsg, verdict: Verdict) => {
+    try {
+      if (verdict === 'ack') msg.ack()
+      else if (verdict === 'reject') msg.term()
+      else msg.nak(options.nakDelayMs ?? 1000)
+    } catch {
+      // The connection is closing: JetStream redelivers after ack_wait; the inbox skips the copy.
+    }
+  }
+  const messages: ConsumerMessages = await consumer.consume({ max_messages: maxMessages })
   const done = (async () => {
     for await (const msg of messages) {
-      const verdict = await processMessage(options, natsInboxMessage(msg))
-      try {
-        if (verdict === 'ack') msg.ack()
-        else if (verdict === 'reject') msg.term()
-        else msg.nak(options.nakDelayMs ?? 1000)
-      } catch {
-        // The connection is closing: JetStream redelivers after ack_wait; the inbox skips the copy.
-      }
+      const message = natsInboxMessage(msg)
+      dispatcher.push(
+        keyOf(options, message, (m) => m.topic),
+        message,
+        (verdict) => settle(msg, verdict),
+      )
+      await dispatcher.room(maxMessages)
     }
+    await dispatcher.idle()
   })()
   return {
     done,

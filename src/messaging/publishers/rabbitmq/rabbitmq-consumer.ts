@@ -1,13 +1,24 @@
 import type { Channel, ConsumeMessage } from 'amqplib'
 import type { InboxMessage } from '../../inbox/types.js'
-import { type ConsumeOptions, processMessage, type RunningConsumer } from '../shared.js'
+import {
+  type ConsumeOptions,
+  consumerConcurrency,
+  createDispatcher,
+  defaultInHand,
+  keyOf,
+  type RunningConsumer,
+  type Verdict,
+} from '../shared.js'
 
 /** Options of {@link consumeRabbitMq}. */
 export interface ConsumeRabbitMqOptions<Tx> extends ConsumeOptions<Tx> {
   /** A channel (plain or confirm) on which to consume. */
   channel: Channel
   queue: string
-  /** Unacked messages in hand at once. @default 32 */
+  /**
+   * Unacked messages in hand at once (running or waiting for their key); the broker delivers no
+   * more until some are acked. @default concurrency x batchSize (256)
+   */
   prefetch?: number
   /** Delay before a failed message is requeued, in ms. @default 1000 */
   requeueDelayMs?: number
@@ -30,34 +41,54 @@ export function rabbitMqInboxMessage(msg: ConsumeMessage): InboxMessage {
  * transaction committed (or as a known duplicate); a failed one is requeued after a delay; one that
  * redelivery cannot fix (same ID, other payload; no `messageId`) is rejected without requeue (to
  * the queue's dead-letter exchange, if it has one) and reported.
+ * Up to `concurrency` effects run at once; messages of one routing key (or `partitionKey`) run in
+ * delivery order (a requeued message comes back behind later ones).
  *
  * @example
  * const running = await consumeRabbitMq({ channel, queue: 'billing', inbox, handler })
  */
 export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): Promise<RunningConsumer> {
   const { channel } = options
-  await channel.prefetch(options.prefetch ?? 32)
-  const inFlight = new Set<Promise<void>>()
+  const concurrency = consumerConcurrency(options)
+  await channel.prefetch(options.prefetch ?? defaultInHand(options, concurrency))
+  const dispatcher = createDispatcher(options, concurrency)
   let resolveDone: () => void = () => {}
   const done = new Promise<void>((resolve) => {
     resolveDone = resolve
   })
-  const handle = async (msg: ConsumeMessage) => {
-    const verdict = await processMessage(options, rabbitMqInboxMessage(msg))
+  // Failed messages waiting out requeueDelayMs: they hold no effect slot, but stop() waits for them.
+  const requeues = new Set<Promise<void>>()
+  const settle = (action: () => void) => {
     try {
-      if (verdict === 'ack') channel.ack(msg)
-      else if (verdict === 'reject') channel.nack(msg, false, false)
-      else await new Promise((resolve) => setTimeout(resolve, options.requeueDelayMs ?? 1000)).then(() => channel.nack(msg, false, true))
+      action()
     } catch {
       // The channel closed: the broker requeues every unacked message itself.
+    }
+  }
+  const settleVerdict = (msg: ConsumeMessage, verdict: Verdict) => {
+    if (verdict === 'ack') settle(() => channel.ack(msg))
+    else if (verdict === 'reject') settle(() => channel.nack(msg, false, false))
+    else {
+      const requeue = new Promise((resolve) => setTimeout(resolve, options.requeueDelayMs ?? 1000)).then(() =>
+        settle(() => channel.nack(msg, false, true)),
+      )
+      requeues.add(requeue)
+      void requeue.then(() => requeues.delete(requeue))
     }
   }
   const { consumerTag } = await channel.consume(
     options.queue,
     (msg) => {
-      if (msg === null) return resolveDone() // cancelled by the broker
-      const task = handle(msg).finally(() => inFlight.delete(task))
-      inFlight.add(task)
+      if (msg === null) {
+        void dispatcher.idle().then(resolveDone) // cancelled by the broker
+        return
+      }
+      const message = rabbitMqInboxMessage(msg)
+      dispatcher.push(
+        keyOf(options, message, (m) => m.topic),
+        message,
+        (verdict) => settleVerdict(msg, verdict),
+      )
     },
     { noAck: false },
   )
@@ -65,7 +96,8 @@ export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): 
     done,
     async stop() {
       await channel.cancel(consumerTag).catch(() => {})
-      await Promise.all(inFlight)
+      await dispatcher.idle()
+      await Promise.all(requeues)
       resolveDone()
     },
   }

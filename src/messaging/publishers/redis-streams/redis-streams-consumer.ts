@@ -1,17 +1,31 @@
 import type { Redis } from 'ioredis'
 import type { InboxMessage } from '../../inbox/types.js'
-import { type ConsumeOptions, processMessage, type RunningConsumer } from '../shared.js'
+import {
+  type ConsumeOptions,
+  consumerConcurrency,
+  createDispatcher,
+  defaultInHand,
+  keyOf,
+  type RunningConsumer,
+  type Verdict,
+} from '../shared.js'
 
 /** Options of {@link consumeRedisStreams}. */
 export interface ConsumeRedisStreamsOptions<Tx> extends ConsumeOptions<Tx> {
-  /** An ioredis client used only by this consumer (it blocks on XREADGROUP). */
+  /**
+   * An ioredis client used only by this consumer (it blocks on XREADGROUP). The helper opens one
+   * more connection from it (`duplicate()`) for XACK and XAUTOCLAIM, closed by `stop()`.
+   */
   redis: Redis
   stream: string
   /** Consumer group; created (from the start of the stream) if missing. */
   group: string
   /** This consumer's name within the group; unique per process. */
   consumer: string
-  /** Entries read per call. @default 32 */
+  /**
+   * Entries read per XREADGROUP call at most; also the most entries held unacked (running or
+   * waiting for their key). @default concurrency x batchSize (256)
+   */
   count?: number
   /** How long one XREADGROUP blocks, in ms; also how long `stop()` may wait. @default 1000 */
   blockMs?: number
@@ -37,58 +51,95 @@ function toInboxMessage(stream: string, [, fields]: Entry): InboxMessage {
  * transaction committed (or as a known duplicate). A failed entry stays pending and is claimed again
  * after `claimIdleMs`; entries of a dead consumer are claimed the same way. An entry redelivery
  * cannot fix (same ID, other payload; no ID) is XACKed and reported.
+ * Entries are read in batches (XREADGROUP COUNT) and up to `concurrency` effects run at once; give
+ * `partitionKey` to keep the entries of one key in order (by default there is no ordering).
  *
  * @example
  * const running = await consumeRedisStreams({ redis, stream: 'orders', group: 'billing', consumer: 'billing-1', inbox, handler })
  */
 export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOptions<Tx>): Promise<RunningConsumer> {
   const { redis, stream, group, consumer } = options
-  const count = options.count ?? 32
+  const concurrency = consumerConcurrency(options)
+  const count = options.count ?? defaultInHand(options, concurrency)
+  const claimIdleMs = options.claimIdleMs ?? 30_000
   try {
     await redis.xgroup('CREATE', stream, group, '0', 'MKSTREAM')
   } catch (error) {
     if (!String((error as Error).message).includes('BUSYGROUP')) throw error
   }
+  // XACKs must not queue behind the blocking XREADGROUP on the reader's connection.
+  const acker = redis.duplicate({ enableAutoPipelining: false })
+  const dispatcher = createDispatcher(options, concurrency)
   let stopping = false
-  const handle = async (entry: Entry) => {
-    const message = toInboxMessage(stream, entry)
-    const verdict = await processMessage(options, message)
-    if (verdict !== 'retry') await redis.xack(stream, group, entry[0])
+  const settle = async (entry: Entry, message: InboxMessage, verdict: Verdict) => {
+    if (verdict === 'retry') return // stays pending: claimed again after claimIdleMs
+    try {
+      await acker.xack(stream, group, entry[0])
+    } catch (error) {
+      // Not acked: the entry is claimed again after claimIdleMs and the inbox answers duplicate.
+      options.onError?.(error, message)
+    }
   }
+  // Entry IDs in hand: XAUTOCLAIM may hand back one still waiting here for its key; it is not run twice.
+  const inHand = new Set<string>()
+  const dispatch = (entries: Entry[]) => {
+    for (const entry of entries) {
+      if (!entry) continue // XAUTOCLAIM answers nil for entries deleted meanwhile
+      const entryId = String(entry[0])
+      if (inHand.has(entryId)) continue
+      inHand.add(entryId)
+      const message = toInboxMessage(stream, entry)
+      dispatcher.push(
+        keyOf(options, message, () => null),
+        message,
+        (verdict) => settle(entry, message, verdict).finally(() => inHand.delete(entryId)),
+      )
+    }
+  }
+  let lastClaim = Number.NEGATIVE_INFINITY
   const done = (async () => {
     while (!stopping) {
       try {
-        const claimed = (await redis.callBuffer(
-          'XAUTOCLAIM',
-          stream,
-          group,
-          consumer,
-          options.claimIdleMs ?? 30_000,
-          '0-0',
-          'COUNT',
-          count,
-        )) as unknown as [Buffer, Entry[]]
-        for (const entry of claimed[1] ?? []) if (entry) await handle(entry)
+        await dispatcher.room(count)
+        if (stopping) break
+        // Entries idle for claimIdleMs cannot appear faster than that: no need to ask on every read.
+        if (Date.now() - lastClaim >= Math.min(claimIdleMs, 1_000)) {
+          lastClaim = Date.now()
+          const claimed = (await acker.callBuffer(
+            'XAUTOCLAIM',
+            stream,
+            group,
+            consumer,
+            claimIdleMs,
+            '0-0',
+            'COUNT',
+            count - dispatcher.inHand,
+          )) as unknown as [Buffer, Entry[]]
+          dispatch(claimed[1] ?? [])
+          if (dispatcher.inHand >= count) continue
+        }
         const read = (await redis.callBuffer(
           'XREADGROUP',
           'GROUP',
           group,
           consumer,
           'COUNT',
-          count,
+          count - dispatcher.inHand,
           'BLOCK',
           options.blockMs ?? 1000,
           'STREAMS',
           stream,
           '>',
         )) as Array<[Buffer, Entry[]]> | null
-        for (const [, entries] of read ?? []) for (const entry of entries) await handle(entry)
+        for (const [, entries] of read ?? []) dispatch(entries)
       } catch (error) {
         if (stopping) break
         options.onError?.(error, { id: '', payload: '' })
         await new Promise((resolve) => setTimeout(resolve, 500))
       }
     }
+    await dispatcher.idle()
+    acker.disconnect()
   })()
   return {
     done,

@@ -1,0 +1,354 @@
+/**
+ * Consumer helpers benchmark (issue 16): producer COMMIT → outbox relay → broker → consumer helper →
+ * effect committed with PgInbox, per broker (NATS JetStream, Redis Streams, RabbitMQ), all on loopback:
+ * 1. latency: 8 producers commit one event per transaction at a steady rate; time from the producer's
+ *    COMMIT returning to the consumer's effect transaction committing (PgInbox `applied`);
+ * 2. throughput, end to end: a committed outbox backlog drained by the relay and the consumer at once,
+ *    until every effect committed;
+ * 3. throughput, consumer alone: the same backlog already in the broker, drained by the consumer.
+ * The effect is one UPDATE of the event's account row (64 accounts); the partition key is the
+ * account, so events of one account are applied in order and accounts run in parallel.
+ * Run alone: npx tsx bench/consumers.bench.ts [--events 20000] [--rate 1000] [--seconds 10] [--concurrency 32] [--broker nats,redis,rabbitmq]
+ */
+import { randomUUID } from 'node:crypto'
+import amqp from 'amqplib'
+import { Redis } from 'ioredis'
+import { AckPolicy, connect, nanos } from 'nats'
+import pg from 'pg'
+import { PgInbox, type PgPoolClient } from '../src/messaging/inbox/index.js'
+import type { InboxMessage } from '../src/messaging/inbox/types.js'
+import type { Publisher } from '../src/messaging/message.js'
+import { OutboxRelay, PgOutbox, type RelayEvent } from '../src/messaging/outbox/index.js'
+import { consumeNats, NatsPublisher } from '../src/messaging/publishers/nats/index.js'
+import { consumeRabbitMq, RabbitMqPublisher } from '../src/messaging/publishers/rabbitmq/index.js'
+import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/publishers/redis-streams/index.js'
+import type { RunningConsumer } from '../src/messaging/publishers/shared.js'
+import { fmt, percentile, report, table } from './lib.js'
+
+const arg = (name: string, fallback: number) => {
+  const i = process.argv.indexOf(`--${name}`)
+  return i > 0 ? Number(process.argv[i + 1]) : fallback
+}
+const EVENTS = arg('events', 20_000)
+const RATE = arg('rate', 1_000)
+const SECONDS = arg('seconds', 10)
+const CONCURRENCY = arg('concurrency', 16)
+const brokerArg = process.argv.indexOf('--broker')
+const BROKERS = (brokerArg > 0 ? String(process.argv[brokerArg + 1]) : 'nats,redis,rabbitmq').split(',')
+const ACCOUNTS = 64
+const PG_URL = process.env.IDEMKEY_PG_URL ?? 'postgres://root@127.0.0.1:5432/test'
+
+const tag = randomUUID().replaceAll('-', '').slice(0, 10)
+const schema = `bench_consumers_${tag}`
+const pool = new pg.Pool({ connectionString: PG_URL, max: 16 })
+const inboxPool = new pg.Pool({ connectionString: PG_URL, max: CONCURRENCY })
+const nc = await connect({ servers: '127.0.0.1:4222' })
+const jsm = await nc.jetstreamManager()
+const redis = new Redis(6379, '127.0.0.1', { enableAutoPipelining: true })
+// noDelay: amqplib leaves Nagle's algorithm on, which holds small frames (publishes, confirms, acks) back by up to 40 ms.
+const amqpConnection = await amqp.connect('amqp://guest:guest@127.0.0.1:5672', { noDelay: true })
+const cleanups: Array<() => Promise<unknown>> = []
+
+/** One broker wired end to end: where the relay publishes, and how a consumer helper starts. */
+interface Wiring {
+  publisher: Publisher
+  topic: (account: number) => string
+  consume: (inbox: PgInbox, handler: (tx: PgPoolClient, m: InboxMessage) => Promise<unknown>) => Promise<RunningConsumer>
+}
+
+const byAccount = (m: InboxMessage) => m.headers?.account ?? null
+
+async function wire(broker: string, run: string): Promise<Wiring> {
+  const name = `bench_${tag}_${run}`
+  if (broker === 'nats') {
+    const stream = name.toUpperCase()
+    await jsm.streams.add({ name: stream, subjects: [`${stream}.>`], duplicate_window: nanos(120_000), max_msgs: 1_000_000 })
+    await jsm.consumers.add(stream, { durable_name: 'bench', ack_policy: AckPolicy.Explicit, max_ack_pending: 10_000 })
+    cleanups.push(() => jsm.streams.delete(stream))
+    return {
+      publisher: new NatsPublisher({ connection: nc }),
+      // A subject per account: the helper's default partition key (the subject) orders per account.
+      topic: (account) => `${stream}.account.${account}`,
+      consume: (inbox, handler) => consumeNats({ connection: nc, stream, consumer: 'bench', inbox, handler, concurrency: CONCURRENCY }),
+    }
+  }
+  if (broker === 'redis') {
+    const reader = new Redis(6379, '127.0.0.1')
+    cleanups.push(async () => {
+      await redis.del(name)
+      reader.disconnect()
+    })
+    return {
+      publisher: new RedisStreamsPublisher({ redis }),
+      topic: () => name,
+      consume: (inbox, handler) =>
+        consumeRedisStreams({
+          redis: reader,
+          stream: name,
+          group: 'bench',
+          consumer: 'c1',
+          inbox,
+          handler,
+          concurrency: CONCURRENCY,
+          partitionKey: byAccount,
+        }),
+    }
+  }
+  const channel = await amqpConnection.createChannel()
+  await channel.assertQueue(name, { durable: false, autoDelete: false })
+  cleanups.push(() => channel.deleteQueue(name))
+  return {
+    publisher: new RabbitMqPublisher({ channel: await amqpConnection.createConfirmChannel() }),
+    topic: () => name,
+    consume: async (inbox, handler) =>
+      consumeRabbitMq({
+        channel: await amqpConnection.createChannel(),
+        queue: name,
+        inbox,
+        handler,
+        concurrency: CONCURRENCY,
+        partitionKey: byAccount,
+      }),
+  }
+}
+
+/** Outbox, inbox and effect tables of one run, plus the timestamps. */
+async function setup(broker: string, run: string, ordering: 'partition' | 'none' = 'partition') {
+  const wiring = await wire(broker, run)
+  const outbox = new PgOutbox({ pool, table: `${schema}.outbox_${broker}_${run}`, ordering })
+  await outbox.migrate()
+  const appliedAt = new Map<string, number>()
+  const inbox = new PgInbox({
+    pool: inboxPool,
+    consumer: 'bench',
+    table: `${schema}.inbox_${broker}_${run}`,
+    onEvent(event) {
+      if (event.type === 'applied') appliedAt.set(event.messageId, performance.now())
+    },
+  })
+  await inbox.migrate()
+  const accounts = `"${schema}"."accounts_${broker}_${run}"`
+  await pool.query(`CREATE TABLE ${accounts} (id int PRIMARY KEY, balance bigint NOT NULL DEFAULT 0)`)
+  await pool.query(`INSERT INTO ${accounts} (id) SELECT generate_series(0, ${ACCOUNTS - 1})`)
+  const handler = (tx: PgPoolClient, m: InboxMessage) =>
+    tx.query(`UPDATE ${accounts} SET balance = balance + 1 WHERE id = $1`, [Number(m.headers?.account)])
+  const relay = (onEvent?: (event: RelayEvent) => void) =>
+    new OutboxRelay({ outbox, publisher: wiring.publisher, batchSize: 500, concurrency: 2, ...(onEvent ? { onEvent } : {}) })
+  const event = (i: number) => {
+    const account = i % ACCOUNTS
+    return {
+      topic: wiring.topic(account),
+      payload: { i, at: Date.now() },
+      partitionKey: String(account),
+      headers: { account: String(account) },
+    }
+  }
+  return { wiring, outbox, inbox, appliedAt, handler, relay, event }
+}
+
+async function waitFor(done: () => boolean, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms
+  while (!done() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 5))
+  return done()
+}
+
+async function latency(broker: string) {
+  const s = await setup(broker, 'latency')
+  const consumer = await s.wiring.consume(s.inbox, s.handler)
+  const publishedAt = new Map<string, number>()
+  const relay = s.relay((event) => {
+    if (event.type !== 'published') return
+    const now = performance.now()
+    for (const m of event.messages) publishedAt.set(m.id, now)
+  })
+  relay.start()
+  const committedAt = new Map<string, number>()
+  const producers = 8
+  const end = performance.now() + SECONDS * 1_000
+  const intervalMs = (1_000 * producers) / RATE
+  let produced = 0
+  const started = performance.now()
+  const cpuBefore = process.cpuUsage()
+  await Promise.all(
+    Array.from({ length: producers }, async (_, p) => {
+      let next = performance.now() + (p * intervalMs) / producers
+      while (performance.now() < end) {
+        const wait = next - performance.now()
+        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
+        next += intervalMs
+        const client = await pool.connect()
+        try {
+          await client.query('BEGIN')
+          const { id } = await s.outbox.add(client, s.event(produced++))
+          await client.query('COMMIT')
+          committedAt.set(id, performance.now())
+        } finally {
+          client.release()
+        }
+      }
+    }),
+  )
+  const achieved = produced / ((performance.now() - started) / 1_000)
+  const cpu = process.cpuUsage(cpuBefore)
+  const cpuShare = (cpu.user + cpu.system) / 1_000 / (performance.now() - started)
+  await waitFor(() => s.appliedAt.size >= committedAt.size, 30_000)
+  await relay.stop()
+  await consumer.stop()
+  // An effect committed before its producer's COMMIT reply was timed here counts as 0 ms.
+  const values = [...committedAt].flatMap(([id, at]) => {
+    const applied = s.appliedAt.get(id)
+    return applied === undefined ? [] : [Math.max(0, applied - at)]
+  })
+  const toBroker = [...committedAt].flatMap(([id, at]) => {
+    const published = publishedAt.get(id)
+    return published === undefined ? [] : [Math.max(0, published - at)]
+  })
+  return {
+    p50: percentile(values, 50),
+    p99: percentile(values, 99),
+    max: Math.max(...values),
+    samples: values.length,
+    produced,
+    achieved,
+    cpuShare,
+    relayP50: percentile(toBroker, 50),
+    relayP99: percentile(toBroker, 99),
+  }
+}
+
+async function addBacklog(s: Awaited<ReturnType<typeof setup>>, n: number): Promise<void> {
+  const writers = 8
+  await Promise.all(
+    Array.from({ length: writers }, async (_, w) => {
+      const client = await pool.connect()
+      try {
+        await client.query('BEGIN')
+        for (let i = w; i < n; i += writers) await s.outbox.add(client, s.event(i))
+        await client.query('COMMIT')
+      } finally {
+        client.release()
+      }
+    }),
+  )
+}
+
+/** End to end: relay and consumer drain a committed backlog together. */
+async function endToEnd(broker: string, ordering: 'partition' | 'none' = 'partition'): Promise<number> {
+  const s = await setup(broker, `e2e_${ordering}`, ordering)
+  await addBacklog(s, EVENTS)
+  const started = performance.now()
+  const consumer = await s.wiring.consume(s.inbox, s.handler)
+  const relay = s.relay()
+  relay.start()
+  const ok = await waitFor(() => s.appliedAt.size >= EVENTS, 120_000)
+  const seconds = (performance.now() - started) / 1_000
+  await relay.stop()
+  await consumer.stop()
+  if (!ok) throw new Error(`${broker}: only ${s.appliedAt.size} of ${EVENTS} applied`)
+  return EVENTS / seconds
+}
+
+/** Consumer alone: the backlog is in the broker before the consumer starts (the relay alone puts it there, timed too). */
+async function consumerOnly(broker: string): Promise<{ consumer: number; relay: number }> {
+  const s = await setup(broker, 'drain')
+  await addBacklog(s, EVENTS)
+  const relay = s.relay()
+  const relayStarted = performance.now()
+  await Promise.all(
+    [0, 1].map(async () => {
+      while ((await relay.runOnce()) > 0) {}
+    }),
+  )
+  const relayRate = EVENTS / ((performance.now() - relayStarted) / 1_000)
+  const started = performance.now()
+  const consumer = await s.wiring.consume(s.inbox, s.handler)
+  const ok = await waitFor(() => s.appliedAt.size >= EVENTS, 120_000)
+  const seconds = (performance.now() - started) / 1_000
+  await consumer.stop()
+  if (!ok) throw new Error(`${broker}: only ${s.appliedAt.size} of ${EVENTS} applied`)
+  return { consumer: EVENTS / seconds, relay: relayRate }
+}
+
+const names: Record<string, string> = { nats: 'NATS JetStream', redis: 'Redis Streams', rabbitmq: 'RabbitMQ' }
+try {
+  await pool.query(`CREATE SCHEMA "${schema}"`)
+  const rows: Array<Array<string | number>> = []
+  const latencyRows: Array<Array<string | number>> = []
+  for (const broker of BROKERS) {
+    if (process.argv.includes('--drain-only')) {
+      console.log(broker, 'alone', await consumerOnly(broker))
+      continue
+    }
+    const lat = await latency(broker)
+    const e2e = await endToEnd(broker)
+    const e2eNone = await endToEnd(broker, 'none')
+    const drain = await consumerOnly(broker)
+    console.log(broker, { ...lat, e2e, e2eNone, drain })
+    latencyRows.push([
+      names[broker] ?? broker,
+      `${fmt(RATE)}/s`,
+      `${fmt(lat.achieved)}/s`,
+      `${lat.samples}/${lat.produced}`,
+      fmt(lat.p50, 1),
+      fmt(lat.p99, 1),
+      fmt(lat.max, 1),
+      `${fmt(lat.relayP50, 1)} / ${fmt(lat.relayP99, 1)}`,
+      '50 ms',
+      lat.p99 <= 50 && lat.samples === lat.produced ? 'yes' : 'NO',
+    ])
+    rows.push([
+      names[broker] ?? broker,
+      EVENTS,
+      fmt(e2e),
+      fmt(e2eNone),
+      fmt(drain.consumer),
+      fmt(drain.relay),
+      '5,000',
+      e2e >= 5_000 ? 'yes' : 'NO',
+      drain.consumer >= 5_000 ? 'yes' : 'NO',
+    ])
+  }
+  report(
+    'consumers',
+    'Consumer helpers: COMMIT → relay → broker → helper → effect committed with PgInbox',
+    `npx tsx bench/consumers.bench.ts --events ${EVENTS} --rate ${RATE} --seconds ${SECONDS} --concurrency ${CONCURRENCY} --broker ${BROKERS.join(',')}`,
+    `Each event goes through a PgOutbox, one OutboxRelay (batch 500, 2 batches in flight, woken by LISTEN/NOTIFY), the broker, and the broker's consumer helper (\`concurrency: ${CONCURRENCY}\`), whose effect (an UPDATE of the event's account row, ${ACCOUNTS} accounts) commits in one PgInbox transaction with the message ID; the ack follows that commit. The partition key is the account: on NATS a subject per account (the helper's default key), on Redis and RabbitMQ \`partitionKey\` reading an \`account\` header. Producers, relay, consumer, PostgreSQL and the brokers share the machine.\n\n` +
+      `Latency: 8 producers commit one event per transaction at a steady offered rate for ${SECONDS} s; time from the producer's COMMIT returning to the effect's COMMIT (PgInbox \`applied\`). Samples: effects seen / events produced. The relay column is the part up to the broker's confirm (the relay's \`published\` event), to show what binds.\n\n${table(
+        [
+          'broker',
+          'offered rate',
+          'achieved rate',
+          'samples',
+          'p50 ms',
+          'p99 ms',
+          'max ms',
+          'of which COMMIT → broker confirm (relay) p50 / p99 ms',
+          'target p99',
+          'met',
+        ],
+        latencyRows,
+      )}\n\n` +
+      `Throughput: a committed outbox backlog of ${EVENTS} events. End to end: the relay and the consumer start together, timed until the last effect committed. Relay alone: the same backlog published and marked sent by the relay (2 batches in flight) with no consumer running. Consumer alone: then, with the backlog in the broker, timed from the consumer's start to its last effect. The events carry the account as their outbox partition key, with the outbox's default \`ordering: 'partition'\`; the next column repeats the end-to-end run with \`ordering: 'none'\` (the relay then claims without regard to partitions; the consumer still orders per account).\n\n${table(
+        [
+          'broker',
+          'events',
+          'events/s end to end (relay + consumer)',
+          "same, outbox `ordering: 'none'`",
+          'events/s consumer alone',
+          'events/s relay alone',
+          'target',
+          'met end to end',
+          'met by the consumer alone',
+        ],
+        rows,
+      )}`,
+  )
+} finally {
+  for (const cleanup of cleanups) await cleanup().catch(() => {})
+  await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {})
+  await pool.end()
+  await inboxPool.end()
+  await nc.close()
+  redis.disconnect()
+  await amqpConnection.close().catch(() => {})
+}

@@ -1,0 +1,262 @@
+/**
+ * The consumer helpers' concurrency against the real brokers (issue 16): messages of one partition
+ * key applied in order while keys run in parallel, never more than `concurrency` effects at once,
+ * acks only after the effect's commit (a commit that fails is not acked, comes back and is applied
+ * once), and `stop()` waiting for the messages in hand.
+ */
+import { randomUUID } from 'node:crypto'
+import amqp from 'amqplib'
+import { Redis } from 'ioredis'
+import { PgInbox, type PgPoolClient } from '../src/messaging/inbox/index.js'
+import type { InboxMessage } from '../src/messaging/inbox/types.js'
+import type { OutboxMessage } from '../src/messaging/outbox/index.js'
+import { consumeNats, NatsPublisher } from '../src/messaging/publishers/nats/index.js'
+import { consumeRabbitMq, RabbitMqPublisher } from '../src/messaging/publishers/rabbitmq/index.js'
+import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/publishers/redis-streams/index.js'
+import type { ConsumeOptions, RunningConsumer } from '../src/messaging/publishers/shared.js'
+import { createStream } from './fixtures/messaging/nats.js'
+import { createSchema, eventually, type TestSchema } from './fixtures/messaging/pg.js'
+import { serviceSkipReason } from './helpers/services.js'
+
+const pgSkip = await serviceSkipReason('PostgreSQL', 5432)
+const skips = {
+  nats: pgSkip ?? (await serviceSkipReason('NATS', 4222)),
+  redis: pgSkip ?? (await serviceSkipReason('Redis', 6379)),
+  rabbitmq: pgSkip ?? (await serviceSkipReason('RabbitMQ', 5672)),
+}
+
+type Options = Omit<ConsumeOptions<PgPoolClient>, 'inbox'> & { inbox: PgInbox }
+
+/** One broker: publish messages (each with a `key` header), start its helper, say whether anything is left unacked. */
+interface Harness {
+  publish(messages: Array<{ id: string; key: string; payload: string }>): Promise<void>
+  start(options: Options): Promise<RunningConsumer>
+  /** Messages delivered and not acked, or not yet delivered. */
+  outstanding(): Promise<number>
+  drop(): Promise<void>
+}
+
+const byKey = (m: InboxMessage) => m.headers?.key ?? null
+
+function outboxMessage(id: string, topic: string, key: string, payload: string): OutboxMessage {
+  return {
+    id,
+    topic,
+    payload: Buffer.from(payload),
+    contentType: 'application/json',
+    headers: { key },
+    partitionKey: key,
+    seq: 1,
+    attempts: 1,
+    createdAtMs: Date.now(),
+  }
+}
+
+const harnesses: Record<keyof typeof skips, () => Promise<Harness>> = {
+  async nats() {
+    const nats = await createStream()
+    await nats.addConsumer('c', 1_000)
+    const publisher = new NatsPublisher({ connection: nats.connection })
+    const jsm = await nats.connection.jetstreamManager()
+    return {
+      async publish(messages) {
+        // A subject per key: the helper's default partition key.
+        const results = await publisher.publish(messages.map((m) => outboxMessage(m.id, nats.subject(`k.${m.key}`), m.key, m.payload)))
+        expect(results.every((r) => r.ok)).toBe(true)
+      },
+      start: (options) => consumeNats({ connection: nats.connection, stream: nats.stream, consumer: 'c', nakDelayMs: 50, ...options }),
+      async outstanding() {
+        const info = await jsm.consumers.info(nats.stream, 'c')
+        return info.num_pending + info.num_ack_pending
+      },
+      drop: () => nats.drop(),
+    }
+  },
+  async redis() {
+    const redis = new Redis(6379, '127.0.0.1')
+    const reader = new Redis(6379, '127.0.0.1')
+    const stream = `idemkey:test:consumers:${randomUUID()}`
+    const publisher = new RedisStreamsPublisher({ redis })
+    await redis.xgroup('CREATE', stream, 'g', '0', 'MKSTREAM')
+    return {
+      async publish(messages) {
+        const results = await publisher.publish(messages.map((m) => outboxMessage(m.id, stream, m.key, m.payload)))
+        expect(results.every((r) => r.ok)).toBe(true)
+      },
+      start: (options) =>
+        consumeRedisStreams({
+          redis: reader,
+          stream,
+          group: 'g',
+          consumer: 'c1',
+          blockMs: 100,
+          claimIdleMs: 200,
+          partitionKey: byKey,
+          ...options,
+        }),
+      async outstanding() {
+        const [pending] = (await redis.xpending(stream, 'g')) as [number]
+        const groups = (await redis.xinfo('GROUPS', stream)) as unknown[][]
+        const lag = groups[0]?.[groups[0].indexOf('lag') + 1]
+        return Number(pending) + Number(lag ?? 0)
+      },
+      async drop() {
+        await redis.del(stream)
+        redis.disconnect()
+        reader.disconnect()
+      },
+    }
+  },
+  async rabbitmq() {
+    const connection = await amqp.connect('amqp://guest:guest@127.0.0.1:5672')
+    const queue = `idemkey.test.consumers.${randomUUID()}`
+    const admin = await connection.createChannel()
+    await admin.assertQueue(queue, { durable: false, autoDelete: false })
+    const publisher = new RabbitMqPublisher({ channel: await connection.createConfirmChannel() })
+    let channel: amqp.Channel | undefined
+    return {
+      async publish(messages) {
+        const results = await publisher.publish(messages.map((m) => outboxMessage(m.id, queue, m.key, m.payload)))
+        expect(results.every((r) => r.ok)).toBe(true)
+      },
+      async start(options) {
+        channel = await connection.createChannel()
+        return consumeRabbitMq({ channel, queue, requeueDelayMs: 50, partitionKey: byKey, ...options })
+      },
+      async outstanding() {
+        // Unacked messages go back to the queue when their channel closes.
+        await channel?.close().catch(() => {})
+        channel = undefined
+        return (await admin.checkQueue(queue)).messageCount
+      },
+      async drop() {
+        await admin.deleteQueue(queue)
+        await connection.close()
+      },
+    }
+  },
+}
+
+let db: TestSchema
+beforeAll(async () => {
+  if (!pgSkip) db = await createSchema('consumers', 12)
+})
+afterAll(async () => {
+  await db?.drop()
+})
+
+for (const broker of Object.keys(harnesses) as Array<keyof typeof skips>) {
+  describe.skipIf(skips[broker] !== undefined)(`${broker} consumer helper, concurrently`, () => {
+    let harness: Harness
+    beforeEach(async () => {
+      harness = await harnesses[broker]()
+    })
+    afterEach(async () => {
+      await harness.drop()
+    })
+
+    it('applies the messages of one key in order while keys interleave, with never more than `concurrency` effects at once', async () => {
+      const name = `${broker}_order_${randomUUID().slice(0, 8)}`
+      const inbox = new PgInbox({ pool: db.pool, consumer: 'order', table: db.table(name) })
+      await inbox.migrate()
+      const keys = 8
+      const perKey = 20
+      const messages = Array.from({ length: keys * perKey }, (_, i) => {
+        const key = `k${i % keys}`
+        const n = Math.floor(i / keys)
+        return { id: `${key}-${n}-${randomUUID()}`, key, payload: JSON.stringify({ key, n }) }
+      })
+      await harness.publish(messages)
+      const applied: Array<{ key: string; n: number }> = []
+      let active = 0
+      let maxActive = 0
+      const running = await harness.start({
+        inbox,
+        concurrency: 4,
+        batchSize: 3,
+        async handler(tx, m) {
+          active++
+          maxActive = Math.max(maxActive, active)
+          try {
+            await tx.query('SELECT pg_sleep(0.002)')
+            applied.push(JSON.parse(Buffer.from(m.payload).toString()) as { key: string; n: number })
+          } finally {
+            active--
+          }
+        },
+      })
+      await eventually(() => applied.length === messages.length, 'every message to be applied')
+      await running.stop()
+      for (let k = 0; k < keys; k++) {
+        expect(applied.filter((a) => a.key === `k${k}`).map((a) => a.n)).toEqual(Array.from({ length: perKey }, (_, n) => n))
+      }
+      expect(maxActive).toBeLessThanOrEqual(4)
+      expect(maxActive).toBeGreaterThan(1)
+      // Keys interleave: the first messages applied are not all of one key.
+      expect(new Set(applied.slice(0, keys).map((a) => a.key)).size).toBeGreaterThan(1)
+      expect(await harness.outstanding()).toBe(0)
+    })
+
+    it('acks only after the commit: a message whose commit fails is not acked, comes back and is applied once', async () => {
+      const name = `${broker}_ack_${randomUUID().slice(0, 8)}`
+      const inbox = new PgInbox({ pool: db.pool, consumer: 'ack', table: db.table(name) })
+      await inbox.migrate()
+      const effects = db.table(`${name}_effects`)
+      // A deferred unique constraint: the effect's INSERT passes, the COMMIT fails.
+      await db.pool.query(`CREATE TABLE ${effects} (id text, UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)`)
+      await db.pool.query(`CREATE TABLE ${effects}_log (id text)`)
+      const messages = Array.from({ length: 30 }, (_, i) => ({ id: `m${i}-${randomUUID()}`, key: `k${i % 3}`, payload: `{"i":${i}}` }))
+      const victim = messages[7]?.id as string
+      await db.pool.query(`INSERT INTO ${effects} (id) VALUES ('poison')`)
+      let victimCalls = 0
+      const errors: unknown[] = []
+      const running = await harness.start({
+        inbox,
+        concurrency: 3,
+        onError: (error) => errors.push(error),
+        async handler(tx, m) {
+          await tx.query(`INSERT INTO ${effects}_log (id) VALUES ($1)`, [m.id])
+          if (m.id === victim && ++victimCalls <= 2) await tx.query(`INSERT INTO ${effects} (id) VALUES ('poison')`)
+          else await tx.query(`INSERT INTO ${effects} (id) VALUES ($1)`, [m.id])
+        },
+      })
+      await harness.publish(messages)
+      await eventually(async () => {
+        const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${effects}`)
+        return rows[0].n === messages.length + 1
+      }, 'every effect to commit')
+      await running.stop()
+      const { rows } = await db.pool.query(`SELECT id, count(*)::int AS n FROM ${effects}_log GROUP BY id`)
+      // Every logged effect committed exactly once (rolled-back attempts left no log row).
+      expect(rows).toHaveLength(messages.length)
+      expect(rows.every((r) => r.n === 1)).toBe(true)
+      expect(victimCalls).toBeGreaterThanOrEqual(3)
+      expect(errors.length).toBeGreaterThanOrEqual(1)
+      expect(await harness.outstanding()).toBe(0)
+    })
+
+    it('stop() waits for the effects in hand, which commit and are acked', async () => {
+      const name = `${broker}_stop_${randomUUID().slice(0, 8)}`
+      const inbox = new PgInbox({ pool: db.pool, consumer: 'stop', table: db.table(name) })
+      await inbox.migrate()
+      const messages = Array.from({ length: 6 }, (_, i) => ({ id: `s${i}-${randomUUID()}`, key: `k${i}`, payload: `{"i":${i}}` }))
+      let started = 0
+      let finished = 0
+      const running = await harness.start({
+        inbox,
+        concurrency: 6,
+        batchSize: 1,
+        async handler(tx) {
+          started++
+          await tx.query('SELECT pg_sleep(0.3)')
+          finished++
+        },
+      })
+      await harness.publish(messages)
+      await eventually(() => started === messages.length, 'every effect to start')
+      await running.stop()
+      expect(finished).toBe(messages.length)
+      expect(await harness.outstanding()).toBe(0)
+    })
+  })
+}
