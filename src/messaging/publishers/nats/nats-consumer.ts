@@ -79,6 +79,8 @@ export async function consumeNats<Tx>(options: ConsumeNatsOptions<Tx>): Promise<
     async stop() {
       await messages.close()
       await done
+      // Acks are fire-and-forget publishes: a round trip makes sure the server has them before stop() resolves.
+      await options.connection.flush().catch(() => {})
     },
   }
 }
