@@ -98,45 +98,17 @@ export class PgInbox implements Inbox<PgPoolClient> {
    * redeliver). Database errors become `STORE_UNAVAILABLE`.
    */
   async handle<T>(message: InboxMessage, effect: (tx: PgPoolClient, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>> {
-    if (typeof message?.id !== 'string' || message.id.length === 0) {
-      throw new IdempotencyError(
-        'INVALID_ARGUMENT',
-        'inbox.handle: the message has no ID. Producers must set one (the outbox always does).',
-      )
-    }
+    assertMessageId(message)
     const hash = payloadHash(message.payload)
-    let client: PgPoolClient
-    try {
-      client = await this.#pool.connect()
-    } catch (error) {
-      throw storeUnavailable('PgInbox', 'connect', error)
-    }
-    let inTransaction = false
-    let inEffect = false
-    try {
-      await client.query('BEGIN')
-      inTransaction = true
+    type Outcome = { seen: 'duplicate' | 'mismatch' } | { applied: Awaited<T> }
+    const outcome = await this.#transaction<Outcome>(`handle ${message.id}`, async (client, runEffect) => {
       const seen = await this.#record(client, message.id, hash)
-      if (seen !== 'new') {
-        await client.query('ROLLBACK')
-        inTransaction = false
-        return this.#seenBefore(seen, message.id)
-      }
-      inEffect = true
-      const value = await effect(client, message)
-      inEffect = false
-      await client.query('COMMIT')
-      inTransaction = false
-      this.#emit({ type: 'applied', consumer: this.consumer, messageId: message.id })
-      return { status: 'applied', value }
-    } catch (error) {
-      if (inTransaction) await client.query('ROLLBACK').catch(() => {})
-      // The effect's own errors are the caller's; ours mean the database is in trouble.
-      if (inEffect || error instanceof IdempotencyError) throw error
-      throw storeUnavailable('PgInbox', `handle ${message.id}`, error)
-    } finally {
-      client.release()
-    }
+      if (seen !== 'new') return { rollback: true, value: { seen } }
+      return { value: { applied: await runEffect(() => effect(client, message)) } }
+    })
+    if ('seen' in outcome) return this.#seenBefore(outcome.seen, message.id)
+    this.#emit({ type: 'applied', consumer: this.consumer, messageId: message.id })
+    return { status: 'applied', value: outcome.applied }
   }
 
   /**
@@ -152,17 +124,7 @@ export class PgInbox implements Inbox<PgPoolClient> {
   ): Promise<Array<InboxBatchResult<T>>> {
     for (const message of messages) assertMessageId(message)
     const hashes = messages.map((m) => payloadHash(m.payload))
-    let client: PgPoolClient
-    try {
-      client = await this.#pool.connect()
-    } catch (error) {
-      throw storeUnavailable('PgInbox', 'connect', error)
-    }
-    let inTransaction = false
-    let inEffect = false
-    try {
-      await client.query('BEGIN')
-      inTransaction = true
+    const { results, events } = await this.#transaction(`handleBatch of ${messages.length}`, async (client, runEffect) => {
       const inserted = await client.query<{ message_id: string }>(
         `INSERT INTO ${this.#table} (consumer, message_id, payload_hash)
          SELECT $1, id, hash FROM unnest($2::text[], $3::text[]) AS m(id, hash)
@@ -186,9 +148,7 @@ export class PgInbox implements Inbox<PgPoolClient> {
         const hash = hashes[i] as string
         if (fresh.has(message.id) && !known.has(message.id)) {
           known.set(message.id, hash)
-          inEffect = true
-          results.push({ status: 'applied', value: await effect(client, message) })
-          inEffect = false
+          results.push({ status: 'applied', value: await runEffect(() => effect(client, message)) })
           events.push({ type: 'applied', consumer: this.consumer, messageId: message.id })
         } else if (known.get(message.id) !== undefined && known.get(message.id) !== hash) {
           results.push({ status: 'mismatch', error: new InboxMismatchError(this.consumer, message.id) })
@@ -198,14 +158,47 @@ export class PgInbox implements Inbox<PgPoolClient> {
           events.push({ type: 'duplicate', consumer: this.consumer, messageId: message.id })
         }
       }
-      await client.query('COMMIT')
+      return { value: { results, events } }
+    })
+    for (const event of events) this.#emit(event)
+    return results
+  }
+
+  /**
+   * One transaction on a pooled client, shared by {@link PgInbox.handle} and {@link PgInbox.handleBatch}.
+   * The caller's effects run through `runEffect`, so their errors are rethrown as they are, while the
+   * database's become `STORE_UNAVAILABLE`; either rolls back. `rollback: true` ends it without a commit.
+   */
+  async #transaction<R>(
+    label: string,
+    work: (client: PgPoolClient, runEffect: <T>(effect: () => Promise<T> | T) => Promise<T>) => Promise<{ value: R; rollback?: boolean }>,
+  ): Promise<R> {
+    let client: PgPoolClient
+    try {
+      client = await this.#pool.connect()
+    } catch (error) {
+      throw storeUnavailable('PgInbox', 'connect', error)
+    }
+    let inTransaction = false
+    let inEffect = false
+    const runEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
+      inEffect = true
+      const value = await effect()
+      inEffect = false
+      return value
+    }
+    try {
+      await client.query('BEGIN')
+      inTransaction = true
+      const { value, rollback } = await work(client, runEffect)
+      await client.query(rollback ? 'ROLLBACK' : 'COMMIT')
       inTransaction = false
-      for (const event of events) this.#emit(event)
-      return results
+      return value
     } catch (error) {
       if (inTransaction) await client.query('ROLLBACK').catch(() => {})
+      // The effect's own errors are the caller's; ours mean the database is in trouble.
       if (inEffect || error instanceof IdempotencyError) throw error
-      throw storeUnavailable('PgInbox', `handleBatch of ${messages.length}`, error)
+      throw storeUnavailable('PgInbox', label, error)
     } finally {
       client.release()
     }
