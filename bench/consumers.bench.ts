@@ -23,7 +23,7 @@ import { consumeNats, NatsPublisher } from '../src/messaging/publishers/nats/ind
 import { consumeRabbitMq, RabbitMqPublisher } from '../src/messaging/publishers/rabbitmq/index.js'
 import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/publishers/redis-streams/index.js'
 import type { RunningConsumer } from '../src/messaging/publishers/shared.js'
-import { fmt, percentile, report, table } from './lib.js'
+import { fmt, percentile, report, steadyLoad, table } from './lib.js'
 
 const arg = (name: string, fallback: number) => {
   const i = process.argv.indexOf(`--${name}`)
@@ -163,34 +163,20 @@ async function latency(broker: string) {
   })
   relay.start()
   const committedAt = new Map<string, number>()
-  const producers = 8
-  const end = performance.now() + SECONDS * 1_000
-  const intervalMs = (1_000 * producers) / RATE
-  let produced = 0
-  const started = performance.now()
   const cpuBefore = process.cpuUsage()
-  await Promise.all(
-    Array.from({ length: producers }, async (_, p) => {
-      let next = performance.now() + (p * intervalMs) / producers
-      while (performance.now() < end) {
-        const wait = next - performance.now()
-        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
-        next += intervalMs
-        const client = await pool.connect()
-        try {
-          await client.query('BEGIN')
-          const { id } = await s.outbox.add(client, s.event(produced++))
-          await client.query('COMMIT')
-          committedAt.set(id, performance.now())
-        } finally {
-          client.release()
-        }
-      }
-    }),
-  )
-  const achieved = produced / ((performance.now() - started) / 1_000)
+  const { produced, achieved, elapsedMs } = await steadyLoad(RATE, SECONDS, async (i) => {
+    const client = await pool.connect()
+    try {
+      await client.query('BEGIN')
+      const { id } = await s.outbox.add(client, s.event(i))
+      await client.query('COMMIT')
+      committedAt.set(id, performance.now())
+    } finally {
+      client.release()
+    }
+  })
   const cpu = process.cpuUsage(cpuBefore)
-  const cpuShare = (cpu.user + cpu.system) / 1_000 / (performance.now() - started)
+  const cpuShare = (cpu.user + cpu.system) / 1_000 / elapsedMs
   await waitFor(() => s.appliedAt.size >= committedAt.size, 30_000)
   await relay.stop()
   await consumer.stop()

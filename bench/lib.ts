@@ -3,6 +3,36 @@ import { mkdirSync, writeFileSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { join } from 'node:path'
 
+/**
+ * A steady offered load: `producers` callers, staggered, each calling `produce` on its own schedule so
+ * that together they offer `rate` calls a second for `seconds`. Returns how many calls were made and the
+ * rate achieved (lower than offered when `produce` cannot keep up).
+ */
+export async function steadyLoad(
+  rate: number,
+  seconds: number,
+  produce: (i: number) => Promise<void>,
+  producers = 8,
+): Promise<{ produced: number; achieved: number; elapsedMs: number }> {
+  const end = performance.now() + seconds * 1_000
+  const intervalMs = (1_000 * producers) / rate
+  let produced = 0
+  const started = performance.now()
+  await Promise.all(
+    Array.from({ length: producers }, async (_, p) => {
+      let next = performance.now() + (p * intervalMs) / producers
+      while (performance.now() < end) {
+        const wait = next - performance.now()
+        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
+        next += intervalMs
+        await produce(produced++)
+      }
+    }),
+  )
+  const elapsedMs = performance.now() - started
+  return { produced, achieved: produced / (elapsedMs / 1_000), elapsedMs }
+}
+
 /** Runs `op` in a loop for about `ms` (after a warm-up) with `concurrency` callers; returns ops/s. */
 export async function opsPerSecond(op: (i: number) => Promise<unknown>, ms = 2_000, concurrency = 1): Promise<number> {
   let counter = 0

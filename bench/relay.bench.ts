@@ -11,7 +11,7 @@ import { connect, nanos } from 'nats'
 import pg from 'pg'
 import { OutboxRelay, PgOutbox, type RelayEvent } from '../src/messaging/outbox/index.js'
 import { NatsPublisher } from '../src/messaging/publishers/nats/index.js'
-import { fmt, percentile, report, table } from './lib.js'
+import { fmt, percentile, report, steadyLoad, table } from './lib.js'
 
 const arg = (name: string, fallback: number) => {
   const i = process.argv.indexOf(`--${name}`)
@@ -87,32 +87,17 @@ async function latency(): Promise<{ p50: number; p99: number; max: number; sampl
     },
   })
   relay.start()
-  const producers = 8
-  const end = performance.now() + SECONDS * 1_000
-  const intervalMs = (1_000 * producers) / RATE
-  let produced = 0
-  const started = performance.now()
-  await Promise.all(
-    Array.from({ length: producers }, async (_, p) => {
-      let next = performance.now() + (p * intervalMs) / producers
-      while (performance.now() < end) {
-        const wait = next - performance.now()
-        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
-        next += intervalMs
-        const client = await pool.connect()
-        try {
-          await client.query('BEGIN')
-          const { id } = await outbox.add(client, { topic: `${stream}.latency`, payload: { p } })
-          await client.query('COMMIT')
-          committedAt.set(id, performance.now())
-          produced++
-        } finally {
-          client.release()
-        }
-      }
-    }),
-  )
-  const achieved = produced / ((performance.now() - started) / 1_000)
+  const { achieved } = await steadyLoad(RATE, SECONDS, async (i) => {
+    const client = await pool.connect()
+    try {
+      await client.query('BEGIN')
+      const { id } = await outbox.add(client, { topic: `${stream}.latency`, payload: { p: i % 8 } })
+      await client.query('COMMIT')
+      committedAt.set(id, performance.now())
+    } finally {
+      client.release()
+    }
+  })
   const deadline = Date.now() + 10_000
   while ((await outbox.stats()).pending > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50))
   await relay.stop()
