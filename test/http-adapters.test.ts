@@ -14,17 +14,7 @@ import { idempotency as expressIdempotency } from '../src/http/express/index.js'
 import { idempotency as fastifyIdempotency } from '../src/http/fastify/index.js'
 import { getIdempotency, withIdempotency } from '../src/http/fetch/index.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
-
-/** A MemoryStore that counts acquisitions, to see whether a request touched the ledger. */
-function countingStore(): MemoryStore & { acquired: number } {
-  const store = Object.assign(new MemoryStore(), { acquired: 0 })
-  const acquire = store.acquire.bind(store)
-  store.acquire = (...args) => {
-    store.acquired++
-    return acquire(...args)
-  }
-  return store
-}
+import { countingStore } from './helpers/counting-store.js'
 
 async function send(url: string, key: string | undefined, body: string, contentType = 'application/json') {
   const headers: Record<string, string> = { 'content-type': contentType }

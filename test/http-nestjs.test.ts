@@ -26,18 +26,8 @@ import { NestFactory } from '@nestjs/core'
 import { FastifyAdapter } from '@nestjs/platform-fastify'
 import { Ledger } from '../src/core/ledger.js'
 import { IdempotencyInterceptor, IdempotencyModule, Idempotent } from '../src/http/nestjs/index.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
-
-/** A MemoryStore that counts acquisitions, to see whether a request touched the ledger. */
-function countingStore(): MemoryStore & { acquired: number } {
-  const store = Object.assign(new MemoryStore(), { acquired: 0 })
-  const acquire = store.acquire.bind(store)
-  store.acquire = (...args) => {
-    store.acquired++
-    return acquire(...args)
-  }
-  return store
-}
+import type { MemoryStore } from '../src/stores/memory/memory-store.js'
+import { countingStore } from './helpers/counting-store.js'
 
 async function send(url: string, key: string | undefined, body: unknown = {}, headers: Record<string, string> = {}) {
   const all: Record<string, string> = { 'content-type': 'application/json', ...headers }

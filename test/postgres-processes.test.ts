@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import pg from 'pg'
 import { PostgresStore } from '../src/stores/postgres/index.js'
+import { expectRaced } from './helpers/race-rounds.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
@@ -43,15 +44,7 @@ describe.skipIf(skip !== undefined)('PostgresStore across processes', () => {
   })
 
   it(`runs each of ${KEYS} keys exactly once when ${PROCESSES} processes with their own pools run them all at once`, async () => {
-    // Exactly-once is checked on every round; a round in which one process finished every key before
-    // the others started (a loaded machine) proved nothing about racing, so it runs again, at most 3 times.
-    for (let round = 1; ; round++) {
-      const racing = await raceRound()
-      if (racing > 1 || round === 3) {
-        expect(racing, 'processes that executed keys: they really raced').toBeGreaterThan(1)
-        return
-      }
-    }
+    await expectRaced(raceRound)
   })
 
   /** One race of every process over the same keys in a fresh scope; returns how many processes executed some. */
