@@ -153,10 +153,29 @@ export function toWebResponse(response: { status: number; headers: Record<string
   })
 }
 
+/** Whether a Content-Type is JSON (`application/json` or any `*+json`), whatever its parameters. */
+export function isJsonType(contentType: string | string[] | undefined): boolean {
+  const type = (Array.isArray(contentType) ? contentType[0] : contentType)?.split(';')[0]?.trim().toLowerCase() ?? ''
+  return type === 'application/json' || type.endsWith('+json')
+}
+
+/** A body a framework kept as it came (a Buffer, or text), not as something it parsed. */
+export function isBytes(value: unknown): value is Buffer | string {
+  return Buffer.isBuffer(value) || typeof value === 'string'
+}
+
+/** A framework's header record (numbers, arrays, unset entries) as the engine's strings. */
+export function plainHeaders(headers: Record<string, unknown>): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {}
+  for (const [name, value] of Object.entries(headers)) {
+    if (value !== undefined && value !== null) out[name] = Array.isArray(value) ? value.map(String) : String(value)
+  }
+  return out
+}
+
 /** A body read by the layer, as a handler expects it: parsed when it is JSON, else the bytes. */
 export function parseJsonOr(bytes: Uint8Array, contentType: string | undefined): unknown {
-  const type = contentType?.split(';')[0]?.trim().toLowerCase() ?? ''
-  if (type === 'application/json' || type.endsWith('+json')) {
+  if (isJsonType(contentType)) {
     try {
       return JSON.parse(Buffer.from(bytes).toString('utf8'))
     } catch {

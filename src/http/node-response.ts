@@ -4,6 +4,7 @@
  * and Fastify's `reply.raw`) end up writing to one, so both adapters share this.
  */
 import type { ServerResponse } from 'node:http'
+import { plainHeaders } from './node-body.js'
 import type { HttpResponseLike } from './types.js'
 
 type Chunk = string | Uint8Array
@@ -168,9 +169,5 @@ function toBuffer(chunk: unknown, encoding: unknown): Buffer | undefined {
 
 /** The headers set on a response, as a record of strings. */
 export function headersOf(res: ServerResponse): Record<string, string | string[]> {
-  const headers: Record<string, string | string[]> = {}
-  for (const [name, value] of Object.entries(res.getHeaders())) {
-    if (value !== undefined) headers[name] = Array.isArray(value) ? value : String(value)
-  }
-  return headers
+  return plainHeaders(res.getHeaders())
 }

@@ -2,6 +2,7 @@ import { canonicalJsonText, MAX_JSON_DEPTH } from '../core/canonical-json.js'
 import { canonicalJson, sha256Hex } from '../core/fingerprint.js'
 import type { StoredResponse } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
+import { isJsonType } from './node-body.js'
 import { DEFAULT_PROBLEM_BASE } from './problem.js'
 import { credentialScope, resolveScopeSecret } from './scope.js'
 import type { HttpRequestLike, HttpResponseLike } from './types.js'
@@ -75,11 +76,6 @@ export function fromStored(stored: StoredResponse, problemBase = DEFAULT_PROBLEM
   }
 }
 
-function isJson(contentType: string | string[] | undefined): boolean {
-  const value = (Array.isArray(contentType) ? contentType[0] : contentType)?.split(';')[0]?.trim().toLowerCase() ?? ''
-  return value === 'application/json' || value.endsWith('+json')
-}
-
 /**
  * The default fingerprint (docs/http.md, "Fingerprints"): method, path with query, and the body. A JSON body is
  * canonicalised losslessly from its bytes: keys sorted, whitespace and escapes normalised, numbers
@@ -107,7 +103,7 @@ export function requestFingerprint(req: HttpRequestLike, body: Uint8Array): stri
     }
     return sha256Hex(head, 'json\n', canonical)
   }
-  if (isJson(req.headers['content-type'])) {
+  if (isJsonType(req.headers['content-type'])) {
     const canonical = canonicalJsonText(body)
     if (canonical !== undefined) return sha256Hex(head, 'json\n', canonical)
   }

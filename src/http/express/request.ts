@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http'
-import { distinctHeaders, parseJsonOr, readNodeBody, tooLarge } from '../node-body.js'
+import { distinctHeaders, isBytes, parseJsonOr, readNodeBody, tooLarge } from '../node-body.js'
 import type { HttpRequestLike } from '../types.js'
 
 /** What an Express-style request may carry beyond Node's: body-parser's marks, the raw bytes. */
@@ -42,8 +42,4 @@ export function expressRequestLike(req: BodyCarrier, native: unknown = req): Htt
 
 function bodyParsed(req: BodyCarrier): boolean {
   return req._body === true || (req.readableEnded && req.body !== undefined)
-}
-
-function isBytes(body: unknown): boolean {
-  return Buffer.isBuffer(body) || typeof body === 'string'
 }

@@ -5,7 +5,7 @@
 import { Readable, Transform, type TransformCallback } from 'node:stream'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
-import { distinctHeaders, tooLarge } from '../node-body.js'
+import { distinctHeaders, plainHeaders, tooLarge } from '../node-body.js'
 import type { Decision, EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
 
 export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
@@ -153,11 +153,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
 /** Stores what the handler sent and returns the payload to send: its own, or the engine's problem. */
 async function settle(decision: Extract<Decision, { kind: 'execute' }>, reply: FastifyReply, payload: unknown): Promise<unknown> {
   const body = await toBuffer(payload)
-  const headers: Record<string, string | string[]> = {}
-  for (const [name, value] of Object.entries(reply.getHeaders())) {
-    if (value !== undefined) headers[name] = Array.isArray(value) ? value : String(value)
-  }
-  const captured = { status: reply.statusCode, headers, body }
+  const captured = { status: reply.statusCode, headers: plainHeaders(reply.getHeaders()), body }
   const answer = await decision.finish(captured)
   // Hand back what the handler gave when it is still readable: a string lets Node write the headers
   // and body as one chunk, where a Buffer costs a second one on every response.

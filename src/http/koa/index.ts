@@ -5,7 +5,7 @@
 import { Readable } from 'node:stream'
 import type { DefaultContext, DefaultState, Next, ParameterizedContext } from 'koa'
 import { createEngine } from '../engine.js'
-import { distinctHeaders, NULL_BODY_STATUSES, parseJsonOr, readNodeBody, tooLarge } from '../node-body.js'
+import { distinctHeaders, isBytes, NULL_BODY_STATUSES, parseJsonOr, plainHeaders, readNodeBody, tooLarge } from '../node-body.js'
 import type { EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../types.js'
 
 export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
@@ -110,7 +110,7 @@ function requestLike(ctx: ParameterizedContext): HttpRequestLike {
 /** What Koa will send for this context, as bytes: it sends a string, a buffer, a stream, or JSON. */
 async function captureResponse(ctx: ParameterizedContext): Promise<HttpResponseLike> {
   const status = ctx.status
-  const headers = headersRecord(ctx.response.headers)
+  const headers = plainHeaders(ctx.response.headers)
   const body: unknown = ctx.body
   if (NULL_BODY_STATUSES.has(status) || ctx.method === 'HEAD') return { status, headers, body: new Uint8Array(0) }
   if (body === null || body === undefined) {
@@ -128,7 +128,7 @@ async function captureResponse(ctx: ParameterizedContext): Promise<HttpResponseL
     const bytes = Buffer.concat(chunks)
     // The stream is read: Koa sends the bytes instead (same status and type).
     ctx.body = bytes
-    return { status: ctx.status, headers: headersRecord(ctx.response.headers), body: bytes }
+    return { status: ctx.status, headers: plainHeaders(ctx.response.headers), body: bytes }
   }
   return { status, headers, body: Buffer.from(JSON.stringify(body)) }
 }
@@ -152,16 +152,4 @@ function send(ctx: ParameterizedContext, response: HttpResponseLike, replace = f
   ctx.body = Buffer.from(response.body)
   // Koa types a Buffer body as application/octet-stream; a stored response without a type has none.
   if (response.headers['content-type'] === undefined) ctx.remove('Content-Type')
-}
-
-function isBytes(value: unknown): boolean {
-  return Buffer.isBuffer(value) || typeof value === 'string'
-}
-
-function headersRecord(headers: Record<string, unknown>): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {}
-  for (const [name, value] of Object.entries(headers)) {
-    if (value !== undefined && value !== null) out[name] = Array.isArray(value) ? value.map(String) : String(value)
-  }
-  return out
 }

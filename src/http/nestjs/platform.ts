@@ -5,7 +5,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { StreamableFile } from '@nestjs/common'
 import { type BodyCarrier, expressRequestLike } from '../express/request.js'
-import { distinctHeaders, tooLarge } from '../node-body.js'
+import { distinctHeaders, isBytes, tooLarge } from '../node-body.js'
 import { sendNode } from '../node-response.js'
 import type { HttpRequestLike, HttpResponseLike } from '../types.js'
 
@@ -113,10 +113,6 @@ function fastifyRequestLike(request: FastifyRequestLike): HttpRequestLike {
       return bytes
     },
   }
-}
-
-function isBytes(value: unknown): boolean {
-  return Buffer.isBuffer(value) || typeof value === 'string'
 }
 
 /** Nest's metadata keys and route parameter types (`@nestjs/common`'s constants and RouteParamtypes). */
