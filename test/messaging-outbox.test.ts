@@ -227,6 +227,31 @@ describe.skipIf(skip !== undefined)('outbox, relay and inbox on PostgreSQL with 
     expect(failedOnce.size).toBe(2)
   })
 
+  it('claims no later event of a partition while an earlier one is leased or backing off, and claims it once that one is sent', async () => {
+    await inTransaction(db.pool, async (tx) => {
+      for (const [id, partitionKey] of [
+        ['a1', 'a'],
+        ['a2', 'a'],
+        ['b1', 'b'],
+        ['b2', 'b'],
+        ['c1', 'c'],
+        ['free', undefined],
+      ] as const)
+        await outbox.add(tx, { id, topic: nats.subject('claims'), payload: id, ...(partitionKey ? { partitionKey } : {}) })
+    })
+    const storage = outbox.storage()
+    const ids = (messages: OutboxMessage[]) => messages.map((m) => m.id)
+    const first = await storage.claim('relay-1', 1, 60_000)
+    expect(ids(first)).toEqual(['a1'])
+    const second = await storage.claim('relay-2', 1, 60_000)
+    expect(ids(second)).toEqual(['b1'])
+    // b1 fails and backs off: b2 stays blocked although nothing of b is leased any more.
+    await storage.markFailed('relay-2', [{ seq: second[0]!.seq, error: 'nack', retryInMs: 60_000, dead: false }])
+    expect(ids(await storage.claim('relay-3', 10, 60_000))).toEqual(['c1', 'free'])
+    await storage.markSent([first[0]!.seq])
+    expect(ids(await storage.claim('relay-4', 10, 60_000))).toEqual(['a2'])
+  })
+
   it('wakes on LISTEN/NOTIFY when a transaction commits, without waiting for its poll', async () => {
     const sent: string[] = []
     const relay = new OutboxRelay({

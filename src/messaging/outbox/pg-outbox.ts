@@ -103,6 +103,11 @@ export class PgOutbox {
       const idx = this.#indexName
       await client.query(`CREATE INDEX IF NOT EXISTS ${idx('pending')} ON ${t} (seq) WHERE status = 'pending'`)
       await client.query(`CREATE INDEX IF NOT EXISTS ${idx('partition')} ON ${t} (partition_key, seq) WHERE status = 'pending'`)
+      // The relay's blocked-partition set under `ordering: 'partition'`: leased rows, rows backing off.
+      await client.query(
+        `CREATE INDEX IF NOT EXISTS ${idx('leased')} ON ${t} (partition_key) WHERE status = 'pending' AND locked_until IS NOT NULL`,
+      )
+      await client.query(`CREATE INDEX IF NOT EXISTS ${idx('waiting')} ON ${t} (available_at) WHERE status = 'pending'`)
       await client.query(`CREATE OR REPLACE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN PERFORM pg_notify('${this.#channel}', ''); RETURN NULL; END $$`)
       await client.query(`DROP TRIGGER IF EXISTS idemkey_outbox_notify ON ${t}`)

@@ -159,10 +159,13 @@ export class SqliteOutbox {
     const db = this.#db
     const t = this.#table
     const now = this.#now
-    const pick = db.prepare(`SELECT seq FROM ${t} o
+    // A partition is blocked while any of its pending rows is leased or backing off; the set is
+    // computed once per claim (one pass over the pending rows), not probed per candidate row.
+    const pick = db.prepare(`WITH blocked AS (SELECT DISTINCT partition_key FROM ${t}
+        WHERE status = 'pending' AND partition_key IS NOT NULL AND (available_at > @now OR locked_until > @now))
+      SELECT seq FROM ${t} o
       WHERE status = 'pending' AND available_at <= @now AND (locked_until IS NULL OR locked_until <= @now)
-        AND (o.partition_key IS NULL OR NOT EXISTS (SELECT 1 FROM ${t} e WHERE e.partition_key = o.partition_key AND e.seq < o.seq
-          AND e.status = 'pending' AND (e.available_at > @now OR e.locked_until > @now)))
+        AND (o.partition_key IS NULL OR o.partition_key NOT IN (SELECT partition_key FROM blocked))
       ORDER BY seq LIMIT @limit`)
     const take = db.prepare(`UPDATE ${t} SET locked_by = ?, locked_until = ?, attempts = attempts + 1 WHERE seq = ?
       RETURNING seq, id, topic, partition_key, payload, content_type, headers, attempts, created_at`)
