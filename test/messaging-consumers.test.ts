@@ -235,6 +235,50 @@ for (const broker of Object.keys(harnesses) as Array<keyof typeof skips>) {
       expect(await harness.outstanding()).toBe(0)
     })
 
+    it('never applies a later message of a key before an earlier one that failed: the key is held until it comes back', async () => {
+      const name = `${broker}_hold_${randomUUID().slice(0, 8)}`
+      const inbox = new PgInbox({ pool: db.pool, consumer: 'hold', table: db.table(name) })
+      await inbox.migrate()
+      const log = db.table(`${name}_log`)
+      // Committed effects only, in commit order per key (one key's effects never overlap).
+      await db.pool.query(`CREATE TABLE ${log} (seq bigserial PRIMARY KEY, key text NOT NULL, n int NOT NULL)`)
+      const keys = 3
+      const perKey = 10
+      const messages = Array.from({ length: keys * perKey }, (_, i) => {
+        const key = `k${i % keys}`
+        const n = Math.floor(i / keys)
+        return { id: `${key}-${n}-${randomUUID()}`, key, payload: JSON.stringify({ key, n }) }
+      })
+      const victim = messages.find((m) => m.key === 'k1' && m.payload.includes('"n":2'))?.id as string
+      let victimCalls = 0
+      await harness.publish(messages)
+      const running = await harness.start({
+        inbox,
+        concurrency: 3,
+        async handler(tx, m) {
+          if (m.id === victim && ++victimCalls <= 2) throw new Error('injected: the effect fails on its first two attempts')
+          const { key, n } = JSON.parse(Buffer.from(m.payload).toString()) as { key: string; n: number }
+          await tx.query(`INSERT INTO ${log} (key, n) VALUES ($1, $2)`, [key, n])
+        },
+      })
+      await eventually(async () => {
+        const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${log}`)
+        return rows[0].n === messages.length
+      }, 'every message to be applied')
+      await running.stop()
+      const { rows } = await db.pool.query<{ key: string; n: number }>(`SELECT key, n FROM ${log} ORDER BY seq`)
+      for (let k = 0; k < keys; k++) {
+        expect(rows.filter((r) => r.key === `k${k}`).map((r) => r.n)).toEqual(Array.from({ length: perKey }, (_, n) => n))
+      }
+      expect(victimCalls).toBe(3)
+      let outstanding = await harness.outstanding()
+      for (let i = 0; i < 20 && outstanding > 0; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 50))
+        outstanding = await harness.outstanding()
+      }
+      expect(outstanding).toBe(0)
+    })
+
     it('stop() waits for the effects in hand, which commit and are acked', async () => {
       const name = `${broker}_stop_${randomUUID().slice(0, 8)}`
       const inbox = new PgInbox({ pool: db.pool, consumer: 'stop', table: db.table(name) })

@@ -37,6 +37,15 @@ export interface ConsumeOptions<Tx> {
    * @default 16
    */
   batchSize?: number
+  /**
+   * After a message fails (its effect or commit threw; the broker will deliver it again), its
+   * partition key is held: the messages of that key in hand are returned to the broker unapplied,
+   * and those that arrive later are returned too, until the failed message comes back (or this
+   * long has passed, e.g. because the broker dead-lettered it). So a later message of a key is never
+   * applied before an earlier one that failed. Keep it above the broker's redelivery delay.
+   * @default 30_000
+   */
+  failureHoldMs?: number
 }
 
 /** A running consumer. */
@@ -86,8 +95,15 @@ export function defaultInHand(options: { concurrency?: number; batchSize?: numbe
 
 /** A dispatcher for a helper's options: `concurrency` workers (or `limit`), batches of `batchSize`. */
 export function createDispatcher<Tx>(options: ConsumeOptions<Tx>, limit = consumerConcurrency(options)): Dispatcher<Tx> {
-  return new Dispatcher(options, limit, positive(options.batchSize, DEFAULT_CONSUMER_BATCH_SIZE, 'batchSize'))
+  const holdMs = options.failureHoldMs ?? DEFAULT_FAILURE_HOLD_MS
+  if (!Number.isFinite(holdMs) || holdMs < 0) {
+    throw new IdempotencyError('INVALID_OPTION', `consumer: failureHoldMs must be a number >= 0, got ${String(holdMs)}.`)
+  }
+  return new Dispatcher(options, limit, positive(options.batchSize, DEFAULT_CONSUMER_BATCH_SIZE, 'batchSize'), holdMs)
 }
+
+/** How long a failed message's key is held unless told otherwise. */
+export const DEFAULT_FAILURE_HOLD_MS = 30_000
 
 /** What a helper does with a message once the inbox answered. */
 export type Verdict = 'ack' | 'retry' | 'reject'
@@ -97,7 +113,11 @@ export type Verdict = 'ack' | 'retry' | 'reject'
  * offers `handleBatch`; if that batch fails, each message alone with {@link processMessage}, one
  * after another, so only the failing one is retried. One verdict per message, in order.
  */
-export async function processBatch<Tx>(options: ConsumeOptions<Tx>, messages: readonly InboxMessage[]): Promise<Verdict[]> {
+export async function processBatch<Tx>(
+  options: ConsumeOptions<Tx>,
+  messages: readonly InboxMessage[],
+  keys: readonly (string | null)[] = [],
+): Promise<Verdict[]> {
   const { inbox } = options
   if (messages.length > 1 && inbox.handleBatch) {
     try {
@@ -111,8 +131,19 @@ export async function processBatch<Tx>(options: ConsumeOptions<Tx>, messages: re
       // One message (or the database) failed the batch: find out which, one at a time.
     }
   }
+  // One at a time; after a failure, the later messages of its key are not applied before it.
   const verdicts: Verdict[] = []
-  for (const message of messages) verdicts.push(await processMessage(options, message))
+  const failed = new Set<string>()
+  for (const [i, message] of messages.entries()) {
+    const key = keys[i] ?? null
+    if (key !== null && failed.has(key)) {
+      verdicts.push('retry')
+      continue
+    }
+    const verdict = await processMessage(options, message)
+    if (verdict === 'retry' && key !== null) failed.add(key)
+    verdicts.push(verdict)
+  }
   return verdicts
 }
 
@@ -138,14 +169,18 @@ export class Dispatcher<Tx> {
   readonly #ready: Item[] = []
   /** Keys with a message ready or running, each with the messages waiting behind it. */
   readonly #keys = new Map<string, Item[]>()
+  /** Keys held after a failure: until the failed message (by ID) is given again, or `until`. */
+  readonly #held = new Map<string, { id: string; until: number }>()
+  readonly #holdMs: number
   #workers = 0
   #inHand = 0
   #waiters: Array<() => void> = []
 
-  constructor(options: ConsumeOptions<Tx>, limit: number, batchSize: number) {
+  constructor(options: ConsumeOptions<Tx>, limit: number, batchSize: number, holdMs = DEFAULT_FAILURE_HOLD_MS) {
     this.#options = options
     this.#limit = limit
     this.#batchSize = batchSize
+    this.#holdMs = holdMs
   }
 
   get inHand(): number {
@@ -155,6 +190,11 @@ export class Dispatcher<Tx> {
   push(key: string | null, message: InboxMessage, settle: Item['settle']): void {
     const item: Item = { key, message, settle }
     this.#inHand++
+    if (key !== null && this.#heldBack(key, message.id)) {
+      // An earlier message of this key failed and has not come back yet: this one goes back too.
+      void this.#settleAll([item]).then(() => this.#settled(1))
+      return
+    }
     if (key !== null) {
       const behind = this.#keys.get(key)
       if (behind) {
@@ -184,31 +224,62 @@ export class Dispatcher<Tx> {
     }
   }
 
-  async #run(batch: Item[]): Promise<void> {
-    let verdicts: Verdict[]
-    try {
-      verdicts = await processBatch(
-        this.#options,
-        batch.map((item) => item.message),
-      )
-    } catch {
-      verdicts = batch.map(() => 'retry')
+  /** Whether `key` is held after a failure; the failed message itself (`id`) ends the hold. */
+  #heldBack(key: string, id: string): boolean {
+    const hold = this.#held.get(key)
+    if (!hold) return false
+    if (hold.id === id || Date.now() >= hold.until) {
+      this.#held.delete(key)
+      return false
     }
-    for (const [i, item] of batch.entries()) {
+    return true
+  }
+
+  async #settleAll(items: readonly Item[], verdicts: readonly Verdict[] = []): Promise<void> {
+    for (const [i, item] of items.entries()) {
       try {
         await item.settle(verdicts[i] ?? 'retry')
       } catch {
         // settle reports its own failures.
       }
     }
-    this.#workers--
-    this.#inHand -= batch.length
+  }
+
+  async #run(batch: Item[]): Promise<void> {
+    let verdicts: Verdict[]
+    try {
+      verdicts = await processBatch(
+        this.#options,
+        batch.map((item) => item.message),
+        batch.map((item) => item.key),
+      )
+    } catch {
+      verdicts = batch.map(() => 'retry')
+    }
+    await this.#settleAll(batch, verdicts)
+    let settled = batch.length
     for (const key of new Set(batch.map((item) => item.key))) {
       if (key === null) continue
+      const failed = batch.find((item, i) => item.key === key && (verdicts[i] ?? 'retry') === 'retry')
+      if (failed && this.#holdMs > 0) {
+        // Hold the key until the failed message comes back; what waits behind it goes back unapplied.
+        this.#held.set(key, { id: failed.message.id, until: Date.now() + this.#holdMs })
+        const behind = this.#keys.get(key) ?? []
+        this.#keys.delete(key)
+        await this.#settleAll(behind)
+        settled += behind.length
+        continue
+      }
       const next = this.#keys.get(key)?.shift()
       if (next) this.#ready.push(next)
       else this.#keys.delete(key)
     }
+    this.#workers--
+    this.#settled(settled)
+  }
+
+  #settled(count: number): void {
+    this.#inHand -= count
     this.#pump()
     const waiters = this.#waiters
     this.#waiters = []
