@@ -137,6 +137,44 @@ describe('SQLite outbox and inbox', () => {
     }
   })
 
+  it('handles a batch in one transaction: new IDs applied in order, duplicates skipped, a reused ID flagged, a failing effect rolls all back', async () => {
+    db.exec('CREATE TABLE applied (n INTEGER)')
+    const inbox = new SqliteInbox({ database: db, consumer: 'billing' })
+    inbox.migrate()
+    const apply = (tx: SqliteDb, m: { payload: unknown }) => {
+      tx.prepare('INSERT INTO applied (n) VALUES (?)').run(Number(m.payload))
+      return Number(m.payload)
+    }
+    await inbox.handle({ id: 'm1', payload: '1' }, apply)
+    const results = await inbox.handleBatch(
+      [
+        { id: 'm1', payload: '1' },
+        { id: 'm2', payload: '2' },
+        { id: 'm1', payload: '9' },
+        { id: 'm3', payload: '3' },
+        { id: 'm2', payload: '2' },
+      ],
+      apply,
+    )
+    expect(results.map((r) => r.status)).toEqual(['duplicate', 'applied', 'mismatch', 'applied', 'duplicate'])
+    expect(results[1]).toEqual({ status: 'applied', value: 2 })
+    const failing = (tx: SqliteDb, m: { id: string; payload: unknown }) => {
+      apply(tx, m)
+      if (m.id === 'm5') throw new Error('effect failed')
+    }
+    await expect(
+      inbox.handleBatch(
+        [
+          { id: 'm4', payload: '4' },
+          { id: 'm5', payload: '5' },
+        ],
+        failing,
+      ),
+    ).rejects.toThrow('effect failed')
+    expect(db.prepare('SELECT n FROM applied ORDER BY rowid').all()).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }])
+    expect((db.prepare("SELECT count(*) AS n FROM idemkey_inbox WHERE message_id IN ('m4', 'm5')").get() as { n: number }).n).toBe(0)
+  })
+
   describe('through NATS JetStream', { skip: skip !== undefined }, () => {
     let nats: TestStream
     beforeEach(async () => {

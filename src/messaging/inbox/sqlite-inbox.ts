@@ -3,7 +3,7 @@ import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
 import { payloadHash } from './pg-inbox.js'
-import type { Inbox, InboxEvent, InboxMessage, InboxResult } from './types.js'
+import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxResult } from './types.js'
 
 /** Options of {@link SqliteInbox}. */
 export interface SqliteInboxOptions {
@@ -61,49 +61,77 @@ export class SqliteInbox implements Inbox<SqliteDb> {
 
   /** Runs the synchronous `effect` and records the ID in one transaction, unless the ID was processed already. */
   async handle<T>(message: InboxMessage, effect: (db: SqliteDb, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>> {
-    if (typeof message?.id !== 'string' || message.id.length === 0) {
-      throw new IdempotencyError(
-        'INVALID_ARGUMENT',
-        'inbox.handle: the message has no ID. Producers must set one (the outbox always does).',
-      )
-    }
-    const hash = payloadHash(message.payload)
-    let inEffect = false
-    const run = this.#db.transaction((): InboxResult<T> | 'mismatch' => {
-      const inserted = this.#db
-        .prepare(`INSERT INTO ${this.#table} (consumer, message_id, payload_hash, processed_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`)
-        .run(this.consumer, message.id, hash, this.#now())
-      if (inserted.changes === 0) {
-        const row = this.#db
-          .prepare(`SELECT payload_hash FROM ${this.#table} WHERE consumer = ? AND message_id = ?`)
-          .get(this.consumer, message.id) as { payload_hash: string } | undefined
-        return row && row.payload_hash !== hash ? 'mismatch' : { status: 'duplicate' }
-      }
-      inEffect = true
-      const value = effect(this.#db, message)
-      inEffect = false
-      if (value instanceof Promise) {
-        value.catch(() => {})
+    const [result] = this.#inTransaction(`handle ${message?.id}`, [message], effect)
+    if (result?.status === 'mismatch') throw result.error
+    return result as InboxResult<T>
+  }
+
+  /**
+   * Handles several messages in one `BEGIN IMMEDIATE` transaction: each new ID is recorded and its
+   * synchronous effect runs, in order; duplicates are skipped and a reused ID with another payload is
+   * answered `mismatch`. If an effect or the database fails, the whole batch rolls back and the error
+   * is thrown (the consumer helpers then handle each message alone).
+   */
+  async handleBatch<T>(
+    messages: readonly InboxMessage[],
+    effect: (db: SqliteDb, message: InboxMessage) => Promise<T> | T,
+  ): Promise<Array<InboxBatchResult<T>>> {
+    return this.#inTransaction(`handleBatch of ${messages.length}`, messages, effect)
+  }
+
+  #inTransaction<T>(
+    label: string,
+    messages: readonly InboxMessage[],
+    effect: (db: SqliteDb, message: InboxMessage) => Promise<T> | T,
+  ): Array<InboxBatchResult<T>> {
+    for (const message of messages) {
+      if (typeof message?.id !== 'string' || message.id.length === 0) {
         throw new IdempotencyError(
           'INVALID_ARGUMENT',
-          'SqliteInbox effects must be synchronous (better-sqlite3 transactions cannot span an await).',
+          'inbox.handle: the message has no ID. Producers must set one (the outbox always does).',
         )
       }
-      return { status: 'applied', value }
+    }
+    const hashes = messages.map((m) => payloadHash(m.payload))
+    const insert = this.#db.prepare(
+      `INSERT INTO ${this.#table} (consumer, message_id, payload_hash, processed_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+    )
+    const known = this.#db.prepare(`SELECT payload_hash FROM ${this.#table} WHERE consumer = ? AND message_id = ?`)
+    let inEffect = false
+    const run = this.#db.transaction((): Array<InboxBatchResult<T>> => {
+      const now = this.#now()
+      return messages.map((message, i): InboxBatchResult<T> => {
+        const hash = hashes[i] as string
+        if (insert.run(this.consumer, message.id, hash, now).changes === 0) {
+          const row = known.get(this.consumer, message.id) as { payload_hash: string } | undefined
+          return row && row.payload_hash !== hash
+            ? { status: 'mismatch', error: new InboxMismatchError(this.consumer, message.id) }
+            : { status: 'duplicate' }
+        }
+        inEffect = true
+        const value = effect(this.#db, message)
+        inEffect = false
+        if (value instanceof Promise) {
+          value.catch(() => {})
+          throw new IdempotencyError(
+            'INVALID_ARGUMENT',
+            'SqliteInbox effects must be synchronous (better-sqlite3 transactions cannot span an await).',
+          )
+        }
+        return { status: 'applied', value }
+      })
     })
-    let result: InboxResult<T> | 'mismatch'
+    let results: Array<InboxBatchResult<T>>
     try {
-      result = run.immediate()
+      results = run.immediate()
     } catch (error) {
       if (inEffect || error instanceof IdempotencyError) throw error
-      throw storeUnavailable('SqliteInbox', `handle ${message.id}`, error)
+      throw storeUnavailable('SqliteInbox', label, error)
     }
-    if (result === 'mismatch') {
-      this.#emit({ type: 'mismatch', consumer: this.consumer, messageId: message.id })
-      throw new InboxMismatchError(this.consumer, message.id)
+    for (const [i, result] of results.entries()) {
+      this.#emit({ type: result.status, consumer: this.consumer, messageId: (messages[i] as InboxMessage).id })
     }
-    this.#emit({ type: result.status, consumer: this.consumer, messageId: message.id })
-    return result
+    return results
   }
 
   /**
