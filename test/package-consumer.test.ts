@@ -39,6 +39,7 @@ const PEERS = [
   'nats',
   'amqplib',
   'fast-check',
+  '@opentelemetry/api',
   '@types/node',
   '@types/express',
   '@types/koa',

@@ -3,6 +3,7 @@ import { type Clock, systemClock } from './clock.js'
 import { type Duration, parseDuration } from './duration.js'
 import { fingerprintOf } from './fingerprint.js'
 import { type Classification, classifyStatus } from './outcome.js'
+import { type Reconcile, type StepEntry, StepLog, type StepMethods } from './steps.js'
 import {
   type AcquireResult,
   type IdempotencyStore,
@@ -33,6 +34,32 @@ export interface LedgerOptions<S extends IdempotencyStore = IdempotencyStore> {
   storeTimeout?: Duration
   /** Called for each thing the ledger does: hook logs and metrics here. Must not throw. */
   onEvent?: (event: LedgerEvent) => void
+  /**
+   * Traces and metrics of each run, e.g. `openTelemetry()` from `idemkey/opentelemetry`
+   * (docs/observability.md). Unset, nothing is recorded and nothing is spent on it.
+   */
+  telemetry?: LedgerTelemetry
+}
+
+/**
+ * What the ledger calls to trace and measure its runs (docs/observability.md). `idemkey/opentelemetry`
+ * implements it; implement it to feed another system. Called on the hot path: keep it cheap, never throw.
+ */
+export interface LedgerTelemetry {
+  /** A run begins (before its first store call). The run's store calls, events and end go to what it returns. */
+  startRun(scope: string, key: string, store: string): RunTelemetry
+}
+
+/** One run, as {@link LedgerTelemetry} sees it. */
+export interface RunTelemetry {
+  /** Wraps one store operation (`acquire`, `renew`, `complete`, `release`); resolves or rejects as `call` does. */
+  storeCall<R>(operation: string, call: () => Promise<R>): Promise<R>
+  /** Runs the work function (in the run's trace context, so the work's own spans nest under it). */
+  work<R>(fn: () => R): R
+  /** Each event of the run, as the ledger's `onEvent` sees it. */
+  event(event: LedgerEvent): void
+  /** The run is over: with its result's kind, or the error it threw. */
+  end(kind: RunResult<unknown>['kind'] | undefined, error?: unknown): void
 }
 
 /** One logical operation meant to happen once. */
@@ -47,8 +74,8 @@ export interface Intent {
   payload?: unknown
 }
 
-/** What the work function receives. */
-export interface IntentContext {
+/** What the work function receives; `step`, `capture`, `now`, `uuid` and `random` are durable steps (docs/steps.md). */
+export interface IntentContext extends StepMethods {
   scope: string
   key: string
   fingerprint: string
@@ -81,6 +108,11 @@ export interface RunOptions<T> {
   wait?: Duration
   /** Also called for this run's events, besides the ledger's `onEvent` (the HTTP layer reports through it). Must not throw. */
   onEvent?: (event: LedgerEvent) => void
+  /**
+   * Called on a takeover, before the work, with the steps an earlier attempt started but did not record
+   * (docs/steps.md, "Reconciliation"). Setting it makes each step record a "started" marker first.
+   */
+  reconcile?: Reconcile
 }
 
 /** What happened to the outcome of an executed attempt. */
@@ -107,19 +139,34 @@ export type RunResult<T> =
   | { kind: 'mismatch'; scope: string; key: string }
   | { kind: 'in_progress'; lockedUntilMs: number; retryAfterMs: number }
 
-/** Reported through {@link LedgerOptions.onEvent}. */
+/**
+ * Reported through {@link LedgerOptions.onEvent}. `durationMs` is the time since the run began (by the
+ * ledger's clock), but on `store_error`, where it is how long the failed store call took; `waitedMs` is
+ * the time spent waiting for another holder of the key before this event.
+ */
 export type LedgerEvent =
-  | { type: 'acquired'; scope: string; key: string; token: number }
-  | { type: 'replayed'; scope: string; key: string }
-  | { type: 'mismatch'; scope: string; key: string }
-  | { type: 'waiting'; scope: string; key: string; lockedUntilMs: number }
-  | { type: 'stored'; scope: string; key: string; token: number; status: 'completed' | 'failed' }
-  | { type: 'released'; scope: string; key: string; token: number }
-  | { type: 'fenced_out'; scope: string; key: string; token: number }
-  | { type: 'lease_lost'; scope: string; key: string; token: number }
-  | { type: 'store_error'; scope: string; key: string; operation: string; error: unknown }
+  | { type: 'acquired'; scope: string; key: string; token: number; waitedMs: number; durationMs: number }
+  | { type: 'replayed'; scope: string; key: string; waitedMs: number; durationMs: number }
+  | { type: 'mismatch'; scope: string; key: string; waitedMs: number; durationMs: number }
+  | { type: 'waiting'; scope: string; key: string; lockedUntilMs: number; durationMs: number }
+  /** Still held by another after the whole `wait`: answered `in_progress` (`409` over HTTP). */
+  | { type: 'in_progress'; scope: string; key: string; lockedUntilMs: number; waitedMs: number; durationMs: number }
+  | { type: 'stored'; scope: string; key: string; token: number; status: 'completed' | 'failed'; durationMs: number }
+  | { type: 'released'; scope: string; key: string; token: number; durationMs: number }
+  | { type: 'fenced_out'; scope: string; key: string; token: number; durationMs: number }
+  | { type: 'lease_lost'; scope: string; key: string; token: number; durationMs: number }
+  | { type: 'store_error'; scope: string; key: string; operation: string; error: unknown; durationMs: number }
   /** The work ran but its outcome could not be stored before the lease ended: a retry will run it again. */
-  | { type: 'unrecorded'; scope: string; key: string; token: number; status: 'completed' | 'failed'; attempts: number; error: unknown }
+  | {
+      type: 'unrecorded'
+      scope: string
+      key: string
+      token: number
+      status: 'completed' | 'failed'
+      attempts: number
+      error: unknown
+      durationMs: number
+    }
 
 type TxOf<S> = S extends TransactionalStore<infer Tx> ? Tx : never
 
@@ -169,6 +216,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
   readonly waitMs: number
   readonly #storeTimeoutMs: number
   readonly #onEvent: ((event: LedgerEvent) => void) | undefined
+  readonly #telemetry: LedgerTelemetry | undefined
 
   constructor(options: LedgerOptions<S>) {
     if (!options?.store || typeof options.store.acquire !== 'function') {
@@ -184,6 +232,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     this.waitMs = parseDuration(options.wait ?? '10s', 'wait')
     this.#storeTimeoutMs = positive(parseDuration(options.storeTimeout ?? '5s', 'storeTimeout'), 'storeTimeout')
     this.#onEvent = options.onEvent
+    this.#telemetry = options.telemetry
   }
 
   /**
@@ -230,6 +279,8 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     assertIdentity(scope, key)
     const fingerprint = intent.fingerprint ?? fingerprintOf(intent.payload ?? null)
     if (intent.fingerprint !== undefined) assertFingerprint(fingerprint)
+    const startedAtMs = this.clock.now()
+    const telemetry = this.#telemetry?.startRun(scope, key, this.store.name)
     const plan: Plan<T> = {
       leaseMs: options.lease === undefined ? this.leaseMs : positive(parseDuration(options.lease, 'lease'), 'lease'),
       ttlMs: options.ttl === undefined ? this.ttlMs : positive(parseDuration(options.ttl, 'ttl'), 'ttl'),
@@ -237,10 +288,37 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
       decode: options.decode ?? decodeJson<T>,
       classify: options.classify ?? ((_value, response) => classifyStatus(response.status)),
       resourceId: options.resourceId,
-      onEvent: options.onEvent,
+      onEvent: telemetry ? withTelemetry(options.onEvent, telemetry) : options.onEvent,
+      startedAtMs,
+      telemetry,
+      reconcile: options.reconcile,
     }
+    if (!telemetry) return this.#attempt(scope, key, fingerprint, options, plan, execute)
+    let kind: RunResult<T>['kind'] | undefined
+    try {
+      const result = await this.#attempt(scope, key, fingerprint, options, plan, execute)
+      kind = result.kind
+      return result
+    } catch (error) {
+      telemetry.end(undefined, error)
+      throw error
+    } finally {
+      if (kind) telemetry.end(kind)
+    }
+  }
+
+  async #attempt<T>(
+    scope: string,
+    key: string,
+    fingerprint: string,
+    options: RunOptions<T>,
+    plan: Plan<T>,
+    execute: (ctx: Attempt, plan: Plan<T>) => Promise<RunResult<T>>,
+  ): Promise<RunResult<T>> {
+    const startedAtMs = plan.startedAtMs
     const waitMs = options.wait === undefined ? this.waitMs : parseDuration(options.wait, 'wait')
-    const deadlineMs = this.clock.now() + waitMs
+    const deadlineMs = startedAtMs + waitMs
+    let waitedMs = 0
     let waiter: Waiter | undefined
     try {
       for (let pollMs = FIRST_POLL_MS; ; pollMs = Math.min(pollMs * 2, MAX_POLL_MS)) {
@@ -249,31 +327,36 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
           scope,
           key,
           () => this.store.acquire(scope, key, fingerprint, plan.leaseMs),
-          plan.onEvent,
+          plan,
         )
         switch (result.kind) {
           case 'acquired':
-            this.#emit({ type: 'acquired', scope, key, token: result.token }, plan.onEvent)
-            return await execute(this.#context(scope, key, fingerprint, result.token), plan)
+            this.#emit({ type: 'acquired', scope, key, token: result.token, waitedMs, durationMs: this.#since(plan) }, plan.onEvent)
+            return await execute(this.#context(scope, key, fingerprint, result.token, result.steps, plan), plan)
           case 'replay':
-            this.#emit({ type: 'replayed', scope, key }, plan.onEvent)
+            this.#emit({ type: 'replayed', scope, key, waitedMs, durationMs: this.#since(plan) }, plan.onEvent)
             return { kind: 'replayed', value: plan.decode(result.record.response as StoredResponse, result.record), record: result.record }
           case 'mismatch':
-            this.#emit({ type: 'mismatch', scope, key }, plan.onEvent)
+            this.#emit({ type: 'mismatch', scope, key, waitedMs, durationMs: this.#since(plan) }, plan.onEvent)
             return { kind: 'mismatch', scope, key }
           case 'in_progress': {
             const nowMs = this.clock.now()
             if (nowMs >= deadlineMs) {
+              this.#emit(
+                { type: 'in_progress', scope, key, lockedUntilMs: result.lockedUntilMs, waitedMs, durationMs: nowMs - startedAtMs },
+                plan.onEvent,
+              )
               return {
                 kind: 'in_progress',
                 lockedUntilMs: result.lockedUntilMs,
                 retryAfterMs: retryAfter(result.lockedUntilMs, nowMs),
               }
             }
-            this.#emit({ type: 'waiting', scope, key, lockedUntilMs: result.lockedUntilMs }, plan.onEvent)
+            this.#emit({ type: 'waiting', scope, key, lockedUntilMs: result.lockedUntilMs, durationMs: nowMs - startedAtMs }, plan.onEvent)
             waiter ??= new Waiter(this.store, scope, key)
             // Polling is the fallback for lost notifications and for leases that end with no event.
             await waiter.wait(this.clock, Math.min(pollMs, deadlineMs - nowMs))
+            waitedMs += this.clock.now() - nowMs
           }
         }
       }
@@ -282,8 +365,30 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     }
   }
 
-  #context(scope: string, key: string, fingerprint: string, token: number): Attempt {
-    return new Attempt(scope, key, fingerprint, token)
+  #context(scope: string, key: string, fingerprint: string, token: number, steps: StepEntry[] | undefined, plan: RunLimits): Attempt {
+    const store = this.store
+    const record = store.recordStep
+      ? (name: string, result: string | null) =>
+          this.#call('recordStep', scope, key, () => store.recordStep?.(scope, key, token, name, result) as Promise<boolean>, plan)
+      : undefined
+    return new Attempt(scope, key, fingerprint, token, steps, store.name, record, plan.reconcile !== undefined, this.clock)
+  }
+
+  /** On a takeover, hands the steps that started but have no result to `reconcile`, before the work. */
+  async #reconcile(ctx: Attempt, plan: RunLimits): Promise<void> {
+    if (!plan.reconcile || !ctx.takeover) return
+    const pending = ctx.steps.pending()
+    if (pending.length === 0) return
+    const { steps } = ctx
+    await plan.reconcile(pending, {
+      scope: ctx.scope,
+      key: ctx.key,
+      token: ctx.token,
+      get signal() {
+        return ctx.signal
+      },
+      recordStep: (name, value) => steps.reconciled(name, value),
+    })
   }
 
   async #execute<T>(ctx: Attempt, plan: Plan<T>, fn: (ctx: IntentContext) => T | Promise<T>): Promise<RunResult<T>> {
@@ -291,7 +396,8 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     const renewal = this.#renewWhileRunning(ctx, plan)
     let value: T
     try {
-      value = await fn(publicContext(ctx))
+      await this.#reconcile(ctx, plan)
+      value = await (plan.telemetry ? plan.telemetry.work(() => fn(publicContext(ctx))) : fn(publicContext(ctx)))
     } catch (error) {
       await renewal.stop()
       await this.#release(scope, key, token, plan)
@@ -319,7 +425,12 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     const renewal = this.#renewWhileRunning(ctx, plan)
     try {
       const done = await store.transaction(async (tx) => {
-        const value = await fn(Object.assign(publicContext(ctx), { tx }))
+        const inTx = store.recordStepInTransaction
+        // Steps recorded in the transaction commit with the business writes, or roll back with them.
+        if (inTx) ctx.steps.useRecorder((name, result) => inTx.call(store, tx, scope, key, token, name, result))
+        await this.#reconcile(ctx, plan)
+        const context = Object.assign(publicContext(ctx), { tx })
+        const value = await (plan.telemetry ? plan.telemetry.work(() => fn(context)) : fn(context))
         const response = plan.encode(value)
         const classification = plan.classify(value, response)
         if (classification === 'transient') throw new Rollback('transient', response, value)
@@ -331,12 +442,12 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
         }
         return { value, response, status: classification }
       })
-      this.#emit({ type: 'stored', scope, key, token, status: done.status }, plan.onEvent)
+      this.#emit({ type: 'stored', scope, key, token, status: done.status, durationMs: this.#since(plan) }, plan.onEvent)
       return { kind: 'executed', value: done.value, token, outcome: done.status, response: done.response }
     } catch (error) {
       await renewal.stop()
       if (error instanceof Rollback && error.reason === 'fenced_out') {
-        this.#emit({ type: 'fenced_out', scope, key, token }, plan.onEvent)
+        this.#emit({ type: 'fenced_out', scope, key, token, durationMs: this.#since(plan) }, plan.onEvent)
         return { kind: 'executed', value: error.value as T, token, outcome: 'fenced_out', response: error.response }
       }
       await this.#release(scope, key, token, plan)
@@ -370,7 +481,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
           attempt.scope,
           attempt.key,
           () => this.store.renew(attempt.scope, attempt.key, attempt.token, leaseMs),
-          plan.onEvent,
+          plan,
         )
       } catch {
         current = this.clock.now() - renewedAtMs < leaseMs
@@ -378,7 +489,10 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
       }
       if (stopped) return
       if (!current) {
-        this.#emit({ type: 'lease_lost', scope: attempt.scope, key: attempt.key, token: attempt.token }, plan.onEvent)
+        this.#emit(
+          { type: 'lease_lost', scope: attempt.scope, key: attempt.key, token: attempt.token, durationMs: this.#since(plan) },
+          plan.onEvent,
+        )
         attempt.lose(
           new IdempotencyError(
             'FENCED_OUT',
@@ -430,24 +544,21 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     let backoffMs = COMPLETE_FIRST_BACKOFF_MS
     for (let attempt = 1; ; attempt++) {
       try {
-        const stored = await this.#call(
-          'complete',
-          scope,
-          key,
-          () => this.store.complete(scope, key, token, outcome, plan.ttlMs),
-          plan.onEvent,
-        )
+        const stored = await this.#call('complete', scope, key, () => this.store.complete(scope, key, token, outcome, plan.ttlMs), plan)
         if (stored) {
-          this.#emit({ type: 'stored', scope, key, token, status: outcome.status }, plan.onEvent)
+          this.#emit({ type: 'stored', scope, key, token, status: outcome.status, durationMs: this.#since(plan) }, plan.onEvent)
           return outcome.status
         }
-        this.#emit({ type: 'fenced_out', scope, key, token }, plan.onEvent)
+        this.#emit({ type: 'fenced_out', scope, key, token, durationMs: this.#since(plan) }, plan.onEvent)
         return 'fenced_out'
       } catch (error) {
         const retriable = isIdempotencyError(error) && error.code === 'STORE_UNAVAILABLE'
         const leftMs = giveUpAtMs - this.clock.now()
         if (!retriable || leftMs <= 0) {
-          this.#emit({ type: 'unrecorded', scope, key, token, status: outcome.status, attempts: attempt, error }, plan.onEvent)
+          this.#emit(
+            { type: 'unrecorded', scope, key, token, status: outcome.status, attempts: attempt, error, durationMs: this.#since(plan) },
+            plan.onEvent,
+          )
           return 'unrecorded'
         }
         await this.clock.sleep(Math.min(backoffMs, leftMs))
@@ -459,8 +570,8 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
   /** Releases after a transient failure; a store outage here only means the lease ends by itself. */
   async #release(scope: string, key: string, token: number, plan: RunLimits): Promise<void> {
     try {
-      if (await this.#call('release', scope, key, () => this.store.release(scope, key, token), plan.onEvent)) {
-        this.#emit({ type: 'released', scope, key, token }, plan.onEvent)
+      if (await this.#call('release', scope, key, () => this.store.release(scope, key, token), plan)) {
+        this.#emit({ type: 'released', scope, key, token, durationMs: this.#since(plan) }, plan.onEvent)
       }
     } catch {
       // Reported by #call; the record becomes acquirable when its lease ends.
@@ -468,23 +579,24 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
   }
 
   /** One store call: errors become STORE_UNAVAILABLE with the driver's error as cause; network stores get a timeout. */
-  async #call<R>(
-    operation: string,
-    scope: string,
-    key: string,
-    call: () => Promise<R>,
-    listener: ((event: LedgerEvent) => void) | undefined,
-  ): Promise<R> {
+  async #call<R>(operation: string, scope: string, key: string, call: () => Promise<R>, plan: RunLimits): Promise<R> {
+    const startedAtMs = this.clock.now()
+    // In-process stores answer synchronously underneath: a timer per call would only cost time.
+    const timed = this.store.serverClock ? () => withTimeout(call(), this.#storeTimeoutMs, this.store.name, operation) : call
     try {
-      // In-process stores answer synchronously underneath: a timer per call would only cost time.
-      return this.store.serverClock ? await withTimeout(call(), this.#storeTimeoutMs, this.store.name, operation) : await call()
+      return await (plan.telemetry ? plan.telemetry.storeCall(operation, timed) : timed())
     } catch (error) {
       const wrapped = storeUnavailable(this.store.name, operation, error)
       if (wrapped.code === 'STORE_UNAVAILABLE' || wrapped.code === 'STORE_SCHEMA') {
-        this.#emit({ type: 'store_error', scope, key, operation, error: wrapped }, listener)
+        this.#emit({ type: 'store_error', scope, key, operation, error: wrapped, durationMs: this.clock.now() - startedAtMs }, plan.onEvent)
       }
       throw wrapped
     }
+  }
+
+  /** Milliseconds since the run began. */
+  #since(plan: RunLimits): number {
+    return this.clock.now() - plan.startedAtMs
   }
 
   #emit(event: LedgerEvent, listener?: (event: LedgerEvent) => void): void {
@@ -495,7 +607,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
 }
 
 /** What the renewal, completion and release of one run need of its plan. */
-type RunLimits = Pick<Plan<unknown>, 'leaseMs' | 'ttlMs' | 'onEvent'>
+type RunLimits = Pick<Plan<unknown>, 'leaseMs' | 'ttlMs' | 'onEvent' | 'startedAtMs' | 'telemetry' | 'reconcile'>
 
 interface Plan<T> {
   leaseMs: number
@@ -505,6 +617,18 @@ interface Plan<T> {
   classify: (value: T, response: StoredResponse) => Classification
   resourceId: ((value: T) => string | null | undefined) | undefined
   onEvent: ((event: LedgerEvent) => void) | undefined
+  /** When the run began, by the ledger's clock. */
+  startedAtMs: number
+  telemetry: RunTelemetry | undefined
+  reconcile: Reconcile | undefined
+}
+
+/** The run's own listener, with the run's telemetry seeing each event first. */
+function withTelemetry(listener: ((event: LedgerEvent) => void) | undefined, telemetry: RunTelemetry): (event: LedgerEvent) => void {
+  return (event) => {
+    safely((e) => telemetry.event(e), event)
+    if (listener) listener(event)
+  }
 }
 
 /** Waits for a change of one record: woken by the store's notification, or after the poll interval. */

@@ -7,7 +7,7 @@ import { keyHeaderName, parseKeyHeader } from './key-header.js'
 import { DEFAULT_PROBLEM_BASE, problem } from './problem.js'
 import { credentialScope, functionScope, resolveScopeSecret } from './scope.js'
 import { fromStored, requestFingerprint, storedHeaderSet, toStored } from './stored.js'
-import type { Decision, EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
+import type { AnswerOutcome, Decision, EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
 
 /** The neutral HTTP layer: every rule of docs/http.md, once, for every adapter. */
 export interface IdempotencyEngine {
@@ -97,6 +97,20 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       console.error(`idemkey: ${error.message}`)
     }
   }
+  /** Reports how a covered request was answered; only called when there is an `onEvent`. */
+  const answered = (key: string, outcome: AnswerOutcome, status: number, startedAtMs: number) => {
+    try {
+      ;(onEvent as (event: EngineEvent) => void)({
+        type: 'answered',
+        key,
+        outcome,
+        status,
+        durationMs: Math.round((performance.now() - startedAtMs) * 100) / 100,
+      })
+    } catch {
+      // A broken hook must not break the answer.
+    }
+  }
   const fingerprintOf = options.fingerprint ?? requestFingerprint
   const runOptions: RunOptions<HttpResponseLike> = {
     encode: (response) => toStored(response, allow, maxStoredBody),
@@ -154,6 +168,8 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
 
   async function begin(req: HttpRequestLike): Promise<Decision> {
     if (!methods.has(req.method.toUpperCase())) return { kind: 'passthrough' }
+    // Timed only for a listener: without one the layer costs what it did.
+    const startedAtMs = onEvent ? performance.now() : 0
     let key: string | undefined
     let scope: string
     let fingerprint: string
@@ -171,6 +187,7 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       } catch (error) {
         if (!isIdempotencyError(error) || error.code !== 'INVALID_OPTION') throw error
         configError(key, error)
+        if (onEvent) answered(key, 'rejected', 500, startedAtMs)
         return { kind: 'respond', response: problem('INVALID_OPTION', MISCONFIGURED_DETAIL, base, {}, header) }
       }
       if (req.parsedBody !== undefined && Number(headerValue(req.headers['content-length'])) > maxRequestBody) {
@@ -183,13 +200,15 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       fingerprint = fingerprintOf(req, body)
     } catch (error) {
       const decision = fromError(error)
+      // A key that did not parse is reported as ''.
+      if (decision?.kind === 'respond' && onEvent) answered(key ?? '', 'rejected', decision.response.status, startedAtMs)
       if (decision) return decision
       throw error
     }
-    return execute(req, key, scope, fingerprint)
+    return execute(req, key, scope, fingerprint, startedAtMs)
   }
 
-  async function execute(req: HttpRequestLike, key: string, scope: string, fingerprint: string): Promise<Decision> {
+  async function execute(req: HttpRequestLike, key: string, scope: string, fingerprint: string, startedAtMs: number): Promise<Decision> {
     let finishHandler: (response: HttpResponseLike) => void = () => {}
     let failHandler: (error: unknown) => void = () => {}
     const handlerDone = new Promise<HttpResponseLike>((resolve, reject) => {
@@ -218,11 +237,13 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
     const step = await firstStep
     if ('error' in step) {
       const decision = fromError(step.error)
+      if (decision?.kind === 'respond' && onEvent) answered(key, 'store_unavailable', decision.response.status, startedAtMs)
       if (decision) return decision
       throw step.error
     }
     if ('result' in step) {
       const response = settled(step.result, key)
+      if (onEvent) answered(key, step.result.kind as AnswerOutcome, response.status, startedAtMs)
       if (onReplay && step.result.kind === 'replayed') await onReplay({ method: req.method, url: req.url, key, scope }, response)
       return { kind: 'respond', response }
     }
@@ -230,34 +251,40 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       kind: 'execute',
       context: step.ctx,
       finish: async (response) => {
-        finishHandler(response)
-        const result = await running.catch((error: unknown) => ({ kind: 'error' as const, error }))
-        if (!options.transactional) return response
-        if (result.kind === 'error') {
-          // Why it did not commit is for the operator (onEvent); the client learns what to do.
-          return problem(
-            'STORE_UNAVAILABLE',
-            `The request's transaction did not commit, so none of its writes were kept. Retry with the same ${header}.`,
-            base,
-            { 'retry-after': '1' },
-            header,
-          )
-        }
-        if (result.kind === 'executed' && result.outcome === 'fenced_out') {
-          return problem(
-            'FENCED_OUT',
-            `Another attempt with the ${header} "${key}" took over while this one ran, so this one's writes were rolled back. Retry with the same key to get the outcome that counts.`,
-            base,
-            { 'retry-after': '1' },
-            header,
-          )
-        }
-        return response
+        const answer = await settle(response)
+        if (onEvent) answered(key, 'executed', answer.status, startedAtMs)
+        return answer
       },
       fail: async (error) => {
         failHandler(error)
         await running.catch(() => {})
       },
+    }
+
+    async function settle(response: HttpResponseLike): Promise<HttpResponseLike> {
+      finishHandler(response)
+      const result = await running.catch((error: unknown) => ({ kind: 'error' as const, error }))
+      if (!options.transactional) return response
+      if (result.kind === 'error') {
+        // Why it did not commit is for the operator (onEvent); the client learns what to do.
+        return problem(
+          'STORE_UNAVAILABLE',
+          `The request's transaction did not commit, so none of its writes were kept. Retry with the same ${header}.`,
+          base,
+          { 'retry-after': '1' },
+          header,
+        )
+      }
+      if (result.kind === 'executed' && result.outcome === 'fenced_out') {
+        return problem(
+          'FENCED_OUT',
+          `Another attempt with the ${header} "${key}" took over while this one ran, so this one's writes were rolled back. Retry with the same key to get the outcome that counts.`,
+          base,
+          { 'retry-after': '1' },
+          header,
+        )
+      }
+      return response
     }
   }
 

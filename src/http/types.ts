@@ -51,6 +51,21 @@ export type EngineEvent =
   | LedgerEvent
   /** A misconfiguration found while serving a request (a scope function that returned nothing): answered `500`. */
   | { type: 'config_error'; key: string; error: Error }
+  /**
+   * A covered request with a key was answered: how (`outcome`), with which HTTP `status`, and
+   * `durationMs` from the request reaching the layer to its answer (for `executed`, once the record was
+   * settled). Not reported for requests the layer let through untouched. `key` is `''` when the header
+   * did not parse.
+   */
+  | { type: 'answered'; key: string; outcome: AnswerOutcome; status: number; durationMs: number }
+
+/**
+ * How the HTTP layer answered a covered request: the handler ran (`executed`), a stored outcome was
+ * replayed, the key was reused with another request (`mismatch`, `422`), another request held it
+ * (`in_progress`, `409`), the store was down (`store_unavailable`, `503`), or the request was refused
+ * before the ledger (`rejected`: a bad key or body, a misconfigured scope).
+ */
+export type AnswerOutcome = 'executed' | 'replayed' | 'mismatch' | 'in_progress' | 'store_unavailable' | 'rejected'
 
 /**
  * Options of the HTTP layer, shared by every adapter. `Req` is the framework's own request type, which

@@ -9,6 +9,8 @@ import { capture, holdUntilCommit, sendNode } from '../node-response.js'
 import type { EngineOptions, IdempotencyContext } from '../types.js'
 import { type BodyCarrier, expressRequestLike } from './request.js'
 
+/** The operator page (docs/observability.md): `app.use('/idemkey', operatorPage({ store }).handler)`. */
+export { type OperatorPage, type OperatorPageOptions, operatorPage } from '../../observability/operator-page.js'
 export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
 
 declare global {

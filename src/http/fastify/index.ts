@@ -4,6 +4,7 @@
  */
 import { Readable, Transform, type TransformCallback } from 'node:stream'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import type { OperatorPage } from '../../observability/operator-page.js'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
 import { distinctHeaders, plainHeaders, tooLarge } from '../node-body.js'
 import type { Decision, EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
@@ -198,3 +199,30 @@ function rootPlugin<T extends FastifyPluginAsync<FastifyIdempotencyOptions>>(fn:
  */
 export const idempotency = rootPlugin(plugin, 'idemkey', '4.x || 5.x')
 export default idempotency
+
+export { type OperatorPage, type OperatorPageOptions, operatorPage } from '../../observability/operator-page.js'
+
+/**
+ * Serves an operator page (docs/observability.md) in a Fastify app, under the prefix it is registered with.
+ *
+ * @example
+ * const page = operatorPage({ store })
+ * await app.register(idempotency, { ledger, onEvent: page.onEvent })
+ * await app.register(operatorPagePlugin(page), { prefix: '/idemkey' })
+ */
+export function operatorPagePlugin(page: OperatorPage): FastifyPluginAsync {
+  return async (app) => {
+    const prefix = app.prefix
+    const serve = (request: FastifyRequest, reply: FastifyReply) => {
+      reply.hijack()
+      const raw = request.raw as typeof request.raw & { originalUrl?: string }
+      const original = raw.url ?? '/'
+      raw.originalUrl = original
+      raw.url = original.slice(prefix.length) || '/'
+      if (!raw.url.startsWith('/')) raw.url = `/${raw.url}`
+      page.handler(raw, reply.raw)
+    }
+    app.get('/', serve)
+    app.get('/*', serve)
+  }
+}

@@ -1,0 +1,200 @@
+/**
+ * idemkey/opentelemetry: spans and metrics of every ledger run through `@opentelemetry/api` (an
+ * optional peer dependency: install it, and an SDK, to use this entry point). docs/observability.md
+ * lists every name.
+ */
+import {
+  type Attributes,
+  type Context,
+  context,
+  type Meter,
+  type MeterProvider,
+  metrics,
+  type Span,
+  SpanKind,
+  SpanStatusCode,
+  type Tracer,
+  type TracerProvider,
+  trace,
+} from '@opentelemetry/api'
+import type { LedgerTelemetry } from '../core/ledger.js'
+import { isIdempotencyError } from '../errors.js'
+import { DURATION_BUCKETS_S, type MetricSink, type RunSpan, type RunSummary, recorder, type SpanStarter } from './recorder.js'
+
+export type { LedgerTelemetry, RunTelemetry } from '../core/ledger.js'
+export type { MetricSink, RunOutcome, RunResultKind, RunSummary } from './recorder.js'
+export { DURATION_BUCKETS_S, keyHash } from './recorder.js'
+
+/** The instrumentation scope's name, on every span and instrument. */
+export const INSTRUMENTATION_NAME = 'idemkey'
+
+/** Options of {@link openTelemetry}. */
+export interface OpenTelemetryOptions {
+  /** Where spans go. @default the global tracer provider (`trace.getTracerProvider()`) */
+  tracerProvider?: TracerProvider
+  /** Where metrics go. @default the global meter provider (`metrics.getMeterProvider()`) */
+  meterProvider?: MeterProvider
+  /** Record spans. @default true */
+  traces?: boolean
+  /** Record metrics. @default true */
+  metrics?: boolean
+}
+
+/**
+ * Spans and metrics of each ledger run, for `new Ledger({ telemetry })`: a span `idemkey.intent` per
+ * run with a child span per store operation, and the instruments listed in docs/observability.md.
+ * Keys and scopes appear only hashed.
+ *
+ * @example
+ * import { openTelemetry } from 'idemkey/opentelemetry'
+ * const ledger = new Ledger({ store, telemetry: openTelemetry() })
+ */
+export function openTelemetry(options: OpenTelemetryOptions = {}): LedgerTelemetry {
+  const sinks: MetricSink[] = []
+  if (options.metrics !== false) {
+    const meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(INSTRUMENTATION_NAME)
+    sinks.push(otelMetrics(meter))
+  }
+  const spans =
+    options.traces === false ? undefined : otelSpans((options.tracerProvider ?? trace.getTracerProvider()).getTracer(INSTRUMENTATION_NAME))
+  return recorder(sinks, spans)
+}
+
+function otelMetrics(meter: Meter): MetricSink {
+  const intents = meter.createCounter('idemkey.intents', {
+    description: 'Ledger runs that ended, by result (executed, replayed, mismatch, in_progress, error) and outcome',
+    unit: '{intent}',
+  })
+  const running = meter.createUpDownCounter('idemkey.intents.running', {
+    description: 'Ledger runs under way now',
+    unit: '{intent}',
+  })
+  const duration = meter.createHistogram('idemkey.intent.duration', {
+    description: 'Time from the start of a ledger run to its end',
+    unit: 's',
+    advice: { explicitBucketBoundaries: DURATION_BUCKETS_S },
+  })
+  const waiting = meter.createHistogram('idemkey.wait.duration', {
+    description: 'Time a run spent waiting for another holder of its key',
+    unit: 's',
+    advice: { explicitBucketBoundaries: DURATION_BUCKETS_S },
+  })
+  const storeDuration = meter.createHistogram('db.client.operation.duration', {
+    description: 'Duration of idemkey store operations',
+    unit: 's',
+    advice: { explicitBucketBoundaries: DURATION_BUCKETS_S },
+  })
+  const storeErrors = meter.createCounter('idemkey.store.errors', {
+    description: 'Store operations that failed (the store was unreachable, slow or refused)',
+    unit: '{error}',
+  })
+  const runningBy = new Map<string, Attributes>()
+  const systemAttributes = (system: string) => {
+    let attributes = runningBy.get(system)
+    if (!attributes) {
+      attributes = { 'db.system.name': system }
+      runningBy.set(system, attributes)
+    }
+    return attributes
+  }
+  return {
+    runStarted(system) {
+      running.add(1, systemAttributes(system))
+    },
+    runEnded(run) {
+      const attributes: Attributes = { 'db.system.name': run.system, 'idemkey.result': run.result }
+      if (run.outcome) attributes['idemkey.outcome'] = run.outcome
+      running.add(-1, systemAttributes(run.system))
+      intents.add(1, attributes)
+      duration.record(run.seconds, { 'db.system.name': run.system, 'idemkey.result': run.result })
+      if (run.waitedSeconds > 0) waiting.record(run.waitedSeconds, { 'db.system.name': run.system })
+    },
+    storeCall(system, operation, seconds, error) {
+      const attributes: Attributes = { 'db.system.name': system, 'db.operation.name': operation }
+      if (error !== undefined) {
+        attributes['error.type'] = errorType(error)
+        storeErrors.add(1, { 'db.system.name': system, 'db.operation.name': operation })
+      }
+      storeDuration.record(seconds, attributes)
+    },
+  }
+}
+
+function otelSpans(tracer: Tracer): SpanStarter {
+  return (system, scopeHash, keyHash) => new OtelRun(tracer, system, scopeHash, keyHash)
+}
+
+class OtelRun implements RunSpan {
+  readonly span: Span
+  readonly context: Context
+
+  constructor(
+    readonly tracer: Tracer,
+    readonly system: string,
+    scopeHash: string,
+    keyHash: string,
+  ) {
+    this.span = tracer.startSpan('idemkey.intent', {
+      kind: SpanKind.INTERNAL,
+      attributes: { 'db.system.name': system, 'idemkey.key_hash': keyHash, 'idemkey.scope_hash': scopeHash },
+    })
+    this.context = trace.setSpan(context.active(), this.span)
+  }
+
+  storeCall<R>(operation: string, call: () => Promise<R>): Promise<R> {
+    const span = this.tracer.startSpan(
+      `${operation} ${this.system}`,
+      { kind: SpanKind.CLIENT, attributes: { 'db.system.name': this.system, 'db.operation.name': operation } },
+      this.context,
+    )
+    return context.with(trace.setSpan(this.context, span), call).then(
+      (value) => {
+        span.end()
+        return value
+      },
+      (error: unknown) => {
+        failed(span, error)
+        span.end()
+        throw error
+      },
+    )
+  }
+
+  work<R>(fn: () => R): R {
+    return context.with(this.context, fn)
+  }
+
+  end(summary: RunSummary, token: number | undefined, error: unknown): void {
+    const span = this.span
+    span.setAttribute('idemkey.result', summary.result)
+    if (summary.outcome) span.setAttribute('idemkey.outcome', summary.outcome)
+    if (token !== undefined) {
+      span.setAttribute('idemkey.token', token)
+      span.setAttribute('idemkey.takeover', summary.takeover)
+    }
+    span.setAttribute('idemkey.wait.duration', summary.waitedSeconds)
+    if (error !== undefined) failed(span, error)
+    else if (summary.outcome === 'unrecorded') {
+      span.setStatus({ code: SpanStatusCode.ERROR, message: 'the outcome was not recorded before the lease ended' })
+    }
+    span.end()
+  }
+}
+
+function failed(span: Span, error: unknown): void {
+  span.setAttribute('error.type', errorType(error))
+  // idemkey's own messages can name the key: only their code goes out. The work's own errors are the app's.
+  if (isIdempotencyError(error)) {
+    span.setStatus({ code: SpanStatusCode.ERROR, message: error.code })
+    return
+  }
+  if (error instanceof Error) span.recordException(error)
+  span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) })
+}
+
+/** `error.type`: the idemkey error code, else the error's class name. */
+function errorType(error: unknown): string {
+  if (isIdempotencyError(error)) return error.code
+  if (error instanceof Error) return error.name
+  return '_OTHER'
+}

@@ -1,0 +1,214 @@
+import { timingSafeEqual } from 'node:crypto'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { IdempotencyStore, RecordStatus, StoredRecord } from '../core/store.js'
+import type { EngineEvent } from '../http/types.js'
+import { Activity, type ActivitySnapshot } from './activity.js'
+import { PAGE_CSS, PAGE_HTML, PAGE_JS } from './operator-assets.js'
+import { keyHash } from './recorder.js'
+
+/** Options of {@link operatorPage}. */
+export interface OperatorPageOptions {
+  /** The store the page reads (read only: it never writes). */
+  store: IdempotencyStore
+  /**
+   * When set, every data request must carry `Authorization: Bearer <token>` (the page asks for it once
+   * and keeps it for the tab). Needed to serve clients other than loopback ones.
+   */
+  token?: string
+  /** Serve clients other than loopback ones without a token (behind your own access control). @default false */
+  allowRemote?: boolean
+  /** Records counted per state at most; a count past it shows as `≥ N`. @default 1000 */
+  countLimit?: number
+  /** What the charts show. @default a new {@link Activity}, fed by {@link OperatorPage.onEvent} */
+  activity?: Activity
+  /** Where time comes from (the store's clock, to tell leases that ended). @default Date.now */
+  now?: () => number
+}
+
+/** A mounted operator page: a Node request handler and the event listener that feeds its charts. */
+export interface OperatorPage {
+  /**
+   * Serves the page and its JSON under whatever path it is mounted at (Express `app.use('/idemkey', page.handler)`,
+   * Node `http.createServer(page.handler)`). Calls `next` (when given) for paths it does not serve.
+   */
+  handler: (req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void) => void
+  /** Pass to `onEvent` of the ledger or middleware so the charts show traffic. */
+  onEvent: (event: EngineEvent) => void
+  activity: Activity
+}
+
+/** What `/api/summary` answers. */
+export interface OperatorSummary {
+  generatedAtMs: number
+  store: { name: string; up: boolean; error?: string }
+  counts: Record<RecordStatus, { count: number; capped: boolean }>
+  /** In-progress records whose lease ended without an outcome: their holder crashed or stalled. */
+  stuck: Array<{ scope: string; key: string; keyHash: string; token: number; lockedUntilMs: number; attempts: number }>
+  activity: ActivitySnapshot
+}
+
+const STATES: RecordStatus[] = ['in_progress', 'completed', 'failed']
+
+/**
+ * A read-only page for operators: records by state, holders past their lease without an outcome,
+ * recent mismatches, executed/replayed/409 rates, and a lookup of one record (bodies hidden unless
+ * asked for). See docs/observability.md, "Operator page".
+ *
+ * @example
+ * const page = operatorPage({ store })
+ * app.use(idempotency({ ledger, onEvent: page.onEvent }))
+ * app.use('/idemkey', page.handler)
+ */
+export function operatorPage(options: OperatorPageOptions): OperatorPage {
+  const { store } = options
+  const activity = options.activity ?? new Activity()
+  const countLimit = options.countLimit ?? 1_000
+  const now = options.now ?? Date.now
+  const token = options.token === undefined ? undefined : Buffer.from(options.token)
+  if (token && token.byteLength < 16) {
+    throw new TypeError('operatorPage({ token }) needs a token of at least 16 characters; make one with `openssl rand -hex 24`.')
+  }
+
+  async function summary(): Promise<OperatorSummary> {
+    const counts = {} as OperatorSummary['counts']
+    const result: OperatorSummary = {
+      generatedAtMs: now(),
+      store: { name: store.name, up: true },
+      counts,
+      stuck: [],
+      activity: activity.snapshot(),
+    }
+    try {
+      for (const status of STATES) {
+        const records = await store.list({ status, limit: status === 'in_progress' ? Math.max(countLimit, 1_000) : countLimit })
+        counts[status] = { count: Math.min(records.length, countLimit), capped: records.length >= countLimit }
+        if (status === 'in_progress') {
+          const at = now()
+          result.stuck = records
+            .filter((r) => r.lockedUntilMs !== null && r.lockedUntilMs < at)
+            .slice(0, 50)
+            .map((r) => ({
+              scope: r.scope,
+              key: r.key,
+              keyHash: keyHash(r.scope, r.key),
+              token: r.token,
+              lockedUntilMs: r.lockedUntilMs as number,
+              attempts: r.attempts,
+            }))
+        }
+      }
+    } catch (error) {
+      result.store = { name: store.name, up: false, error: error instanceof Error ? error.message : String(error) }
+    }
+    return result
+  }
+
+  async function lookup(url: URL): Promise<{ status: number; body: unknown }> {
+    const key = url.searchParams.get('key')
+    if (!key) return { status: 400, body: { error: 'Give the key to look up: ?key=…&scope=… (scope defaults to "default").' } }
+    const scope = url.searchParams.get('scope') || 'default'
+    const record = await store.get(scope, key)
+    if (!record) return { status: 404, body: { error: `No record for key "${key}" in scope "${scope}" (or it expired).`, scope, key } }
+    return { status: 200, body: describe(record, url.searchParams.get('bodies') === '1') }
+  }
+
+  const handler: OperatorPage['handler'] = (req, res, next) => {
+    const url = new URL(req.url ?? '/', 'http://page.invalid')
+    const path = url.pathname
+    const known = path === '/' || path === '/page.js' || path === '/page.css' || path === '/api/summary' || path === '/api/record'
+    if (!known) {
+      if (next) return next()
+      return reply(res, 404, 'application/json', JSON.stringify({ error: `No page at ${path}.` }))
+    }
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.setHeader('allow', 'GET, HEAD')
+      return reply(res, 405, 'application/json', JSON.stringify({ error: 'The operator page is read only: GET it.' }))
+    }
+    if (!token && !options.allowRemote && !isLoopback(req.socket.remoteAddress)) {
+      return reply(
+        res,
+        403,
+        'application/json',
+        JSON.stringify({ error: 'The operator page answers loopback clients only. Set a token (or allowRemote) to serve others.' }),
+      )
+    }
+    // A page mounted at /idemkey is reached as /idemkey/: its relative links need the slash.
+    const original = (req as IncomingMessage & { originalUrl?: string }).originalUrl
+    if (path === '/' && original !== undefined && !original.split('?')[0]?.endsWith('/')) {
+      res.statusCode = 308
+      res.setHeader('location', `${original.split('?')[0]}/`)
+      return void res.end()
+    }
+    if (path === '/') return reply(res, 200, 'text/html; charset=utf-8', PAGE_HTML)
+    if (path === '/page.js') return reply(res, 200, 'text/javascript; charset=utf-8', PAGE_JS)
+    if (path === '/page.css') return reply(res, 200, 'text/css; charset=utf-8', PAGE_CSS)
+    if (token && !authorized(req.headers.authorization, token)) {
+      res.setHeader('www-authenticate', 'Bearer realm="idemkey"')
+      return reply(res, 401, 'application/json', JSON.stringify({ error: 'This page needs its bearer token.' }))
+    }
+    const work = path === '/api/summary' ? summary().then((body) => ({ status: 200, body })) : lookup(url)
+    work.then(
+      ({ status, body }) => reply(res, status, 'application/json', JSON.stringify(body)),
+      (error: unknown) =>
+        reply(
+          res,
+          503,
+          'application/json',
+          JSON.stringify({ error: `The store did not answer: ${error instanceof Error ? error.message : String(error)}` }),
+        ),
+    )
+  }
+
+  return { handler, onEvent: activity.onEvent, activity }
+}
+
+function describe(record: StoredRecord, bodies: boolean) {
+  const response = record.response
+  return {
+    scope: record.scope,
+    key: record.key,
+    keyHash: keyHash(record.scope, record.key),
+    status: record.status,
+    token: record.token,
+    attempts: record.attempts,
+    fingerprint: record.fingerprint,
+    resourceId: record.resourceId,
+    createdAtMs: record.createdAtMs,
+    updatedAtMs: record.updatedAtMs,
+    expiresAtMs: record.expiresAtMs,
+    lockedUntilMs: record.lockedUntilMs,
+    response: response && {
+      status: response.status,
+      headers: response.headers,
+      bodyBytes: response.body.byteLength,
+      ...(bodies ? { body: new TextDecoder().decode(response.body) } : {}),
+    },
+  }
+}
+
+function reply(res: ServerResponse, status: number, type: string, body: string): void {
+  res.statusCode = status
+  res.setHeader('content-type', type)
+  res.setHeader('cache-control', 'no-store')
+  res.setHeader('x-content-type-options', 'nosniff')
+  res.setHeader('referrer-policy', 'no-referrer')
+  res.setHeader(
+    'content-security-policy',
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; frame-ancestors 'none'; form-action 'none'",
+  )
+  res.end(body)
+}
+
+function authorized(header: string | undefined, token: Buffer): boolean {
+  const match = /^Bearer\s+(.+)$/i.exec(header ?? '')
+  if (!match) return false
+  const given = Buffer.from(match[1] as string)
+  return given.byteLength === token.byteLength && timingSafeEqual(given, token)
+}
+
+/** Whether a peer address is this machine's (IPv4 127/8, ::1, or the IPv4-mapped form). */
+export function isLoopback(address: string | undefined): boolean {
+  if (!address) return false
+  const v4 = address.startsWith('::ffff:') ? address.slice(7) : address
+  return v4.startsWith('127.') || address === '::1'
+}
