@@ -3,12 +3,13 @@ import { type Clock, systemClock } from './clock.js'
 import { type Duration, parseDuration } from './duration.js'
 import { fingerprintOf } from './fingerprint.js'
 import { type Classification, classifyStatus } from './outcome.js'
-import { type Reconcile, type StepEntry, StepLog, type StepMethods } from './steps.js'
+import { type Reconcile, StepLog, type StepMethods } from './steps.js'
 import {
   type AcquireResult,
   type IdempotencyStore,
   isTransactionalStore,
   type Outcome,
+  type StepEntry,
   type StoredRecord,
   type StoredResponse,
   type TransactionalStore,
@@ -667,16 +668,38 @@ class Waiter {
  * One attempt at an intent: the context the work sees. Its signal is made on first use, since most
  * work never looks at it and an AbortController per call costs more than the rest of a replay.
  */
-class Attempt implements IntentContext {
+class Attempt {
   #controller: AbortController | undefined
   #lostReason: unknown
+  #steps: StepLog | undefined
 
   constructor(
     readonly scope: string,
     readonly key: string,
     readonly fingerprint: string,
     readonly token: number,
+    readonly recordedSteps: StepEntry[] | undefined,
+    readonly storeName: string,
+    readonly record: ((name: string, result: string | null) => Promise<boolean>) | undefined,
+    readonly markers: boolean,
+    readonly clock: Clock,
   ) {}
+
+  /** The attempt's steps, made on first use: most work records none. */
+  get steps(): StepLog {
+    this.#steps ??= new StepLog(
+      this.scope,
+      this.key,
+      this.token,
+      this.recordedSteps,
+      this.storeName,
+      this.record,
+      this.markers,
+      () => this.signal,
+      () => this.clock.now(),
+    )
+    return this.#steps
+  }
 
   get takeover(): boolean {
     return this.token > 1
@@ -708,6 +731,11 @@ function publicContext(ctx: Attempt): IntentContext {
     get signal() {
       return ctx.signal
     },
+    step: (name, fn) => ctx.steps.step(name, fn),
+    capture: (name, fn) => ctx.steps.capture(name, fn),
+    now: () => ctx.steps.now(),
+    uuid: () => ctx.steps.uuid(),
+    random: () => ctx.steps.random(),
   }
 }
 

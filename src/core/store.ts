@@ -61,10 +61,24 @@ export interface StoredRecord {
 
 /** The result of {@link IdempotencyStore.acquire}: exactly one of four. */
 export type AcquireResult =
-  | { kind: 'acquired'; token: number }
+  /**
+   * `steps`: on a takeover (an acquire that continues an earlier attempt of the same record), the steps
+   * that attempt recorded, read in the same round trip. Absent or empty on a fresh record, and from
+   * stores without steps.
+   */
+  | { kind: 'acquired'; token: number; steps?: StepEntry[] }
   | { kind: 'in_progress'; lockedUntilMs: number }
   | { kind: 'replay'; record: StoredRecord }
   | { kind: 'mismatch' }
+
+/**
+ * One recorded step of an in-progress record (docs/steps.md). `result` is the step's value as JSON text,
+ * or `null` for a step that was started (its marker recorded) but has no result yet.
+ */
+export interface StepEntry {
+  name: string
+  result: string | null
+}
 
 /** Filter for {@link IdempotencyStore.list}. */
 export interface ListFilter {
@@ -115,6 +129,14 @@ export interface IdempotencyStore {
   /** An operator's deliberate reset: deletes the record whatever its state. Returns whether one existed. */
   evict(scope: string, key: string): Promise<boolean>
   /**
+   * Stores one step of the record (docs/steps.md) if `token` is current and the record is in progress:
+   * `result` is the step's value as JSON text, or `null` for a "started" marker. A result replaces a
+   * marker of the same name; a marker never replaces a result. The steps live and die with the record
+   * (a fresh acquire, a purge or an evict drops them) and come back with `acquire` on a takeover.
+   * Optional: without it, `ctx.step` and the captured values fail with `INVALID_OPTION`.
+   */
+  recordStep?(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean>
+  /**
    * Calls `onChange` when the record may have changed (completed, released, evicted). Optional:
    * without it the ledger polls. Notifications may be lost; waiters always poll as well.
    */
@@ -133,6 +155,8 @@ export interface TransactionalStore<Tx> extends IdempotencyStore {
   transaction<R>(fn: (tx: Tx) => Promise<R>): Promise<R>
   /** `complete` inside `tx`; `false` (the caller must roll back) when the token is no longer current. */
   completeInTransaction(tx: Tx, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean>
+  /** `recordStep` inside `tx`: the step commits (or rolls back) with the transaction's business writes. */
+  recordStepInTransaction?(tx: Tx, scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean>
 }
 
 /** True when the store implements {@link TransactionalStore}. */

@@ -5,6 +5,7 @@ import { sha256Hex } from '../core/fingerprint.js'
 import type { IdempotencyStore, Outcome, StoredRecord } from '../core/store.js'
 import { isIdempotencyError } from '../errors.js'
 import { describeSkipped, resolveHarness, type SuiteOptions } from './harness.js'
+import { describeStoreSteps } from './store-steps-contract.js'
 
 /** Builds the store under test. Single-process stores must use `clock`; server-clock stores ignore it. */
 export type StoreFactory = (env: { clock: ManualClock }) => IdempotencyStore | Promise<IdempotencyStore>
@@ -372,5 +373,7 @@ export function describeStore(name: string, createStore: StoreFactory, options: 
         stop()
       }
     })
+
+    describeStoreSteps(createStore, { describe, it, beforeAll, afterAll })
   })
 }

@@ -1,11 +1,14 @@
 import { type Clock, systemClock } from '../../core/clock.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
+import { applyStep } from '../../core/steps.js'
+import { assertRecordStep } from '../../core/steps-store.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
   type IdempotencyStore,
   type ListFilter,
   type Outcome,
+  type StepEntry,
   type StoredRecord,
   type Unsubscribe,
 } from '../../core/store.js'
@@ -34,6 +37,8 @@ export class MemoryStore implements IdempotencyStore {
   /** scope → key → record: no string building on the hot path. */
   readonly #records = new Map<string, Map<string, StoredRecord>>()
   readonly #watchers = new Map<string, Set<() => void>>()
+  /** Each record's steps: a fresh record is a new object, so its predecessor's steps go with the old one. */
+  readonly #steps = new WeakMap<StoredRecord, Map<string, string | null>>()
 
   constructor(options: MemoryStoreOptions = {}) {
     this.#clock = options.clock ?? systemClock
@@ -82,7 +87,9 @@ export class MemoryStore implements IdempotencyStore {
     record.lockedUntilMs = lockedUntilMs
     record.updatedAtMs = now
     record.expiresAtMs = lockedUntilMs + this.#abandonedRetentionMs
-    return { kind: 'acquired', token: record.token }
+    const steps = this.#steps.get(record)
+    if (steps === undefined) return { kind: 'acquired', token: record.token }
+    return { kind: 'acquired', token: record.token, steps: [...steps].map(([name, result]): StepEntry => ({ name, result })) }
   }
 
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
@@ -123,6 +130,19 @@ export class MemoryStore implements IdempotencyStore {
     record.updatedAtMs = now
     record.expiresAtMs = now + this.#abandonedRetentionMs
     this.#notify(scope, key)
+    return true
+  }
+
+  async recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+    assertRecordStep(scope, key, token, name, result)
+    const record = this.#held(scope, key, token)
+    if (!record) return false
+    let steps = this.#steps.get(record)
+    if (!steps) {
+      steps = new Map()
+      this.#steps.set(record, steps)
+    }
+    applyStep(steps, name, result)
     return true
   }
 

@@ -20,7 +20,7 @@ export interface SqliteStatement {
 }
 
 /** The schema version this release writes. Bump it and append to MIGRATIONS to change the schema. */
-export const SCHEMA_VERSION = 1
+export const SCHEMA_VERSION = 2
 
 /** Each entry upgrades the schema by one version; index 0 creates version 1. */
 const MIGRATIONS: Array<(table: string) => string> = [
@@ -44,6 +44,8 @@ const MIGRATIONS: Array<(table: string) => string> = [
     CREATE UNIQUE INDEX IF NOT EXISTS ${table}_identity ON ${table} (scope, key);
     CREATE INDEX IF NOT EXISTS ${table}_expires_at ON ${table} (expires_at);
     CREATE INDEX IF NOT EXISTS ${table}_created_at ON ${table} (created_at);`,
+  // Version 2: durable steps (docs/steps.md), one JSON object per record; existing rows get none.
+  (table) => `ALTER TABLE ${table} ADD COLUMN steps TEXT;`,
 ]
 
 /**

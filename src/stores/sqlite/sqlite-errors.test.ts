@@ -36,10 +36,34 @@ describe('SqliteStore bad input and setup', () => {
     await first.close()
     const second = new SqliteStore({ path })
     const db = new Database(path)
-    expect(db.prepare("SELECT value FROM idemkey_records_meta WHERE name = 'schema_version'").get()).toEqual({ value: '1' })
+    expect(db.prepare("SELECT value FROM idemkey_records_meta WHERE name = 'schema_version'").get()).toEqual({ value: '2' })
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal')
     db.close()
     await second.close()
+  })
+
+  it('upgrades a version-1 table in place: its in-progress record keeps its token and takes steps', async () => {
+    const path = join(dir, 'v1.db')
+    const old = new Database(path)
+    old.exec(`
+      CREATE TABLE idemkey_records_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+      INSERT INTO idemkey_records_meta VALUES ('schema_version', '1');
+      CREATE TABLE idemkey_records (scope TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('in_progress', 'completed', 'failed')), token INTEGER NOT NULL,
+        locked_until INTEGER, response_status INTEGER, response_headers TEXT, response_body BLOB, resource_id TEXT,
+        attempts INTEGER NOT NULL, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL, expires_at INTEGER NOT NULL);
+      CREATE UNIQUE INDEX idemkey_records_identity ON idemkey_records (scope, key);`)
+    const fp = 'a'.repeat(64)
+    const far = Date.now() + 3_600_000
+    old
+      .prepare(`INSERT INTO idemkey_records VALUES ('s', 'k', ?, 'in_progress', 3, ?, NULL, NULL, NULL, NULL, 3, 1, 1, ?)`)
+      .run(fp, far, far)
+    old.close()
+    const store = new SqliteStore({ path })
+    expect(await store.recordStep('s', 'k', 3, 'reserve', '1')).toBe(true)
+    expect(await store.release('s', 'k', 3)).toBe(true)
+    expect(await store.acquire('s', 'k', fp, 30_000)).toEqual({ kind: 'acquired', token: 4, steps: [{ name: 'reserve', result: '1' }] })
+    await store.close()
   })
 
   it('gives a new file 1 KiB pages and leaves the page size of an existing file alone', async () => {

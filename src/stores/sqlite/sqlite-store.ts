@@ -1,6 +1,7 @@
 import Database from 'better-sqlite3'
 import { type Clock, systemClock } from '../../core/clock.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertRecordStep, stepsFromJson } from '../../core/steps-store.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -114,9 +115,12 @@ export class SqliteStore implements IdempotencyStore {
         const now = this.#clock.now()
         const lockedUntil = now + leaseMs
         const taken = this.#sql.acquire.get(scope, key, fingerprint, lockedUntil, now, now, lockedUntil + this.#abandonedRetentionMs) as
-          | { token: number }
+          | { token: number; steps: string | null }
           | undefined
-        if (taken) return { kind: 'acquired', token: taken.token }
+        if (taken) {
+          if (taken.steps === null) return { kind: 'acquired', token: taken.token }
+          return { kind: 'acquired', token: taken.token, steps: stepsFromJson(taken.steps) ?? [] }
+        }
         const row = this.#sql.get.get(scope, key) as Row | undefined
         if (!row || row.expires_at <= now || (row.status === 'in_progress' && (row.locked_until as number) <= now)) continue
         if (row.fingerprint !== fingerprint) return { kind: 'mismatch' }
@@ -172,6 +176,20 @@ export class SqliteStore implements IdempotencyStore {
     })
     if (done) this.#notify(scope, key)
     return done
+  }
+
+  /**
+   * One UPDATE of the record's `steps` JSON, fenced by token: `json_set` for a result, `json_insert`
+   * for a started marker (which so never replaces a result).
+   */
+  async recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+    assertRecordStep(scope, key, token, name, result)
+    const path = `$."${name}"`
+    return this.#run('recordStep', () =>
+      result === null
+        ? this.#sql.stepStarted.run(path, this.#clock.now(), scope, key, token).changes === 1
+        : this.#sql.stepResult.run(path, result, this.#clock.now(), scope, key, token).changes === 1,
+    )
   }
 
   async get(scope: string, key: string): Promise<StoredRecord | null> {
@@ -358,10 +376,18 @@ function prepareStatements(db: SqliteDatabase, table: string) {
         attempts = CASE WHEN ${table}.expires_at <= excluded.updated_at THEN 1 ELSE ${table}.attempts + 1 END,
         created_at = CASE WHEN ${table}.expires_at <= excluded.updated_at THEN excluded.updated_at ELSE ${table}.created_at END,
         updated_at = excluded.updated_at,
-        expires_at = excluded.expires_at
+        expires_at = excluded.expires_at,
+        steps = CASE WHEN ${table}.expires_at <= excluded.updated_at THEN NULL ELSE ${table}.steps END
       WHERE ${table}.expires_at <= excluded.updated_at
         OR (${table}.status = 'in_progress' AND ${table}.locked_until <= excluded.updated_at)
-      RETURNING token`),
+      RETURNING token, steps`),
+    // Parameters: JSON path of the step, [result,] now, scope, key, token.
+    stepResult: db.prepare(`
+      UPDATE ${table} SET steps = json_set(coalesce(steps, '{}'), ?, json_object('r', ?)), updated_at = ?
+      WHERE scope = ? AND key = ? AND token = ? AND status = 'in_progress'`),
+    stepStarted: db.prepare(`
+      UPDATE ${table} SET steps = json_insert(coalesce(steps, '{}'), ?, json_object()), updated_at = ?
+      WHERE scope = ? AND key = ? AND token = ? AND status = 'in_progress'`),
     get: db.prepare(`SELECT ${columns} FROM ${table} WHERE scope = ? AND key = ?`),
     renew: db.prepare(`
       UPDATE ${table} SET locked_until = @locked_until, updated_at = @now, expires_at = @expires_at
