@@ -1,14 +1,17 @@
 /**
  * SPEC §5, written once and run against every adapter over a real listening server.
  */
+
+import type { ChildProcess } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
-import { request as rawRequest } from 'node:http'
-import { connect } from 'node:net'
+import { createServer, request as rawRequest } from 'node:http'
+import { type AddressInfo, connect } from 'node:net'
 import { Ledger } from '../src/core/ledger.js'
 import { requestFingerprint } from '../src/http/stored.js'
 import type { EngineOptions } from '../src/http/types.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
-import { type AdapterFactory, AppState, adapters, type RunningApp } from './fixtures/http/apps.js'
+import { type AdapterFactory, AppState, adapters, BINARY_KINDS, type RunningApp } from './fixtures/http/apps.js'
+import { startProxy } from './helpers/proxy-process.js'
 
 /** A store whose every call fails, as an unreachable server's would, with the driver's revealing message. */
 function downStore(): MemoryStore {
@@ -58,6 +61,12 @@ async function post(
   const response = await fetch(url + path, { method: 'POST', headers, body: init.raw ?? JSON.stringify(init.body ?? { amount: 100 }) })
   const text = await response.text()
   return { status: response.status, headers: response.headers, text, json: () => JSON.parse(text) }
+}
+
+/** A POST whose answer is read as bytes, never decoded as text. */
+async function postForBytes(url: string, key: string): Promise<{ status: number; headers: Headers; bytes: Buffer }> {
+  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{}' })
+  return { status: response.status, headers: response.headers, bytes: Buffer.from(await response.arrayBuffer()) }
 }
 
 /** Sends the Idempotency-Key header twice on the wire (fetch would join them). */
@@ -161,6 +170,23 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (name, start: Ad
     expect(second.headers.get('idempotent-replayed')).toBe('true')
     expect(second.headers.get('content-type')).toBe(first.headers.get('content-type'))
     expect(state.executions('/charges', key)).toBe(1)
+  })
+
+  it.each(Object.keys(BINARY_KINDS))('replays a %s body byte for byte, as the handler sent it, with its content type', async (kind) => {
+    const key = randomUUID()
+    const first = await postForBytes(`${app.url}/binary/${kind}`, key)
+    const second = await postForBytes(`${app.url}/binary/${kind}`, key)
+    const sent = state.sent.get(key) ?? []
+    expect(sent).toHaveLength(1)
+    expect(first.status).toBe(200)
+    expect(first.headers.get('idempotent-replayed')).toBeNull()
+    expect(first.bytes.equals(sent[0] as Buffer), 'first answer is the handler bytes').toBe(true)
+    expect(second.status).toBe(200)
+    expect(second.headers.get('idempotent-replayed')).toBe('true')
+    // Byte for byte: a replay that went through a text decoder would change every byte that is not UTF-8.
+    expect(second.bytes.toString('hex')).toBe(first.bytes.toString('hex'))
+    expect(second.headers.get('content-type')).toBe(first.headers.get('content-type'))
+    expect(second.headers.get('content-length') ?? String(second.bytes.length)).toBe(String(first.bytes.length))
   })
 
   it('runs 50 concurrent duplicates once and gives all 50 the same answer', async () => {
@@ -604,5 +630,50 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (name, start: Ad
     expect(answer.text).not.toContain('ch_')
     expect(answer.headers.get('set-cookie')).toBeNull()
     expect(state.executions('/charges', key)).toBe(1)
+  })
+})
+
+describe('HTTP conformance: idemkey proxy', () => {
+  const children: ChildProcess[] = []
+  const sent = new Map<string, Buffer[]>()
+  const upstream = createServer((req, res) => {
+    req.resume()
+    req.on('end', () => {
+      const kind = BINARY_KINDS[/^\/binary\/([\w-]+)$/.exec(req.url ?? '')?.[1] ?? '']
+      if (!kind) return res.writeHead(404).end()
+      const key = String(req.headers['idempotency-key'])
+      const bytes = kind.bytes()
+      sent.set(key, [...(sent.get(key) ?? []), bytes])
+      res.writeHead(200, { 'content-type': kind.type })
+      // In two writes, as a streaming upstream would.
+      res.write(bytes.subarray(0, 7))
+      res.end(bytes.subarray(7))
+    })
+  })
+  let proxyUrl = ''
+  beforeAll(async () => {
+    await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve))
+    const { port } = upstream.address() as AddressInfo
+    const proxy = await startProxy(['--upstream', `http://127.0.0.1:${port}`, '--store', 'memory:'], children)
+    proxyUrl = `http://127.0.0.1:${proxy.port}`
+  })
+  afterAll(async () => {
+    for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+    upstream.closeAllConnections()
+    await new Promise((resolve) => upstream.close(resolve))
+  })
+
+  it.each(Object.keys(BINARY_KINDS))('replays a %s body byte for byte, as the upstream sent it, with its content type', async (kind) => {
+    const key = randomUUID()
+    const first = await postForBytes(`${proxyUrl}/binary/${kind}`, key)
+    const second = await postForBytes(`${proxyUrl}/binary/${kind}`, key)
+    const upstreamSent = sent.get(key) ?? []
+    expect(upstreamSent, 'the upstream ran once').toHaveLength(1)
+    expect(first.status).toBe(200)
+    expect(first.bytes.toString('hex')).toBe((upstreamSent[0] as Buffer).toString('hex'))
+    expect(second.status).toBe(200)
+    expect(second.headers.get('idempotent-replayed')).toBe('true')
+    expect(second.bytes.toString('hex')).toBe(first.bytes.toString('hex'))
+    expect(second.headers.get('content-type')).toBe(kind === 'invalid-utf8' ? first.headers.get('content-type') : BINARY_KINDS[kind]?.type)
   })
 })
