@@ -53,6 +53,34 @@ describe.skipIf(skip !== undefined)('PostgresStore setup and bad input', () => {
     expect(error.message).toContain('another shape')
   })
 
+  it('upgrades a schema-1 table in place: its in-progress record keeps its token and takes steps', async () => {
+    const name = table('v1')
+    await pool.query(`CREATE TABLE "${name}" (scope text COLLATE "C" NOT NULL, "key" text COLLATE "C" NOT NULL,
+      fingerprint text NOT NULL, status text NOT NULL, token bigint NOT NULL, locked_until bigint NULL,
+      response_status smallint NULL, response_headers text NULL, response_body bytea NULL, resource_id text NULL,
+      attempts integer NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT NULL, expires_at bigint NOT NULL,
+      waiters boolean NOT NULL DEFAULT false, PRIMARY KEY (scope, "key"))`)
+    await pool.query(`COMMENT ON TABLE "${name}" IS 'idemkey schema 1: idempotency records (scope, key)'`)
+    const far = Date.now() + 3_600_000
+    await pool.query(
+      `INSERT INTO "${name}" (scope, "key", fingerprint, status, token, locked_until, attempts, created_at, updated_at, expires_at)
+       VALUES ('s', 'k', $1, 'in_progress', 3, $2, 3, 1, 1, $2)`,
+      [fp('a'), far],
+    )
+    const store = new PostgresStore({ pool, table: name })
+    await store.migrate()
+    expect(await store.recordStep('s', 'k', 3, 'reserve', '1')).toBe(true)
+    expect(await store.release('s', 'k', 3)).toBe(true)
+    expect(await store.acquire('s', 'k', fp('a'), 30_000)).toEqual({
+      kind: 'acquired',
+      token: 4,
+      steps: [{ name: 'reserve', result: '1' }],
+    })
+    const comment = await pool.query(`SELECT obj_description('"${name}"'::regclass) AS c`)
+    expect(comment.rows[0].c).toMatch(/^idemkey schema 2:/)
+    await store.close()
+  })
+
   it('migrates idempotently, also from several stores at once', async () => {
     const name = table('migrate')
     const stores = Array.from({ length: 4 }, () => new PostgresStore({ pool, table: name }))

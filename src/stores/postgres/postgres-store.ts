@@ -1,4 +1,5 @@
 import { parseDuration } from '../../core/duration.js'
+import { assertRecordStep, stepsFromJson } from '../../core/steps-store.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -143,7 +144,10 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike> implement
     for (let round = 0; round < 100; round++) {
       const row = (await this.#query('acquire', this.#sql.acquire, values)).rows[0] as AcquireRow | undefined
       if (!row) throw new IdempotencyError('STORE_SCHEMA', 'postgres: acquire returned no row; is the table an idemkey table?')
-      if (row.taken !== null) return { kind: 'acquired', token: Number(row.taken) }
+      if (row.taken !== null) {
+        const steps = stepsFromJson(row.taken_steps)
+        return steps ? { kind: 'acquired', token: Number(row.taken), steps } : { kind: 'acquired', token: Number(row.taken) }
+      }
       if (row.status === null) continue
       if (row.fingerprint !== fingerprint) return { kind: 'mismatch' }
       if (row.status === 'in_progress') return { kind: 'in_progress', lockedUntilMs: Number(row.locked_until) }
@@ -169,6 +173,28 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike> implement
   /** `complete` inside the transaction `tx` (from {@link PostgresStore.transaction}); the notice goes out at commit. */
   async completeInTransaction(tx: Client, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
     return this.#complete(tx, scope, key, token, outcome, ttlMs)
+  }
+
+  /** One UPDATE of the record's `steps`, fenced by token (docs/steps.md). */
+  async recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+    return this.#recordStep(undefined, scope, key, token, name, result)
+  }
+
+  /** `recordStep` inside `tx`: the step commits with the transaction's business writes, or rolls back with them. */
+  async recordStepInTransaction(
+    tx: Client,
+    scope: string,
+    key: string,
+    token: number,
+    name: string,
+    result: string | null,
+  ): Promise<boolean> {
+    return this.#recordStep(tx, scope, key, token, name, result)
+  }
+
+  async #recordStep(tx: Client | undefined, scope: string, key: string, token: number, name: string, result: string | null) {
+    assertRecordStep(scope, key, token, name, result)
+    return (await this.#query('recordStep', this.#sql.recordStep, [scope, key, token, name, result], tx)).rowCount === 1
   }
 
   async release(scope: string, key: string, token: number): Promise<boolean> {

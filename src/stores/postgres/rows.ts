@@ -24,6 +24,8 @@ export interface Row {
 /** What the acquire statement answers: the token it took, or the live record that stopped it. */
 export interface AcquireRow extends Omit<Row, 'scope' | 'key' | 'fingerprint' | 'status' | 'token'> {
   taken: string | number | null
+  /** The taken record's steps (JSON text), on a takeover that has some. */
+  taken_steps: string | null
   fingerprint: string | null
   status: RecordStatus | null
   token: string | number | null

@@ -8,7 +8,7 @@ import { ALL_COLUMNS, qualified } from './statements.js'
  *
  * @example SELECT obj_description('idemkey_records'::regclass) -- 'idemkey schema 1: …'
  */
-export const SCHEMA_VERSION = 1
+export const SCHEMA_VERSION = 2
 
 const VERSION_COMMENT = /^idemkey schema (\d+)/
 
@@ -53,6 +53,9 @@ const MIGRATIONS: Array<(schema: string, table: string) => string[]> = [
       `CREATE INDEX IF NOT EXISTS "${table}_in_progress" ON ${t} (locked_until) WHERE status = 'in_progress'`,
     ]
   },
+  // Version 2: durable steps (docs/steps.md), one jsonb object per record. Adding a nullable column
+  // without a default rewrites nothing: existing rows, in progress or not, keep working in place.
+  (schema, table) => [`ALTER TABLE ${qualified(schema, table)} ADD COLUMN IF NOT EXISTS steps jsonb NULL`],
 ]
 
 /**

@@ -13,7 +13,7 @@ export const COLUMNS = `scope, "key", fingerprint, status, token, locked_until, 
   response_body, resource_id, attempts, created_at, updated_at, expires_at`
 
 /** Every column the store needs, for the shape check of `migrate()`. */
-export const ALL_COLUMNS = `${COLUMNS}, waiters`
+export const ALL_COLUMNS = `${COLUMNS}, waiters, steps`
 
 /** A statement the store sends, with a stable prepared-statement name derived from its text. */
 export interface Statement {
@@ -82,11 +82,24 @@ export function statements(schema: string, table: string) {
           created_at = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.created_at ELSE r.created_at END,
           updated_at = EXCLUDED.updated_at,
           expires_at = EXCLUDED.expires_at,
-          waiters = EXCLUDED.waiters OR (r.waiters AND r.expires_at > EXCLUDED.created_at)
+          waiters = EXCLUDED.waiters OR (r.waiters AND r.expires_at > EXCLUDED.created_at),
+          steps = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL ELSE r.steps END
         WHERE r.expires_at <= EXCLUDED.created_at OR (r.status = 'in_progress' AND r.locked_until <= EXCLUDED.created_at)
-        RETURNING r.token
+        RETURNING r.token, r.steps
       )
-      SELECT (SELECT token FROM ins) AS taken, cur.*, now.ms AS now_ms FROM now LEFT JOIN cur ON true`),
+      SELECT (SELECT token FROM ins) AS taken, (SELECT steps::text FROM ins) AS taken_steps, cur.*, now.ms AS now_ms
+      FROM now LEFT JOIN cur ON true`),
+    /**
+     * One step of an in-progress record, fenced by token: $3 token, $4 name, $5 result (JSON text), or
+     * NULL for a started marker, which never replaces a result. Steps live in the record's `steps` jsonb
+     * object (name → {"r": result text}, or {} when started), so acquire reads them with the row.
+     */
+    recordStep: statement(`
+      UPDATE ${t} r SET steps = CASE
+          WHEN $5::text IS NOT NULL THEN coalesce(r.steps, '{}'::jsonb) || jsonb_build_object($4::text, jsonb_build_object('r', $5::text))
+          WHEN coalesce(r.steps, '{}'::jsonb) ? $4::text THEN r.steps
+          ELSE coalesce(r.steps, '{}'::jsonb) || jsonb_build_object($4::text, '{}'::jsonb) END
+      WHERE r.scope = $1 AND r."key" = $2 AND r.token = $3 AND r.status = 'in_progress'`),
     get: statement(`
       SELECT ${COLUMNS} FROM ${t} WHERE scope = $1 AND "key" = $2 AND expires_at > ${NOW_MS}`),
     /** $3 token, $4 lease ms, $5 retention ms. */
@@ -103,7 +116,7 @@ export function statements(schema: string, table: string) {
       done AS (
         UPDATE ${t} r SET status = $5::text, locked_until = NULL, response_status = $6, response_headers = $7,
           response_body = $8, resource_id = $9, updated_at = now.ms, expires_at = now.ms + $10::bigint
-        FROM now WHERE r.scope = $1 AND r."key" = $2 AND r.token = $4 AND r.status = 'in_progress'
+        FROM now WHERE r.scope = $1 AND r."key" = $2 AND $4::bigint > 0 AND r.status = 'in_progress'
         RETURNING r.scope, r."key", r.waiters
       )
       ${notify('done')}`),
