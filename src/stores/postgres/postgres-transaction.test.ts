@@ -82,34 +82,46 @@ describe.skipIf(skip !== undefined)('PostgresStore transactions (SPEC §6)', () 
     expect(await orderRows(key)).toEqual(['retry'])
   })
 
-  it("rolls back a zombie's business row when it resumes after another holder took over", async () => {
+  it("rolls back a zombie's business row when it commits while the new holder is still running: the token alone refuses it", async () => {
     const key = `order-${randomUUID()}`
-    let resume = () => {}
-    const resumed = new Promise<void>((resolve) => {
-      resume = resolve
-    })
-    let zombieWrote = () => {}
-    const wrote = new Promise<void>((resolve) => {
-      zombieWrote = resolve
-    })
+    const gate = () => {
+      let open = () => {}
+      const opened = new Promise<void>((resolve) => {
+        open = resolve
+      })
+      return { open, opened }
+    }
+    const zombieWrote = gate()
+    const zombieResumes = gate()
+    const takerWrote = gate()
+    const takerFinishes = gate()
     const zombie = new Ledger({ store: paused(store), lease: 300 })
     const zombieRun = zombie.runInTransaction({ key, payload: 1 }, async ({ tx }) => {
       await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, 'zombie')`, [key])
-      zombieWrote()
-      await resumed
+      zombieWrote.open()
+      await zombieResumes.opened
       return 'zombie'
     })
-    await wrote
-    // Past the zombie's lease: the next request takes over with token 2 and commits its order.
+    await zombieWrote.opened
+    // Past the zombie's lease: the next request takes over with token 2, and is still working…
     await new Promise((resolve) => setTimeout(resolve, 400))
     const taker = new Ledger({ store, wait: 0 })
-    const took = await taker.runInTransaction({ key, payload: 1 }, async ({ tx, token, takeover }) => {
+    const takerRun = taker.runInTransaction({ key, payload: 1 }, async ({ tx, token, takeover }) => {
       await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, 'taker')`, [key])
+      takerWrote.open()
+      await takerFinishes.opened
       return { token, takeover }
     })
-    expect(took).toMatchObject({ kind: 'executed', outcome: 'completed', value: { token: 2, takeover: true } })
-    resume()
+    await takerWrote.opened
+    // …when the zombie resumes and commits. The record is in progress, as the zombie left it: only
+    // its token (1, not 2) tells the store to refuse the completion and roll the zombie's order back.
+    expect(await store.get('default', key)).toMatchObject({ status: 'in_progress', token: 2 })
+    zombieResumes.open()
     expect(await zombieRun).toMatchObject({ kind: 'executed', outcome: 'fenced_out', token: 1 })
+    expect(await orderRows(key)).toEqual([])
+    expect(await store.get('default', key)).toMatchObject({ status: 'in_progress', token: 2 })
+    takerFinishes.open()
+    expect(await takerRun).toMatchObject({ kind: 'executed', outcome: 'completed', value: { token: 2, takeover: true } })
     expect(await orderRows(key)).toEqual(['taker'])
     expect(await store.get('default', key)).toMatchObject({ status: 'completed', token: 2 })
   })
