@@ -130,3 +130,19 @@ export function sizeArg(flag: string): (value: string) => number {
     return Math.floor(Number(match[1]) * unit)
   }
 }
+
+/** Levels of `--log-level`, quietest last. */
+const LOG_LEVEL_CHOICES = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']
+
+/** `--log-level`: what the proxy logs (`info` includes one access line per request). */
+export function logLevelOption(): Option {
+  return new Option('--log-level <level>', 'log this level and above; info logs one line per request, warn only trouble')
+    .choices(LOG_LEVEL_CHOICES)
+    .default('info')
+    .env('IDEMKEY_LOG_LEVEL')
+}
+
+/** `--log-format`: JSON lines, or the compact human form (the default on a terminal). */
+export function logFormatOption(): Option {
+  return new Option('--log-format <format>', 'json lines, or pretty (default: pretty on a terminal, else json)').choices(['json', 'pretty'])
+}

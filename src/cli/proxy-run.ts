@@ -3,9 +3,14 @@ import { formatDuration } from '../core/duration.js'
 import { sha256Hex } from '../core/fingerprint.js'
 import { Ledger, type LedgerEvent } from '../core/ledger.js'
 import type { EngineEvent } from '../http/types.js'
+import { createAdminServer } from '../observability/admin-server.js'
+import { createLogger } from '../observability/logger.js'
+import { operatorPage } from '../observability/operator-page.js'
+import { type PrometheusMetrics, prometheusMetrics } from '../observability/prometheus.js'
+import { keyHash } from '../observability/recorder.js'
 import { describeStore, isServerClockStore, openStore, parseStoreUrl } from '../stores/open.js'
 import type { ProxyFlags } from './proxy.js'
-import { createProxyServer } from './proxy-server.js'
+import { type AccessEntry, createProxyServer } from './proxy-server.js'
 import { ReconnectingStore } from './reconnecting-store.js'
 import { CliError } from './run.js'
 
@@ -18,27 +23,60 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
     )
   }
   const spec = parseStoreUrl(flags.store)
-  // The proxy starts even when its store is down; until it answers, covered requests get 503.
-  const store = new ReconnectingStore(spec.kind, isServerClockStore(spec), async () => {
-    const opened = await openStore(flags.store)
-    try {
-      await opened.migrate()
-    } catch (error) {
-      await opened.store.close().catch(() => {})
-      throw error
-    }
-    return opened.store
-  })
-  const ledger = new Ledger({ store, lease: flags.lease, ttl: flags.ttl, wait: flags.wait })
-  let lastStoreLogMs = 0
-  const onEvent = (event: EngineEvent) => {
-    if (event.type === 'store_error' && Date.now() - lastStoreLogMs > 5_000) {
-      lastStoreLogMs = Date.now()
-      process.stderr.write(`idemkey proxy: store unavailable, answering 503 to covered requests: ${(event.error as Error).message}\n`)
-    }
-    // Never rate-limited: each one is a request that a retry after its lease will run a second time.
-    if (event.type === 'unrecorded') process.stderr.write(`${unrecordedLine(event)}\n`)
+  const logger = createLogger({ level: flags.logLevel, format: flags.logFormat })
+  const admin = flags.adminPort !== undefined
+  const metrics: PrometheusMetrics | undefined = admin ? prometheusMetrics() : undefined
+  // Said once per change: an outage is one error line and one line when it ends, not one per request.
+  let wasDown = false
+  const onStoreState = (up: boolean, error?: unknown) => {
+    metrics?.storeUp(up)
+    if (up && wasDown) logger.warn({ store: spec.kind }, 'store answering again: covered requests are served again')
+    else if (up) logger.info({ store: spec.kind }, 'store connected')
+    wasDown = !up
+    if (up) return
+
+    logger.error({ store: spec.kind, err: errorText(error) }, `store unavailable, answering 503 to covered requests: ${errorText(error)}`)
   }
+  // The proxy starts even when its store is down; until it answers, covered requests get 503.
+  const store = new ReconnectingStore(
+    spec.kind,
+    isServerClockStore(spec),
+    async () => {
+      const opened = await openStore(flags.store)
+      try {
+        await opened.migrate()
+      } catch (error) {
+        await opened.store.close().catch(() => {})
+        throw error
+      }
+      return opened.store
+    },
+    1_000,
+    onStoreState,
+  )
+  const ledger = new Ledger({ store, lease: flags.lease, ttl: flags.ttl, wait: flags.wait, telemetry: metrics?.telemetry })
+  const page = admin ? operatorPage({ store, token: flags.adminToken }) : undefined
+  const onEvent = (event: EngineEvent) => {
+    page?.onEvent(event)
+    // A call that timed out above the store still means it is not answering.
+    if (event.type === 'store_error') store.markDown(event.error)
+    // Never rate-limited: each one is a request that a retry after its lease will run a second time.
+    if (event.type === 'unrecorded') {
+      metrics?.unrecorded()
+      logger.error(
+        { keyHash: keyHash(event.scope, event.key), token: event.token, attempts: event.attempts, outcome: event.status },
+        unrecordedLine(event),
+      )
+    }
+  }
+  const accessLog = logger.isLevelEnabled('info')
+  const onAccess =
+    accessLog || metrics
+      ? (entry: AccessEntry) => {
+          metrics?.answered(entry.outcome, entry.status, entry.durationMs / 1_000)
+          if (accessLog) logger.info(entry, 'request')
+        }
+      : undefined
   const proxy = createProxyServer({
     upstream: flags.upstream,
     ledger,
@@ -57,6 +95,8 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
     maxBufferedBytes: flags.maxBuffered,
     maxStoredBodyBytes: flags.maxStoredBody,
     onEvent,
+    onAccess,
+    log: (line) => logger.warn(`idemkey proxy: ${line}`),
   })
   await new Promise<void>((resolve, reject) => {
     proxy.server.once('error', reject)
@@ -64,22 +104,50 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
   })
   const address = proxy.server.address()
   const port = typeof address === 'object' && address ? address.port : flags.port
-  store.connect().catch((error: unknown) => {
-    process.stderr.write(`idemkey proxy: store not reachable yet (covered requests get 503 until it is): ${(error as Error).message}\n`)
-  })
+  // A store that is down at start-up is reported as any outage: one line now, one when it answers.
+  store.connect().then(
+    () => store.markUp(),
+    (error: unknown) => store.markDown(error),
+  )
+  let adminServer: ReturnType<typeof createAdminServer> | undefined
+  if (metrics && page && flags.adminPort !== undefined) {
+    adminServer = createAdminServer({ registry: metrics.registry, page, ready: () => probeStore(store) })
+    const server = adminServer
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', (error: NodeJS.ErrnoException) =>
+        reject(
+          new CliError(
+            `--admin-port ${flags.adminPort}: cannot listen on ${flags.adminHost} (${error.code ?? error.message}). Pick another port.`,
+            1,
+          ),
+        ),
+      )
+      server.listen(flags.adminPort, flags.adminHost, () => resolve())
+    })
+  }
   process.stdout.write(
     `idemkey proxy listening on http://${flags.host}:${port} -> ${flags.upstream} (store ${describeStore(spec)}, methods ${flags.methods.join(',')}, lease ${formatDuration(flags.lease)})\n`,
   )
+  if (adminServer) {
+    const address = adminServer.address()
+    const adminPort = typeof address === 'object' && address ? address.port : flags.adminPort
+    process.stdout.write(
+      `idemkey proxy admin on http://${flags.adminHost}:${adminPort} (/metrics, /healthz, /readyz, operator page at /)\n`,
+    )
+  }
 
   let stopping = false
   const stop = async (signal: string) => {
     if (stopping) return
     stopping = true
-    process.stderr.write(`idemkey proxy: ${signal}, draining ${proxy.inFlight()} in-flight request(s)\n`)
+    logger.info(`idemkey proxy: ${signal}, draining ${proxy.inFlight()} in-flight request(s)`)
     const drained = await proxy.drain(flags.drainTimeout)
+    adminServer?.close()
+    adminServer?.closeAllConnections()
     // Records of requests still running keep their lease: it ends by itself and another proxy takes over.
     await store.close().catch(() => {})
-    process.stderr.write(`idemkey proxy: stopped${drained ? '' : ' (drain timeout: unfinished requests keep their lease until it ends)'}\n`)
+    logger.info(`idemkey proxy: stopped${drained ? '' : ' (drain timeout: unfinished requests keep their lease until it ends)'}`)
+    await new Promise<void>((resolve) => logger.flush(() => resolve()))
     process.exit(0)
   }
   process.once('SIGTERM', () => void stop('SIGTERM'))
@@ -93,4 +161,24 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
 export function unrecordedLine(event: Extract<LedgerEvent, { type: 'unrecorded' }>): string {
   const cause = event.error instanceof Error ? event.error.message : String(event.error)
   return `idemkey proxy: UNRECORDED outcome (${event.status}) for key sha256:${sha256Hex(event.scope, '\n', event.key).slice(0, 16)} token ${event.token} after ${event.attempts} tries: the upstream ran, but the store did not take the outcome before the lease ended, so a retry after the lease will run it again (${cause})`
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error)
+}
+
+/** `/readyz`: the store answers a read within 2 s. */
+async function probeStore(store: ReconnectingStore): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${store.name}: no answer within 2 s`)), 2_000)
+  })
+  try {
+    await Promise.race([store.get('idemkey', 'readyz-probe'), timeout])
+  } catch (error) {
+    store.markDown(error)
+    throw error
+  } finally {
+    clearTimeout(timer)
+  }
 }

@@ -1,12 +1,14 @@
+import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
 import { type Dispatcher, Pool } from 'undici'
 import type { Ledger } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
-import { KEY_HEADER } from '../http/key-header.js'
+import { KEY_HEADER, parseKeyHeader } from '../http/key-header.js'
 import { distinctHeaders, readNodeBody } from '../http/node-body.js'
 import { credentialScope, headerScope, resolveScopeSecret } from '../http/scope.js'
-import type { Decision, EngineEvent, HttpRequestLike, HttpResponseLike } from '../http/types.js'
+import type { AnswerOutcome, Decision, EngineEvent, HttpRequestLike, HttpResponseLike } from '../http/types.js'
+import { keyHash } from '../observability/recorder.js'
 import { oneLine, pathOf, proxyProblem, Refusal, requestHeaders, responseHeaders, send, upstreamProblem } from './proxy-http.js'
 import {
   type BudgetTicket,
@@ -44,6 +46,34 @@ export interface ProxyServerOptions extends ProxyLimits {
   /** Upstream headers or body slower than this: `504`, and the record is released. @default 30s */
   upstreamTimeoutMs?: number
   onEvent?: (event: EngineEvent) => void
+  /** Called once per request when it is over (answered, and its answer sent or its client gone): the access log. */
+  onAccess?: (entry: AccessEntry) => void
+}
+
+/** One request, as the access log and the HTTP metrics see it. */
+export interface AccessEntry {
+  /** `X-Request-Id` when the client sent a usable one, else the trace id of `traceparent`, else a new UUID. */
+  requestId: string
+  method: string
+  /** The path, without the query string (which may carry secrets). */
+  path: string
+  /** The status the client got (or was being sent when it went away). */
+  status: number
+  /** How the proxy answered: the HTTP layer's outcome, `passthrough` for traffic it does not cover, `proxy_error`. */
+  outcome: AnswerOutcome | 'passthrough' | 'proxy_error'
+  /** The upstream's status, when the request reached it. */
+  upstreamStatus?: number
+  /** `keyHash(scope, key)` of a covered request with a key, as `idemkey inspect` and the unrecorded line show it. */
+  keyHash?: string
+  durationMs: number
+}
+
+/** What the access log learns of a request while it is served. */
+interface Trail {
+  startedAt: number
+  outcome: AccessEntry['outcome']
+  upstreamStatus?: number
+  scope?: string
 }
 
 /** A running proxy's handle. */
@@ -114,7 +144,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       maxStoredBody: options.maxStoredBodyBytes,
       onEvent: options.onEvent,
     },
-    { scopeOf: proxyScope(options.scopeHeader, options.scopeSecret) },
+    { scopeOf: trailScope(proxyScope(options.scopeHeader, options.scopeSecret)) },
   )
   let active = 0
   let idle: (() => void) | undefined
@@ -124,12 +154,14 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   const bodyTimeoutMs = options.bodyTimeoutMs ?? 30_000
   const budget = new ByteBudget(options.maxBufferedBytes ?? 64 * MiB)
   const log = throttledLog(options.log ?? ((line) => process.stderr.write(`idemkey proxy: ${line}\n`)))
+  const onAccess = options.onAccess
 
-  async function serve(req: IncomingMessage, res: ServerResponse, ticket: BudgetTicket): Promise<void> {
+  async function serve(req: IncomingMessage, res: ServerResponse, ticket: BudgetTicket, trail?: Trail): Promise<void> {
     // Like every adapter: traffic the layer does not cover streams through without touching the engine.
-    if (!engine.applies(req.method ?? 'GET', req.headers[KEY_HEADER] !== undefined)) return forwardStreaming(req, res)
+    if (!engine.applies(req.method ?? 'GET', req.headers[KEY_HEADER] !== undefined)) return forwardStreaming(req, res, trail)
     let read: Promise<Uint8Array> | undefined
-    const neutral: HttpRequestLike = {
+    const neutral: HttpRequestLike & { trail?: Trail } = {
+      trail,
       method: req.method ?? 'GET',
       url: req.url ?? '/',
       headers: distinctHeaders(req),
@@ -146,11 +178,15 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       if (error instanceof Refusal) return sendAndClose(req, res, error.response)
       throw error
     }
-    if (decision.kind === 'respond') return answer(req, res, decision.response)
-    if (decision.kind === 'passthrough') {
-      if (read) return forwardCovered(req, res, await read, ticket)
-      return forwardStreaming(req, res)
+    if (decision.kind === 'respond') {
+      if (trail) trail.outcome = decision.outcome ?? 'rejected'
+      return answer(req, res, decision.response)
     }
+    if (decision.kind === 'passthrough') {
+      if (read) return forwardCovered(req, res, await read, ticket, undefined, trail)
+      return forwardStreaming(req, res, trail)
+    }
+    if (trail) trail.outcome = 'executed'
     let body: Uint8Array
     try {
       body = await (read ?? neutral.body(maxBody))
@@ -160,7 +196,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       throw error
     }
     try {
-      await forwardCovered(req, res, body, ticket, decision)
+      await forwardCovered(req, res, body, ticket, decision, trail)
     } catch (error) {
       // Releases the record unless forwardCovered settled it already (then this does nothing).
       await decision.fail(error)
@@ -241,6 +277,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     body: Uint8Array,
     ticket: BudgetTicket,
     record?: Extract<Decision, { kind: 'execute' }>,
+    trail?: Trail,
   ): Promise<void> {
     // Settle the record before answering a held response, so a retry that follows the answer finds it.
     const settle = async (response: HttpResponseLike) => (record ? record.finish(response) : response)
@@ -256,6 +293,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       return send(res, await settle(upstreamProblem(error, req, log)), bodyTimeoutMs)
     }
     const status = upstream.statusCode
+    if (trail) trail.upstreamStatus = status
     const headers = responseHeaders(upstream.headers, false)
     const chunks = upstream.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>
     const held: Buffer[] = []
@@ -308,7 +346,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   }
 
   /** Streams an uncovered request both ways, untouched but for hop-by-hop and forwarding headers. */
-  async function forwardStreaming(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async function forwardStreaming(req: IncomingMessage, res: ServerResponse, trail?: Trail): Promise<void> {
     const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined
     const abort = new AbortController()
     res.once('close', () => {
@@ -326,6 +364,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     } catch (error) {
       return send(res, upstreamProblem(error, req, log))
     }
+    if (trail) trail.upstreamStatus = upstream.statusCode
     res.writeHead(upstream.statusCode, responseHeaders(upstream.headers, true))
     await pipeline(upstream.body, res).catch(() => res.destroy())
   }
@@ -349,8 +388,11 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       connections.busy(req.socket)
       const ticket = budget.ticket()
       const closed = new Promise<void>((resolve) => res.once('close', resolve))
-      const served = serve(req, res, ticket).catch((error: unknown) => {
+      // Kept only for an access log: without one a request costs what it did.
+      const trail: Trail | undefined = onAccess ? { startedAt: performance.now(), outcome: 'passthrough' } : undefined
+      const served = serve(req, res, ticket, trail).catch((error: unknown) => {
         if (req.destroyed && !req.complete) return // the client went away mid-body: no one to answer
+        if (trail) trail.outcome = 'proxy_error'
         log('proxy-error', `proxy error on ${req.method} ${pathOf(req)}: ${oneLine(error)}`)
         if (!res.headersSent) {
           answer(
@@ -374,6 +416,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       void Promise.all([served, closed]).then(() => {
         ticket.release()
         connections.free(req.socket)
+        if (trail && onAccess) onAccess(accessEntry(req, res, trail))
       })
     },
   )
@@ -401,6 +444,51 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       return finished
     },
   }
+}
+
+/** Keeps the scope the engine computed on the request's trail, for the access log's key hash. */
+function trailScope(scopeOf: (req: HttpRequestLike) => string): (req: HttpRequestLike) => string {
+  return (req) => {
+    const scope = scopeOf(req)
+    const trail = (req as { trail?: Trail }).trail
+    if (trail) trail.scope = scope
+    return scope
+  }
+}
+
+/** The access log's entry of a finished request. */
+function accessEntry(req: IncomingMessage, res: ServerResponse, trail: Trail): AccessEntry {
+  const entry: AccessEntry = {
+    requestId: requestIdOf(req),
+    method: req.method ?? 'GET',
+    path: pathOf(req),
+    status: res.statusCode,
+    outcome: trail.outcome,
+    durationMs: Math.round((performance.now() - trail.startedAt) * 100) / 100,
+  }
+  if (trail.upstreamStatus !== undefined) entry.upstreamStatus = trail.upstreamStatus
+  if (trail.scope !== undefined) {
+    try {
+      const key = parseKeyHeader(req.headers[KEY_HEADER])
+      if (key !== undefined) entry.keyHash = keyHash(trail.scope, key)
+    } catch {
+      // A key that does not parse was answered 400 before any record: no hash to log.
+    }
+  }
+  return entry
+}
+
+/**
+ * The request's id: its `X-Request-Id` when that is 1–200 visible ASCII characters, else the trace id
+ * of a W3C `traceparent`, else a new UUID.
+ */
+export function requestIdOf(req: IncomingMessage): string {
+  const given = req.headers['x-request-id']
+  if (typeof given === 'string' && /^[\x21-\x7e]{1,200}$/.test(given)) return given
+  const parent = req.headers.traceparent
+  const trace = typeof parent === 'string' ? /^[\da-f]{2}-([\da-f]{32})-[\da-f]{16}-[\da-f]{2}$/.exec(parent.trim()) : null
+  if (trace && trace[1] !== '0'.repeat(32)) return trace[1] as string
+  return randomUUID()
 }
 
 /**

@@ -1,5 +1,6 @@
 import { type Command, InvalidArgumentError, Option } from 'commander'
-import { durationOption, intArg, methodsArg, sizeOption, storeOption } from './options.js'
+import type { LogLevel } from '../observability/logger.js'
+import { durationOption, intArg, logFormatOption, logLevelOption, methodsArg, sizeOption, storeOption } from './options.js'
 import { defaultMaxConnections } from './proxy-limits.js'
 
 /** The flags of `idemkey proxy`, parsed. */
@@ -23,6 +24,11 @@ export interface ProxyFlags {
   maxConnections: number
   maxBuffered: number
   maxStoredBody: number
+  adminPort?: number
+  adminHost: string
+  adminToken?: string
+  logLevel: LogLevel
+  logFormat?: 'json' | 'pretty'
 }
 
 /** `idemkey proxy`: idempotency keys (the HTTP layer of docs/http.md) in front of any HTTP API. */
@@ -59,6 +65,20 @@ export function registerProxy(program: Command): void {
     .addOption(limitOptions.maxBuffered())
     .addOption(limitOptions.maxStoredBody())
     .addOption(durationOption('--drain-timeout <duration>', 'on SIGTERM/SIGINT, how long to wait for in-flight requests', '30s'))
+    .option(
+      '--admin-port <port>',
+      'serve /metrics (Prometheus), /healthz, /readyz and the operator page on this port (0: any free port)',
+      intArg('--admin-port', 0, 65535),
+    )
+    .option('--admin-host <host>', 'address of the admin port; the operator page answers other hosts only with --admin-token', '127.0.0.1')
+    .addOption(
+      new Option(
+        '--admin-token <token>',
+        'bearer token the operator page asks for, at least 16 characters (prefer $IDEMKEY_ADMIN_TOKEN: flags show in ps)',
+      ).env('IDEMKEY_ADMIN_TOKEN'),
+    )
+    .addOption(logLevelOption())
+    .addOption(logFormatOption())
     .addHelpText(
       'after',
       `
@@ -66,6 +86,7 @@ Examples:
   idemkey proxy --upstream http://127.0.0.1:3000
   idemkey proxy --upstream http://127.0.0.1:3000 --port 8080 --require-key --scope-header X-Tenant-Id
   idemkey proxy --upstream http://api.internal:3000 --host 0.0.0.0 --store postgres://idemkey@db:5432/app
+  idemkey proxy --upstream http://127.0.0.1:3000 --admin-port 9090 --log-level warn
   Several proxies may share one PostgreSQL or Redis store behind a load balancer (see docs/proxy.md).`,
     )
     .action(async (flags: ProxyFlags) => {

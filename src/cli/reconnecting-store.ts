@@ -18,12 +18,25 @@ export class ReconnectingStore implements IdempotencyStore {
   #failedAtMs = 0
   #lastError: unknown
   #closed = false
+  #up: boolean | undefined
+  readonly #onStateChange: ((up: boolean, error?: unknown) => void) | undefined
 
-  constructor(name: string, serverClock: boolean, open: () => Promise<IdempotencyStore>, retryMs = 1_000) {
+  /**
+   * `onStateChange` hears when the store stops answering (`false`, with the error) and when it
+   * answers again (`true`): once per change, not once per call.
+   */
+  constructor(
+    name: string,
+    serverClock: boolean,
+    open: () => Promise<IdempotencyStore>,
+    retryMs = 1_000,
+    onStateChange?: (up: boolean, error?: unknown) => void,
+  ) {
     this.name = name
     this.serverClock = serverClock
     this.#open = open
     this.#retryMs = retryMs
+    this.#onStateChange = onStateChange
   }
 
   /** Whether the store is open now. */
@@ -54,29 +67,63 @@ export class ReconnectingStore implements IdempotencyStore {
     return this.#opening
   }
 
-  async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
-    return (await this.connect()).acquire(scope, key, fingerprint, leaseMs)
+  /** Whether the store answered its last call: `undefined` before the first one. */
+  get up(): boolean | undefined {
+    return this.#up
   }
-  async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
-    return (await this.connect()).renew(scope, key, token, leaseMs)
+
+  /** The store failed a call (or a call timed out above this layer): reported once per outage. */
+  markDown(error: unknown): void {
+    if (this.#up === false) return
+    this.#up = false
+    this.#onStateChange?.(false, error)
   }
-  async complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
-    return (await this.connect()).complete(scope, key, token, outcome, ttlMs)
+
+  /** The store answered a call: reported once when it comes back (or answers for the first time). */
+  markUp(): void {
+    if (this.#up === true) return
+    this.#up = true
+    this.#onStateChange?.(true)
   }
-  async release(scope: string, key: string, token: number): Promise<boolean> {
-    return (await this.connect()).release(scope, key, token)
+
+  #call<R>(call: (store: IdempotencyStore) => Promise<R>): Promise<R> {
+    return this.connect()
+      .then(call)
+      .then(
+        (value) => {
+          if (this.#up !== true) this.markUp()
+          return value
+        },
+        (error: unknown) => {
+          if (!this.#closed) this.markDown(error)
+          throw error
+        },
+      )
   }
-  async get(scope: string, key: string): Promise<StoredRecord | null> {
-    return (await this.connect()).get(scope, key)
+
+  acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
+    return this.#call((store) => store.acquire(scope, key, fingerprint, leaseMs))
   }
-  async list(filter?: ListFilter): Promise<StoredRecord[]> {
-    return (await this.connect()).list(filter)
+  renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
+    return this.#call((store) => store.renew(scope, key, token, leaseMs))
   }
-  async purgeExpired(limit: number): Promise<number> {
-    return (await this.connect()).purgeExpired(limit)
+  complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    return this.#call((store) => store.complete(scope, key, token, outcome, ttlMs))
   }
-  async evict(scope: string, key: string): Promise<boolean> {
-    return (await this.connect()).evict(scope, key)
+  release(scope: string, key: string, token: number): Promise<boolean> {
+    return this.#call((store) => store.release(scope, key, token))
+  }
+  get(scope: string, key: string): Promise<StoredRecord | null> {
+    return this.#call((store) => store.get(scope, key))
+  }
+  list(filter?: ListFilter): Promise<StoredRecord[]> {
+    return this.#call((store) => store.list(filter))
+  }
+  purgeExpired(limit: number): Promise<number> {
+    return this.#call((store) => store.purgeExpired(limit))
+  }
+  evict(scope: string, key: string): Promise<boolean> {
+    return this.#call((store) => store.evict(scope, key))
   }
   watch(scope: string, key: string, onChange: () => void): Unsubscribe {
     return this.#store?.watch?.(scope, key, onChange) ?? (() => {})

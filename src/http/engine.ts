@@ -154,13 +154,17 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
         if (options.failOpen) return { kind: 'passthrough' }
         // The store's own message (addresses, roles, driver hints) is for the operator: it went to
         // onEvent as a store_error. The client learns only what to do.
-        return { kind: 'respond', response: problem(error.code, storeDown, base, { 'retry-after': '1' }, header) }
+        return {
+          kind: 'respond',
+          response: problem(error.code, storeDown, base, { 'retry-after': '1' }, header),
+          outcome: 'store_unavailable',
+        }
       case 'KEY_INVALID':
       case 'KEY_MISSING':
       case 'SCOPE_INVALID':
       case 'BODY_TOO_LARGE':
       case 'BODY_INVALID':
-        return { kind: 'respond', response: problem(error.code, error.message, base, {}, header) }
+        return { kind: 'respond', response: problem(error.code, error.message, base, {}, header), outcome: 'rejected' }
       default:
         return undefined
     }
@@ -188,7 +192,7 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
         if (!isIdempotencyError(error) || error.code !== 'INVALID_OPTION') throw error
         configError(key, error)
         if (onEvent) answered(key, 'rejected', 500, startedAtMs)
-        return { kind: 'respond', response: problem('INVALID_OPTION', MISCONFIGURED_DETAIL, base, {}, header) }
+        return { kind: 'respond', response: problem('INVALID_OPTION', MISCONFIGURED_DETAIL, base, {}, header), outcome: 'rejected' }
       }
       if (req.parsedBody !== undefined && Number(headerValue(req.headers['content-length'])) > maxRequestBody) {
         throw new IdempotencyError(
@@ -245,7 +249,7 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       const response = settled(step.result, key)
       if (onEvent) answered(key, step.result.kind as AnswerOutcome, response.status, startedAtMs)
       if (onReplay && step.result.kind === 'replayed') await onReplay({ method: req.method, url: req.url, key, scope }, response)
-      return { kind: 'respond', response }
+      return { kind: 'respond', response, outcome: step.result.kind }
     }
     return {
       kind: 'execute',

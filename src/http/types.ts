@@ -161,8 +161,8 @@ export interface ReplayResponse {
 export type Decision =
   /** Not covered, or no key and none required: run the handler untouched. */
   | { kind: 'passthrough' }
-  /** Answer this now (replay, 4xx, 409, 503): do not run the handler. */
-  | { kind: 'respond'; response: HttpResponseLike }
+  /** Answer this now (replay, 4xx, 409, 503): do not run the handler. `outcome` says which kind of answer it is. */
+  | { kind: 'respond'; response: HttpResponseLike; outcome?: AnswerOutcome }
   /** Run the handler, then call `finish` with its response (or `fail` with its error). */
   | {
       kind: 'execute'

@@ -28,7 +28,8 @@ export const PAGE_HTML = `<!doctype html>
 </html>
 `
 
-export const PAGE_CSS = `body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+export const PAGE_CSS = `[hidden]{display:none!important}
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
 header{display:flex;gap:12px;align-items:center;padding:10px 20px;background:#1d2330;color:#fff}
 h1{font-size:18px;margin:0}h2{font-size:15px;margin:0 0 8px}
 main{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:16px;padding:16px}

@@ -1,0 +1,63 @@
+/**
+ * The proxy's admin port (`--admin-port`): `/metrics` (Prometheus text), `/healthz` (the process is
+ * alive), `/readyz` (the store answers: 503 while it does not) and the operator page at `/`.
+ */
+import { createServer, type Server } from 'node:http'
+import type { Registry } from 'prom-client'
+import type { OperatorPage } from './operator-page.js'
+
+/** Options of {@link createAdminServer}. */
+export interface AdminServerOptions {
+  registry: Registry
+  /** Resolves when the store answered, rejects with why it did not. */
+  ready: () => Promise<void>
+  page: OperatorPage
+}
+
+/**
+ * The admin server (not yet listening).
+ *
+ * @example createAdminServer({ registry, ready, page }).listen(9090, '127.0.0.1')
+ */
+export function createAdminServer(options: AdminServerOptions): Server {
+  const { registry, ready, page } = options
+  return createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0]
+    if ((path === '/metrics' || path === '/healthz' || path === '/readyz') && req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain; charset=utf-8' })
+      return void res.end('GET only\n')
+    }
+    if (path === '/healthz') {
+      res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+      return void res.end('{"status":"ok"}\n')
+    }
+    if (path === '/readyz') {
+      ready().then(
+        () => {
+          res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+          res.end('{"status":"ready"}\n')
+        },
+        (error: unknown) => {
+          res.writeHead(503, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+          const reason = error instanceof Error ? error.message : String(error)
+          res.end(`${JSON.stringify({ status: 'store unavailable', error: reason })}\n`)
+        },
+      )
+      return
+    }
+    if (path === '/metrics') {
+      registry.metrics().then(
+        (text) => {
+          res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' })
+          res.end(text)
+        },
+        (error: unknown) => {
+          res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' })
+          res.end(`metrics failed: ${error instanceof Error ? error.message : String(error)}\n`)
+        },
+      )
+      return
+    }
+    page.handler(req, res)
+  })
+}

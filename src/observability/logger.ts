@@ -1,0 +1,72 @@
+/**
+ * The proxy's logger: pino, JSON lines on stderr (stdout carries only the listening line), or a
+ * compact human format on a terminal. Loaded only by `idemkey proxy`.
+ */
+import { type DestinationStream, type Level, type Logger, pino } from 'pino'
+
+/** Levels `--log-level` takes, quietest last. */
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const
+export type LogLevel = (typeof LOG_LEVELS)[number]
+export type LogFormat = 'json' | 'pretty'
+
+export type { Logger }
+
+/** Options of {@link createLogger}. */
+export interface LoggerOptions {
+  level: LogLevel
+  /** @default 'pretty' when `stream` is a terminal, else 'json' */
+  format?: LogFormat
+  /** Where lines go. @default process.stderr */
+  stream?: NodeJS.WritableStream & { isTTY?: boolean }
+}
+
+/**
+ * A pino logger with idemkey's base fields (`name: "idemkey"`), ISO times and level names.
+ *
+ * @example const log = createLogger({ level: 'info' }); log.info({ keyHash }, 'request')
+ */
+export function createLogger(options: LoggerOptions): Logger {
+  const stream = options.stream ?? process.stderr
+  const format = options.format ?? (stream.isTTY ? 'pretty' : 'json')
+  const destination: DestinationStream =
+    format === 'pretty'
+      ? { write: (line: string) => void stream.write(prettyLine(line)) }
+      : stream === process.stderr
+        ? pino.destination({ dest: 2, sync: false, minLength: 0 })
+        : { write: (line: string) => void stream.write(line) }
+  return pino(
+    {
+      name: 'idemkey',
+      level: options.level,
+      base: { name: 'idemkey', pid: process.pid },
+      timestamp: pino.stdTimeFunctions.isoTime,
+      formatters: { level: (label) => ({ level: label }) },
+    },
+    destination,
+  )
+}
+
+const COLORS: Partial<Record<Level, string>> = { trace: '90', debug: '36', info: '32', warn: '33', error: '31', fatal: '35' }
+const SKIP = new Set(['level', 'time', 'msg', 'pid', 'hostname', 'name'])
+
+/**
+ * One JSON log line as a terminal reader wants it: `12:00:01.234 INFO  msg key=value …`, coloured by level.
+ *
+ * @example prettyLine('{"level":"info","time":"…","msg":"request","status":201}\n') // '12:00:01.234 INFO  request status=201\n'
+ */
+export function prettyLine(line: string): string {
+  let entry: Record<string, unknown>
+  try {
+    entry = JSON.parse(line) as Record<string, unknown>
+  } catch {
+    return line
+  }
+  const level = String(entry.level ?? 'info') as Level
+  const time = typeof entry.time === 'string' ? entry.time.slice(11, 23) : ''
+  const fields = Object.entries(entry)
+    .filter(([name]) => !SKIP.has(name))
+    .map(([name, value]) => `${name}=${typeof value === 'string' && !/\s/.test(value) ? value : JSON.stringify(value)}`)
+    .join(' ')
+  const color = COLORS[level] ?? '0'
+  return `${time} \u001b[${color}m${level.toUpperCase().padEnd(5)}\u001b[0m ${entry.msg ?? ''}${fields ? ` ${fields}` : ''}\n`
+}
