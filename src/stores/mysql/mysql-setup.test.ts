@@ -20,6 +20,7 @@ describe.skipIf(skip !== undefined)('MySqlStore setup, errors and exact round tr
     await drop(table)
     await drop(`${table}_missing`)
     await drop(`${table}_newer`)
+    await drop(`${table}_v1`)
     await pool.end()
   })
 
@@ -39,11 +40,42 @@ describe.skipIf(skip !== undefined)('MySqlStore setup, errors and exact round tr
     await Promise.all(Array.from({ length: 4 }, () => new MySqlStore({ pool, table: name }).migrate()))
     await new MySqlStore({ pool, table: name }).migrate()
     const [rows] = await pool.query(`SELECT value FROM \`${name}_meta\` WHERE name = 'schema_version'`)
-    expect(rows).toEqual([{ value: '1' }])
+    expect(rows).toEqual([{ value: '2' }])
     const [engine] = await pool.query('SELECT engine FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?', [
       name,
     ])
     expect(engine).toEqual([{ engine: 'InnoDB' }])
+  })
+
+  it('upgrades a version-1 table in place: its in-progress record keeps its token and takes steps', async () => {
+    const name = `${table}_v1`
+    await pool.query(`CREATE TABLE \`${name}\` (scope VARBINARY(1020) NOT NULL, \`key\` VARBINARY(255) NOT NULL,
+      fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, status ENUM('in_progress', 'completed', 'failed') NOT NULL,
+      token BIGINT NOT NULL, locked_until BIGINT NULL, response_status SMALLINT NULL, response_headers MEDIUMTEXT NULL,
+      response_body LONGBLOB NULL, resource_id TEXT NULL, attempts INT NOT NULL, created_at BIGINT NOT NULL,
+      updated_at BIGINT NOT NULL, expires_at BIGINT NOT NULL, claim BINARY(16) NOT NULL, revision BIGINT NOT NULL DEFAULT 0,
+      PRIMARY KEY (scope, \`key\`)) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4`)
+    await pool.query(
+      `CREATE TABLE \`${name}_meta\` (name VARCHAR(64) CHARACTER SET ascii NOT NULL PRIMARY KEY, value VARCHAR(255) NOT NULL)`,
+    )
+    await pool.query(`INSERT INTO \`${name}_meta\` VALUES ('schema_version', '1')`)
+    const far = Date.now() + 3_600_000
+    await pool.query(
+      `INSERT INTO \`${name}\` (scope, \`key\`, fingerprint, status, token, locked_until, attempts, created_at, updated_at, expires_at, claim)
+       VALUES ('s', 'k', ?, 'in_progress', 3, ?, 3, 1, 1, ?, REPEAT('x', 16))`,
+      [fp('a'), far, far],
+    )
+    const upgraded = new MySqlStore({ pool, table: name })
+    await upgraded.migrate()
+    expect(await upgraded.recordStep('s', 'k', 3, 'reserve', '1')).toBe(true)
+    expect(await upgraded.release('s', 'k', 3)).toBe(true)
+    expect(await upgraded.acquire('s', 'k', fp('a'), 30_000)).toEqual({
+      kind: 'acquired',
+      token: 4,
+      steps: [{ name: 'reserve', result: '1' }],
+    })
+    const [rows] = await pool.query(`SELECT value FROM \`${name}_meta\` WHERE name = 'schema_version'`)
+    expect(rows).toEqual([{ value: '2' }])
   })
 
   it('refuses a schema written by a newer release with STORE_SCHEMA', async () => {

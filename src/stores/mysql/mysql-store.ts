@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertRecordStep, stepsFromJson } from '../../core/steps-store.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -122,7 +123,10 @@ export class MySqlStore implements IdempotencyStore, TransactionalStore<MySqlTra
       await this.#write('acquire', this.#sql.acquire, { ...id, fingerprint, lease: leaseMs, claim })
       const row = (await this.#read('acquire', this.#sql.acquired, { ...id, claim }))[0]
       if (row === undefined) continue
-      if (Number(row.mine) === 1) return { kind: 'acquired', token: Number(row.token) }
+      if (Number(row.mine) === 1) {
+        const steps = stepsFromJson(row.steps)
+        return steps ? { kind: 'acquired', token: Number(row.token), steps } : { kind: 'acquired', token: Number(row.token) }
+      }
       const answer = liveAnswer(row, fingerprint)
       if (answer) return answer
     }
@@ -163,6 +167,25 @@ export class MySqlStore implements IdempotencyStore, TransactionalStore<MySqlTra
     ttlMs: number,
   ): Promise<boolean> {
     return completeOn(tx, this.table, this.#sql.complete, completeValues(scope, key, token, outcome, ttlMs))
+  }
+
+  /** One UPDATE of the record's `steps`, fenced by token (docs/steps.md). */
+  async recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+    assertRecordStep(scope, key, token, name, result)
+    return (await this.#write('recordStep', this.#sql.recordStep, { ...identity(scope, key), token, name, result })) === 1
+  }
+
+  /** `recordStep` inside `tx`: the step commits with the transaction's business writes, or rolls back with them. */
+  async recordStepInTransaction(
+    tx: MySqlTransaction,
+    scope: string,
+    key: string,
+    token: number,
+    name: string,
+    result: string | null,
+  ): Promise<boolean> {
+    assertRecordStep(scope, key, token, name, result)
+    return completeOn(tx, this.table, this.#sql.recordStep, { ...identity(scope, key), token, name, result })
   }
 
   async release(scope: string, key: string, token: number): Promise<boolean> {

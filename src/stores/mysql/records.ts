@@ -22,6 +22,8 @@ export interface Row {
   updated_at: number | string
   expires_at: number | string
   mine?: number | string | null
+  /** The record's steps (JSON text), read back by acquire. */
+  steps?: string | null
   now_ms?: number | string
 }
 

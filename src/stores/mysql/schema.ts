@@ -3,7 +3,7 @@ import { toStoreError } from './mysql-errors.js'
 import type { MySqlConnectionLike, MySqlPoolLike } from './pool.js'
 
 /** The schema version this release writes. Bump it and append to MIGRATIONS to change the schema. */
-export const SCHEMA_VERSION = 1
+export const SCHEMA_VERSION = 2
 
 /**
  * Each entry upgrades the schema by one version; index 0 creates version 1.
@@ -40,6 +40,9 @@ const MIGRATIONS: Array<(table: string) => string[]> = [
       KEY \`${table}_created_at\` (created_at)
     ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4`,
   ],
+  // Version 2: durable steps (docs/steps.md), one JSON object per record, kept as text so MySQL 8
+  // and MariaDB store it alike. A nullable column: existing rows keep working as they are.
+  (table) => [`ALTER TABLE \`${table}\` ADD COLUMN steps LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL`],
 ]
 
 /**

@@ -64,6 +64,7 @@ export function statements(table: string, retentionMs: number) {
         token = IF(${mine}, token + 1, token),
         attempts = IF(${mine}, IF(expires_at <= ${NOW_MS}, 1, attempts + 1), attempts),
         created_at = IF(${mine}, IF(expires_at <= ${NOW_MS}, ${NOW_MS}, created_at), created_at),
+        steps = IF(${mine}, IF(expires_at <= ${NOW_MS}, NULL, steps), steps),
         status = IF(${mine}, 'in_progress', status),
         locked_until = IF(${mine}, ${NOW_MS} + ${lease}, locked_until),
         response_status = IF(${mine}, NULL, response_status),
@@ -74,7 +75,17 @@ export function statements(table: string, retentionMs: number) {
         revision = IF(${mine}, revision + 1, revision),
         expires_at = IF(${mine}, ${NOW_MS} + ${lease} + ${retentionMs}, expires_at)`),
     /** Reads the row back after `acquire`: `mine` says whether this call's claim holds it. */
-    acquired: compile(`SELECT ${COLUMNS}, ${mine} AS mine, ${NOW_MS} AS now_ms FROM ${t} WHERE scope = :scope AND \`key\` = :key`),
+    acquired: compile(`SELECT ${COLUMNS}, steps, ${mine} AS mine, ${NOW_MS} AS now_ms FROM ${t} WHERE scope = :scope AND \`key\` = :key`),
+    /**
+     * One step of an in-progress record, fenced by token: JSON_SET for a result (`:result`, JSON text kept
+     * as a JSON string), JSON_INSERT for a started marker (`:result` NULL), which never replaces a result.
+     */
+    recordStep: compile(`
+      UPDATE ${t} SET steps = IF(:result IS NULL,
+          JSON_INSERT(COALESCE(steps, '{}'), CONCAT('$."', :name, '"'), JSON_OBJECT()),
+          JSON_SET(COALESCE(steps, '{}'), CONCAT('$."', :name, '"'), JSON_OBJECT('r', :result))),
+        updated_at = ${NOW_MS}, revision = revision + 1
+      WHERE scope = :scope AND \`key\` = :key AND token = :token AND status = 'in_progress'`),
     get: compile(`SELECT ${COLUMNS} FROM ${t} WHERE scope = :scope AND \`key\` = :key AND expires_at > ${NOW_MS}`),
     renew: compile(`
       UPDATE ${t} SET locked_until = ${NOW_MS} + ${lease}, updated_at = ${NOW_MS},
