@@ -187,7 +187,9 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
         )
       }
       try {
-        scope = await scopeOf(req)
+        // The default scope is synchronous: no await, so no extra microtask turn on every request.
+        const scoped = scopeOf(req)
+        scope = typeof scoped === 'string' ? scoped : await scoped
       } catch (error) {
         if (!isIdempotencyError(error) || error.code !== 'INVALID_OPTION') throw error
         configError(key, error)

@@ -167,8 +167,11 @@ export function isBytes(value: unknown): value is Buffer | string {
 /** A framework's header record (numbers, arrays, unset entries) as the engine's strings. */
 export function plainHeaders(headers: Record<string, unknown>): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {}
-  for (const [name, value] of Object.entries(headers)) {
-    if (value !== undefined && value !== null) out[name] = Array.isArray(value) ? value.map(String) : String(value)
+  // for-in, not Object.entries: no array per header (Node's header records have no prototype).
+  for (const name in headers) {
+    const value = headers[name]
+    if (value !== undefined && value !== null)
+      out[name] = typeof value === 'string' ? value : Array.isArray(value) ? value.map(String) : String(value)
   }
   return out
 }

@@ -40,9 +40,12 @@ export function storedHeaderSet(extra: string[] = []): Set<string> {
 /** What is kept of a response: allowlisted headers, and the body unless it is over the limit. */
 export function toStored(response: HttpResponseLike, allow: Set<string>, maxBody: number): StoredResponse {
   const headers: Record<string, string> = {}
-  for (const [name, value] of Object.entries(response.headers)) {
+  for (const name in response.headers) {
+    if (!Object.hasOwn(response.headers, name)) continue
     const lower = name.toLowerCase()
-    if (allow.has(lower)) headers[lower] = Array.isArray(value) ? value.join(', ') : String(value)
+    if (!allow.has(lower)) continue
+    const value = response.headers[name] as string | string[]
+    headers[lower] = Array.isArray(value) ? value.join(', ') : String(value)
   }
   const length = response.bodyLength ?? response.body.byteLength
   if (length > maxBody) {
@@ -101,11 +104,11 @@ export function requestFingerprint(req: HttpRequestLike, body: Uint8Array): stri
         { cause: error },
       )
     }
-    return sha256Hex(head, 'json\n', canonical)
+    return sha256Hex(`${head}json\n${canonical}`)
   }
   if (isJsonType(req.headers['content-type'])) {
     const canonical = canonicalJsonText(body)
-    if (canonical !== undefined) return sha256Hex(head, 'json\n', canonical)
+    if (canonical !== undefined) return sha256Hex(`${head}json\n${canonical}`)
   }
   return sha256Hex(head, 'bytes\n', body)
 }
