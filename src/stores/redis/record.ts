@@ -1,4 +1,4 @@
-import type { RecordStatus, StoredRecord } from '../../core/store.js'
+import type { RecordStatus, StepEntry, StoredRecord } from '../../core/store.js'
 import { IdempotencyError } from '../../errors.js'
 import { decodeHeaders } from '../shared.js'
 
@@ -119,4 +119,14 @@ function foreign(redisKey: string, field: string): never {
     'STORE_SCHEMA',
     `redis: ${redisKey} is not an idemkey record (field "${field}" is missing or malformed). Another program writes under the store's prefix: give the store its own prefix, or delete the key (idemkey evict) if it is garbage.`,
   )
+}
+
+/** The step fields of a takeover's acquire reply (`~name`, result text or '' for a started marker) as step entries. */
+export function stepsFromFields(fields: unknown[]): StepEntry[] {
+  const steps: StepEntry[] = []
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    const result = String(fields[i + 1])
+    steps.push({ name: String(fields[i]).slice(1), result: result === '' ? null : result })
+  }
+  return steps
 }

@@ -1,5 +1,6 @@
 import { isUtf8 } from 'node:buffer'
 import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertRecordStep } from '../../core/steps-store.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -14,9 +15,9 @@ import { IdempotencyError } from '../../errors.js'
 import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
 import { openClient, type RedisArg, type RedisClientLike, Script, toStoreError } from './client.js'
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
-import { acquireLua, completeLua, evictLua, purgeLua, readLua, releaseLua, renewLua } from './lua.generated.js'
+import { acquireLua, completeLua, evictLua, purgeLua, readLua, recordStepLua, releaseLua, renewLua } from './lua.generated.js'
 import { Notifier } from './notifier.js'
-import { toMs, toRecord } from './record.js'
+import { stepsFromFields, toMs, toRecord } from './record.js'
 import { ResumableScan, scanAll } from './scan.js'
 
 /** Options of {@link RedisStore}: give it a client, or a URL to open one. */
@@ -52,6 +53,7 @@ const scripts = {
   read: new Script('read', readLua),
   evict: new Script('evict', evictLua),
   purge: new Script('purge', purgeLua),
+  recordStep: new Script('recordStep', recordStepLua),
 }
 
 /**
@@ -126,7 +128,8 @@ export class RedisStore implements IdempotencyStore {
     ])) as unknown[]
     switch (reply[0]) {
       case 1:
-        return { kind: 'acquired', token: reply[1] as number }
+        if (reply[2] === undefined) return { kind: 'acquired', token: reply[1] as number }
+        return { kind: 'acquired', token: reply[1] as number, steps: stepsFromFields(reply[2] as unknown[]) }
       case 2:
         return { kind: 'in_progress', lockedUntilMs: reply[1] as number }
       case 3:
@@ -134,6 +137,13 @@ export class RedisStore implements IdempotencyStore {
       default:
         return { kind: 'mismatch' }
     }
+  }
+
+  /** Stores the step as a field of the record's hash, fenced by token (docs/steps.md). */
+  async recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+    assertRecordStep(scope, key, token, name, result)
+    if (!Number.isSafeInteger(token)) return false
+    return (await this.#run('recordStep', scripts.recordStep, this.#names(scope, key), [token, `~${name}`, result ?? ''])) === 1
   }
 
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {

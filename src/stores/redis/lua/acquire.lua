@@ -3,6 +3,7 @@
   ARGV[1] scope, ARGV[2] key, ARGV[3] fingerprint (hex), ARGV[4] lease ms,
   ARGV[5] abandoned retention ms, ARGV[6] grace ms (how long the key outlives expires_at)
   Returns {1, token}                          acquired
+          {1, token, {field, value, ...}}     acquired by a takeover: the record's step fields ('~' .. name)
           {2, lockedUntilMs}                  in progress (live lease, same fingerprint)
           {3, nowMs, {field, value, ...}}     replay: the whole completed/failed hash
           {4}                                 mismatch (live record, other fingerprint)
@@ -58,4 +59,13 @@ end
 redis.call('HSET', rk, 'fp', ARGV[3], 'tok', int(tok + 1), 'att', int(att + 1), 'lu', int(lockedUntil),
   'ua', int(now), 'ea', int(expiresAt))
 redis.call('PEXPIREAT', rk, int(expiresAt + grace))
-return {1, tok + 1}
+-- The steps the earlier attempts recorded (fields starting with '~'), read in the same step.
+local steps = {}
+for i = 1, #all, 2 do
+  if string.byte(all[i], 1) == 126 then
+    steps[#steps + 1] = all[i]
+    steps[#steps + 1] = all[i + 1]
+  end
+end
+if #steps == 0 then return {1, tok + 1} end
+return {1, tok + 1, steps}
