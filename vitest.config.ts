@@ -5,6 +5,8 @@ export default defineConfig({
     // The exported contract suite (idemkey/testing) finds describe/it on globalThis.
     globals: true,
     include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+    // Every way of running the tests tests the current sources: stale Lua or dist/ is rebuilt first.
+    globalSetup: ['test/setup/fresh-build.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
