@@ -23,6 +23,7 @@ import { check, type FaultEvent, type Verdict } from './fixtures/faults/invarian
 import { freezePostgres, killPostgres, type PostgresTree, removeStaleLocks, signalAll, thawPostgres } from './fixtures/faults/processes.js'
 import { canStartThrowaway, startThrowaway, type ThrowawayServer } from './fixtures/postgres/throwaway-server.js'
 import { freePort, RedisServer, tempDir } from './fixtures/redis/servers.js'
+import { isCI } from './helpers/services.js'
 
 const ROOT = join(import.meta.dirname, '..')
 const BIN = process.env.IDEMKEY_FAULTS_BIN ?? join(ROOT, 'bin/idemkey.js')
@@ -36,7 +37,7 @@ const OUTAGE_MS = 3_000
 const REDIS_RESTART_MS = 3_000
 const TEST_TIMEOUT_MS = 120_000
 
-const CI = process.env.CI === 'true' || process.env.CI === '1'
+const CI = isCI()
 
 /** Loud skip on a user's machine, a failure in CI: a missing server never turns into a silent green. */
 function skipReason(name: string, reason: string | undefined): string | undefined {

@@ -3,10 +3,11 @@ import { Ledger } from '../src/core/ledger.js'
 import { isIdempotencyError } from '../src/errors.js'
 import { PostgresStore } from '../src/stores/postgres/index.js'
 import { canStartThrowaway, startThrowaway, type ThrowawayServer } from './fixtures/postgres/throwaway-server.js'
+import { isCI } from './helpers/services.js'
 
 const KEYS = 60
 const reason = canStartThrowaway() ? undefined : 'the PostgreSQL 15 binaries (initdb, pg_ctl) are not in /usr/lib/postgresql/15/bin'
-if (reason && (process.env.CI === 'true' || process.env.CI === '1')) throw new Error(`CI=true and ${reason}`)
+if (reason && isCI()) throw new Error(`CI=${process.env.CI} and ${reason}`)
 if (reason) console.warn(`\n!!! SKIPPED: PostgresStore server restart: ${reason}\n`)
 
 describe.skipIf(reason !== undefined)('PostgresStore when its server crashes and restarts mid-run', () => {

@@ -2,7 +2,7 @@ import { connect } from 'node:net'
 
 /**
  * Whether a service answers on a loopback port. Store tests that need a server use this:
- * on a user's machine a missing server skips the suite with a loud message; in CI (CI=true) it is
+ * on a user's machine a missing server skips the suite with a loud message; in CI (see {@link isCI}) it is
  * a failure, so a missing service can never turn into a silent green.
  */
 export async function portOpen(port: number, host = '127.0.0.1', timeoutMs = 1_000): Promise<boolean> {
@@ -19,6 +19,16 @@ export async function portOpen(port: number, host = '127.0.0.1', timeoutMs = 1_0
 }
 
 /**
+ * Whether the tests run in CI, read the way CI systems set it: GitHub Actions, GitLab, CircleCI,
+ * Travis and Buildkite set `CI=true`; others set `CI=1`, `CI=yes` or a name. Any non-empty value but
+ * `false`/`0`/`no`/`off` counts, so a missing service is a failure there, never a skip.
+ */
+export function isCI(env: NodeJS.ProcessEnv = process.env): boolean {
+  const value = env.CI?.trim().toLowerCase()
+  return value !== undefined && value !== '' && !['false', '0', 'no', 'off'].includes(value)
+}
+
+/**
  * Returns `undefined` when the service is up, or the reason to skip. Throws in CI.
  *
  * @example
@@ -28,8 +38,8 @@ export async function portOpen(port: number, host = '127.0.0.1', timeoutMs = 1_0
 export async function serviceSkipReason(name: string, port: number, host = '127.0.0.1'): Promise<string | undefined> {
   if (await portOpen(port, host)) return undefined
   const reason = `${name} is not answering on ${host}:${port}. Start it (see README, "Running the tests") to run these tests.`
-  if (process.env.CI === 'true' || process.env.CI === '1') {
-    throw new Error(`CI=true and ${reason}`)
+  if (isCI()) {
+    throw new Error(`CI=${process.env.CI} and ${reason}`)
   }
   // Loud in every file that skips, so a missing server is never mistaken for a green run.
   console.warn(`\n!!! SKIPPED (${name} down): ${reason}\n`)
