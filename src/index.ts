@@ -20,6 +20,15 @@ export {
 } from './core/ledger.js'
 export { type Classification, classifyStatus, TRANSIENT_4XX } from './core/outcome.js'
 export {
+  MAX_STEP_RESULT_BYTES,
+  MAX_STEPS_PER_RECORD,
+  type PendingStep,
+  type Reconcile,
+  type ReconcileContext,
+  type StepContext,
+  type StepMethods,
+} from './core/steps.js'
+export {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
   type IdempotencyStore,
@@ -27,6 +36,7 @@ export {
   type ListFilter,
   type Outcome,
   type RecordStatus,
+  type StepEntry,
   type StoredRecord,
   type StoredResponse,
   type TransactionalStore,

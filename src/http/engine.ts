@@ -120,6 +120,7 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
     lease: options.lease === undefined ? undefined : parseDuration(options.lease, 'lease'),
     ttl: options.ttl === undefined ? undefined : parseDuration(options.ttl, 'ttl'),
     onEvent: onEvent as ((event: EngineEvent) => void) | undefined,
+    reconcile: options.reconcile,
   }
 
   const settled = (result: RunResult<HttpResponseLike>, key: string): HttpResponseLike => {
@@ -327,6 +328,11 @@ function toContext(ctx: IntentContext | TransactionContext<unknown>): Idempotenc
     get signal() {
       return ctx.signal
     },
+    step: ctx.step,
+    capture: ctx.capture,
+    now: ctx.now,
+    uuid: ctx.uuid,
+    random: ctx.random,
   }
   if ('tx' in ctx) context.tx = ctx.tx
   return context

@@ -1,6 +1,7 @@
 import type { Duration } from '../core/duration.js'
 import type { Ledger, LedgerEvent } from '../core/ledger.js'
 import type { Classification } from '../core/outcome.js'
+import type { Reconcile, StepMethods } from '../core/steps.js'
 
 /** A request in the engine's neutral shape; adapters translate their framework's request to it. */
 export interface HttpRequestLike {
@@ -32,8 +33,11 @@ export interface HttpResponseLike {
   bodyLength?: number
 }
 
-/** What a handler can read about the idempotent request it serves. */
-export interface IdempotencyContext {
+/**
+ * What a handler can read about the idempotent request it serves, and its durable steps: `step`,
+ * `capture`, `now`, `uuid`, `random` (docs/steps.md).
+ */
+export interface IdempotencyContext extends StepMethods {
   key: string
   scope: string
   /** The fencing token this attempt holds. */
@@ -117,6 +121,8 @@ export interface EngineOptions<Req = HttpRequestLike> {
   classify?: (status: number) => Classification
   /** Run the handler in the store's transaction, reachable as `ctx.tx` (PostgreSQL or MySQL: docs/postgres.md). @default false */
   transactional?: boolean
+  /** Called on a takeover, before the handler, with the steps an earlier attempt started but did not record (docs/steps.md). */
+  reconcile?: Reconcile
   /** Base of the problem `type` URIs; a slug is appended. @default 'https://idemkey.dev/docs/errors#' */
   problemBaseUrl?: string
   /**
