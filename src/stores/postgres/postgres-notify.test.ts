@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { systemClock } from '../../core/clock.js'
 import { Ledger } from '../../core/ledger.js'
 import { fp, sampleOutcome } from '../../testing/index.js'
 import { PostgresStore } from './postgres-store.js'
@@ -106,13 +107,29 @@ describe.skipIf(skip !== undefined)('PostgresStore wake-ups (LISTEN/NOTIFY)', ()
     stop?.()
   })
 
-  it('a waiting ledger replays as soon as another process completes the key', async () => {
+  it('a waiting ledger replays as soon as another process completes the key: woken by the notice, not by polling', async () => {
     const scope = `notify-${randomUUID()}`
     const { token } = (await holder.acquire(scope, 'order', fp('a'), 60_000)) as { token: number }
-    const ledger = new Ledger({ store: waiter, wait: '20s' })
-    const waiting = ledger.run({ scope, key: 'order', fingerprint: fp('a') }, () => 'ran again')
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    // The waiter's clock never ends a poll sleep early: only a notification (which aborts the sleep)
+    // can wake it before 30 s, so a store whose notices do not arrive fails here instead of polling through.
+    const ledger = new Ledger({
+      store: waiter,
+      wait: '60s',
+      clock: { ...systemClock, sleep: (_ms, signal) => systemClock.sleep(30_000, signal) },
+    })
+    let answeredAt = 0
+    const waiting = ledger
+      .run({ scope, key: 'order', fingerprint: fp('a') }, () => 'ran again')
+      .then((result) => {
+        answeredAt = Date.now()
+        return result
+      })
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(answeredAt, 'still waiting while the holder works').toBe(0)
     await holder.complete(scope, 'order', token, sampleOutcome('completed', new TextEncoder().encode('"done once"')), 60_000)
+    const completedAt = Date.now()
+    await until(() => answeredAt > 0, 'the replay', 5_000)
     expect(await waiting).toMatchObject({ kind: 'replayed', value: 'done once' })
+    expect(answeredAt - completedAt, 'ms from the completion to the replay').toBeLessThan(2_000)
   })
 })
