@@ -4,9 +4,9 @@
  * Each library's requests/s is divided by a bare Express app's, measured in alternating slices right
  * beside it (bare, library, library, bare, …), so the machine's drift cancels out of the ratio.
  *
- *   npm run bench:peers [-- --adapters idemkey-memory,node-idempotency-memory] [--duration 4] [--runs 2]
+ *   npm run bench:peers [-- --adapters idemkey-memory,node-idempotency-memory] [--duration 2] [--runs 4]
  *
- * --duration: seconds per slice; --runs: slices per side and scenario; --connections (50); --warmup (1 s).
+ * --duration: seconds per slice (2); --runs: slices per side and scenario (4), the ratio being the median of adjacent pairs; --connections (50); --warmup (1 s).
  * Each app runs in its own process (server.ts); autocannon drives the load from this one. Writes
  * docs/benchmarks/peers.md and rebuilds docs/benchmarks.md. See bench/peers/README.md.
  */
@@ -44,8 +44,8 @@ const number = (name: string, fallback: number): number => {
   if (!Number.isFinite(value) || value <= 0) throw new Error(`--${name} must be a positive number, got "${flag(name)}"`)
   return value
 }
-const DURATION = number('duration', 4)
-const RUNS = number('runs', 2)
+const DURATION = number('duration', 2)
+const RUNS = number('runs', 4)
 const CONNECTIONS = number('connections', 50)
 const WARMUP = number('warmup', 1)
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -168,6 +168,8 @@ interface Row {
   scenario: 'new' | 'replay'
   library: Side
   bare: Side
+  /** Library requests/s over bare requests/s, one per adjacent pair of slices. */
+  pairs: number[]
   /** Charges run by the library's app during the measured replay slices (must be 0). */
   replayExecutions: number
 }
@@ -180,6 +182,12 @@ const add = (side: Side, result: CannonResult) => {
   side.p99.push(result.latency.p99)
 }
 const rate = (side: Side) => side.requests / side.seconds
+/** The median: one slice hit by another process's burst of work does not move it. */
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
+}
 
 async function measure(bare: Server, library: Server, adapter: Adapter, scenario: 'new' | 'replay'): Promise<Row> {
   const replayKey = `peers-${runId}-${adapter.name}-replay`
@@ -192,15 +200,21 @@ async function measure(bare: Server, library: Server, adapter: Adapter, scenario
   }
   await slice(library, scenario, WARMUP, replayKey)
   await slice(bare, scenario, WARMUP, replayKey)
-  const row: Row = { adapter, scenario, library: emptySide(), bare: emptySide(), replayExecutions: 0 }
+  const row: Row = { adapter, scenario, library: emptySide(), bare: emptySide(), pairs: [], replayExecutions: 0 }
   const before = await executions(library)
   for (let run = 0; run < RUNS; run++) {
     // bare, library, library, bare, …: a drift in the machine's speed weighs on both sides alike.
     const order = run % 2 === 0 ? (['bare', 'library'] as const) : (['library', 'bare'] as const)
-    for (const side of order) add(row[side], await slice(side === 'bare' ? bare : library, scenario, DURATION, replayKey))
+    const rates = { bare: 0, library: 0 }
+    for (const side of order) {
+      const result = await slice(side === 'bare' ? bare : library, scenario, DURATION, replayKey)
+      add(row[side], result)
+      rates[side] = result['2xx'] / result.duration
+    }
+    row.pairs.push(rates.library / rates.bare)
   }
   if (scenario === 'replay') row.replayExecutions = (await executions(library)) - before
-  const ratio = rate(row.library) / rate(row.bare)
+  const ratio = median(row.pairs)
   console.log(
     `${adapter.name.padEnd(28)} ${scenario.padEnd(6)} ${fmt(rate(row.library)).padStart(7)} req/s, bare ${fmt(rate(row.bare)).padStart(7)} req/s: x${ratio.toFixed(2)}`,
   )
@@ -288,15 +302,11 @@ async function main(): Promise<void> {
     return `${shown}, ${storeName[a.storage]}`
   }
   const find = (a: Adapter, scenario: 'new' | 'replay') => rows.find((r) => r.adapter === a && r.scenario === scenario)
-  const cell = (row: Row | undefined) => (row ? `${(rate(row.library) / rate(row.bare)).toFixed(2)}` : 'n/a')
+  const cell = (row: Row | undefined) => (row ? median(row.pairs).toFixed(2) : 'n/a')
   const rps = (row: Row | undefined) => (row ? `${fmt(rate(row.library))} / ${fmt(rate(row.bare))}` : 'n/a')
   const measured = selected
     .filter((a) => find(a, 'new'))
-    .sort(
-      (a, b) =>
-        rate((find(b, 'new') as Row).library) / rate((find(b, 'new') as Row).bare) -
-        rate((find(a, 'new') as Row).library) / rate((find(a, 'new') as Row).bare),
-    )
+    .sort((a, b) => median((find(b, 'new') as Row).pairs) - median((find(a, 'new') as Row).pairs))
   const failures = rows.filter((r) => r.library.failed > 0 || r.bare.failed > 0 || r.replayExecutions > 0)
   const packages = [
     ...new Set(
@@ -311,7 +321,7 @@ async function main(): Promise<void> {
       measured.map((a) => [label(a), cell(find(a, 'new')), cell(find(a, 'replay')), rps(find(a, 'new')), rps(find(a, 'replay'))]),
     ),
     '',
-    `Every library sits in front of the same Express 4 endpoint (\`POST /charges\`, a ${BODY.length}-byte JSON body, a 201 JSON answer), each in its own process; autocannon drives ${CONNECTIONS} connections from another. "x bare" is the library's requests/s divided by a bare Express app's (no idempotency) measured in alternating slices right beside it (bare, library, library, bare; ${RUNS} slice(s) of ${DURATION} s per side, after a ${WARMUP} s warm-up each), so only the side-by-side ratio counts: the bare app alone moved between runs. New keys: a fresh Idempotency-Key per request; replays: one key, completed before the slice. Rows are sorted by the new-keys ratio. Library defaults throughout; bench/peers/README.md says how each one is wired.`,
+    `Every library sits in front of the same Express 4 endpoint (\`POST /charges\`, a ${BODY.length}-byte JSON body, a 201 JSON answer), each in its own process; autocannon drives ${CONNECTIONS} connections from another. "x bare" is the library's requests/s divided by a bare Express app's (no idempotency) measured in alternating slices right beside it (bare, library, library, bare, …; ${RUNS} slice(s) of ${DURATION} s per side, after a ${WARMUP} s warm-up each): the median of the ${RUNS} ratios of adjacent slices, so a burst of other work on the machine during one slice does not move it. Only these side-by-side ratios count; the req/s columns (totals over the slices) move with the machine's load. New keys: a fresh Idempotency-Key per request; replays: one key, completed before the slice. Rows are sorted by the new-keys ratio. Library defaults throughout; bench/peers/README.md says how each one is wired.`,
     '',
     failures.length === 0
       ? 'Every request of every measured slice answered 2xx, and no replay ran the handler.'
