@@ -5,6 +5,7 @@ import { ManualClock } from '../core/clock.js'
 import type { AcquireResult, IdempotencyStore, RecordStatus } from '../core/store.js'
 import { describeSkipped, resolveHarness, type SuiteOptions } from './harness.js'
 import { fp, type StoreFactory, sampleOutcome } from './store-contract.js'
+import { describeStoreStepsModel } from './store-steps-model.js'
 
 /** Options of {@link describeStoreModel}. */
 export interface StoreModelOptions extends SuiteOptions {
@@ -227,5 +228,7 @@ export function describeStoreModel(name: string, createStore: StoreFactory, opti
         { numRuns: options.numRuns ?? 1_000, seed: options.seed },
       )
     })
+
+    describeStoreStepsModel(createStore, harness, options.numRuns ?? 1_000, options.seed)
   })
 }
