@@ -32,7 +32,7 @@ type Cannon = (options: Record<string, unknown>) => Promise<CannonResult>
 const autocannon = createRequire(import.meta.url)('autocannon') as Cannon
 
 type Framework = 'express' | 'fastify'
-type StoreKind = 'none' | 'spin' | 'memory' | 'sqlite'
+type StoreKind = 'none' | 'spin' | 'memory' | 'sqlite' | 'memory+otel'
 
 /** The calibration row's extra CPU per request: what any per-request work of that size costs here. */
 const SPIN_US = 10
@@ -54,6 +54,9 @@ async function serve(framework: Framework, storeKind: StoreKind, dbPath: string)
   if (storeKind === 'memory') {
     const { MemoryStore } = await import('idemkey/memory')
     ledger = new Ledger({ store: new MemoryStore() })
+  } else if (storeKind === 'memory+otel') {
+    const { MemoryStore } = await import('idemkey/memory')
+    ledger = new Ledger({ store: new MemoryStore(), telemetry: await benchTelemetry() })
   } else if (storeKind === 'sqlite') {
     const { SqliteStore } = await import('idemkey/sqlite')
     ledger = new Ledger({ store: new SqliteStore({ path: dbPath }) })
@@ -90,6 +93,24 @@ async function serve(framework: Framework, storeKind: StoreKind, dbPath: string)
     port = (app.server.address() as { port: number }).port
   }
   process.stdout.write(`port ${port}\n`)
+}
+
+/**
+ * idemkey/opentelemetry as a production app sets it up: spans through a batch processor (to an exporter
+ * that drops them, as a collector would take them off the process), metrics aggregated by the SDK.
+ */
+async function benchTelemetry() {
+  const { openTelemetry } = await import('idemkey/opentelemetry')
+  const { BasicTracerProvider, BatchSpanProcessor } = await import('@opentelemetry/sdk-trace-base')
+  const { MeterProvider, MetricReader } = await import('@opentelemetry/sdk-metrics')
+  const exporter = { export: (_spans: unknown, done: (result: { code: 0 }) => void) => done({ code: 0 }), shutdown: async () => {} }
+  class HeldReader extends MetricReader {
+    protected async onForceFlush(): Promise<void> {}
+    protected async onShutdown(): Promise<void> {}
+  }
+  const tracerProvider = new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(exporter)] })
+  const meterProvider = new MeterProvider({ readers: [new HeldReader()] })
+  return openTelemetry({ tracerProvider, meterProvider })
 }
 
 const children: ChildProcess[] = []
@@ -140,6 +161,7 @@ async function load(port: number, mode: 'unique' | 'replay', seconds = SECONDS):
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'idemkey-bench-http-'))
   const rows: Array<Array<string | number>> = []
+  const overhead: Array<Array<string | number>> = []
   const pct = (value: number, base: number) => `${fmt((100 * value) / base)}%`
   try {
     for (const framework of ['fastify', 'express'] as const) {
@@ -160,14 +182,24 @@ async function main(): Promise<void> {
         pct(calibration.requests.average, base.requests.average),
         `${fmt(calibration.latency.p99)} ms`,
       ])
-      for (const storeKind of ['memory', 'sqlite'] as const) {
+      const names: Record<Exclude<StoreKind, 'none' | 'spin'>, string> = {
+        memory: 'MemoryStore',
+        'memory+otel': 'MemoryStore + OpenTelemetry (traces and metrics)',
+        sqlite: 'SqliteStore (file, WAL)',
+      }
+      const telemetryRows: Record<string, { off: number[]; on: number[] }> = {}
+      for (const storeKind of ['memory', 'memory+otel', 'sqlite'] as const) {
         const app = await start(framework, storeKind, join(dir, `${framework}.db`))
         await load(app.port, 'unique', 1)
         for (const mode of ['unique', 'replay'] as const) {
           const result = await load(app.port, mode)
+          if (storeKind !== 'sqlite') {
+            telemetryRows[mode] ??= { off: [], on: [] }
+            telemetryRows[mode][storeKind === 'memory' ? 'off' : 'on'].push(result.requests.average)
+          }
           rows.push([
             framework,
-            storeKind === 'memory' ? 'MemoryStore' : 'SqliteStore (file, WAL)',
+            names[storeKind],
             mode === 'unique' ? 'unique keys' : 'replays of one key',
             fmt(result.requests.average),
             pct(result.requests.average, base.requests.average),
@@ -176,11 +208,24 @@ async function main(): Promise<void> {
         }
         app.child.kill('SIGKILL')
       }
+      for (const [mode, { off, on }] of Object.entries(telemetryRows)) {
+        overhead.push([
+          framework,
+          mode === 'unique' ? 'unique keys' : 'replays of one key',
+          fmt(off[0] ?? 0),
+          fmt(on[0] ?? 0),
+          pct(on[0] ?? 0, off[0] ?? 1),
+        ])
+      }
     }
     const body = [
       table(['app', 'idempotency', 'keys', 'requests/s', 'of the bare app', 'p99'], rows),
       '',
-      `${CONNECTIONS} connections, ${SECONDS} s per row after a 1 s warm-up, POST /charges with a ${BODY.length}-byte JSON body and a 201 JSON answer. Each app runs in its own process; autocannon runs in another. Both share the machine's 2 cores, so the ratios (measured side by side in this run) matter more than the absolute figures, and they fall steeply with any per-request work: the calibration row is the bare app whose handler burns ${SPIN_US} µs more CPU, nothing else. Targets: with MemoryStore at least 85% of the bare app on unique keys and at least 100% on replays; with SqliteStore at least 70% on unique keys.`,
+      'OpenTelemetry on against off (MemoryStore, the rows above, measured one after the other in this run):',
+      '',
+      table(['app', 'keys', 'telemetry off, requests/s', 'traces + metrics on, requests/s', 'on / off'], overhead),
+      '',
+      `${CONNECTIONS} connections, ${SECONDS} s per row after a 1 s warm-up, POST /charges with a ${BODY.length}-byte JSON body and a 201 JSON answer. Each app runs in its own process; autocannon runs in another. Both share the machine's 2 cores, so the ratios (measured side by side in this run) matter more than the absolute figures, and they fall steeply with any per-request work: the calibration row is the bare app whose handler burns ${SPIN_US} µs more CPU, nothing else. Targets: with MemoryStore at least 85% of the bare app on unique keys and at least 100% on replays; with SqliteStore at least 70% on unique keys; OpenTelemetry on at least 95% of off. The OpenTelemetry rows use the SDK's BasicTracerProvider with a BatchSpanProcessor (its exporter drops the spans, as a collector takes them off the process) and a MeterProvider that aggregates every measurement.`,
     ].join('\n')
     report(
       'http',

@@ -80,10 +80,25 @@ function startForwarder(upstreamPort: number): Promise<number> {
   return listening(spawn(process.execPath, ['-e', code], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] }), /port (\d+)/)
 }
 
-function startProxy(upstreamPort: number, store: string): Promise<number> {
-  const child = spawn(process.execPath, [BIN, 'proxy', '--port', '0', '--upstream', `http://127.0.0.1:${upstreamPort}`, '--store', store], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
+/**
+ * How the proxy observes itself: `off` logs only trouble (`--log-level warn`); `metrics` adds
+ * `--admin-port` (Prometheus metrics of every request and store call); `metrics+log` also writes the JSON
+ * access line of every request (the default `--log-level info`), here to /dev/null.
+ */
+type Observing = 'off' | 'metrics' | 'metrics+log'
+
+function startProxy(upstreamPort: number, store: string, observing: Observing = 'off'): Promise<number> {
+  const flags =
+    observing === 'off'
+      ? ['--log-level', 'warn']
+      : observing === 'metrics'
+        ? ['--admin-port', '0', '--log-level', 'warn']
+        : ['--admin-port', '0', '--log-format', 'json']
+  const child = spawn(
+    process.execPath,
+    [BIN, 'proxy', '--port', '0', '--upstream', `http://127.0.0.1:${upstreamPort}`, '--store', store, ...flags],
+    { stdio: ['ignore', 'pipe', observing === 'metrics+log' ? 'ignore' : 'inherit'] },
+  )
   return listening(child, /listening on http:\/\/127\.0\.0\.1:(\d+)/)
 }
 
@@ -194,6 +209,30 @@ async function main(): Promise<void> {
       latencyRows[latencyRows.length - 1]?.push(`${fmt(proxied.latency.p99 - directAtRate.latency.p99, 1)} ms`)
     }
     for (const row of latencyRows) if (row.length < 5) row.push('-')
+    // Observability on against off, side by side: the first store, each variant in its own proxy process.
+    const overhead: Array<Array<string | number>> = []
+    const [firstName, firstUrl] = stores[0] as [string, string]
+    const observed: Record<Observing, Record<'unique' | 'replay', number>> = {
+      off: { unique: 0, replay: 0 },
+      metrics: { unique: 0, replay: 0 },
+      'metrics+log': { unique: 0, replay: 0 },
+    }
+    for (const observing of ['off', 'metrics', 'metrics+log'] as const) {
+      const proxy = await startProxy(upstream, firstUrl, observing)
+      await load(proxy, 'unique') // warm-up
+      for (const mode of ['unique', 'replay'] as const) observed[observing][mode] = (await load(proxy, mode)).requests.average
+    }
+    for (const mode of ['unique', 'replay'] as const) {
+      const off = observed.off[mode]
+      overhead.push([
+        mode === 'unique' ? 'unique keys' : 'replays',
+        fmt(off),
+        fmt(observed.metrics[mode]),
+        pct(observed.metrics[mode], off),
+        fmt(observed['metrics+log'][mode]),
+        pct(observed['metrics+log'][mode], off),
+      ])
+    }
     const body = [
       `Throughput at full load (${CONNECTIONS} connections):`,
       '',
@@ -203,7 +242,21 @@ async function main(): Promise<void> {
       '',
       table(['path', 'requests/s', 'p50', 'p99', 'p99 added to direct'], latencyRows),
       '',
-      `${SECONDS} s per row after a warm-up, POST with a ${BODY.length}-byte JSON body. The upstream, each proxy and the load generator (autocannon) are separate processes on the same 2-core machine, so they compete for CPU, and every hop through a proxy costs two more loopback writes that wake another process: the ratios are lower bounds of what a proxy on its own machine keeps. The minimal forwarder (buffer the body, forward it with undici, send the answer back) is the ceiling for any Node proxy here. Targets: at least 50% of direct requests/s on unique keys with SQLite, and at most 2 ms added at p99.`,
+      `Metrics and the access log on against off (through the proxy, ${firstName}, ${CONNECTIONS} connections):`,
+      '',
+      table(
+        [
+          'keys',
+          'off (--log-level warn), requests/s',
+          '--admin-port (metrics), requests/s',
+          'of off',
+          'metrics + JSON access log, requests/s',
+          'of off',
+        ],
+        overhead,
+      ),
+      '',
+      `${SECONDS} s per row after a warm-up, POST with a ${BODY.length}-byte JSON body. The upstream, each proxy and the load generator (autocannon) are separate processes on the same 2-core machine, so they compete for CPU, and every hop through a proxy costs two more loopback writes that wake another process: the ratios are lower bounds of what a proxy on its own machine keeps. The minimal forwarder (buffer the body, forward it with undici, send the answer back) is the ceiling for any Node proxy here. Targets: at least 50% of direct requests/s on unique keys with SQLite, and at most 2 ms added at p99; metrics on at least 95% of off. The rows above the last table run the proxy with \`--log-level warn\` (no access log, no metrics).`,
     ].join('\n')
     report(
       'proxy',

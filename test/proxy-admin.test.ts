@@ -212,3 +212,56 @@ describe.skipIf(!hasRedis)('idemkey proxy --admin-port', () => {
     expect((await fetch(`${admin}/api/summary`, { method: 'POST' })).status).toBe(405)
   })
 })
+
+describe('idemkey proxy logging flags', () => {
+  const children: ChildProcess[] = []
+  let upstream: Server
+  let upstreamUrl: string
+
+  beforeAll(async () => {
+    upstream = createServer((req, res) => {
+      req.resume()
+      req.on('end', () => {
+        res.writeHead(201, { 'content-type': 'application/json' })
+        res.end('{}')
+      })
+    })
+    await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', () => resolve()))
+    upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`
+  })
+
+  afterAll(async () => {
+    for (const child of children) child.kill('SIGKILL')
+    upstream.closeAllConnections()
+    await new Promise((resolve) => upstream.close(resolve))
+  })
+
+  const charge = (port: number, key: string) =>
+    fetch(`http://127.0.0.1:${port}/charges`, { method: 'POST', headers: { 'idempotency-key': key }, body: '{}' }).then((r) => r.status)
+
+  it('writes no access line at --log-level warn', async () => {
+    const proxy = await startProxy(
+      ['--upstream', upstreamUrl, '--store', 'memory:', '--log-level', 'warn', '--log-format', 'json'],
+      children,
+      {
+        env: { IDEMKEY_SCOPE_SECRET: 'quiet-proxy-secret' },
+      },
+    )
+    expect(await charge(proxy.port, 'quiet-1')).toBe(201)
+    expect(await charge(proxy.port, 'quiet-1')).toBe(201)
+    await sleep(200)
+    expect(logLines(proxy.stderr())).toEqual([])
+  })
+
+  it('writes compact human lines with --log-format pretty', async () => {
+    const proxy = await startProxy(['--upstream', upstreamUrl, '--store', 'memory:', '--log-format', 'pretty'], children, {
+      env: { IDEMKEY_SCOPE_SECRET: 'pretty-proxy-secret' },
+    })
+    expect(await charge(proxy.port, 'pretty-1')).toBe(201)
+    const ESC = String.fromCharCode(27)
+    await vi.waitFor(() => expect(proxy.stderr()).toContain(`${ESC}[32mINFO ${ESC}[0m request `))
+    expect(proxy.stderr()).toMatch(/^\d\d:\d\d:\d\d\.\d{3} .*INFO .* request .*outcome=executed/m)
+    expect(proxy.stderr()).not.toMatch(/^\{/m)
+    expect(proxy.stderr()).not.toContain('pretty-1')
+  })
+})

@@ -270,42 +270,50 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     return this.store.close()
   }
 
-  async #run<T>(
-    intent: Intent,
-    options: RunOptions<T>,
-    execute: (ctx: Attempt, plan: Plan<T>) => Promise<RunResult<T>>,
-  ): Promise<RunResult<T>> {
-    const scope = intent?.scope ?? DEFAULT_SCOPE
-    const key = intent?.key
-    assertIdentity(scope, key)
-    const fingerprint = intent.fingerprint ?? fingerprintOf(intent.payload ?? null)
-    if (intent.fingerprint !== undefined) assertFingerprint(fingerprint)
-    const startedAtMs = this.clock.now()
-    const telemetry = this.#telemetry?.startRun(scope, key, this.store.name)
-    const plan: Plan<T> = {
-      leaseMs: options.lease === undefined ? this.leaseMs : positive(parseDuration(options.lease, 'lease'), 'lease'),
-      ttlMs: options.ttl === undefined ? this.ttlMs : positive(parseDuration(options.ttl, 'ttl'), 'ttl'),
-      encode: options.encode ?? (encodeJson as (value: T) => StoredResponse),
-      decode: options.decode ?? decodeJson<T>,
-      classify: options.classify ?? ((_value, response) => classifyStatus(response.status)),
-      resourceId: options.resourceId,
-      onEvent: telemetry ? withTelemetry(options.onEvent, telemetry) : options.onEvent,
-      startedAtMs,
-      telemetry,
-      reconcile: options.reconcile,
-    }
-    if (!telemetry) return this.#attempt(scope, key, fingerprint, options, plan, execute)
-    let kind: RunResult<T>['kind'] | undefined
+  /**
+   * Validates the intent and makes the run's plan, then runs it. Not async itself: without telemetry
+   * the run's promise is the attempt's own, with no extra step; invalid input still rejects.
+   */
+  #run<T>(intent: Intent, options: RunOptions<T>, execute: (ctx: Attempt, plan: Plan<T>) => Promise<RunResult<T>>): Promise<RunResult<T>> {
+    let scope: string
+    let key: string
+    let fingerprint: string
+    let plan: Plan<T>
     try {
-      const result = await this.#attempt(scope, key, fingerprint, options, plan, execute)
-      kind = result.kind
-      return result
+      scope = intent?.scope ?? DEFAULT_SCOPE
+      key = intent?.key
+      assertIdentity(scope, key)
+      fingerprint = intent.fingerprint ?? fingerprintOf(intent.payload ?? null)
+      if (intent.fingerprint !== undefined) assertFingerprint(fingerprint)
+      plan = {
+        leaseMs: options.lease === undefined ? this.leaseMs : positive(parseDuration(options.lease, 'lease'), 'lease'),
+        ttlMs: options.ttl === undefined ? this.ttlMs : positive(parseDuration(options.ttl, 'ttl'), 'ttl'),
+        encode: options.encode ?? (encodeJson as (value: T) => StoredResponse),
+        decode: options.decode ?? decodeJson<T>,
+        classify: options.classify ?? ((_value, response) => classifyStatus(response.status)),
+        resourceId: options.resourceId,
+        onEvent: options.onEvent,
+        startedAtMs: this.clock.now(),
+        telemetry: undefined,
+        reconcile: options.reconcile,
+      }
     } catch (error) {
-      telemetry.end(undefined, error)
-      throw error
-    } finally {
-      if (kind) telemetry.end(kind)
+      return Promise.reject(error)
     }
+    const telemetry = this.#telemetry?.startRun(scope, key, this.store.name)
+    if (!telemetry) return this.#attempt(scope, key, fingerprint, options, plan, execute)
+    plan.telemetry = telemetry
+    plan.onEvent = withTelemetry(options.onEvent, telemetry)
+    return this.#attempt(scope, key, fingerprint, options, plan, execute).then(
+      (result) => {
+        telemetry.end(result.kind)
+        return result
+      },
+      (error: unknown) => {
+        telemetry.end(undefined, error)
+        throw error
+      },
+    )
   }
 
   async #attempt<T>(

@@ -10,6 +10,7 @@ import {
   type Meter,
   type MeterProvider,
   metrics,
+  type ObservableResult,
   type Span,
   SpanKind,
   SpanStatusCode,
@@ -19,7 +20,16 @@ import {
 } from '@opentelemetry/api'
 import type { LedgerTelemetry } from '../core/ledger.js'
 import { isIdempotencyError } from '../errors.js'
-import { DURATION_BUCKETS_S, type MetricSink, type RunSpan, type RunSummary, recorder, type SpanStarter } from './recorder.js'
+import {
+  DURATION_BUCKETS_S,
+  keyHash,
+  type MetricSink,
+  type RunSpan,
+  type RunSummary,
+  recorder,
+  type SpanStarter,
+  scopeHash,
+} from './recorder.js'
 
 export type { LedgerTelemetry, RunTelemetry } from '../core/ledger.js'
 export type { MetricSink, RunOutcome, RunResultKind, RunSummary } from './recorder.js'
@@ -60,20 +70,39 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): LedgerTelemet
   return recorder(sinks, spans)
 }
 
+/**
+ * The instruments. Counts are kept in plain numbers and reported through observable instruments when
+ * the SDK collects (a counter's `add` costs the SDK an attribute hash per call, on every run); only the
+ * store-call and wait durations are recorded as they happen, with attribute objects made once.
+ */
 function otelMetrics(meter: Meter): MetricSink {
-  const intents = meter.createCounter('idemkey.intents', {
-    description: 'Ledger runs that ended, by result (executed, replayed, mismatch, in_progress, error) and outcome',
-    unit: '{intent}',
-  })
-  const running = meter.createUpDownCounter('idemkey.intents.running', {
-    description: 'Ledger runs under way now',
-    unit: '{intent}',
-  })
-  const duration = meter.createHistogram('idemkey.intent.duration', {
-    description: 'Time from the start of a ledger run to its end',
-    unit: 's',
-    advice: { explicitBucketBoundaries: DURATION_BUCKETS_S },
-  })
+  const intents = new Map<string, { attributes: Attributes; value: number }>()
+  const errors = new Map<string, { attributes: Attributes; value: number }>()
+  const running = new Map<string, { attributes: Attributes; value: number }>()
+  const durationAttributes = new Map<string, Attributes>()
+  const bump = (map: Map<string, { attributes: Attributes; value: number }>, id: string, make: () => Attributes, by = 1) => {
+    const entry = map.get(id)
+    if (entry) entry.value += by
+    else map.set(id, { attributes: make(), value: by })
+  }
+  const observe = (map: Map<string, { attributes: Attributes; value: number }>) => (result: ObservableResult) => {
+    for (const entry of map.values()) result.observe(entry.value, entry.attributes)
+  }
+  meter
+    .createObservableCounter('idemkey.intents', {
+      description: 'Ledger runs that ended, by result (executed, replayed, mismatch, in_progress, error) and outcome',
+      unit: '{intent}',
+    })
+    .addCallback(observe(intents))
+  meter
+    .createObservableUpDownCounter('idemkey.intents.running', { description: 'Ledger runs under way now', unit: '{intent}' })
+    .addCallback(observe(running))
+  meter
+    .createObservableCounter('idemkey.store.errors', {
+      description: 'Store operations that failed (the store was unreachable, slow or refused)',
+      unit: '{error}',
+    })
+    .addCallback(observe(errors))
   const waiting = meter.createHistogram('idemkey.wait.duration', {
     description: 'Time a run spent waiting for another holder of its key',
     unit: 's',
@@ -84,44 +113,38 @@ function otelMetrics(meter: Meter): MetricSink {
     unit: 's',
     advice: { explicitBucketBoundaries: DURATION_BUCKETS_S },
   })
-  const storeErrors = meter.createCounter('idemkey.store.errors', {
-    description: 'Store operations that failed (the store was unreachable, slow or refused)',
-    unit: '{error}',
-  })
-  const runningBy = new Map<string, Attributes>()
-  const systemAttributes = (system: string) => {
-    let attributes = runningBy.get(system)
-    if (!attributes) {
-      attributes = { 'db.system.name': system }
-      runningBy.set(system, attributes)
-    }
-    return attributes
-  }
   return {
     runStarted(system) {
-      running.add(1, systemAttributes(system))
+      bump(running, system, () => ({ 'db.system.name': system }))
     },
     runEnded(run) {
-      const attributes: Attributes = { 'db.system.name': run.system, 'idemkey.result': run.result }
-      if (run.outcome) attributes['idemkey.outcome'] = run.outcome
-      running.add(-1, systemAttributes(run.system))
-      intents.add(1, attributes)
-      duration.record(run.seconds, { 'db.system.name': run.system, 'idemkey.result': run.result })
+      bump(running, run.system, () => ({ 'db.system.name': run.system }), -1)
+      bump(intents, `${run.system}|${run.result}|${run.outcome ?? ''}`, () => {
+        const attributes: Attributes = { 'db.system.name': run.system, 'idemkey.result': run.result }
+        if (run.outcome) attributes['idemkey.outcome'] = run.outcome
+        return attributes
+      })
       if (run.waitedSeconds > 0) waiting.record(run.waitedSeconds, { 'db.system.name': run.system })
     },
     storeCall(system, operation, seconds, error) {
-      const attributes: Attributes = { 'db.system.name': system, 'db.operation.name': operation }
-      if (error !== undefined) {
-        attributes['error.type'] = errorType(error)
-        storeErrors.add(1, { 'db.system.name': system, 'db.operation.name': operation })
+      if (error === undefined) {
+        const id = `${system}|${operation}`
+        let attributes = durationAttributes.get(id)
+        if (!attributes) {
+          attributes = { 'db.system.name': system, 'db.operation.name': operation }
+          durationAttributes.set(id, attributes)
+        }
+        return storeDuration.record(seconds, attributes)
       }
-      storeDuration.record(seconds, attributes)
+      const type = errorType(error)
+      storeDuration.record(seconds, { 'db.system.name': system, 'db.operation.name': operation, 'error.type': type })
+      bump(errors, `${system}|${operation}`, () => ({ 'db.system.name': system, 'db.operation.name': operation }))
     },
   }
 }
 
 function otelSpans(tracer: Tracer): SpanStarter {
-  return (system, scopeHash, keyHash) => new OtelRun(tracer, system, scopeHash, keyHash)
+  return (system, scope, key) => new OtelRun(tracer, system, scope, key)
 }
 
 class OtelRun implements RunSpan {
@@ -131,13 +154,15 @@ class OtelRun implements RunSpan {
   constructor(
     readonly tracer: Tracer,
     readonly system: string,
-    scopeHash: string,
-    keyHash: string,
+    scope: string,
+    key: string,
   ) {
-    this.span = tracer.startSpan('idemkey.intent', {
-      kind: SpanKind.INTERNAL,
-      attributes: { 'db.system.name': system, 'idemkey.key_hash': keyHash, 'idemkey.scope_hash': scopeHash },
-    })
+    this.span = tracer.startSpan('idemkey.intent', { kind: SpanKind.INTERNAL, attributes: { 'db.system.name': system } })
+    // Hashed only for a span that records (a sampler may drop it).
+    if (this.span.isRecording()) {
+      this.span.setAttribute('idemkey.key_hash', keyHash(scope, key))
+      this.span.setAttribute('idemkey.scope_hash', scopeHash(scope))
+    }
     this.context = trace.setSpan(context.active(), this.span)
   }
 

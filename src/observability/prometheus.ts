@@ -40,13 +40,6 @@ export function prometheusMetrics(): PrometheusMetrics {
     labelNames: ['store'],
     registers: [registry],
   })
-  const duration = new Histogram({
-    name: 'idemkey_intent_duration_seconds',
-    help: 'Time from the start of a ledger run to its end',
-    labelNames: ['store', 'result'],
-    buckets: DURATION_BUCKETS_S,
-    registers: [registry],
-  })
   const waiting = new Histogram({
     name: 'idemkey_wait_duration_seconds',
     help: 'Time a run spent waiting for another holder of its key',
@@ -91,17 +84,27 @@ export function prometheusMetrics(): PrometheusMetrics {
     registers: [registry],
   })
   collectDefaultMetrics({ register: registry })
+  // Label children made once per label set: prom-client hashes the labels on every call otherwise.
+  const children = new Map<string, unknown>()
+  const child = <C>(id: string, make: () => C): C => {
+    let found = children.get(id) as C | undefined
+    if (found === undefined) {
+      found = make()
+      children.set(id, found)
+    }
+    return found
+  }
   const telemetry = recorder([
     {
-      runStarted: (system) => running.inc({ store: system }),
+      runStarted: (system) => child(`r|${system}`, () => running.labels(system)).inc(),
       runEnded: (run) => {
-        running.dec({ store: run.system })
-        intents.inc({ store: run.system, result: run.result, outcome: run.outcome ?? '' })
-        duration.observe({ store: run.system, result: run.result }, run.seconds)
+        child(`r|${run.system}`, () => running.labels(run.system)).dec()
+        const outcome = run.outcome ?? ''
+        child(`i|${run.system}|${run.result}|${outcome}`, () => intents.labels(run.system, run.result, outcome)).inc()
         if (run.waitedSeconds > 0) waiting.observe({ store: run.system }, run.waitedSeconds)
       },
       storeCall: (system, operation, seconds, error) => {
-        storeDuration.observe({ store: system, operation }, seconds)
+        child(`s|${system}|${operation}`, () => storeDuration.labels(system, operation)).observe(seconds)
         if (error !== undefined) {
           storeErrors.inc({ store: system, operation, error: isIdempotencyError(error) ? error.code : ((error as Error)?.name ?? 'Error') })
         }
@@ -112,8 +115,8 @@ export function prometheusMetrics(): PrometheusMetrics {
     registry,
     telemetry,
     answered(outcome, status, seconds) {
-      responses.inc({ outcome, status: String(status) })
-      responseDuration.observe({ outcome }, seconds)
+      child(`a|${outcome}|${status}`, () => responses.labels(outcome, String(status))).inc()
+      child(`d|${outcome}`, () => responseDuration.labels(outcome)).observe(seconds)
     },
     unrecorded: () => unrecorded.inc(),
     storeUp: (value) => up.set(value ? 1 : 0),

@@ -25,8 +25,6 @@ export interface MetricSink {
   runStarted(system: string): void
   runEnded(run: RunSummary): void
   storeCall(system: string, operation: string, seconds: number, error: unknown): void
-  /** Each event of each run (the operator page keeps recent mismatches from them). */
-  event?(event: LedgerEvent, keyHash: string): void
 }
 
 /** A tracer's view of one run (see opentelemetry.ts). */
@@ -36,8 +34,8 @@ export interface RunSpan {
   end(summary: RunSummary, token: number | undefined, error: unknown): void
 }
 
-/** Starts a {@link RunSpan} per run. */
-export type SpanStarter = (system: string, scopeHash: string, keyHash: string) => RunSpan
+/** Starts a {@link RunSpan} per run (it hashes the key and scope itself, only when the span records). */
+export type SpanStarter = (system: string, scope: string, key: string) => RunSpan
 
 /** The `db.system.name` of a store, by the semantic conventions' names where there is one. */
 export function dbSystem(storeName: string): string {
@@ -51,9 +49,9 @@ export function dbSystem(storeName: string): string {
 
 /**
  * The hash under which a key appears in telemetry and logs: the first 16 hex digits of
- * SHA-256(scope, newline, key), as `idemkey proxy` logs unrecorded outcomes. Keys and scopes can carry
- * customer data; this lets an operator match a log line to a record (`idemkey inspect` prints the same
- * hash) without them.
+ * SHA-256(scope, newline, key), as `idemkey proxy` logs it. Keys and scopes can carry customer data;
+ * the hash lets an operator match log lines, spans and the operator page's rows to one another (and,
+ * knowing a key, to its record) without them.
  *
  * @example keyHash('default', 'order-42') // '3f1c…' (16 hex digits)
  */
@@ -76,13 +74,16 @@ const now = () => performance.now()
  * behind `openTelemetry()`, the proxy's Prometheus metrics and the operator page's activity.
  */
 export function recorder(sinks: MetricSink[], spans?: SpanStarter): LedgerTelemetry {
-  const wantsEvents = sinks.some((sink) => sink.event)
+  const systems = new Map<string, string>()
   return {
     startRun(scope, key, store) {
-      const system = dbSystem(store)
+      let system = systems.get(store)
+      if (system === undefined) {
+        system = dbSystem(store)
+        systems.set(store, system)
+      }
       for (const sink of sinks) sink.runStarted(system)
-      const hash = spans || wantsEvents ? keyHash(scope, key) : ''
-      return new Run(sinks, system, hash, spans?.(system, scopeHash(scope), hash))
+      return new Run(sinks, system, spans?.(system, scope, key))
     },
   }
 }
@@ -97,27 +98,21 @@ class Run implements RunTelemetry {
   constructor(
     readonly sinks: MetricSink[],
     readonly system: string,
-    readonly keyHash: string,
     readonly span: RunSpan | undefined,
   ) {}
 
-  storeCall<R>(operation: string, call: () => Promise<R>): Promise<R> {
+  async storeCall<R>(operation: string, call: () => Promise<R>): Promise<R> {
     const startedAt = now()
-    const settle = (error: unknown) => {
+    let failure: unknown
+    try {
+      return await (this.span ? this.span.storeCall(operation, call) : call())
+    } catch (error) {
+      failure = error ?? new Error('store call failed')
+      throw error
+    } finally {
       const seconds = (now() - startedAt) / 1_000
-      for (const sink of this.sinks) sink.storeCall(this.system, operation, seconds, error)
+      for (const sink of this.sinks) sink.storeCall(this.system, operation, seconds, failure)
     }
-    const traced = this.span ? this.span.storeCall(operation, call) : call()
-    return traced.then(
-      (value) => {
-        settle(undefined)
-        return value
-      },
-      (error: unknown) => {
-        settle(error ?? new Error('store call failed'))
-        throw error
-      },
-    )
   }
 
   work<R>(fn: () => R): R {
@@ -144,7 +139,6 @@ class Run implements RunTelemetry {
         this.#outcome = event.type
         break
     }
-    for (const sink of this.sinks) sink.event?.(event, this.keyHash)
   }
 
   end(kind: RunResult<unknown>['kind'] | undefined, error?: unknown): void {
