@@ -116,7 +116,7 @@ export function statements(schema: string, table: string) {
       done AS (
         UPDATE ${t} r SET status = $5::text, locked_until = NULL, response_status = $6, response_headers = $7,
           response_body = $8, resource_id = $9, updated_at = now.ms, expires_at = now.ms + $10::bigint
-        FROM now WHERE r.scope = $1 AND r."key" = $2 AND $4::bigint > 0 AND r.status = 'in_progress'
+        FROM now WHERE r.scope = $1 AND r."key" = $2 AND r.token = $4 AND r.status = 'in_progress'
         RETURNING r.scope, r."key", r.waiters
       )
       ${notify('done')}`),
