@@ -9,14 +9,18 @@
  * outcome was recorded. The request is taken over after its lease and runs again, and the bank
  * answers the repeat with the charge it already made. The bare API has no keys to pass on.
  *
+ * A charge is a checkout of three steps: reserve the stock, charge the bank, email the receipt. Behind
+ * idemkey each is a durable step (`ctx.step`, docs/steps.md): a request taken over after its worker was
+ * killed resumes after the last recorded step, and the bank gets the charge step's derived key.
+ *
  * Faults it obeys (the demo's fault injector sets `x-demo-fault` on the attempt it picks):
- * - `crash`: the process kills itself with SIGKILL right after the bank charged, before it answers or
- *   idemkey records the outcome: the ambiguous case, where a retry must not charge again;
+ * - `crash`: the process kills itself with SIGKILL, at a point fixed per intent: after the reservation
+ *   was recorded, after the charge was recorded, or (half the intents) right after the bank charged,
+ *   before anyone recorded it: the ambiguous case, where a retry must not charge again;
  * - `slow`: the bank answers late, after the client's timeout, and then the charge commits.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import Database from 'better-sqlite3'
-import { deriveKey } from '../client/derive-key.js'
 import { sha256Hex } from '../core/fingerprint.js'
 import { Ledger } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
@@ -56,7 +60,10 @@ export function createChargesTable(path: string): void {
     worker INTEGER NOT NULL,
     created_at INTEGER NOT NULL
   );
-  CREATE TABLE IF NOT EXISTS bank_repeats (bank_key TEXT NOT NULL, worker INTEGER NOT NULL, created_at INTEGER NOT NULL)`)
+  CREATE TABLE IF NOT EXISTS bank_repeats (bank_key TEXT NOT NULL, worker INTEGER NOT NULL, created_at INTEGER NOT NULL);
+  CREATE TABLE IF NOT EXISTS reservations (api TEXT NOT NULL, intent TEXT NOT NULL, worker INTEGER NOT NULL, created_at INTEGER NOT NULL);
+  CREATE TABLE IF NOT EXISTS emails (api TEXT NOT NULL, intent TEXT NOT NULL, worker INTEGER NOT NULL, created_at INTEGER NOT NULL);
+  CREATE TABLE IF NOT EXISTS step_resumes (intent TEXT NOT NULL, step TEXT NOT NULL, worker INTEGER NOT NULL, created_at INTEGER NOT NULL)`)
   db.close()
 }
 
@@ -78,6 +85,9 @@ async function main(): Promise<void> {
   )
   const existing = db.prepare('SELECT id FROM charges WHERE bank_key = ?')
   const repeat = db.prepare('INSERT INTO bank_repeats (bank_key, worker, created_at) VALUES (?, ?, ?)')
+  const reserve = db.prepare('INSERT INTO reservations (api, intent, worker, created_at) VALUES (?, ?, ?, ?)')
+  const email = db.prepare('INSERT INTO emails (api, intent, worker, created_at) VALUES (?, ?, ?, ?)')
+  const resumed = db.prepare('INSERT INTO step_resumes (intent, step, worker, created_at) VALUES (?, ?, ?, ?)')
   /** The bank: one charge per bank key; a repeat of a key gets the charge it already made. */
   const bankCharge = db.transaction((api: string, intent: string, amount: number, key: string | null, bankKey: string | null) => {
     const made = insert.get(api, intent, amount, key, bankKey, process.pid, Date.now()) as { id: number } | undefined
@@ -98,17 +108,41 @@ async function main(): Promise<void> {
     if (typeof input.intent !== 'string' || !Number.isInteger(input.amount) || (input.amount as number) <= 0) {
       return json(400, { error: 'intent (string) and amount (positive integer, cents) are required' })
     }
+    const intent = input.intent
     const fault = req.headers['x-demo-fault']
-    // The bank call: 1 to 3 ms (fixed per intent, so a seeded run repeats), or late (after the client's timeout).
-    await sleep(fault === 'slow' ? config.slowMs : 1 + (Number.parseInt(sha256Hex(input.intent).slice(0, 8), 16) % 3))
-    const key = req.headers['idempotency-key']
-    const bankKey = ctx ? deriveKey(ctx.key, `bank-charge:${ctx.scope}`) : null
-    const id = bankCharge(config.mode, input.intent, input.amount as number, typeof key === 'string' ? key : null, bankKey)
-    if (fault === 'crash') {
-      // The money moved; the process dies before anyone hears of it.
+    const hash = Number.parseInt(sha256Hex(intent).slice(0, 8), 16)
+    // Where a crash fault kills this intent's worker (fixed per intent, so a seeded run repeats).
+    const crashAt = fault !== 'crash' ? undefined : (['after-reserve', 'after-charge', 'in-charge', 'in-charge'] as const)[hash % 4]
+    const die = async (): Promise<never> => {
       process.kill(process.pid, 'SIGKILL')
-      await sleep(60_000)
+      return (await sleep(60_000)) as never
     }
+    /** One step of the checkout: durable behind idemkey (counted when a takeover skips it), plain when bare. */
+    const step = async <R>(name: string, fn: (stepKey: string | null) => R | Promise<R>): Promise<R> => {
+      if (!ctx) return fn(null)
+      let ran = false
+      const value = await ctx.step(name, (s) => {
+        ran = true
+        return fn(s.key)
+      })
+      if (!ran) resumed.run(intent, name, process.pid, Date.now())
+      return value
+    }
+    await step('reserve', () => reserve.run(config.mode, intent, process.pid, Date.now()).changes)
+    if (crashAt === 'after-reserve') await die()
+    const key = req.headers['idempotency-key']
+    const id = await step('charge', async (stepKey) => {
+      // The bank call: 1 to 3 ms (fixed per intent), or late (after the client's timeout).
+      await sleep(fault === 'slow' ? config.slowMs : 1 + (hash % 3))
+      // The bank keeps one charge per key: the charge step's derived key (scoped to this demo run).
+      const bankKey = stepKey && ctx ? `${stepKey}:${ctx.scope}` : null
+      const made = bankCharge(config.mode, intent, input.amount as number, typeof key === 'string' ? key : null, bankKey)
+      // The money moved; the process dies before anyone hears of it.
+      if (crashAt === 'in-charge') await die()
+      return made
+    })
+    if (crashAt === 'after-charge') await die()
+    await step('email', () => email.run(config.mode, intent, process.pid, Date.now()).changes)
     return json(
       201,
       { id: `ch_${id}`, intent: input.intent, amount: input.amount, currency: input.currency ?? 'eur', status: 'succeeded' },

@@ -45,6 +45,14 @@ export interface SideReport {
    * between the bank's charge and the recorded outcome (always 0 for the bare API, which has no keys).
    */
   bankRepeatsRefused: number
+  /** Checkout steps beyond the first for an intent: reservations and receipt emails made again. */
+  doubleReservations: number
+  doubleEmails: number
+  /**
+   * Steps a takeover did not run again because an attempt killed after them had recorded their result
+   * (`ctx.step`, docs/steps.md; always 0 for the bare API, which reruns every step).
+   */
+  stepsResumed: number
   reuseAttempts: number
   keyReusesRejected: number
   /** Intents whose client gave up (retries or time ran out). */
@@ -76,7 +84,7 @@ export interface DemoReport {
   }
   bare: SideReport
   protected: SideReport
-  /** The protected API made no double charge, lost no intent and rejected every reused key. */
+  /** The protected API made no double charge (nor reservation, nor email), lost no intent and rejected every reused key. */
   passed: boolean
 }
 
@@ -150,7 +158,12 @@ export async function runDemo(options: DemoOptions): Promise<DemoReport> {
       repeatability: repeatability(tally.crash > 0),
       bare,
       protected: guarded,
-      passed: guarded.doubleCharges === 0 && guarded.lostIntents === 0 && guarded.keyReusesRejected === guarded.reuseAttempts,
+      passed:
+        guarded.doubleCharges === 0 &&
+        guarded.doubleReservations === 0 &&
+        guarded.doubleEmails === 0 &&
+        guarded.lostIntents === 0 &&
+        guarded.keyReusesRejected === guarded.reuseAttempts,
     }
   } finally {
     rmSync(dir, { recursive: true, force: true })
@@ -168,8 +181,22 @@ function count(
   const db = new Database(chargesPath, { readonly: true })
   let perIntent: Map<string, number>
   let bankRepeatsRefused = 0
+  let stepsResumed = 0
+  const repeats = (table: string) =>
+    (
+      db
+        .prepare(`SELECT COALESCE(SUM(n - 1), 0) AS n FROM (SELECT COUNT(*) AS n FROM ${table} WHERE api = ? GROUP BY intent)`)
+        .get(api) as { n: number }
+    ).n
+  let doubleReservations: number
+  let doubleEmails: number
   try {
-    if (api === 'protected') bankRepeatsRefused = (db.prepare('SELECT COUNT(*) AS n FROM bank_repeats').get() as { n: number }).n
+    if (api === 'protected') {
+      bankRepeatsRefused = (db.prepare('SELECT COUNT(*) AS n FROM bank_repeats').get() as { n: number }).n
+      stepsResumed = (db.prepare('SELECT COUNT(*) AS n FROM step_resumes').get() as { n: number }).n
+    }
+    doubleReservations = repeats('reservations')
+    doubleEmails = repeats('emails')
     const rows = db.prepare('SELECT intent, COUNT(*) AS n FROM charges WHERE api = ? GROUP BY intent').all(api) as Array<{
       intent: string
       n: number
@@ -194,6 +221,9 @@ function count(
     doubleCharges,
     lostIntents: results.filter((r) => !perIntent.has(r.id)).length,
     bankRepeatsRefused,
+    doubleReservations,
+    doubleEmails,
+    stepsResumed,
     reuseAttempts: reuse.length,
     keyReusesRejected: reuse.filter((r) => r.reuseRejected).length,
     clientGaveUp: results.filter((r) => !r.ok).length,
@@ -213,7 +243,19 @@ function repeatability(crashes: boolean): DemoReport['repeatability'] {
     }
   }
   return {
-    variable: ['p50Ms', 'p99Ms', 'seconds', 'httpAttempts', 'chargesMade', 'doubleCharges', 'bankRepeatsRefused', 'workerRestarts'],
+    variable: [
+      'p50Ms',
+      'p99Ms',
+      'seconds',
+      'httpAttempts',
+      'chargesMade',
+      'doubleCharges',
+      'doubleReservations',
+      'doubleEmails',
+      'bankRepeatsRefused',
+      'stepsResumed',
+      'workerRestarts',
+    ],
     varies:
       "Timing it cannot fix: latencies and run time vary, and so do HTTP attempts, the bare API's charges, restarts and bank repeats, because which other requests a killed worker takes down with it depends on timing. With --crash-rate 0 the counts repeat.",
   }
