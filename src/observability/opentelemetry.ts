@@ -150,6 +150,7 @@ function otelSpans(tracer: Tracer): SpanStarter {
 class OtelRun implements RunSpan {
   readonly span: Span
   readonly context: Context
+  readonly recording: boolean
 
   constructor(
     readonly tracer: Tracer,
@@ -158,8 +159,9 @@ class OtelRun implements RunSpan {
     key: string,
   ) {
     this.span = tracer.startSpan('idemkey.intent', { kind: SpanKind.INTERNAL, attributes: { 'db.system.name': system } })
+    this.recording = this.span.isRecording()
     // Hashed only for a span that records (a sampler may drop it).
-    if (this.span.isRecording()) {
+    if (this.recording) {
       this.span.setAttribute('idemkey.key_hash', keyHash(scope, key))
       this.span.setAttribute('idemkey.scope_hash', scopeHash(scope))
     }
@@ -167,6 +169,8 @@ class OtelRun implements RunSpan {
   }
 
   storeCall<R>(operation: string, call: () => Promise<R>): Promise<R> {
+    // A run the sampler dropped gets no child spans: they would be dropped too (parent-based sampling).
+    if (!this.recording) return call()
     const span = this.tracer.startSpan(
       `${operation} ${this.system}`,
       { kind: SpanKind.CLIENT, attributes: { 'db.system.name': this.system, 'db.operation.name': operation } },
