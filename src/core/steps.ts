@@ -126,7 +126,20 @@ export class StepLog implements StepMethods {
       this.#checkCount(name)
       await this.#store(record, name, null)
     }
-    const value = await fn({ name, key: deriveKey(this.key, name), signal: this.signal() })
+    const intentKey = this.key
+    const signal = this.signal
+    let derived: string | undefined
+    // The derived key (an HMAC) and the signal are made on first use: most steps of a hot path read neither.
+    const value = await fn({
+      name,
+      get key() {
+        derived ??= deriveKey(intentKey, name)
+        return derived
+      },
+      get signal() {
+        return signal()
+      },
+    })
     return this.#keep(record, name, value)
   }
 
