@@ -209,3 +209,53 @@ describe('reconcile', () => {
     expect(reconcile).not.toHaveBeenCalled()
   })
 })
+
+describe('store round trips', () => {
+  /** A MemoryStore that counts calls per method. */
+  function counted() {
+    const clock = new ManualClock()
+    const store = new MemoryStore({ clock })
+    const calls: Record<string, number> = {}
+    for (const method of ['acquire', 'renew', 'complete', 'release', 'get', 'list', 'recordStep'] as const) {
+      const original = (store[method] as (...args: unknown[]) => Promise<unknown>).bind(store)
+      ;(store as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+        calls[method] = (calls[method] ?? 0) + 1
+        return original(...args)
+      }
+    }
+    return { clock, store, calls, ledger: new Ledger({ store, clock, lease: '10s' }) }
+  }
+  const checkout = async (ctx: Parameters<Parameters<Ledger['run']>[1]>[0]) => {
+    await ctx.step('reserve', () => 1)
+    await ctx.step('charge', () => 2)
+    await ctx.step('email', () => 3)
+    return 'done'
+  }
+
+  it('costs one recordStep per step run, and nothing for a recorded step on a takeover', async () => {
+    const { clock, store, calls, ledger } = counted()
+    await ledger.run({ key: 'k', payload: 1 }, checkout)
+    expect(calls).toEqual({ acquire: 1, recordStep: 3, complete: 1 })
+
+    const restore = dropRelease(store)
+    await expect(
+      ledger.run({ key: 'k2', payload: 1 }, async (ctx) => {
+        await ctx.step('reserve', () => 1)
+        await ctx.step('charge', () => 2)
+        throw new Crash()
+      }),
+    ).rejects.toBeInstanceOf(Crash)
+    restore()
+    clock.advance(10_001)
+    for (const key of Object.keys(calls)) delete calls[key]
+    await ledger.run({ key: 'k2', payload: 1 }, checkout)
+    // The takeover's acquire brought the two recorded steps back: only email is recorded.
+    expect(calls).toEqual({ acquire: 1, recordStep: 1, complete: 1 })
+  })
+
+  it('costs two with reconcile: the started marker, then the result', async () => {
+    const { calls, ledger } = counted()
+    await ledger.run({ key: 'k', payload: 1 }, checkout, { reconcile: () => {} })
+    expect(calls).toEqual({ acquire: 1, recordStep: 6, complete: 1 })
+  })
+})
