@@ -307,6 +307,27 @@ async function main(): Promise<void> {
   const measured = selected
     .filter((a) => find(a, 'new'))
     .sort((a, b) => median((find(b, 'new') as Row).pairs) - median((find(a, 'new') as Row).pairs))
+  // The targets of issue 18, checked on this run's ratios.
+  const ratioOf = (name: string) => {
+    const row = rows.find((r) => r.adapter.name === name && r.scenario === 'new')
+    return row ? median(row.pairs) : undefined
+  }
+  const targets = (): string[] => {
+    const peer = ratioOf('node-idempotency-memory')
+    const best = Math.max(...['node-idempotency-redis', 'express-idempotency-redis', 'powertools-redis'].map((n) => ratioOf(n) ?? 0))
+    const check = (ours: string, target: number | undefined, what: string) => {
+      const mine = ratioOf(ours)
+      if (mine === undefined || target === undefined || target === 0) return `${ours} against ${what}: not measured in this run`
+      return `${ours} ${mine.toFixed(2)} against ${what} ${target.toFixed(2)}: ${mine >= target ? 'met' : 'NOT met'}`
+    }
+    return [
+      `Targets on new keys, this run: ${[
+        check('idemkey-memory', peer, "@node-idempotency's memory storage"),
+        check('idemkey-sqlite', peer, "@node-idempotency's memory storage"),
+        check('idemkey-redis', best || undefined, 'the best Redis peer'),
+      ].join('; ')}. Where the time goes and what is left: bench/peers/README.md.`,
+    ]
+  }
   const failures = rows.filter((r) => r.library.failed > 0 || r.bare.failed > 0 || r.replayExecutions > 0)
   const packages = [
     ...new Set(
@@ -322,6 +343,8 @@ async function main(): Promise<void> {
     ),
     '',
     `Every library sits in front of the same Express 4 endpoint (\`POST /charges\`, a ${BODY.length}-byte JSON body, a 201 JSON answer), each in its own process; autocannon drives ${CONNECTIONS} connections from another. "x bare" is the library's requests/s divided by a bare Express app's (no idempotency) measured in alternating slices right beside it (bare, library, library, bare, …; ${RUNS} slice(s) of ${DURATION} s per side, after a ${WARMUP} s warm-up each): the median of the ${RUNS} ratios of adjacent slices, so a burst of other work on the machine during one slice does not move it. Only these side-by-side ratios count; the req/s columns (totals over the slices) move with the machine's load. New keys: a fresh Idempotency-Key per request; replays: one key, completed before the slice. Rows are sorted by the new-keys ratio. Library defaults throughout; bench/peers/README.md says how each one is wired.`,
+    '',
+    ...targets(),
     '',
     failures.length === 0
       ? 'Every request of every measured slice answered 2xx, and no replay ran the handler.'
