@@ -52,7 +52,7 @@ function expectCode(code: string): (error: unknown) => boolean {
  * through the test's context, mocha through `this`); elsewhere (jest) says so loudly on stderr.
  * Test functions take `...args`, so mocha and jest never mistake them for callback-style tests.
  */
-function skipRunning(reason: string, self: unknown, context: unknown): void {
+export function skipRunning(reason: string, self: unknown, context: unknown): void {
   const viaContext = (context as { skip?: (note?: string) => void } | undefined)?.skip
   if (typeof viaContext === 'function') {
     viaContext.call(context, reason) // vitest throws here to end the test as skipped; node:test marks it and returns
