@@ -8,14 +8,14 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fmt, report, table } from './lib.js'
 
 interface CannonResult {
-  requests: { average: number }
+  requests: { average: number; total: number }
   latency: { p50: number; p99: number }
   non2xx: number
   errors: number
@@ -115,6 +115,13 @@ async function benchTelemetry() {
 
 const children: ChildProcess[] = []
 
+/** CPU time (user + system) a process has used, in µs, from /proc: unlike requests/s, other load on the machine hardly moves it. */
+function cpuMicros(pid: number | undefined): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
+  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / CLOCK_TICKS
+}
+const CLOCK_TICKS = 100
+
 function start(framework: Framework, storeKind: StoreKind, dbPath: string): Promise<{ port: number; child: ChildProcess }> {
   const child = spawn(process.execPath, ['--import', 'tsx', import.meta.filename, '--serve', framework, storeKind, dbPath], {
     cwd: ROOT,
@@ -187,15 +194,18 @@ async function main(): Promise<void> {
         'memory+otel': 'MemoryStore + OpenTelemetry (traces and metrics)',
         sqlite: 'SqliteStore (file, WAL)',
       }
-      const telemetryRows: Record<string, { off: number[]; on: number[] }> = {}
+      const telemetryRows: Record<string, { off: number[]; on: number[]; offCpu: number[]; onCpu: number[] }> = {}
       for (const storeKind of ['memory', 'memory+otel', 'sqlite'] as const) {
         const app = await start(framework, storeKind, join(dir, `${framework}.db`))
         await load(app.port, 'unique', 1)
         for (const mode of ['unique', 'replay'] as const) {
+          const cpuBefore = cpuMicros(app.child.pid)
           const result = await load(app.port, mode)
+          const cpuPerRequest = (cpuMicros(app.child.pid) - cpuBefore) / Math.max(1, result.requests.total)
           if (storeKind !== 'sqlite') {
-            telemetryRows[mode] ??= { off: [], on: [] }
+            telemetryRows[mode] ??= { off: [], on: [], offCpu: [], onCpu: [] }
             telemetryRows[mode][storeKind === 'memory' ? 'off' : 'on'].push(result.requests.average)
+            telemetryRows[mode][storeKind === 'memory' ? 'offCpu' : 'onCpu'].push(cpuPerRequest)
           }
           rows.push([
             framework,
@@ -208,13 +218,16 @@ async function main(): Promise<void> {
         }
         app.child.kill('SIGKILL')
       }
-      for (const [mode, { off, on }] of Object.entries(telemetryRows)) {
+      for (const [mode, { off, on, offCpu, onCpu }] of Object.entries(telemetryRows)) {
         overhead.push([
           framework,
           mode === 'unique' ? 'unique keys' : 'replays of one key',
           fmt(off[0] ?? 0),
           fmt(on[0] ?? 0),
           pct(on[0] ?? 0, off[0] ?? 1),
+          `${fmt(offCpu[0] ?? 0, 1)} µs`,
+          `${fmt(onCpu[0] ?? 0, 1)} µs`,
+          `+${fmt((onCpu[0] ?? 0) - (offCpu[0] ?? 0), 1)} µs (${pct((onCpu[0] ?? 0) - (offCpu[0] ?? 0), offCpu[0] ?? 1)})`,
         ])
       }
     }
@@ -223,9 +236,12 @@ async function main(): Promise<void> {
       '',
       'OpenTelemetry on against off (MemoryStore, the rows above, measured one after the other in this run):',
       '',
-      table(['app', 'keys', 'telemetry off, requests/s', 'traces + metrics on, requests/s', 'on / off'], overhead),
+      table(
+        ['app', 'keys', 'off, requests/s', 'on, requests/s', 'on / off', 'off, app CPU per request', 'on, app CPU per request', 'added'],
+        overhead,
+      ),
       '',
-      `${CONNECTIONS} connections, ${SECONDS} s per row after a 1 s warm-up, POST /charges with a ${BODY.length}-byte JSON body and a 201 JSON answer. Each app runs in its own process; autocannon runs in another. Both share the machine's 2 cores, so the ratios (measured side by side in this run) matter more than the absolute figures, and they fall steeply with any per-request work: the calibration row is the bare app whose handler burns ${SPIN_US} µs more CPU, nothing else. Targets: with MemoryStore at least 85% of the bare app on unique keys and at least 100% on replays; with SqliteStore at least 70% on unique keys; OpenTelemetry on at least 95% of off. The OpenTelemetry rows use the SDK's BasicTracerProvider with a BatchSpanProcessor (its exporter drops the spans, as a collector takes them off the process) and a MeterProvider that aggregates every measurement.`,
+      `${CONNECTIONS} connections, ${SECONDS} s per row after a 1 s warm-up, POST /charges with a ${BODY.length}-byte JSON body and a 201 JSON answer. Each app runs in its own process; autocannon runs in another. Both share the machine's 2 cores, so the ratios (measured side by side in this run) matter more than the absolute figures, and they fall steeply with any per-request work: the calibration row is the bare app whose handler burns ${SPIN_US} µs more CPU, nothing else. Targets: with MemoryStore at least 85% of the bare app on unique keys and at least 100% on replays; with SqliteStore at least 70% on unique keys; OpenTelemetry on at least 95% of off. The OpenTelemetry rows use the SDK's BasicTracerProvider with a BatchSpanProcessor (its exporter drops the spans, as a collector takes them off the process) and a MeterProvider that aggregates every measurement. CPU per request is the app process's own CPU time (user + system, from /proc) over the row's requests: other processes on the machine move requests/s much more than it.`,
     ].join('\n')
     report(
       'http',

@@ -7,7 +7,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -15,7 +15,7 @@ import { portOpen } from '../test/helpers/services.js'
 import { fmt, report, table } from './lib.js'
 
 interface CannonResult {
-  requests: { average: number }
+  requests: { average: number; total: number }
   latency: { p50: number; p99: number }
   non2xx: number
   errors: number
@@ -42,6 +42,12 @@ const LATENCY_RATE = arg('--rate', 1_000)
 const CONNECTIONS = arg('--connections', 32)
 const BODY = JSON.stringify({ amount: 1200, currency: 'eur', customer: 'cus_42' })
 const children: ChildProcess[] = []
+
+/** CPU time (user + system) a process has used, in µs, from /proc (clock ticks of 10 ms). */
+function cpuMicros(pid: number | undefined): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
+  return (Number(fields[11]) + Number(fields[12])) * 10_000
+}
 
 /** The upstream: a minimal JSON API in its own process, the same for every run. */
 function startUpstream(): Promise<number> {
@@ -212,26 +218,33 @@ async function main(): Promise<void> {
     // Observability on against off, side by side: the first store, each variant in its own proxy process.
     const overhead: Array<Array<string | number>> = []
     const [firstName, firstUrl] = stores[0] as [string, string]
-    const observed: Record<Observing, Record<'unique' | 'replay', number>> = {
-      off: { unique: 0, replay: 0 },
-      metrics: { unique: 0, replay: 0 },
-      'metrics+log': { unique: 0, replay: 0 },
+    const observed: Record<Observing, Record<'unique' | 'replay', { rate: number; cpu: number }>> = {
+      off: { unique: { rate: 0, cpu: 0 }, replay: { rate: 0, cpu: 0 } },
+      metrics: { unique: { rate: 0, cpu: 0 }, replay: { rate: 0, cpu: 0 } },
+      'metrics+log': { unique: { rate: 0, cpu: 0 }, replay: { rate: 0, cpu: 0 } },
     }
     for (const observing of ['off', 'metrics', 'metrics+log'] as const) {
       const proxy = await startProxy(upstream, firstUrl, observing)
+      const pid = children[children.length - 1]?.pid
       await load(proxy, 'unique') // warm-up
-      for (const mode of ['unique', 'replay'] as const) observed[observing][mode] = (await load(proxy, mode)).requests.average
+      for (const mode of ['unique', 'replay'] as const) {
+        const before = cpuMicros(pid)
+        const result = await load(proxy, mode)
+        observed[observing][mode] = { rate: result.requests.average, cpu: (cpuMicros(pid) - before) / Math.max(1, result.requests.total) }
+      }
     }
     for (const mode of ['unique', 'replay'] as const) {
       const off = observed.off[mode]
-      overhead.push([
-        mode === 'unique' ? 'unique keys' : 'replays',
-        fmt(off),
-        fmt(observed.metrics[mode]),
-        pct(observed.metrics[mode], off),
-        fmt(observed['metrics+log'][mode]),
-        pct(observed['metrics+log'][mode], off),
-      ])
+      const row: Array<string | number> = [mode === 'unique' ? 'unique keys' : 'replays', fmt(off.rate), `${fmt(off.cpu, 1)} µs`]
+      for (const observing of ['metrics', 'metrics+log'] as const) {
+        const on = observed[observing][mode]
+        row.push(
+          fmt(on.rate),
+          pct(on.rate, off.rate),
+          `${fmt(on.cpu, 1)} µs (${on.cpu >= off.cpu ? '+' : ''}${pct(on.cpu - off.cpu, off.cpu)})`,
+        )
+      }
+      overhead.push(row)
     }
     const body = [
       `Throughput at full load (${CONNECTIONS} connections):`,
@@ -248,15 +261,18 @@ async function main(): Promise<void> {
         [
           'keys',
           'off (--log-level warn), requests/s',
+          'off, proxy CPU per request',
           '--admin-port (metrics), requests/s',
           'of off',
+          'proxy CPU per request',
           'metrics + JSON access log, requests/s',
           'of off',
+          'proxy CPU per request',
         ],
         overhead,
       ),
       '',
-      `${SECONDS} s per row after a warm-up, POST with a ${BODY.length}-byte JSON body. The upstream, each proxy and the load generator (autocannon) are separate processes on the same 2-core machine, so they compete for CPU, and every hop through a proxy costs two more loopback writes that wake another process: the ratios are lower bounds of what a proxy on its own machine keeps. The minimal forwarder (buffer the body, forward it with undici, send the answer back) is the ceiling for any Node proxy here. Targets: at least 50% of direct requests/s on unique keys with SQLite, and at most 2 ms added at p99; metrics on at least 95% of off. The rows above the last table run the proxy with \`--log-level warn\` (no access log, no metrics).`,
+      `${SECONDS} s per row after a warm-up, POST with a ${BODY.length}-byte JSON body. The upstream, each proxy and the load generator (autocannon) are separate processes on the same 2-core machine, so they compete for CPU, and every hop through a proxy costs two more loopback writes that wake another process: the ratios are lower bounds of what a proxy on its own machine keeps. The minimal forwarder (buffer the body, forward it with undici, send the answer back) is the ceiling for any Node proxy here. Targets: at least 50% of direct requests/s on unique keys with SQLite, and at most 2 ms added at p99; metrics on at least 95% of off. CPU per request is the proxy process's own CPU time (user + system, from /proc) over the row's requests, which load from other processes hardly moves. The rows above the last table run the proxy with \`--log-level warn\` (no access log, no metrics).`,
     ].join('\n')
     report(
       'proxy',

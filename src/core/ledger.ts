@@ -435,8 +435,16 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     try {
       const done = await store.transaction(async (tx) => {
         const inTx = store.recordStepInTransaction
-        // Steps recorded in the transaction commit with the business writes, or roll back with them.
-        if (inTx) ctx.steps.useRecorder((name, result) => inTx.call(store, tx, scope, key, token, name, result))
+        // Steps recorded in the transaction commit with the business writes, or roll back with them. The
+        // first one locks the record's row until the transaction ends, which keeps any takeover waiting
+        // (it then finds the record completed, or, after a rollback, this attempt's lease), so renewals
+        // stop there: on another connection they would wait for that lock, and the commit for them.
+        if (inTx) {
+          ctx.steps.useRecorder(async (name, result) => {
+            await renewal.stop()
+            return inTx.call(store, tx, scope, key, token, name, result)
+          })
+        }
         await this.#reconcile(ctx, plan)
         const context = Object.assign(publicContext(ctx), { tx })
         const value = await (plan.telemetry ? plan.telemetry.work(() => fn(context)) : fn(context))
@@ -635,7 +643,11 @@ interface Plan<T> {
 /** The run's own listener, with the run's telemetry seeing each event first. */
 function withTelemetry(listener: ((event: LedgerEvent) => void) | undefined, telemetry: RunTelemetry): (event: LedgerEvent) => void {
   return (event) => {
-    safely((e) => telemetry.event(e), event)
+    try {
+      telemetry.event(event)
+    } catch {
+      // A broken telemetry must not break an intent.
+    }
     if (listener) listener(event)
   }
 }

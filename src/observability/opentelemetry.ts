@@ -79,11 +79,13 @@ function otelMetrics(meter: Meter): MetricSink {
   const intents = new Map<string, { attributes: Attributes; value: number }>()
   const errors = new Map<string, { attributes: Attributes; value: number }>()
   const running = new Map<string, { attributes: Attributes; value: number }>()
-  const durationAttributes = new Map<string, Attributes>()
-  const bump = (map: Map<string, { attributes: Attributes; value: number }>, id: string, make: () => Attributes, by = 1) => {
-    const entry = map.get(id)
+  // Store-call attributes by store then operation: no string is built per call.
+  const durationAttributes = new Map<string, Map<string, Attributes>>()
+  type Count = { attributes: Attributes; value: number }
+  const bySystem = (map: Map<string, Count>, system: string, by: number) => {
+    const entry = map.get(system)
     if (entry) entry.value += by
-    else map.set(id, { attributes: make(), value: by })
+    else map.set(system, { attributes: { 'db.system.name': system }, value: by })
   }
   const observe = (map: Map<string, { attributes: Attributes; value: number }>) => (result: ObservableResult) => {
     for (const entry of map.values()) result.observe(entry.value, entry.attributes)
@@ -115,30 +117,40 @@ function otelMetrics(meter: Meter): MetricSink {
   })
   return {
     runStarted(system) {
-      bump(running, system, () => ({ 'db.system.name': system }))
+      bySystem(running, system, 1)
     },
     runEnded(run) {
-      bump(running, run.system, () => ({ 'db.system.name': run.system }), -1)
-      bump(intents, `${run.system}|${run.result}|${run.outcome ?? ''}`, () => {
+      bySystem(running, run.system, -1)
+      const id = `${run.system}|${run.result}|${run.outcome ?? ''}`
+      const entry = intents.get(id)
+      if (entry) entry.value++
+      else {
         const attributes: Attributes = { 'db.system.name': run.system, 'idemkey.result': run.result }
         if (run.outcome) attributes['idemkey.outcome'] = run.outcome
-        return attributes
-      })
+        intents.set(id, { attributes, value: 1 })
+      }
       if (run.waitedSeconds > 0) waiting.record(run.waitedSeconds, { 'db.system.name': run.system })
     },
     storeCall(system, operation, seconds, error) {
       if (error === undefined) {
-        const id = `${system}|${operation}`
-        let attributes = durationAttributes.get(id)
+        let operations = durationAttributes.get(system)
+        if (!operations) {
+          operations = new Map()
+          durationAttributes.set(system, operations)
+        }
+        let attributes = operations.get(operation)
         if (!attributes) {
           attributes = { 'db.system.name': system, 'db.operation.name': operation }
-          durationAttributes.set(id, attributes)
+          operations.set(operation, attributes)
         }
         return storeDuration.record(seconds, attributes)
       }
       const type = errorType(error)
       storeDuration.record(seconds, { 'db.system.name': system, 'db.operation.name': operation, 'error.type': type })
-      bump(errors, `${system}|${operation}`, () => ({ 'db.system.name': system, 'db.operation.name': operation }))
+      const id = `${system}|${operation}`
+      const entry = errors.get(id)
+      if (entry) entry.value++
+      else errors.set(id, { attributes: { 'db.system.name': system, 'db.operation.name': operation }, value: 1 })
     },
   }
 }
