@@ -135,6 +135,31 @@ describe('openTelemetry(): metrics', () => {
     expect(await count(reader, 'idemkey.wait.duration', {})).toBe(0)
   })
 
+  it('counts a transient outcome as released and a holder that lost its record as fenced out', async () => {
+    const clock = new ManualClock()
+    const reader = new TestReader()
+    const meterProvider = new MeterProvider({ readers: [reader] })
+    const store = new MemoryStore({ clock })
+    const ledger = new Ledger({ store, clock, lease: '1s', telemetry: openTelemetry({ meterProvider, traces: false }) })
+    const transient = await ledger.run({ key: 't', payload: 1 }, () => 'busy', {
+      encode: () => ({ status: 503, headers: {}, body: new Uint8Array() }),
+    })
+    expect(transient).toMatchObject({ kind: 'executed', outcome: 'released' })
+    // The first holder's lease ends mid-work; a second run takes the record over and completes it.
+    let resume: () => void = () => {}
+    const first = ledger.run({ key: 'z', payload: 1 }, () => new Promise<string>((resolve) => (resume = () => resolve('late'))))
+    await vi.waitFor(async () => expect(await count(reader, 'idemkey.intents.running', {})).toBe(1))
+    ;(store as unknown as { renew: () => Promise<boolean> }).renew = async () => true // no renewal reaches the store
+    clock.advance(1_500)
+    expect(await ledger.run({ key: 'z', payload: 1 }, () => 'second')).toMatchObject({ kind: 'executed', outcome: 'completed' })
+    resume()
+    expect(await first).toMatchObject({ kind: 'executed', outcome: 'fenced_out' })
+    expect(await count(reader, 'idemkey.intents', { 'idemkey.outcome': 'released', 'idemkey.result': 'executed' })).toBe(1)
+    expect(await count(reader, 'idemkey.intents', { 'idemkey.outcome': 'fenced_out' })).toBe(1)
+    expect(await count(reader, 'idemkey.intents', { 'idemkey.outcome': 'completed' })).toBe(1)
+    expect(await count(reader, 'idemkey.intents.running', {})).toBe(0)
+  })
+
   it('records how long a run waited for another holder', async () => {
     const { ledger, reader } = setup()
     let finish: () => void = () => {}
