@@ -32,7 +32,7 @@ type Cannon = (options: Record<string, unknown>) => Promise<CannonResult>
 const autocannon = createRequire(import.meta.url)('autocannon') as Cannon
 
 type Framework = 'express' | 'fastify'
-type StoreKind = 'none' | 'spin' | 'memory' | 'sqlite' | 'memory+otel'
+type StoreKind = 'none' | 'spin' | 'memory' | 'sqlite' | 'memory+otel' | 'memory+metrics'
 
 /** The calibration row's extra CPU per request: what any per-request work of that size costs here. */
 const SPIN_US = 10
@@ -54,9 +54,9 @@ async function serve(framework: Framework, storeKind: StoreKind, dbPath: string)
   if (storeKind === 'memory') {
     const { MemoryStore } = await import('idemkey/memory')
     ledger = new Ledger({ store: new MemoryStore() })
-  } else if (storeKind === 'memory+otel') {
+  } else if (storeKind === 'memory+otel' || storeKind === 'memory+metrics') {
     const { MemoryStore } = await import('idemkey/memory')
-    ledger = new Ledger({ store: new MemoryStore(), telemetry: await benchTelemetry() })
+    ledger = new Ledger({ store: new MemoryStore(), telemetry: await benchTelemetry(storeKind === 'memory+otel') })
   } else if (storeKind === 'sqlite') {
     const { SqliteStore } = await import('idemkey/sqlite')
     ledger = new Ledger({ store: new SqliteStore({ path: dbPath }) })
@@ -99,7 +99,7 @@ async function serve(framework: Framework, storeKind: StoreKind, dbPath: string)
  * idemkey/opentelemetry as a production app sets it up: spans through a batch processor (to an exporter
  * that drops them, as a collector would take them off the process), metrics aggregated by the SDK.
  */
-async function benchTelemetry() {
+async function benchTelemetry(traces: boolean) {
   const { openTelemetry } = await import('idemkey/opentelemetry')
   const { BasicTracerProvider, BatchSpanProcessor } = await import('@opentelemetry/sdk-trace-base')
   const { MeterProvider, MetricReader } = await import('@opentelemetry/sdk-metrics')
@@ -110,7 +110,7 @@ async function benchTelemetry() {
   }
   const tracerProvider = new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(exporter)] })
   const meterProvider = new MeterProvider({ readers: [new HeldReader()] })
-  return openTelemetry({ tracerProvider, meterProvider })
+  return openTelemetry({ tracerProvider, meterProvider, traces })
 }
 
 const children: ChildProcess[] = []
@@ -191,22 +191,20 @@ async function main(): Promise<void> {
       ])
       const names: Record<Exclude<StoreKind, 'none' | 'spin'>, string> = {
         memory: 'MemoryStore',
+        'memory+metrics': 'MemoryStore + OpenTelemetry metrics',
         'memory+otel': 'MemoryStore + OpenTelemetry (traces and metrics)',
         sqlite: 'SqliteStore (file, WAL)',
       }
-      const telemetryRows: Record<string, { off: number[]; on: number[]; offCpu: number[]; onCpu: number[] }> = {}
-      for (const storeKind of ['memory', 'memory+otel', 'sqlite'] as const) {
+      const measured: Partial<Record<StoreKind, Record<'unique' | 'replay', { rate: number; cpu: number }>>> = {}
+      for (const storeKind of ['memory', 'memory+metrics', 'memory+otel', 'sqlite'] as const) {
         const app = await start(framework, storeKind, join(dir, `${framework}.db`))
         await load(app.port, 'unique', 1)
         for (const mode of ['unique', 'replay'] as const) {
           const cpuBefore = cpuMicros(app.child.pid)
           const result = await load(app.port, mode)
           const cpuPerRequest = (cpuMicros(app.child.pid) - cpuBefore) / Math.max(1, result.requests.total)
-          if (storeKind !== 'sqlite') {
-            telemetryRows[mode] ??= { off: [], on: [], offCpu: [], onCpu: [] }
-            telemetryRows[mode][storeKind === 'memory' ? 'off' : 'on'].push(result.requests.average)
-            telemetryRows[mode][storeKind === 'memory' ? 'offCpu' : 'onCpu'].push(cpuPerRequest)
-          }
+          measured[storeKind] ??= { unique: { rate: 0, cpu: 0 }, replay: { rate: 0, cpu: 0 } }
+          measured[storeKind][mode] = { rate: result.requests.average, cpu: cpuPerRequest }
           rows.push([
             framework,
             names[storeKind],
@@ -218,17 +216,22 @@ async function main(): Promise<void> {
         }
         app.child.kill('SIGKILL')
       }
-      for (const [mode, { off, on, offCpu, onCpu }] of Object.entries(telemetryRows)) {
-        overhead.push([
-          framework,
-          mode === 'unique' ? 'unique keys' : 'replays of one key',
-          fmt(off[0] ?? 0),
-          fmt(on[0] ?? 0),
-          pct(on[0] ?? 0, off[0] ?? 1),
-          `${fmt(offCpu[0] ?? 0, 1)} µs`,
-          `${fmt(onCpu[0] ?? 0, 1)} µs`,
-          `+${fmt((onCpu[0] ?? 0) - (offCpu[0] ?? 0), 1)} µs (${pct((onCpu[0] ?? 0) - (offCpu[0] ?? 0), offCpu[0] ?? 1)})`,
-        ])
+      for (const mode of ['unique', 'replay'] as const) {
+        const off = measured.memory?.[mode] ?? { rate: 0, cpu: 0 }
+        for (const kind of ['memory+metrics', 'memory+otel'] as const) {
+          const on = measured[kind]?.[mode] ?? { rate: 0, cpu: 0 }
+          overhead.push([
+            framework,
+            mode === 'unique' ? 'unique keys' : 'replays of one key',
+            kind === 'memory+otel' ? 'traces and metrics' : 'metrics',
+            fmt(off.rate),
+            fmt(on.rate),
+            pct(on.rate, off.rate),
+            `${fmt(off.cpu, 1)} µs`,
+            `${fmt(on.cpu, 1)} µs`,
+            `${on.cpu >= off.cpu ? '+' : ''}${fmt(on.cpu - off.cpu, 1)} µs (${pct(on.cpu - off.cpu, off.cpu)})`,
+          ])
+        }
       }
     }
     const body = [
@@ -237,7 +240,17 @@ async function main(): Promise<void> {
       'OpenTelemetry on against off (MemoryStore, the rows above, measured one after the other in this run):',
       '',
       table(
-        ['app', 'keys', 'off, requests/s', 'on, requests/s', 'on / off', 'off, app CPU per request', 'on, app CPU per request', 'added'],
+        [
+          'app',
+          'keys',
+          'on',
+          'off, requests/s',
+          'on, requests/s',
+          'on / off',
+          'off, app CPU per request',
+          'on, app CPU per request',
+          'added',
+        ],
         overhead,
       ),
       '',
