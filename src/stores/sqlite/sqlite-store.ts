@@ -258,17 +258,18 @@ export class SqliteStore implements IdempotencyStore {
    * Driver errors (SQLITE_BUSY, a closed database) become STORE_UNAVAILABLE.
    *
    * When a batch commits depends on what is at stake if the process dies first:
-   * - `complete` commits at the next microtask. Its work already ran; until the outcome is on disk, a
-   *   crash lets a takeover run it again, so that window stays as short as it can be.
+   * - `complete` and `recordStep` commit at the next microtask. Their work already ran; until the outcome
+   *   (or the step's result) is on disk, a crash lets a takeover run it again, so that window stays as
+   *   short as it can be.
    * - Everything else (acquire, renew, release, reads) waits for the end of the event-loop turn
    *   (setImmediate), so that the operations of every request that arrived in the same turn share one
    *   commit. Nothing has run yet for them, and a lost release only means the lease ends by itself.
-   * A `complete` takes whatever else is queued along into its batch.
+   * A `complete` or `recordStep` takes whatever else is queued along into its batch.
    */
   #run<R>(operation: string, step: () => R): Promise<R> {
     return new Promise<R>((resolve, reject) => {
       this.#queue.push({ operation, step, resolve: resolve as (value: unknown) => void, reject })
-      if (operation === 'complete') {
+      if (operation === 'complete' || operation === 'recordStep') {
         if (!this.#flushSoon) {
           this.#flushSoon = true
           queueMicrotask(this.#flush)
