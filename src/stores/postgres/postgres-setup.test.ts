@@ -81,6 +81,22 @@ describe.skipIf(skip !== undefined)('PostgresStore setup and bad input', () => {
     await store.close()
   })
 
+  it('answers STORE_SCHEMA naming migrate() when a schema-1 table has not been upgraded yet', async () => {
+    const name = table('v1_unmigrated')
+    await pool.query(`CREATE TABLE "${name}" (scope text COLLATE "C" NOT NULL, "key" text COLLATE "C" NOT NULL,
+      fingerprint text NOT NULL, status text NOT NULL, token bigint NOT NULL, locked_until bigint NULL,
+      response_status smallint NULL, response_headers text NULL, response_body bytea NULL, resource_id text NULL,
+      attempts integer NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT NULL, expires_at bigint NOT NULL,
+      waiters boolean NOT NULL DEFAULT false, PRIMARY KEY (scope, "key"))`)
+    const store = new PostgresStore({ pool, table: name })
+    const error = await failure(store.acquire('s', 'k', fp('a'), 1_000))
+    expect(error.code).toBe('STORE_SCHEMA')
+    expect(error.message).toContain('store.migrate()')
+    await store.migrate()
+    expect(await store.acquire('s', 'k', fp('a'), 1_000)).toEqual({ kind: 'acquired', token: 1 })
+    await store.close()
+  })
+
   it('migrates idempotently, also from several stores at once', async () => {
     const name = table('migrate')
     const stores = Array.from({ length: 4 }, () => new PostgresStore({ pool, table: name }))
