@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
+import { Cluster } from 'ioredis'
 import mysql from 'mysql2/promise'
 import pg from 'pg'
 import { deriveKey } from '../src/client/derive-key.js'
@@ -12,6 +13,7 @@ import { MySqlStore } from '../src/stores/mysql/mysql-store.js'
 import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
 import { RedisStore } from '../src/stores/redis/redis-store.js'
 import { SqliteStore } from '../src/stores/sqlite/sqlite-store.js'
+import { RedisCluster } from './fixtures/redis/servers.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const WORKER = join(import.meta.dirname, 'fixtures/steps/crash-worker.ts')
@@ -95,6 +97,22 @@ const targets: Target[] = [
     open: async () => {
       const prefix = `steps-crash-${randomUUID().slice(0, 8)}`
       return { store: new RedisStore({ url: 'redis://127.0.0.1:6379', prefix }), kind: 'redis', target: prefix, cleanup: async () => {} }
+    },
+  },
+  {
+    name: 'Redis Cluster (3 masters)',
+    skip: () => serviceSkipReason('Redis', 6379),
+    open: async () => {
+      const cluster = new RedisCluster()
+      await cluster.start()
+      const prefix = `steps-crash-${randomUUID().slice(0, 8)}`
+      const ports = cluster.nodes.map((node) => node.port).join(',')
+      const client = new Cluster(cluster.nodes, { redisOptions: { maxRetriesPerRequest: 1 } })
+      const cleanup = async () => {
+        client.disconnect()
+        await cluster.stop()
+      }
+      return { store: new RedisStore({ client, prefix }), kind: 'redis-cluster', target: `${ports}/${prefix}`, cleanup }
     },
   },
 ]
