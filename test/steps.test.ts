@@ -49,6 +49,26 @@ describe('ctx.step', () => {
     expect(ran).toEqual(['reserve', 'charge'])
   })
 
+  it('lets a step that threw be tried again in the same attempt, and runs it once it succeeds', async () => {
+    const { ledger } = setup()
+    let calls = 0
+    const result = await ledger.run({ key: 'retry', payload: 1 }, async (ctx) => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await ctx.step('charge', () => {
+            calls++
+            if (attempt < 3) throw new Error('provider busy')
+            return 'ch_1'
+          })
+        } catch (error) {
+          if (attempt >= 3) throw error
+        }
+      }
+    })
+    expect(result).toMatchObject({ kind: 'executed', value: 'ch_1' })
+    expect(calls).toBe(3)
+  })
+
   it('hands the step its derived key, the same on every attempt', async () => {
     const { ledger } = setup()
     let seen = ''

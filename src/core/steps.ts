@@ -121,26 +121,32 @@ export class StepLog implements StepMethods {
     this.#used.add(name)
     const stored = this.#recorded.get(name)
     if (typeof stored === 'string') return JSON.parse(stored) as R
-    const record = this.#recorder('step')
-    if (this.markers && stored === undefined) {
-      this.#checkCount(name)
-      await this.#store(record, name, null)
+    try {
+      const record = this.#recorder('step')
+      if (this.markers && stored === undefined) {
+        this.#checkCount(name)
+        await this.#store(record, name, null)
+      }
+      const intentKey = this.key
+      const signal = this.signal
+      let derived: string | undefined
+      // The derived key (an HMAC) and the signal are made on first use: most steps of a hot path read neither.
+      const value = await fn({
+        name,
+        get key() {
+          derived ??= deriveKey(intentKey, name)
+          return derived
+        },
+        get signal() {
+          return signal()
+        },
+      })
+      return await this.#keep(record, name, value)
+    } catch (error) {
+      // A step that failed may be tried again in the same attempt (a retry loop around it).
+      this.#used.delete(name)
+      throw error
     }
-    const intentKey = this.key
-    const signal = this.signal
-    let derived: string | undefined
-    // The derived key (an HMAC) and the signal are made on first use: most steps of a hot path read neither.
-    const value = await fn({
-      name,
-      get key() {
-        derived ??= deriveKey(intentKey, name)
-        return derived
-      },
-      get signal() {
-        return signal()
-      },
-    })
-    return this.#keep(record, name, value)
   }
 
   async capture<R>(name: string, fn: () => R | Promise<R>): Promise<R> {
