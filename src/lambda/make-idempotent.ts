@@ -1,0 +1,81 @@
+import type { Ledger, RunOptions } from '../core/ledger.js'
+import { IdempotencyError } from '../errors.js'
+import { assertLambdaLedger, inInvocation } from './invocation.js'
+import type { LambdaContextLike } from './types.js'
+
+/** Options of {@link makeIdempotent}. */
+export interface MakeIdempotentOptions<E, R> extends Pick<RunOptions<R>, 'encode' | 'decode' | 'lease' | 'ttl' | 'wait' | 'onEvent'> {
+  /** The ledger: `lambdaLedger({ store })`. */
+  ledger: Ledger
+  /**
+   * The idempotency key of an event. An event without one (`undefined` or `''`) throws `KEY_MISSING`:
+   * it never shares a record with other keyless events, and never runs unguarded.
+   */
+  key: (event: E) => string | undefined
+  /** What is fingerprinted: the same key with another payload throws `FINGERPRINT_MISMATCH` instead of replaying. @default the event */
+  payload?: (event: E) => unknown
+  /** The namespace of the keys. @default 'default' */
+  scope?: string | ((event: E) => string)
+}
+
+/**
+ * Makes any Lambda handler (EventBridge, Step Functions tasks, direct invocations) run once per key:
+ * a repeated event gets the first run's stored result. A key reused with another payload throws
+ * `FINGERPRINT_MISMATCH`; an event whose key another invocation is running throws `IN_PROGRESS` (Lambda
+ * retries it). The result must be JSON unless you give `encode` and `decode`.
+ *
+ * @example
+ * export const handler = makeIdempotent(async (event) => ship(event.detail.orderId), { ledger, key: (event) => event.id })
+ */
+export function makeIdempotent<E, R, C extends LambdaContextLike>(
+  fn: (event: E, context: C) => R | Promise<R>,
+  options: MakeIdempotentOptions<E, R>,
+): (event: E, context: C) => Promise<R> {
+  assertLambdaLedger(options?.ledger, 'makeIdempotent (idemkey/lambda)')
+  if (typeof options.key !== 'function') {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      'makeIdempotent(fn, { ledger, key }) needs key: (event) => string, e.g. (event) => event.id.',
+    )
+  }
+  const { ledger, key: keyOf, payload, scope } = options
+  const runOptions: RunOptions<R> = {
+    encode: options.encode,
+    decode: options.decode,
+    lease: options.lease,
+    ttl: options.ttl,
+    wait: options.wait,
+    onEvent: options.onEvent,
+  }
+  return function idempotent(event: E, context: C): Promise<R> {
+    return inInvocation(context, async () => {
+      const key = keyOf(event)
+      if (typeof key !== 'string' || key === '') {
+        throw new IdempotencyError(
+          'KEY_MISSING',
+          'makeIdempotent: this event has no idempotency key (the key function returned nothing), so it was not run. Fix the key function or the event.',
+        )
+      }
+      const result = await ledger.run(
+        { key, scope: typeof scope === 'function' ? scope(event) : scope, payload: payload ? payload(event) : event },
+        () => fn(event, context),
+        runOptions,
+      )
+      switch (result.kind) {
+        case 'executed':
+        case 'replayed':
+          return result.value
+        case 'mismatch':
+          throw new IdempotencyError(
+            'FINGERPRINT_MISMATCH',
+            `makeIdempotent: key "${key}" was already used with another payload, so this event was not run. Use a new key for a new event.`,
+          )
+        default:
+          throw new IdempotencyError(
+            'IN_PROGRESS',
+            `makeIdempotent: key "${key}" is being run by another invocation; retry after ${Math.ceil(result.retryAfterMs / 1000)} s.`,
+          )
+      }
+    })
+  }
+}
