@@ -136,6 +136,9 @@ const nativeTenant: Record<string, (req: never) => string | undefined> = {
   // NestJS hands the scope function its platform's request: Express's req, Fastify's request.
   'nestjs-express': (req: { get(name: string): string | undefined }) => req.get('x-tenant'),
   'nestjs-fastify': (request: { raw: { headers: Record<string, string | undefined> } }) => request.raw.headers['x-tenant'],
+  // Lambda hands it the API Gateway event.
+  'lambda-http-api': (event: { headers: Record<string, string | undefined> }) => event.headers['x-tenant'],
+  'lambda-rest-api': (event: { headers: Record<string, string | undefined> }) => event.headers['x-tenant'],
 }
 
 describe.each(Object.entries(adapters))('HTTP conformance: %s', (name, start: AdapterFactory) => {

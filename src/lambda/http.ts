@@ -1,4 +1,5 @@
 import { isUtf8 } from 'node:buffer'
+import { createHash } from 'node:crypto'
 import type { Ledger } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
 import { isJsonType, tooLarge } from '../http/node-body.js'
@@ -50,15 +51,15 @@ export function withIdempotency<E extends HttpEventLike, C extends LambdaContext
 ): (event: E, context: C) => Promise<HttpResultFor<E>> {
   assertLambdaLedger(ledger, 'withIdempotency (idemkey/lambda)')
   let secret: string | Uint8Array | undefined
-  const scope =
-    options.scope ??
-    ((event: E) => {
-      const principal = principalOf(event)
-      if (principal !== undefined) return `principal:${principal}`
-      secret ??= resolveScopeSecret(options.scopeSecret)
-      return credentialScope(lowerHeaders(event), secret)
-    })
-  const engine = createEngine<E>({ ...options, scope, ledger })
+  // The default scope: the authorizer's principal, else the Authorization credential as every adapter keys it.
+  const scopeOf = (request: HttpRequestLike): string => {
+    const principal = principalOf(request.native as E)
+    if (principal !== undefined)
+      return `principal:${principal.length <= 200 ? principal : createHash('sha256').update(principal).digest('hex')}`
+    secret ??= resolveScopeSecret(options.scopeSecret)
+    return credentialScope(request.headers, secret)
+  }
+  const engine = createEngine<E>({ ...options, ledger }, options.scope ? {} : { scopeOf })
   return function idempotentHandler(event: E, context: C): Promise<HttpResultFor<E>> {
     return inInvocation(context, async () => {
       const v2 = isV2(event)
