@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ManualClock } from '../src/core/clock.js'
 import { DynamoDbStore } from '../src/stores/dynamodb/index.js'
+import { openStore } from '../src/stores/open.js'
 import { describeStore, describeStoreModel, fp, sampleOutcome } from '../src/testing/index.js'
 import { type DynamoDbEndpoint, startDynamoDb } from './helpers/dynalite.js'
 
@@ -113,5 +114,27 @@ describe('DynamoDbStore specifics', () => {
     expect(() => new DynamoDbStore({ table: '' })).toThrow(/needs \{ table \}/)
     expect(() => new DynamoDbStore({ table: 'idemkey', attributes: { partitionKey: 'tok' } })).toThrow(/not usable/)
     expect(() => new DynamoDbStore({ table: 'idemkey', attributes: { partitionKey: 'x', ttl: 'x' } })).toThrow(/must differ/)
+  })
+})
+
+describe('dynamodb:// store URLs (the CLI)', () => {
+  it('opens dynamodb://TABLE with the region and endpoint of its query, migrates it and keeps records there', async () => {
+    if (dynamo.endpoint === undefined) return // the real service: covered by the suites above
+    const saved = { id: process.env.AWS_ACCESS_KEY_ID, secret: process.env.AWS_SECRET_ACCESS_KEY }
+    process.env.AWS_ACCESS_KEY_ID ??= 'test'
+    process.env.AWS_SECRET_ACCESS_KEY ??= 'test'
+    const table = dynamo.table('url')
+    const opened = await openStore(`dynamodb://${table}?region=us-east-1&endpoint=${encodeURIComponent(dynamo.endpoint)}&prefix=cli%23`)
+    try {
+      expect(opened.spec.kind).toBe('dynamodb')
+      expect(await opened.migrate()).toContain(`dynamodb://${table}`)
+      expect(await opened.store.acquire('s', 'k', fp('a'), 1_000)).toEqual({ kind: 'acquired', token: 1 })
+      const direct = new DynamoDbStore({ table, client: dynamo.client(), keyPrefix: 'cli#' })
+      expect((await direct.get('s', 'k'))?.status).toBe('in_progress')
+    } finally {
+      await opened.store.close()
+      if (saved.id === undefined) delete process.env.AWS_ACCESS_KEY_ID
+      if (saved.secret === undefined) delete process.env.AWS_SECRET_ACCESS_KEY
+    }
   })
 })

@@ -21,9 +21,10 @@ export type StoreSpec =
   | { kind: 'postgres'; url: string; location: StoreLocation }
   | { kind: 'redis'; url: string; location: StoreLocation }
   | { kind: 'mysql'; url: string; location: StoreLocation }
+  | { kind: 'dynamodb'; url: string; location: StoreLocation }
 
 const EXPECTED =
-  'expected memory:, sqlite:PATH (e.g. sqlite:idemkey.db), postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB or redis://HOST:PORT (rediss:// for TLS), each optionally with ?table=NAME (?schema=NAME on PostgreSQL, ?prefix=P on Redis)'
+  'expected memory:, sqlite:PATH (e.g. sqlite:idemkey.db), postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB or redis://HOST:PORT (rediss:// for TLS), each optionally with ?table=NAME (?schema=NAME on PostgreSQL, ?prefix=P on Redis), or dynamodb://TABLE (?region=R, ?endpoint=URL, ?prefix=P)'
 
 /** The location parameters each kind of store takes in its URL's query. */
 const LOCATION_PARAMS: Record<StoreSpec['kind'], Array<keyof StoreLocation>> = {
@@ -32,6 +33,7 @@ const LOCATION_PARAMS: Record<StoreSpec['kind'], Array<keyof StoreLocation>> = {
   postgres: ['schema', 'table'],
   mysql: ['table'],
   redis: ['prefix'],
+  dynamodb: ['prefix'],
 }
 
 /**
@@ -54,10 +56,12 @@ export function parseStoreUrl(url: string): StoreSpec {
     if (path.length === 0) throw invalid(url, 'sqlite: needs a file path after the colon, e.g. sqlite:idemkey.db or sqlite::memory:')
     return { kind: 'sqlite', url: bare, path, location }
   }
-  let kind: 'postgres' | 'mysql' | 'redis'
+  let kind: 'postgres' | 'mysql' | 'redis' | 'dynamodb'
   if (/^postgres(ql)?:\/\//.test(text)) kind = 'postgres'
   else if (/^(mysql|mariadb):\/\//.test(text)) kind = 'mysql'
   else if (/^rediss?:\/\//.test(text)) kind = 'redis'
+  // dynamodb://TABLE: the table is the host; region and credentials come from the environment unless given.
+  else if (/^dynamodb:\/\//.test(text)) kind = 'dynamodb'
   else throw invalid(url, EXPECTED)
   const parsed = checkUrl(url, text)
   const location = readLocation(url, kind, parsed.searchParams)
@@ -168,11 +172,29 @@ async function construct(spec: StoreSpec): Promise<IdempotencyStore> {
       }
       return new mod.RedisStore({ url: spec.url, ...location })
     }
+    case 'dynamodb': {
+      const mod = (await importStore('./dynamodb/index.js', spec)) as {
+        DynamoDbStore: new (options: { table: string; keyPrefix?: string; clientConfig?: Record<string, unknown> }) => IdempotencyStore
+      }
+      const parsed = new URL(spec.url)
+      const clientConfig: Record<string, unknown> = {}
+      const region = parsed.searchParams.get('region')
+      const endpoint = parsed.searchParams.get('endpoint')
+      if (region) clientConfig.region = region
+      if (endpoint) clientConfig.endpoint = endpoint
+      return new mod.DynamoDbStore({ table: parsed.hostname, clientConfig, ...(location.prefix ? { keyPrefix: location.prefix } : {}) })
+    }
   }
 }
 
 /** The npm package each store's driver comes from. */
-export const STORE_DRIVERS = { sqlite: 'better-sqlite3', postgres: 'pg', mysql: 'mysql2', redis: 'ioredis' } as const
+export const STORE_DRIVERS = {
+  sqlite: 'better-sqlite3',
+  postgres: 'pg',
+  mysql: 'mysql2',
+  redis: 'ioredis',
+  dynamodb: '@aws-sdk/client-dynamodb',
+} as const
 
 /**
  * Loads a store module after its driver, so a missing driver is named with the command that installs
