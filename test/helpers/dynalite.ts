@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { createRequire } from 'node:module'
 import type { AddressInfo, Server } from 'node:net'
-import { DynamoDBClient } from '@aws-sdk/client-dynamodb'
+import { DeleteTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb'
 
 /** dynalite ships no types: it makes a node:net-style HTTP server. */
 const dynalite = createRequire(import.meta.url)('dynalite') as (options: Record<string, unknown>) => Server
@@ -37,6 +37,7 @@ export async function startDynamoDb(): Promise<DynamoDbEndpoint> {
   }
   const run = randomUUID().slice(0, 8)
   const clients: DynamoDBClient[] = []
+  const tables = new Set<string>()
   return {
     endpoint,
     client() {
@@ -47,8 +48,17 @@ export async function startDynamoDb(): Promise<DynamoDbEndpoint> {
       clients.push(client)
       return client
     },
-    table: (label) => `idemkey-test-${label}-${run}`,
+    table(label) {
+      const name = `idemkey-test-${label}-${run}`
+      tables.add(name)
+      return name
+    },
     async stop() {
+      if (!server && clients[0]) {
+        // An outside endpoint (DynamoDB Local, AWS) keeps its tables: drop the ones the tests made.
+        const client = clients[0]
+        for (const name of tables) await client.send(new DeleteTableCommand({ TableName: name })).catch(() => {})
+      }
       for (const client of clients) client.destroy()
       if (server) await new Promise<void>((resolve) => server?.close(() => resolve()))
     },
