@@ -258,18 +258,20 @@ export class SqliteStore implements IdempotencyStore {
    * Driver errors (SQLITE_BUSY, a closed database) become STORE_UNAVAILABLE.
    *
    * When a batch commits depends on what is at stake if the process dies first:
-   * - `complete` and `recordStep` commit at the next microtask. Their work already ran; until the outcome
-   *   (or the step's result) is on disk, a crash lets a takeover run it again, so that window stays as
-   *   short as it can be.
-   * - Everything else (acquire, renew, release, reads) waits for the end of the event-loop turn
-   *   (setImmediate), so that the operations of every request that arrived in the same turn share one
-   *   commit. Nothing has run yet for them, and a lost release only means the lease ends by itself.
-   * A `complete` or `recordStep` takes whatever else is queued along into its batch.
+   * - `recordStep` commits at the next microtask: the next step of its run waits on it, and until the
+   *   step's result is on disk a crash lets a takeover run that step again.
+   * - Everything else, `complete` included, waits for the end of the event-loop turn (setImmediate),
+   *   so that the operations of every request served in the same turn share one commit: under load
+   *   the outcomes of the upstream answers read in one turn, and the acquires of the requests that
+   *   arrived in it, are one WAL write with one set of locks. A `complete` still resolves only once
+   *   its commit is done, so an outcome is durable before its caller answers; the window in which a
+   *   crash loses a ran-but-unrecorded outcome grows by at most the rest of that turn.
+   * A `recordStep` takes whatever else is queued along into its batch.
    */
   #run<R>(operation: string, step: () => R): Promise<R> {
     return new Promise<R>((resolve, reject) => {
       this.#queue.push({ operation, step, resolve: resolve as (value: unknown) => void, reject })
-      if (operation === 'complete' || operation === 'recordStep') {
+      if (operation === 'recordStep') {
         if (!this.#flushSoon) {
           this.#flushSoon = true
           queueMicrotask(this.#flush)
