@@ -8,6 +8,7 @@ import { MemoryStore } from '../stores/memory/memory-store.js'
 import { ManualClock } from './clock.js'
 import { fingerprintOf, sha256Hex } from './fingerprint.js'
 import { Ledger, type LedgerEvent } from './ledger.js'
+import type { Outcome, TransactionalStore } from './store.js'
 
 const key = () => `k-${randomUUID()}`
 const sha256 = (...parts: Array<string | Uint8Array>) => {
@@ -81,5 +82,72 @@ describe('Ledger: what the work is told, and outcomes a store cannot record', ()
     expect(events.find((e) => e.type === 'stored')).toMatchObject({ type: 'stored', key: k, token: 1, status: 'completed', durationMs: 7 })
     expect(events.find((e) => e.type === 'replayed')).toMatchObject({ type: 'replayed', key: k, durationMs: 0 })
     expect(events.find((e) => e.type === 'mismatch')).toMatchObject({ type: 'mismatch', key: k })
+  })
+})
+
+/** A MemoryStore that runs transactions: the business writes of `tx` land only when the transaction commits. */
+class TxMemoryStore extends MemoryStore implements TransactionalStore<string[]> {
+  readonly committed: string[] = []
+  async transaction<R>(fn: (tx: string[]) => Promise<R>): Promise<R> {
+    const tx: string[] = []
+    const result = await fn(tx)
+    this.committed.push(...tx)
+    return result
+  }
+  completeInTransaction(_tx: string[], scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    return this.complete(scope, key, token, outcome, ttlMs)
+  }
+}
+
+describe('Ledger.runInTransaction on a transactional store', () => {
+  it('stores the resource id with the outcome, and replays', async () => {
+    const store = new TxMemoryStore()
+    const ledger = new Ledger({ store })
+    const k = key()
+    const first = await ledger.runInTransaction(
+      { key: k, payload: 1 },
+      ({ tx }) => {
+        tx.push('order 1')
+        return { id: 'ord_1' }
+      },
+      { resourceId: (v) => v.id },
+    )
+    expect(first).toMatchObject({ kind: 'executed', outcome: 'completed', value: { id: 'ord_1' } })
+    expect((await store.get('default', k))?.resourceId).toBe('ord_1')
+    expect(store.committed).toEqual(['order 1'])
+    expect(await ledger.runInTransaction({ key: k, payload: 1 }, () => ({ id: 'again' }))).toMatchObject({
+      kind: 'replayed',
+      value: { id: 'ord_1' },
+    })
+  })
+
+  it('rethrows what the work threw and releases the key, so the retry runs with the next token', async () => {
+    const store = new TxMemoryStore()
+    const ledger = new Ledger({ store })
+    const k = key()
+    const thrown = new Error('card declined by a flaky gateway')
+    await expect(ledger.runInTransaction({ key: k, payload: 1 }, () => Promise.reject(thrown))).rejects.toBe(thrown)
+    const retry = await ledger.runInTransaction({ key: k, payload: 1 }, ({ token }) => token)
+    expect(retry).toMatchObject({ kind: 'executed', outcome: 'completed', value: 2 })
+  })
+
+  it('releases a transient answer (its writes rolled back) as outcome released', async () => {
+    const store = new TxMemoryStore()
+    const ledger = new Ledger({ store })
+    const k = key()
+    const result = await ledger.runInTransaction({ key: k, payload: 1 }, () => 'busy', {
+      encode: () => ({ status: 503, headers: {}, body: new Uint8Array(0) }),
+    })
+    expect(result).toMatchObject({ kind: 'executed', outcome: 'released', value: 'busy' })
+    expect(store.committed).toEqual([])
+    expect(await ledger.runInTransaction({ key: k, payload: 1 }, ({ token }) => token)).toMatchObject({ outcome: 'completed', value: 2 })
+  })
+})
+
+describe('Ledger: errors a caller can hit name their code', () => {
+  it('refuses a ledger without a store, and runInTransaction on a store without transactions, with INVALID_OPTION', async () => {
+    expect(() => new Ledger({} as never)).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
+    const ledger = new Ledger({ store: new MemoryStore() })
+    await expect(async () => ledger.runInTransaction({ key: key(), payload: 1 }, () => 1)).rejects.toMatchObject({ code: 'INVALID_OPTION' })
   })
 })
