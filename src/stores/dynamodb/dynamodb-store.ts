@@ -1,5 +1,6 @@
 import { type Clock, systemClock } from '../../core/clock.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertRecordStep } from '../../core/steps-store.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -23,6 +24,7 @@ import {
   type ResolvedNames,
   resolveNames,
   s,
+  stepsOf,
   toRecord,
 } from './schema.js'
 
@@ -215,7 +217,7 @@ export class DynamoDbStore implements IdempotencyStore {
           Key,
           ConditionExpression: LIVE_FRESH,
           UpdateExpression:
-            'SET #sc = :sc, #k = :k, #fp = :fp, #st = :inprog, #tok = if_not_exists(#tok, :zero) + :one, #lu = :lu, #att = :one, #ca = :now, #ua = :now, #ea = :ea, #ttl = :ttl REMOVE #rs, #rh, #rb, #rid',
+            'SET #sc = :sc, #k = :k, #fp = :fp, #st = :inprog, #tok = if_not_exists(#tok, :zero) + :one, #lu = :lu, #att = :one, #ca = :now, #ua = :now, #ea = :ea, #ttl = :ttl, #sp = :nosteps REMOVE #rs, #rh, #rb, #rid',
           ExpressionAttributeNames: this.#exprNames,
           ExpressionAttributeValues: {
             ':sc': s(scope),
@@ -228,6 +230,7 @@ export class DynamoDbStore implements IdempotencyStore {
             ':now': n(now),
             ':ea': n(expiresAt),
             ':ttl': n(this.#ttlSeconds(expiresAt)),
+            ':nosteps': { M: {} },
           },
           ReturnValues: 'UPDATED_NEW',
           ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
@@ -254,7 +257,8 @@ export class DynamoDbStore implements IdempotencyStore {
           TableName: this.table,
           Key,
           ConditionExpression: '#tok = :seen AND #st = :inprog AND #lu <= :before',
-          UpdateExpression: 'SET #fp = :fp, #tok = #tok + :one, #att = #att + :one, #lu = :lu, #ua = :now, #ea = :ea, #ttl = :ttl',
+          UpdateExpression:
+            'SET #fp = :fp, #tok = #tok + :one, #att = #att + :one, #lu = :lu, #ua = :now, #ea = :ea, #ttl = :ttl, #sp = if_not_exists(#sp, :nosteps)',
           ExpressionAttributeNames: this.#exprNames,
           ExpressionAttributeValues: {
             ':seen': n(record.token),
@@ -266,10 +270,14 @@ export class DynamoDbStore implements IdempotencyStore {
             ':now': n(now),
             ':ea': n(expiresAt),
             ':ttl': n(this.#ttlSeconds(expiresAt)),
+            ':nosteps': { M: {} },
           },
-          ReturnValues: 'UPDATED_NEW',
+          ReturnValues: 'ALL_NEW',
         })) as { Attributes?: Item }
-        return { kind: 'acquired', token: tokenOf(written.Attributes) }
+        // The steps the earlier attempt recorded come back with the takeover, in the same round trip.
+        const steps = stepsOf(written.Attributes)
+        if (steps === undefined) return { kind: 'acquired', token: tokenOf(written.Attributes) }
+        return { kind: 'acquired', token: tokenOf(written.Attributes), steps }
       } catch (error) {
         if (!isConditionFailed(error)) throw error
         // Someone else took it, completed it or evicted it meanwhile: decide again from the top.
@@ -279,6 +287,29 @@ export class DynamoDbStore implements IdempotencyStore {
       'STORE_UNAVAILABLE',
       `dynamodb: acquire of key "${key}" lost ${MAX_ACQUIRE_ROUNDS} races in a row to other writers of the same record. Retry the request; if it persists, something rewrites the item in a loop.`,
     )
+  }
+
+  /**
+   * Stores one step in the record's `sp` map, fenced by token (docs/steps.md): a result replaces a marker;
+   * a marker is written only where the name has nothing yet (`if_not_exists`), so it never replaces a result.
+   */
+  async recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+    assertRecordStep(scope, key, token, name, result)
+    if (!Number.isSafeInteger(token)) return false
+    try {
+      await this.#send('recordStep', 'UpdateItemCommand', {
+        TableName: this.table,
+        Key: this.#key(scope, key),
+        ConditionExpression: HELD,
+        UpdateExpression: result === null ? 'SET #sp.#n = if_not_exists(#sp.#n, :v)' : 'SET #sp.#n = :v',
+        ExpressionAttributeNames: { '#tok': A.token, '#st': A.status, '#sp': A.steps, '#n': name },
+        ExpressionAttributeValues: { ':tok': n(token), ':inprog': s('in_progress'), ':v': result === null ? { NULL: true } : s(result) },
+      })
+      return true
+    } catch (error) {
+      if (isConditionFailed(error)) return false
+      throw error
+    }
   }
 
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
@@ -316,7 +347,8 @@ export class DynamoDbStore implements IdempotencyStore {
     }
     const resourceId = outcome.resourceId ?? null
     const set = ['#st = :st', '#rs = :rs', '#rh = :rh', '#ua = :now', '#ea = :ea', '#ttl = :ttl']
-    const remove = ['#lu']
+    // The steps served a takeover of the in-progress record; a completed record replays, so they go (and free room).
+    const remove = ['#lu', '#sp']
     const values: Item = {
       ':st': s(outcome.status),
       ':rs': n(outcome.response.status),

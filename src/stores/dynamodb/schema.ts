@@ -1,4 +1,4 @@
-import type { StoredRecord } from '../../core/store.js'
+import type { StepEntry, StoredRecord } from '../../core/store.js'
 import { IdempotencyError } from '../../errors.js'
 import { decodeHeaders } from '../shared.js'
 
@@ -43,6 +43,7 @@ export const A = {
   createdAt: 'ca',
   updatedAt: 'ua',
   expiresAt: 'ea',
+  steps: 'sp',
 } as const
 
 const NAME = /^[A-Za-z0-9_.-]{1,255}$/
@@ -90,6 +91,15 @@ function str(item: Item, name: string): string | null {
 function num(item: Item, name: string): number | null {
   const value = item[name] as { N?: string } | undefined
   return value?.N === undefined ? null : Number(value.N)
+}
+
+/** The steps of an item's `sp` map: name → result text, or NULL for a started marker. `undefined` when none. */
+export function stepsOf(item: Item | undefined): StepEntry[] | undefined {
+  const map = (item?.[A.steps] as { M?: Record<string, { S?: string }> } | undefined)?.M
+  if (map === undefined) return undefined
+  const entries: StepEntry[] = []
+  for (const name of Object.keys(map)) entries.push({ name, result: map[name]?.S ?? null })
+  return entries.length === 0 ? undefined : entries
 }
 
 /** True when the item was written by an idemkey store (it has the store's own attributes). */
