@@ -4,6 +4,8 @@
  * store), for SQLite and, when their stores are built and their servers answer, PostgreSQL and Redis.
  * The upstream and each proxy are separate processes; autocannon drives the load from this one.
  * Run alone: npm run build && npx tsx bench/proxy.bench.ts [--seconds 4] [--connections 32] [--rate 1000]
+ * `--pairs N` measures only the SQLite proxy on unique keys against the minimal forwarder, in N
+ * alternating slices of each, with each process's CPU time per request (the figure noise moves least).
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
@@ -159,9 +161,86 @@ async function load(port: number, mode: 'direct' | 'unique' | 'replay', rate?: n
   return result
 }
 
+/**
+ * The SQLite proxy on unique keys against the minimal forwarder, in alternating slices, so that load
+ * from other processes falls on both alike: requests/s of each slice and CPU time per request of each
+ * process (the proxy's own, and the upstream's behind it).
+ */
+async function pairs(rounds: number, dir: string): Promise<void> {
+  const upstream = await startUpstream()
+  const upstreamPid = children[children.length - 1]?.pid
+  const forwarder = await startForwarder(upstream)
+  const forwarderPid = children[children.length - 1]?.pid
+  const proxy = await startProxy(upstream, `sqlite:${join(dir, 'pairs.db')}`)
+  const proxyPid = children[children.length - 1]?.pid
+  await load(forwarder, 'direct') // warm-up
+  await load(proxy, 'unique')
+  const rows: Array<Array<string | number>> = []
+  const sums = { forwarder: { rate: 0, cpu: 0 }, proxy: { rate: 0, cpu: 0 } }
+  for (let round = 1; round <= rounds; round++) {
+    const slice = async (port: number, pid: number | undefined, mode: 'direct' | 'unique') => {
+      const [own, up] = [cpuMicros(pid), cpuMicros(upstreamPid)]
+      const result = await load(port, mode)
+      const n = Math.max(1, result.requests.total)
+      return { rate: result.requests.average, cpu: (cpuMicros(pid) - own) / n, upstream: (cpuMicros(upstreamPid) - up) / n }
+    }
+    const f = await slice(forwarder, forwarderPid, 'direct')
+    const p = await slice(proxy, proxyPid, 'unique')
+    sums.forwarder.rate += f.rate
+    sums.forwarder.cpu += f.cpu
+    sums.proxy.rate += p.rate
+    sums.proxy.cpu += p.cpu
+    rows.push([
+      round,
+      fmt(f.rate),
+      `${fmt(f.cpu, 1)} µs`,
+      fmt(p.rate),
+      `${fmt((100 * p.rate) / f.rate)}%`,
+      `${fmt(p.cpu, 1)} µs`,
+      `${fmt(p.upstream, 1)} µs`,
+    ])
+  }
+  const { forwarder: fw, proxy: px } = sums
+  rows.push([
+    'mean',
+    fmt(fw.rate / rounds),
+    `${fmt(fw.cpu / rounds, 1)} µs`,
+    fmt(px.rate / rounds),
+    `${fmt((100 * px.rate) / fw.rate)}%`,
+    `${fmt(px.cpu / rounds, 1)} µs`,
+    '-',
+  ])
+  console.log(
+    table(
+      [
+        'slice pair',
+        'forwarder, requests/s',
+        'forwarder CPU per request',
+        'proxy (SQLite, unique keys), requests/s',
+        'of the forwarder',
+        'proxy CPU per request',
+        'upstream CPU per request',
+      ],
+      rows,
+    ),
+  )
+  console.log(
+    `\n${SECONDS} s slices, ${CONNECTIONS} connections: npx tsx bench/proxy.bench.ts --pairs ${rounds} --seconds ${SECONDS} --connections ${CONNECTIONS}`,
+  )
+}
+
 async function main(): Promise<void> {
   if (!existsSync(join(ROOT, 'dist/cli/main.js'))) throw new Error('dist/ is missing: run `npm run build` first.')
   const dir = mkdtempSync(join(tmpdir(), 'idemkey-bench-proxy-'))
+  const pairRounds = arg('--pairs', 0)
+  if (pairRounds > 0) {
+    try {
+      return await pairs(pairRounds, dir)
+    } finally {
+      for (const child of children) child.kill('SIGKILL')
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }
   const stores: Array<[string, string]> = [['SQLite (file, WAL)', `sqlite:${join(dir, 'bench.db')}`]]
   if (existsSync(join(ROOT, 'dist/stores/postgres/index.js')) && (await portOpen(5432))) {
     stores.push(['PostgreSQL', 'postgres://root@127.0.0.1:5432/test'])

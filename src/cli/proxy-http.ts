@@ -23,7 +23,9 @@ export function send(res: ServerResponse, response: HttpResponseLike, stallMs = 
 }
 
 /** Names listed in a Connection field: also hop-by-hop for this message. */
-function connectionNames(value: string | string[] | undefined): Set<string> {
+function connectionNames(value: string | string[] | undefined): Set<string> | undefined {
+  // Most messages name nothing, or only keep-alive, which is hop-by-hop anyway.
+  if (value === undefined || value === 'keep-alive') return undefined
   const text = Array.isArray(value) ? value.join(',') : (value ?? '')
   return new Set(
     text
@@ -33,11 +35,17 @@ function connectionNames(value: string | string[] | undefined): Set<string> {
   )
 }
 
-export function requestHeaders(req: IncomingMessage, buffered: boolean): Record<string, string | string[]> {
+/** What is forwarded of a request's headers; `headers` is `distinctHeaders(req)` when the caller has it already. */
+export function requestHeaders(
+  req: IncomingMessage,
+  buffered: boolean,
+  headers: Record<string, string | string[] | undefined> = distinctHeaders(req),
+): Record<string, string | string[]> {
   const dropped = connectionNames(req.headers.connection)
   const out: Record<string, string | string[]> = {}
-  for (const [name, value] of Object.entries(distinctHeaders(req))) {
-    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name) || name === 'host') continue
+  for (const name in headers) {
+    const value = headers[name]
+    if (value === undefined || HOP_BY_HOP.has(name) || dropped?.has(name) || name === 'host') continue
     if (buffered && name === 'content-length') continue
     out[name] = value
   }
@@ -57,8 +65,9 @@ export function responseHeaders(
 ): Record<string, string | string[]> {
   const dropped = connectionNames(headers.connection)
   const out: Record<string, string | string[]> = {}
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || dropped.has(name)) continue
+  for (const name in headers) {
+    const value = headers[name]
+    if (value === undefined || HOP_BY_HOP.has(name) || dropped?.has(name)) continue
     if (!streaming && name === 'content-length') continue
     out[name] = value
   }

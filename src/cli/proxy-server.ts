@@ -183,7 +183,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       return answer(req, res, decision.response)
     }
     if (decision.kind === 'passthrough') {
-      if (read) return forwardCovered(req, res, await read, ticket, undefined, trail)
+      if (read) return forwardCovered(req, res, await read, ticket, neutral.headers, undefined, trail)
       return forwardStreaming(req, res, trail)
     }
     if (trail) trail.outcome = 'executed'
@@ -196,7 +196,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       throw error
     }
     try {
-      await forwardCovered(req, res, body, ticket, decision, trail)
+      await forwardCovered(req, res, body, ticket, neutral.headers, decision, trail)
     } catch (error) {
       // Releases the record unless forwardCovered settled it already (then this does nothing).
       await decision.fail(error)
@@ -214,18 +214,18 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     const known = Number.isFinite(declared) && declared >= 0
     // Over the limit, readNodeBody answers 413 before reading: nothing to take then.
     if (!ticket.tryTake(known && declared <= limit ? declared : 0)) throw overloaded()
+    const onChunk = known
+      ? undefined
+      : (bytes: number) => {
+          if (!ticket.tryTake(bytes)) throw overloaded()
+        }
+    // A body received whole already (a small one comes in the packet of its headers) has no deadline
+    // left to keep: no timer for it.
+    if (req.complete) return readNodeBody(req, limit, { onStop: 'pause', onChunk })
     const deadline = new AbortController()
     const timer = setTimeout(() => deadline.abort(bodyTimedOut()), bodyTimeoutMs)
     try {
-      return await readNodeBody(req, limit, {
-        signal: deadline.signal,
-        onStop: 'pause',
-        onChunk: known
-          ? undefined
-          : (bytes) => {
-              if (!ticket.tryTake(bytes)) throw overloaded()
-            },
-      })
+      return await readNodeBody(req, limit, { signal: deadline.signal, onStop: 'pause', onChunk })
     } finally {
       clearTimeout(timer)
     }
@@ -276,6 +276,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     res: ServerResponse,
     body: Uint8Array,
     ticket: BudgetTicket,
+    requestFields: Record<string, string | string[] | undefined>,
     record?: Extract<Decision, { kind: 'execute' }>,
     trail?: Trail,
   ): Promise<void> {
@@ -286,7 +287,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       upstream = await pool.request({
         path: prefix + (req.url ?? '/'),
         method: (req.method ?? 'GET') as 'POST',
-        headers: requestHeaders(req, true),
+        headers: requestHeaders(req, true, requestFields),
         body: body.byteLength > 0 || req.method === 'POST' || req.method === 'PUT' || req.method === 'PATCH' ? body : undefined,
       })
     } catch (error) {
