@@ -6,7 +6,14 @@ import { defineConfig } from 'vitest/config'
 export default defineConfig({
   test: {
     globals: true,
-    include: ['src/core/**/*.test.ts', 'src/stores/memory/*.test.ts', 'src/stores/sqlite/*.test.ts', 'test/http-engine.test.ts'],
+    include: [
+      'src/core/**/*.test.ts',
+      'src/stores/memory/*.test.ts',
+      'src/stores/sqlite/*.test.ts',
+      'test/http-engine.test.ts',
+      'test/steps.test.ts',
+      'test/observability.test.ts',
+    ],
     // A time limit that instrumented code (every branch counted) cannot meet says nothing of a mutant.
     testNamePattern: '^(?!.*without hanging)',
     testTimeout: 60_000,
