@@ -13,13 +13,16 @@ import { operatorPagePlugin } from '../src/http/fastify/index.js'
 import { isLoopback, type OperatorPage, operatorPage } from '../src/observability/index.js'
 import { keyHash } from '../src/observability/recorder.js'
 import { SqliteStore } from '../src/stores/sqlite/index.js'
+import { isCI } from './helpers/services.js'
 
 /** Where Debian's chromium package puts the browser; CHROMIUM_PATH overrides. */
 const CANDIDATES = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].filter(Boolean) as string[]
 const executablePath = CANDIDATES.find((path) => existsSync(path))
 if (!executablePath) {
-  if (process.env.CI === 'true' || process.env.CI === '1') {
-    throw new Error(`CI=true and no Chromium at ${CANDIDATES.join(', ')}: apt-get install -y chromium (the operator page test needs it).`)
+  if (isCI()) {
+    throw new Error(
+      `CI=${process.env.CI} and no Chromium at ${CANDIDATES.join(', ')}: apt-get install -y chromium (the operator page test needs it).`,
+    )
   }
   console.warn('\n!!! SKIPPED (operator page browser test): no Chromium; apt-get install -y chromium, or set CHROMIUM_PATH\n')
 }

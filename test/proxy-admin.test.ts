@@ -10,10 +10,11 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { keyHash } from '../src/observability/recorder.js'
 import { freePort, RedisServer, tempDir } from './fixtures/redis/servers.js'
 import { type ProxyProcess, startProxy } from './helpers/proxy-process.js'
+import { isCI } from './helpers/services.js'
 
 const hasRedis = spawnSync('redis-server', ['--version']).status === 0
 if (!hasRedis) {
-  if (process.env.CI === 'true') throw new Error('CI=true and redis-server is not installed: the proxy admin test needs it.')
+  if (isCI()) throw new Error('CI is set and redis-server is not installed: the proxy admin test needs it.')
   console.warn('\n!!! SKIPPED (redis-server missing): install redis-server to run the proxy admin test\n')
 }
 

@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { freePort, RedisServer, tempDir } from './fixtures/redis/servers.js'
 import { startProxy } from './helpers/proxy-process.js'
-import { portOpen } from './helpers/services.js'
+import { isCI, portOpen } from './helpers/services.js'
 
 const hasRedis = await new Promise<boolean>((resolve) => {
   const probe = spawn('redis-server', ['--version'], { stdio: 'ignore' })
@@ -17,7 +17,7 @@ const hasRedis = await new Promise<boolean>((resolve) => {
   probe.once('exit', (code) => resolve(code === 0))
 })
 if (!hasRedis) {
-  if (process.env.CI === 'true') throw new Error('CI=true and redis-server is not installed: the unrecorded-outcome test needs it.')
+  if (isCI()) throw new Error('CI is set and redis-server is not installed: the unrecorded-outcome test needs it.')
   console.warn('\n!!! SKIPPED (redis-server missing): install redis-server to run the unrecorded-outcome test\n')
 }
 
