@@ -92,7 +92,10 @@ describe.skipIf(skip !== undefined)('RedisStore when its keys are overwritten by
   it('refuses a record whose token was overwritten with garbage, and fences out its holder', async () => {
     const s = `s-${randomUUID()}`
     const { token } = (await store.acquire(s, 'k', fp('a'), 60_000)) as { token: number }
-    await redis.hset(recordNames(prefix, s, 'k').key, 'tok', 'garbage')
+    const name = recordNames(prefix, s, 'k').key
+    // The packed record's token is the field after the 7-byte head ('ik1' flags status '|').
+    const packed = (await redis.get(name)) as string
+    await redis.set(name, packed.replace(/^(ik1...\|)\d+/, '$1garbage'), 'KEEPTTL')
     expect(await store.complete(s, 'k', token, outcome('x'), 60_000)).toBe(false)
     await expect(store.acquire(s, 'k', fp('a'), 60_000)).rejects.toMatchObject({ code: 'STORE_SCHEMA' })
   })

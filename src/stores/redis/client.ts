@@ -78,20 +78,21 @@ export class Script {
     this.sha = createHash('sha1').update(source).digest('hex')
   }
 
-  /** Runs the script on the one key it touches. */
-  run(client: RedisClientLike, key: string, args: RedisArg[]): Promise<unknown> {
+  /** Runs the script on the record's key and, when given, its steps key (the same hash tag, so the same slot). */
+  run(client: RedisClientLike, key: string, args: RedisArg[], stepsKey?: string): Promise<unknown> {
     // A plain promise chain, not an async function: this runs twice per cycle, and each async
     // layer costs the event loop a few microtask turns. A client that throws still rejects.
+    const keys: RedisArg[] = stepsKey === undefined ? [1, key] : [2, key, stepsKey]
     let sent: Promise<unknown>
     try {
-      sent = sendBuffer(client, 'evalsha', [this.sha, 1, key, ...args])
+      sent = sendBuffer(client, 'evalsha', [this.sha, ...keys, ...args])
     } catch (error) {
       return Promise.reject(error)
     }
     return sent.catch((error: unknown) => {
       // After a restart, a failover or SCRIPT FLUSH the server no longer knows the script.
       if (!isNoScript(error)) throw error
-      return sendBuffer(client, 'eval', [this.source, 1, key, ...args])
+      return sendBuffer(client, 'eval', [this.source, ...keys, ...args])
     })
   }
 }

@@ -39,13 +39,16 @@ export interface RecordNames {
   key: string
   /** The pub/sub channel its changes are announced on. */
   channel: string
+  /** The hash of its durable steps (read by a takeover only; expires with the record). */
+  steps: string
 }
 
 /**
  * Names the record of (scope, key):
  *
  * ```
- *   <prefix>:r:<scope hash>:{<record hash>}    the record's hash
+ *   <prefix>:r:<scope hash>:{<record hash>}    the record (a packed string; a hash in round 1)
+ *   <prefix>:t:{<record hash>}                 its durable steps (a hash, only once a step is recorded)
  *   <prefix>:n:{<record hash>}                 its change channel
  * ```
  * Scopes and keys may hold `{`, `}`, `*` or `:`, so neither appears in a name: the hash tag is a
@@ -55,7 +58,7 @@ export interface RecordNames {
 export function recordNames(prefix: string, scope: string, key: string): RecordNames {
   // Scopes hold no control characters, so a newline cannot forge a collision.
   const tag = digest(`${scope}\n${key}`, 16)
-  return { key: `${prefix}:r:${scopeDigest(scope)}:{${tag}}`, channel: `${prefix}:n:{${tag}}` }
+  return { key: `${prefix}:r:${scopeDigest(scope)}:{${tag}}`, channel: `${prefix}:n:{${tag}}`, steps: `${prefix}:t:{${tag}}` }
 }
 
 /** The SCAN pattern of every record, or of one scope's records. */

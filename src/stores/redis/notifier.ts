@@ -21,23 +21,25 @@ export class Notifier {
     this.#client = client
   }
 
-  watch(channel: string, onChange: () => void): Unsubscribe {
+  /**
+   * `flag` marks the record as waited on (so its changes are published at all); the watcher's "may
+   * have changed" call waits for both the flag and the subscription, so no change after it goes unannounced.
+   */
+  watch(channel: string, onChange: () => void, flag?: () => Promise<unknown>): Unsubscribe {
     if (this.#closed) return () => {}
     let listeners = this.#listeners.get(channel)
     if (!listeners) {
       listeners = new Set()
       this.#listeners.set(channel, listeners)
       const subscribed = listeners
-      this.#connection()
-        .subscribe(channel)
-        .then(
-          () => {
-            for (const listener of [...subscribed]) listener()
-          },
-          () => {
-            // The subscriber is down: waiters poll.
-          },
-        )
+      Promise.all([this.#connection().subscribe(channel), flag?.()]).then(
+        () => {
+          for (const listener of [...subscribed]) listener()
+        },
+        () => {
+          // The subscriber is down: waiters poll.
+        },
+      )
     }
     listeners.add(onChange)
     return () => {

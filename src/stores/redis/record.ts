@@ -130,3 +130,96 @@ export function stepsFromFields(fields: unknown[]): StepEntry[] {
   }
   return steps
 }
+
+const BAR = 0x7c // '|'
+
+/**
+ * Decodes a packed record (the value of a record's key since round 2, docs/redis.md):
+ *
+ * ```
+ * ik1 <w> <s> <st> | tok | lu | att | ca | ua | ea | <fingerprint, 64 hex>
+ *   <scope bytes> | <key bytes> | <scope><key>
+ *   [completed or failed:] <response status> | <resource id bytes, -1: none> | <headers bytes> | <resource id><headers JSON><body>
+ * ```
+ * `w` is 1 once someone waits (complete and release then PUBLISH), `s` is 1 once a step is recorded
+ * (the steps hash exists), `st` is p (in progress), c (completed) or f (failed). One pass over a
+ * Buffer: every replay decodes a record.
+ */
+export function fromPacked(v: Buffer, redisKey: string): StoredRecord {
+  if (v.length < 7 || v[0] !== 0x69 || v[1] !== 0x6b || v[2] !== 0x31 || v[6] !== BAR) foreign(redisKey, 'header')
+  const st = v[5]
+  const status: RecordStatus = st === 0x70 ? 'in_progress' : st === 0x63 ? 'completed' : st === 0x66 ? 'failed' : foreign(redisKey, 'st')
+  let at = 7
+  const int = (field: string): number => {
+    let n = 0
+    let digits = 0
+    for (; at < v.length; at++) {
+      const c = v[at] as number
+      if (c === BAR) break
+      if (c < 0x30 || c > 0x39) foreign(redisKey, field)
+      n = n * 10 + (c - 0x30)
+      digits++
+    }
+    if (at >= v.length || digits === 0 || !Number.isSafeInteger(n)) foreign(redisKey, field)
+    at++
+    return n
+  }
+  const token = int('tok')
+  const lockedUntil = int('lu')
+  const attempts = int('att')
+  const createdAtMs = int('ca')
+  const updatedAtMs = int('ua')
+  const expiresAtMs = int('ea')
+  if (at + 64 > v.length) foreign(redisKey, 'fp')
+  const fingerprint = v.toString('latin1', at, at + 64)
+  at += 64
+  const scopeBytes = int('scope')
+  const keyBytes = int('key')
+  if (at + scopeBytes + keyBytes > v.length) foreign(redisKey, 'scope/key')
+  const scope = v.toString('utf8', at, at + scopeBytes)
+  const key = v.toString('utf8', at + scopeBytes, at + scopeBytes + keyBytes)
+  at += scopeBytes + keyBytes
+  const done = status !== 'in_progress'
+  let response: StoredRecord['response'] = null
+  let resourceId: string | null = null
+  if (done) {
+    const responseStatus = int('rs')
+    let ridBytes = -1
+    if (v[at] === 0x2d) {
+      at++
+      if (int('rid') !== 1) foreign(redisKey, 'rid')
+    } else ridBytes = int('rid')
+    const headerBytes = int('rh')
+    const rid = Math.max(ridBytes, 0)
+    if (at + rid + headerBytes > v.length) foreign(redisKey, 'rh')
+    if (ridBytes >= 0) resourceId = v.toString('utf8', at, at + rid)
+    const headers = decodeHeaders(v.toString('utf8', at + rid, at + rid + headerBytes))
+    // A copy: the record outlives the reply's Buffer, which may share ioredis's read buffer.
+    response = { status: responseStatus, headers, body: new Uint8Array(v.subarray(at + rid + headerBytes)) }
+  }
+  return {
+    scope,
+    key,
+    fingerprint,
+    status,
+    token,
+    lockedUntilMs: done ? null : lockedUntil,
+    response,
+    resourceId,
+    attempts,
+    createdAtMs,
+    updatedAtMs,
+    expiresAtMs,
+  }
+}
+
+/** The response's head as complete.lua stores it: `status|rid bytes (-1: none)|headers bytes|` rid headers. */
+export function packedHead(status: number, resourceId: string | null, headers: string): string {
+  const rid = resourceId ?? ''
+  return `${status}|${resourceId === null ? -1 : Buffer.byteLength(rid)}|${Buffer.byteLength(headers)}|${rid}${headers}`
+}
+
+/** A record's identity as acquire.lua stores and checks it: `scope bytes|key bytes|` scope key. */
+export function packedIdentity(scope: string, key: string): string {
+  return `${Buffer.byteLength(scope)}|${Buffer.byteLength(key)}|${scope}${key}`
+}

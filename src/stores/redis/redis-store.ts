@@ -15,9 +15,9 @@ import { IdempotencyError } from '../../errors.js'
 import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
 import { openClient, type RedisArg, type RedisClientLike, Script, toStoreError } from './client.js'
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
-import { acquireLua, completeLua, evictLua, purgeLua, readLua, recordStepLua, releaseLua, renewLua } from './lua.generated.js'
+import { acquireLua, completeLua, evictLua, purgeLua, readLua, recordStepLua, releaseLua, renewLua, watchLua } from './lua.generated.js'
 import { Notifier } from './notifier.js'
-import { stepsFromFields, toMs, toRecord } from './record.js'
+import { fromPacked, packedHead, packedIdentity, stepsFromFields, toMs, toRecord } from './record.js'
 import { ResumableScan, scanAll } from './scan.js'
 
 /** Options of {@link RedisStore}: give it a client, or a URL to open one. */
@@ -54,11 +54,12 @@ const scripts = {
   evict: new Script('evict', evictLua),
   purge: new Script('purge', purgeLua),
   recordStep: new Script('recordStep', recordStepLua),
+  watch: new Script('watch', watchLua),
 }
 
 /**
  * Records in Redis (one server, or a Cluster), shared by any number of processes and machines.
- * Every operation is one Lua script on one hash, fenced by the token; leases and expiry are decided
+ * Every operation is one Lua script on one record (a packed string), fenced by the token; leases and expiry are decided
  * by the Redis server's clock (`TIME`), and each record's key carries a TTL so Redis drops it
  * itself. Waiters are woken through pub/sub. Read docs/redis.md for what a crash or a failover
  * may lose.
@@ -118,14 +119,13 @@ export class RedisStore implements IdempotencyStore {
     assertFingerprint(fingerprint)
     assertPositiveInteger(leaseMs, 'leaseMs')
     const names = this.#names(scope, key)
-    const reply = (await this.#run('acquire', scripts.acquire, names, [
-      scope,
-      key,
-      fingerprint,
-      leaseMs,
-      this.#retention,
-      this.#grace,
-    ])) as unknown[]
+    const reply = (await this.#run(
+      'acquire',
+      scripts.acquire,
+      names,
+      [fingerprint, packedIdentity(scope, key), leaseMs, this.#retention, this.#grace],
+      true,
+    )) as unknown[]
     switch (reply[0]) {
       case 1:
         if (reply[2] === undefined) return { kind: 'acquired', token: reply[1] as number }
@@ -133,17 +133,21 @@ export class RedisStore implements IdempotencyStore {
       case 2:
         return { kind: 'in_progress', lockedUntilMs: reply[1] as number }
       case 3:
-        return { kind: 'replay', record: toRecord(reply[2] as unknown[], 0, names.key) }
+        // The packed record (a Buffer), or the fields of a round-1 hash.
+        return {
+          kind: 'replay',
+          record: Array.isArray(reply[2]) ? toRecord(reply[2], 0, names.key) : fromPacked(reply[2] as Buffer, names.key),
+        }
       default:
         return { kind: 'mismatch' }
     }
   }
 
-  /** Stores the step as a field of the record's hash, fenced by token (docs/steps.md). */
+  /** Stores the step in the record's steps hash, fenced by token (docs/steps.md). */
   async recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
     assertRecordStep(scope, key, token, name, result)
     if (!Number.isSafeInteger(token)) return false
-    return (await this.#run('recordStep', scripts.recordStep, this.#names(scope, key), [token, `~${name}`, result ?? ''])) === 1
+    return (await this.#run('recordStep', scripts.recordStep, this.#names(scope, key), [token, `~${name}`, result ?? ''], true)) === 1
   }
 
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
@@ -151,7 +155,7 @@ export class RedisStore implements IdempotencyStore {
     assertPositiveInteger(leaseMs, 'leaseMs')
     if (!Number.isSafeInteger(token)) return false
     const names = this.#names(scope, key)
-    return (await this.#run('renew', scripts.renew, names, [token, leaseMs, this.#retention, this.#grace])) === 1
+    return (await this.#run('renew', scripts.renew, names, [token, leaseMs, this.#retention, this.#grace], true)) === 1
   }
 
   async complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
@@ -164,24 +168,21 @@ export class RedisStore implements IdempotencyStore {
     const resourceId = outcome.resourceId ?? null
     const args: RedisArg[] = [
       token,
-      outcome.status,
-      outcome.response.status,
-      encodeHeaders(outcome.response.headers),
+      outcome.status === 'completed' ? 'c' : 'f',
+      packedHead(outcome.response.status, resourceId, encodeHeaders(outcome.response.headers)),
       bodyArg(body),
-      resourceId ?? '',
-      resourceId === null ? '0' : '1',
       ttlMs,
       this.#grace,
       names.channel,
     ]
-    return (await this.#run('complete', scripts.complete, names, args)) === 1
+    return (await this.#run('complete', scripts.complete, names, args, true)) === 1
   }
 
   async release(scope: string, key: string, token: number): Promise<boolean> {
     assertIdentity(scope, key)
     if (!Number.isSafeInteger(token)) return false
     const names = this.#names(scope, key)
-    return (await this.#run('release', scripts.release, names, [token, this.#retention, this.#grace, names.channel])) === 1
+    return (await this.#run('release', scripts.release, names, [token, this.#retention, this.#grace, names.channel], true)) === 1
   }
 
   async get(scope: string, key: string): Promise<StoredRecord | null> {
@@ -234,7 +235,9 @@ export class RedisStore implements IdempotencyStore {
         for (let i = 0; i < keys.length && purged < limit; ) {
           const chunk = keys.slice(i, i + (limit - purged))
           i += chunk.length
-          const deleted = await Promise.all(chunk.map((redisKey) => scripts.purge.run(client, redisKey, [])))
+          const deleted = await Promise.all(
+            chunk.map((redisKey) => scripts.purge.run(client, redisKey, [], stepsKeyOf(this.prefix, redisKey))),
+          )
           purged += deleted.filter((n) => n === 1).length
           if (purged >= limit) scan.putBack(keys.slice(i))
         }
@@ -248,17 +251,23 @@ export class RedisStore implements IdempotencyStore {
   async evict(scope: string, key: string): Promise<boolean> {
     assertIdentity(scope, key)
     const names = this.#names(scope, key)
-    return (await this.#run('evict', scripts.evict, names, [names.channel])) === 1
+    return (await this.#run('evict', scripts.evict, names, [names.channel], true)) === 1
   }
 
-  /** Wakes `onChange` when the record is completed, released or evicted (pub/sub); a no-op with `notifications: false`. */
+  /**
+   * Wakes `onChange` when the record is completed, released or evicted (pub/sub); a no-op with
+   * `notifications: false`. Flags the record as waited on (complete and release publish only then).
+   */
   watch(scope: string, key: string, onChange: () => void): Unsubscribe {
     if (!this.#notifications) return () => {}
     assertIdentity(scope, key)
     const client = this.#client
     if (!client) return () => {} // still opening: the waiter polls
     this.#notifier ??= new Notifier(client)
-    return this.#notifier.watch(this.#names(scope, key).channel, onChange)
+    const names = this.#names(scope, key)
+    // A watcher that comes before its record leaves a marker for as long as an abandoned record lives.
+    const flag = () => scripts.watch.run(client, names.key, [Number(this.#retention) + Number(this.#grace)])
+    return this.#notifier.watch(names.channel, onChange, flag)
   }
 
   /** Closes the subscriber, and the client when the store opened it. */
@@ -285,12 +294,13 @@ export class RedisStore implements IdempotencyStore {
     }
   }
 
-  #run(operation: string, script: Script, names: RecordNames, args: RedisArg[]): Promise<unknown> {
+  #run(operation: string, script: Script, names: RecordNames, args: RedisArg[], withSteps = false): Promise<unknown> {
     // The hot path, once the client is open: one promise chain, no extra async layer.
     const client = this.#client
-    if (client) return script.run(client, names.key, args).catch((error: unknown) => fail(operation, names.key, error))
+    const steps = withSteps ? names.steps : undefined
+    if (client) return script.run(client, names.key, args, steps).catch((error: unknown) => fail(operation, names.key, error))
     return this.#ready(operation).then((opened) =>
-      script.run(opened, names.key, args).catch((error: unknown) => fail(operation, names.key, error)),
+      script.run(opened, names.key, args, steps).catch((error: unknown) => fail(operation, names.key, error)),
     )
   }
 
@@ -303,8 +313,9 @@ export class RedisStore implements IdempotencyStore {
     } catch (error) {
       throw toStoreError(operation, redisKey, error)
     }
-    if (reply.length < 3) return null
-    return { record: toRecord(reply, 1, redisKey), nowMs: toMs(reply[0]) }
+    if (reply.length < 2) return null
+    const record = reply.length === 2 ? fromPacked(reply[1] as Buffer, redisKey) : toRecord(reply, 1, redisKey)
+    return { record, nowMs: toMs(reply[0]) }
   }
 }
 
@@ -320,6 +331,11 @@ function fail(operation: string, key: string, error: unknown): never {
 function bodyArg(body: Uint8Array): RedisArg {
   const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength)
   return isUtf8(bytes) ? bytes.toString('utf8') : bytes
+}
+
+/** The steps key beside a record key found by SCAN (`<prefix>:r:<scope hash>:{tag}` → `<prefix>:t:{tag}`). */
+function stepsKeyOf(prefix: string, redisKey: string): string {
+  return `${prefix}:t:${redisKey.slice(redisKey.lastIndexOf('{'))}`
 }
 
 function compare(a: string, b: string): number {

@@ -1,71 +1,115 @@
 --[[ Acquire a record: take it when no live record holds it, else say why not. One atomic step.
-  KEYS[1] record key (a hash)
-  ARGV[1] scope, ARGV[2] key, ARGV[3] fingerprint (hex), ARGV[4] lease ms,
-  ARGV[5] abandoned retention ms, ARGV[6] grace ms (how long the key outlives expires_at)
+  KEYS[1] record key (a string: the packed record, docs/redis.md), KEYS[2] its steps (a hash)
+  ARGV[1] fingerprint (64 hex), ARGV[2] identity ('<scope bytes>|<key bytes>|' .. scope .. key),
+  ARGV[3] lease ms, ARGV[4] abandoned retention ms, ARGV[5] grace ms (how long the key outlives expires_at)
   Returns {1, token}                          acquired
-          {1, token, {field, value, ...}}     acquired by a takeover: the record's step fields ('~' .. name)
+          {1, token, {field, value, ...}}     acquired by a takeover: the steps ('~' .. name, result)
           {2, lockedUntilMs}                  in progress (live lease, same fingerprint)
-          {3, nowMs, {field, value, ...}}     replay: the whole completed/failed hash
+          {3, nowMs, record}                  replay: the packed record (or {field, value, ...} of a round-1 hash)
           {4}                                 mismatch (live record, other fingerprint)
-  Raises 'IDEMKEY_FOREIGN ...' when the key holds a hash idemkey did not write,
-  and Redis raises WRONGTYPE when it holds another type. Time is the server's (TIME).
-  Each redis.call adds about the work of a whole SET on the server (measured on Redis 7.0), so the
-  common paths make as few as they can: a new key is TIME, HGETALL, HSET, PEXPIREAT; a replay is
-  TIME, HGETALL. ]]
+  Raises 'IDEMKEY_FOREIGN ...' when the key holds a value idemkey did not write, and Redis raises
+  WRONGTYPE when it holds another type. Time is the server's (TIME).
+  Each redis.call costs about a whole SET on the server, so a new key (by far the most common
+  acquire) is TIME and one SET NX with its TTL; a replay is TIME and the same SET NX, whose GET
+  option (Redis 7.0+) returns the record it did not replace. ]]
 local rk = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function int(n) return string.format('%d', n) end
-local lockedUntil = now + tonumber(ARGV[4])
-local expiresAt = lockedUntil + tonumber(ARGV[5])
-local grace = tonumber(ARGV[6])
+local lockedUntil = now + tonumber(ARGV[3])
+local expiresAt = lockedUntil + tonumber(ARGV[4])
+local px = int(expiresAt + tonumber(ARGV[5]) - now)
+local function fresh(w, token)
+  return 'ik1' .. w .. '0p|' .. int(token) .. '|' .. int(lockedUntil) .. '|1|' .. int(now) .. '|' .. int(now) .. '|' ..
+    int(expiresAt) .. '|' .. ARGV[1] .. ARGV[2]
+end
 
--- One read tells an absent key (empty reply) from any hash, ours or not, without EXISTS.
-local all = redis.call('HGETALL', rk)
-if #all == 0 then
-  redis.call('HSET', rk, 's', ARGV[1], 'k', ARGV[2], 'fp', ARGV[3], 'st', 'in_progress', 'tok', '1',
-    'lu', int(lockedUntil), 'att', '1', 'ca', int(now), 'ua', int(now), 'ea', int(expiresAt))
-  redis.call('PEXPIREAT', rk, int(expiresAt + grace))
+local v = redis.pcall('SET', rk, fresh('0', 1), 'NX', 'GET', 'PX', px)
+if not v then return {1, 1} end
+local kind
+if type(v) == 'table' then
+  -- An error: the key holds another type, or the server predates SET NX GET (Redis 6.2).
+  kind = redis.call('TYPE', rk)['ok']
+  if kind == 'none' then
+    redis.call('SET', rk, fresh('0', 1), 'PX', px)
+    return {1, 1}
+  end
+  if kind == 'string' then v = redis.call('GET', rk) end
+end
+if type(v) == 'table' then
+  -- Not a string: a record of the round-1 layout (a hash), handled as round 1 did; else WRONGTYPE.
+  if kind ~= 'hash' then return v end
+  local sl, kl, p = string.match(ARGV[2], '^(%d+)|(%d+)|()')
+  local scope = string.sub(ARGV[2], p, p + tonumber(sl) - 1)
+  local key = string.sub(ARGV[2], p + tonumber(sl))
+  local all = redis.call('HGETALL', rk)
+  local f = {}
+  for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
+  local st = f.st
+  local tok, lu, ea, att = tonumber(f.tok), tonumber(f.lu), tonumber(f.ea), tonumber(f.att)
+  local known = st == 'in_progress' or st == 'completed' or st == 'failed'
+  if f.s ~= scope or f.k ~= key or not known or not tok or not ea or not att or (st == 'in_progress' and not lu) then
+    return redis.error_reply('IDEMKEY_FOREIGN the key holds a hash that is not an idemkey record of this scope and key')
+  end
+  if ea <= now then
+    -- Expired: the new lifecycle is written in the packed layout; the token continues.
+    redis.call('SET', rk, fresh('0', tok + 1), 'PX', px)
+    return {1, tok + 1}
+  end
+  if st ~= 'in_progress' or lu > now then
+    if f.fp ~= ARGV[1] then return {4} end
+    if st == 'in_progress' then return {2, lu} end
+    return {3, int(now), all}
+  end
+  redis.call('HSET', rk, 'fp', ARGV[1], 'tok', int(tok + 1), 'att', int(att + 1), 'lu', int(lockedUntil),
+    'ua', int(now), 'ea', int(expiresAt))
+  redis.call('PEXPIREAT', rk, int(expiresAt + tonumber(ARGV[5])))
+  local steps = {}
+  for i = 1, #all, 2 do
+    if string.byte(all[i], 1) == 126 then
+      steps[#steps + 1] = all[i]
+      steps[#steps + 1] = all[i + 1]
+    end
+  end
+  if #steps == 0 then return {1, tok + 1} end
+  return {1, tok + 1, steps}
+end
+
+local foreign = 'IDEMKEY_FOREIGN the key holds a value that is not an idemkey record of this scope and key'
+-- A watch marker (a watcher came before the record): the key counts as absent; waiters are flagged.
+if v == 'ik110w' then
+  redis.call('SET', rk, fresh('1', 1), 'PX', px)
   return {1, 1}
 end
-
-local f = {}
-for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
-local st = f.st
-local tok, lu, ea, att = tonumber(f.tok), tonumber(f.lu), tonumber(f.ea), tonumber(f.att)
-local known = st == 'in_progress' or st == 'completed' or st == 'failed'
-if f.s ~= ARGV[1] or f.k ~= ARGV[2] or not known or not tok or not ea or not att or (st == 'in_progress' and not lu) then
-  return redis.error_reply('IDEMKEY_FOREIGN the key holds a hash that is not an idemkey record of this scope and key')
-end
+local st, tok, lu, att, ca, ea, p = string.match(v, '^ik1[01][01]([pcf])|(%d+)|(%d+)|(%d+)|(%d+)|%d+|(%d+)|()')
+if not st or string.sub(v, p + 64, p + 63 + #ARGV[2]) ~= ARGV[2] then return redis.error_reply(foreign) end
+local w, hasSteps = string.sub(v, 4, 4), string.sub(v, 5, 5)
+tok, lu, ea = tonumber(tok), tonumber(lu), tonumber(ea)
 
 if ea <= now then
   -- Expired but not yet dropped by Redis: a new lifecycle. The token continues, so a zombie
-  -- holder of the old one stays fenced out.
-  local token = tok + 1
-  redis.call('DEL', rk)
-  redis.call('HSET', rk, 's', ARGV[1], 'k', ARGV[2], 'fp', ARGV[3], 'st', 'in_progress', 'tok', int(token),
-    'lu', int(lockedUntil), 'att', '1', 'ca', int(now), 'ua', int(now), 'ea', int(expiresAt))
-  redis.call('PEXPIREAT', rk, int(expiresAt + grace))
-  return {1, token}
+  -- holder of the old one stays fenced out; the old lifecycle's steps go.
+  if hasSteps == '1' then redis.call('DEL', KEYS[2]) end
+  redis.call('SET', rk, fresh(w, tok + 1), 'PX', px)
+  return {1, tok + 1}
 end
 
-if st ~= 'in_progress' or lu > now then
-  if f.fp ~= ARGV[3] then return {4} end
-  if st == 'in_progress' then return {2, lu} end
-  return {3, int(now), all}
+if st ~= 'p' or lu > now then
+  if string.sub(v, p, p + 63) ~= ARGV[1] then return {4} end
+  if st == 'p' then
+    -- Someone waits from now on: complete and release publish only when this flag is set.
+    if w == '0' then redis.call('SETRANGE', rk, 3, '1') end
+    return {2, lu}
+  end
+  return {3, int(now), v}
 end
 
 -- Takeover: the holder's lease ended (it crashed, or released a transient failure).
-redis.call('HSET', rk, 'fp', ARGV[3], 'tok', int(tok + 1), 'att', int(att + 1), 'lu', int(lockedUntil),
-  'ua', int(now), 'ea', int(expiresAt))
-redis.call('PEXPIREAT', rk, int(expiresAt + grace))
--- The steps the earlier attempts recorded (fields starting with '~'), read in the same step.
-local steps = {}
-for i = 1, #all, 2 do
-  if string.byte(all[i], 1) == 126 then
-    steps[#steps + 1] = all[i]
-    steps[#steps + 1] = all[i + 1]
-  end
-end
+redis.call('SET', rk, 'ik1' .. w .. hasSteps .. 'p|' .. int(tok + 1) .. '|' .. int(lockedUntil) .. '|' .. int(tonumber(att) + 1) ..
+  '|' .. ca .. '|' .. int(now) .. '|' .. int(expiresAt) .. '|' .. ARGV[1] .. ARGV[2], 'PX', px)
+if hasSteps == '0' then return {1, tok + 1} end
+-- The steps the earlier attempts recorded, read in the same step; they live as long as the record.
+local steps = redis.call('HGETALL', KEYS[2])
+redis.call('PEXPIRE', KEYS[2], px)
 if #steps == 0 then return {1, tok + 1} end
 return {1, tok + 1, steps}

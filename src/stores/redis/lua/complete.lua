@@ -1,23 +1,48 @@
---[[ Store the outcome of a record the caller still holds, and wake its waiters.
-  KEYS[1] record key
-  ARGV[1] token, ARGV[2] status ('completed' | 'failed'), ARGV[3] response status,
-  ARGV[4] headers (JSON), ARGV[5] body (bytes), ARGV[6] resource id, ARGV[7] '1' when there is
-  a resource id, ARGV[8] ttl ms, ARGV[9] grace ms, ARGV[10] notification channel
-  Returns 1 when stored, 0 when fenced out (another token, or no longer in progress) ]]
+--[[ Store the outcome of a record the caller still holds, and wake its waiters (if any).
+  KEYS[1] record key, KEYS[2] its steps
+  ARGV[1] token, ARGV[2] status ('c' completed | 'f' failed), ARGV[3] the response's head
+  ('<status>|<resource id bytes, or -1>|<headers bytes>|' .. resource id .. headers JSON), ARGV[4] body
+  (bytes), ARGV[5] ttl ms, ARGV[6] grace ms, ARGV[7] notification channel
+  Returns 1 when stored, 0 when fenced out (another token, or no longer in progress)
+  The common path is GET, TIME, SET: PUBLISH only when an in_progress answer or a watch flagged
+  waiters, DEL of the steps only when steps were recorded. ]]
 local rk = KEYS[1]
-local f = redis.call('HMGET', rk, 'tok', 'st')
-if f[1] ~= ARGV[1] or f[2] ~= 'in_progress' then return 0 end
+local v = redis.pcall('GET', rk)
+if type(v) == 'table' then
+  if redis.call('TYPE', rk)['ok'] ~= 'hash' then return v end
+  -- A record of the round-1 layout (a hash), completed as round 1 did.
+  local f = redis.call('HMGET', rk, 'tok', 'st')
+  if f[1] ~= ARGV[1] or f[2] ~= 'in_progress' then return 0 end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local expiresAt = now + tonumber(ARGV[5])
+  local status, ridLen, headLen, q = string.match(ARGV[3], '^(%d+)|(-?%d+)|(%d+)|()')
+  ridLen, headLen = tonumber(ridLen), tonumber(headLen)
+  local rid = ridLen >= 0 and string.sub(ARGV[3], q, q + ridLen - 1) or nil
+  local headers = string.sub(ARGV[3], q + math.max(ridLen, 0))
+  redis.call('HSET', rk, 'st', ARGV[2] == 'c' and 'completed' or 'failed', 'rs', status, 'rh', headers, 'rb', ARGV[4],
+    'ua', string.format('%d', now), 'ea', string.format('%d', expiresAt))
+  if rid then redis.call('HSET', rk, 'rid', rid) end
+  redis.call('PEXPIREAT', rk, string.format('%d', expiresAt + tonumber(ARGV[6])))
+  redis.call('PUBLISH', ARGV[7], '1')
+  return 1
+end
+if not v or v == 'ik110w' then return 0 end
+local w, hasSteps, st, tok, lu, att, ca, p = string.match(v, '^ik1([01])([01])([pcf])|(%d+)|(%d+)|(%d+)|(%d+)|%d+|%d+|()')
+if not st then
+  -- An idemkey record with a damaged field: no token matches it (acquire reports it as foreign).
+  if string.sub(v, 1, 3) == 'ik1' then return 0 end
+  return redis.error_reply('IDEMKEY_FOREIGN the key holds a value that is not an idemkey record')
+end
+if tok ~= ARGV[1] or st ~= 'p' then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expiresAt = now + tonumber(ARGV[8])
-local ua, ea = string.format('%d', now), string.format('%d', expiresAt)
--- lu stays (readers ignore it once completed) and rid cannot be set yet (a new lifecycle starts
--- from an empty hash): one HSET, no HDEL, as few calls as the server can do it with.
-if ARGV[7] == '1' then
-  redis.call('HSET', rk, 'st', ARGV[2], 'rs', ARGV[3], 'rh', ARGV[4], 'rb', ARGV[5], 'rid', ARGV[6], 'ua', ua, 'ea', ea)
-else
-  redis.call('HSET', rk, 'st', ARGV[2], 'rs', ARGV[3], 'rh', ARGV[4], 'rb', ARGV[5], 'ua', ua, 'ea', ea)
-end
-redis.call('PEXPIREAT', rk, string.format('%d', expiresAt + tonumber(ARGV[9])))
-redis.call('PUBLISH', ARGV[10], '1')
+local ttl = tonumber(ARGV[5])
+-- lu stays (readers ignore it once completed); identity and fingerprint are copied as they are.
+redis.call('SET', rk, 'ik1' .. w .. '0' .. ARGV[2] .. '|' .. tok .. '|' .. lu .. '|' .. att .. '|' .. ca .. '|' ..
+  string.format('%d', now) .. '|' .. string.format('%d', now + ttl) .. '|' .. string.sub(v, p) .. ARGV[3] .. ARGV[4],
+  'PX', string.format('%d', ttl + tonumber(ARGV[6])))
+-- A completed record is never taken over: its steps are no longer needed.
+if hasSteps == '1' then redis.call('DEL', KEYS[2]) end
+if w == '1' then redis.call('PUBLISH', ARGV[7], '1') end
 return 1

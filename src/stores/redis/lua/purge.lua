@@ -1,10 +1,17 @@
---[[ Delete a record if it has expired (expires_at <= now), by the server's clock.
-  KEYS[1] record key
-  Returns 1 when deleted, 0 when live, absent or not an idemkey record ]]
-local raw = redis.pcall('HGET', KEYS[1], 'ea')
-if type(raw) ~= 'string' then return 0 end -- absent, or another type (WRONGTYPE): not ours to judge
-local ea = tonumber(raw)
+--[[ Delete a record (and its steps) if it has expired (expires_at <= now), by the server's clock.
+  KEYS[1] record key, KEYS[2] its steps
+  Returns 1 when deleted, 0 when live, absent, a watch marker or not an idemkey record ]]
+local v = redis.pcall('GET', KEYS[1])
+local ea
+if type(v) == 'table' then
+  local raw = redis.pcall('HGET', KEYS[1], 'ea') -- a round-1 record (a hash)
+  if type(raw) ~= 'string' then return 0 end -- absent, or another type (WRONGTYPE): not ours to judge
+  ea = tonumber(raw)
+elseif v then
+  ea = tonumber(string.match(v, '^ik1[01][01][pcf]|%d+|%d+|%d+|%d+|%d+|(%d+)|'))
+end
 if not ea then return 0 end
 local t = redis.call('TIME')
 if ea > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then return 0 end
+redis.call('DEL', KEYS[2])
 return redis.call('DEL', KEYS[1])

@@ -1,7 +1,16 @@
 --[[ Read a record with the server's time, so the caller can tell live from expired.
   KEYS[1] record key
-  Returns {nowMs, field, value, ...} (just {nowMs} when the key is absent) ]]
-local all = redis.call('HGETALL', KEYS[1])
+  Returns {nowMs, record} (the packed record), {nowMs, field, value, ...} (a round-1 hash), or just
+  {nowMs} when the key is absent or holds only a watch marker ]]
+local rk = KEYS[1]
 local t = redis.call('TIME')
-table.insert(all, 1, string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
-return all
+local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local v = redis.pcall('GET', rk)
+if type(v) == 'table' then
+  if redis.call('TYPE', rk)['ok'] ~= 'hash' then return v end
+  local all = redis.call('HGETALL', rk)
+  table.insert(all, 1, now)
+  return all
+end
+if not v or v == 'ik110w' then return {now} end
+return {now, v}

@@ -1,16 +1,32 @@
---[[ Record one step of a record the caller still holds (docs/steps.md). Steps live in the record's
-  own hash, as fields named '~' .. step name, so they expire and are deleted with the record, and a
-  takeover's acquire reads them with the record.
-  KEYS[1] record key
+--[[ Record one step of a record the caller still holds (docs/steps.md). Steps live in a hash beside
+  the record (KEYS[2], same hash tag), as fields named '~' .. step name, expiring with the record; the
+  record's steps flag tells the takeover's acquire to read them (a new key never touches that hash).
+  KEYS[1] record key, KEYS[2] its steps
   ARGV[1] token, ARGV[2] step field ('~' .. name), ARGV[3] result (JSON text), or '' for a started
   marker (HSETNX: a marker never replaces a result; a result is never empty)
   Returns 1 when recorded, 0 when fenced out (another token, or no longer in progress) ]]
 local rk = KEYS[1]
-local f = redis.call('HMGET', rk, 'tok', 'st')
-if f[1] ~= ARGV[1] or f[2] ~= 'in_progress' then return 0 end
-if ARGV[3] == '' then
-  redis.call('HSETNX', rk, ARGV[2], '')
-else
-  redis.call('HSET', rk, ARGV[2], ARGV[3])
+local v = redis.pcall('GET', rk)
+if type(v) == 'table' then
+  if redis.call('TYPE', rk)['ok'] ~= 'hash' then return v end
+  -- A record of the round-1 layout (a hash): its steps stay its own fields, as in round 1.
+  local f = redis.call('HMGET', rk, 'tok', 'st')
+  if f[1] ~= ARGV[1] or f[2] ~= 'in_progress' then return 0 end
+  if ARGV[3] == '' then redis.call('HSETNX', rk, ARGV[2], '') else redis.call('HSET', rk, ARGV[2], ARGV[3]) end
+  return 1
+end
+if not v or v == 'ik110w' then return 0 end
+local hasSteps, st, tok = string.match(v, '^ik1[01]([01])([pcf])|(%d+)|')
+if not st then
+  -- An idemkey record with a damaged field: no token matches it (acquire reports it as foreign).
+  if string.sub(v, 1, 3) == 'ik1' then return 0 end
+  return redis.error_reply('IDEMKEY_FOREIGN the key holds a value that is not an idemkey record')
+end
+if tok ~= ARGV[1] or st ~= 'p' then return 0 end
+if ARGV[3] == '' then redis.call('HSETNX', KEYS[2], ARGV[2], '') else redis.call('HSET', KEYS[2], ARGV[2], ARGV[3]) end
+if hasSteps == '0' then
+  redis.call('SETRANGE', rk, 4, '1')
+  -- Renew, release and takeover keep the steps' TTL equal to the record's from now on.
+  redis.call('PEXPIRE', KEYS[2], redis.call('PTTL', rk))
 end
 return 1

@@ -1,15 +1,37 @@
 --[[ Extend the lease of a record the caller still holds.
-  KEYS[1] record key
+  KEYS[1] record key, KEYS[2] its steps
   ARGV[1] token, ARGV[2] lease ms, ARGV[3] abandoned retention ms, ARGV[4] grace ms
   Returns 1 when renewed, 0 when fenced out (another token, or no longer in progress) ]]
 local rk = KEYS[1]
-local f = redis.call('HMGET', rk, 'tok', 'st')
-if f[1] ~= ARGV[1] or f[2] ~= 'in_progress' then return 0 end
+local function int(n) return string.format('%d', n) end
+local v = redis.pcall('GET', rk)
+if type(v) == 'table' then
+  if redis.call('TYPE', rk)['ok'] ~= 'hash' then return v end
+  -- A record of the round-1 layout (a hash), renewed as round 1 did.
+  local f = redis.call('HMGET', rk, 'tok', 'st')
+  if f[1] ~= ARGV[1] or f[2] ~= 'in_progress' then return 0 end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local lockedUntil = now + tonumber(ARGV[2])
+  local expiresAt = lockedUntil + tonumber(ARGV[3])
+  redis.call('HSET', rk, 'lu', int(lockedUntil), 'ua', int(now), 'ea', int(expiresAt))
+  redis.call('PEXPIREAT', rk, int(expiresAt + tonumber(ARGV[4])))
+  return 1
+end
+if not v or v == 'ik110w' then return 0 end
+local head, st, tok, att, ca, p = string.match(v, '^(ik1[01][01])([pcf])|(%d+)|%d+|(%d+)|(%d+)|%d+|%d+|()')
+if not st then
+  -- An idemkey record with a damaged field: no token matches it (acquire reports it as foreign).
+  if string.sub(v, 1, 3) == 'ik1' then return 0 end
+  return redis.error_reply('IDEMKEY_FOREIGN the key holds a value that is not an idemkey record')
+end
+if tok ~= ARGV[1] or st ~= 'p' then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lockedUntil = now + tonumber(ARGV[2])
 local expiresAt = lockedUntil + tonumber(ARGV[3])
-redis.call('HSET', rk, 'lu', string.format('%d', lockedUntil), 'ua', string.format('%d', now),
-  'ea', string.format('%d', expiresAt))
-redis.call('PEXPIREAT', rk, string.format('%d', expiresAt + tonumber(ARGV[4])))
+local px = int(expiresAt + tonumber(ARGV[4]) - now)
+redis.call('SET', rk, head .. 'p|' .. tok .. '|' .. int(lockedUntil) .. '|' .. att .. '|' .. ca .. '|' .. int(now) .. '|' ..
+  int(expiresAt) .. '|' .. string.sub(v, p), 'PX', px)
+if string.sub(head, 5, 5) == '1' then redis.call('PEXPIRE', KEYS[2], px) end
 return 1

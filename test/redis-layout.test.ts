@@ -1,0 +1,214 @@
+import { createHash, randomUUID } from 'node:crypto'
+import { Redis } from 'ioredis'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { RedisStore, recordNames } from '../src/stores/redis/index.js'
+import { serviceSkipReason } from './helpers/services.js'
+
+// The packed record layout (docs/redis.md): what a new key writes and touches, when changes are
+// published, where steps live, and round-1 hash records read, completed and taken over as before.
+const URL = 'redis://127.0.0.1:6379'
+const skip = await serviceSkipReason('Redis', 6379)
+const fp = (label: string) => createHash('sha256').update(label).digest('hex')
+const outcome = (text: string, resourceId?: string) =>
+  ({
+    status: 'completed',
+    response: { status: 201, headers: { 'content-type': 'application/json' }, body: new TextEncoder().encode(text) },
+    ...(resourceId === undefined ? {} : { resourceId }),
+  }) as const
+
+describe.skipIf(skip)('RedisStore record layout', () => {
+  const prefix = `idemkey-test-${randomUUID()}`
+  let store: RedisStore
+  let redis: Redis
+  let listener: Redis
+  const messages: string[] = []
+  beforeAll(async () => {
+    store = new RedisStore({ url: URL, prefix })
+    redis = new Redis(URL)
+    listener = new Redis(URL)
+    await listener.psubscribe(`${prefix}:n:*`)
+    listener.on('pmessage', (_pattern, channel) => messages.push(channel))
+  })
+  afterAll(async () => {
+    await store.close()
+    let cursor = '0'
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000)
+      if (keys.length > 0) await redis.del(...keys)
+      cursor = next
+    } while (cursor !== '0')
+    redis.disconnect()
+    listener.disconnect()
+  })
+  const settle = () => new Promise((resolve) => setTimeout(resolve, 50))
+
+  it('stores a new key as one string with its TTL, and touches no steps key', async () => {
+    const s = `s-${randomUUID()}`
+    const names = recordNames(prefix, s, 'k')
+    expect(await store.acquire(s, 'k', fp('a'), 60_000)).toEqual({ kind: 'acquired', token: 1 })
+    expect(await redis.type(names.key)).toBe('string')
+    const ttl = await redis.pttl(names.key)
+    expect(ttl).toBeGreaterThan(24 * 3600_000) // lease + abandoned retention + grace
+    expect(await redis.exists(names.steps)).toBe(0)
+    expect(await store.complete(s, 'k', 1, outcome('{"id":1}', 'ch_é'), 5_000)).toBe(true)
+    expect(await redis.pttl(names.key)).toBeLessThanOrEqual(65_000)
+    const replay = await store.acquire(s, 'k', fp('a'), 60_000)
+    expect(replay).toMatchObject({
+      kind: 'replay',
+      record: {
+        status: 'completed',
+        token: 1,
+        resourceId: 'ch_é',
+        response: { status: 201, headers: { 'content-type': 'application/json' } },
+      },
+    })
+    expect(new TextDecoder().decode((replay as { record: { response: { body: Uint8Array } } }).record.response.body)).toBe('{"id":1}')
+  })
+
+  it('publishes a completion only when someone waits: after an in_progress answer, not before', async () => {
+    const s = `s-${randomUUID()}`
+    const names = recordNames(prefix, s, 'k')
+    await store.acquire(s, 'quiet', fp('a'), 60_000)
+    await store.complete(s, 'quiet', 1, outcome('x'), 60_000)
+    await store.acquire(s, 'k', fp('a'), 60_000)
+    expect(await store.acquire(s, 'k', fp('a'), 60_000)).toMatchObject({ kind: 'in_progress' })
+    await store.complete(s, 'k', 1, outcome('x'), 60_000)
+    await settle()
+    expect(messages).not.toContain(recordNames(prefix, s, 'quiet').channel)
+    expect(messages.filter((channel) => channel === names.channel)).toHaveLength(1)
+  })
+
+  it('publishes a release to a watcher that came before the record existed', async () => {
+    const s = `s-${randomUUID()}`
+    let calls = 0
+    const stop = store.watch(s, 'k', () => calls++)
+    try {
+      await new Promise<void>((resolve) => {
+        const check = setInterval(() => {
+          if (calls === 0) return
+          clearInterval(check)
+          resolve()
+        }, 2)
+      })
+      // The marker is no record: absent to get, list and evict; acquire grants token 1.
+      expect(await store.get(s, 'k')).toBeNull()
+      expect(await store.list({ scope: s })).toEqual([])
+      expect(await store.evict(s, 'k')).toBe(false)
+      expect(await store.acquire(s, 'k', fp('a'), 60_000)).toEqual({ kind: 'acquired', token: 1 })
+      const before = calls
+      await store.release(s, 'k', 1)
+      await settle()
+      expect(calls).toBeGreaterThan(before)
+      expect(messages).toContain(recordNames(prefix, s, 'k').channel)
+    } finally {
+      stop()
+    }
+  })
+
+  it('keeps steps in a hash beside the record with the same TTL, reads them on takeover, drops them on completion', async () => {
+    const s = `s-${randomUUID()}`
+    const names = recordNames(prefix, s, 'k')
+    await store.acquire(s, 'k', fp('a'), 100)
+    expect(await store.recordStep(s, 'k', 1, 'charge', null)).toBe(true)
+    expect(await store.recordStep(s, 'k', 1, 'charge', '{"id":7}')).toBe(true)
+    expect(await redis.hgetall(names.steps)).toEqual({ '~charge': '{"id":7}' })
+    expect(Math.abs((await redis.pttl(names.steps)) - (await redis.pttl(names.key)))).toBeLessThan(50)
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    expect(await store.acquire(s, 'k', fp('a'), 60_000)).toEqual({
+      kind: 'acquired',
+      token: 2,
+      steps: [{ name: 'charge', result: '{"id":7}' }],
+    })
+    expect(await redis.pttl(names.steps)).toBeGreaterThan(24 * 3600_000)
+    expect(await store.renew(s, 'k', 2, 120_000)).toBe(true)
+    expect(Math.abs((await redis.pttl(names.steps)) - (await redis.pttl(names.key)))).toBeLessThan(50)
+    expect(await store.complete(s, 'k', 2, outcome('done'), 60_000)).toBe(true)
+    expect(await redis.exists(names.steps)).toBe(0)
+  })
+
+  it('evicts and purges the steps with the record', async () => {
+    const s = `s-${randomUUID()}`
+    const names = recordNames(prefix, s, 'k')
+    await store.acquire(s, 'k', fp('a'), 60_000)
+    await store.recordStep(s, 'k', 1, 'charge', '{}')
+    expect(await store.evict(s, 'k')).toBe(true)
+    expect(await redis.exists(names.key, names.steps)).toBe(0)
+  })
+
+  describe('records written by round 1 (a hash per record)', () => {
+    /** A record exactly as round 1's acquire (and complete) wrote it. */
+    async function roundOne(s: string, key: string, fields: Record<string, string>) {
+      const name = recordNames(prefix, s, key).key
+      const now = Date.now()
+      await redis.hset(name, {
+        s,
+        k: key,
+        fp: fp('a'),
+        st: 'in_progress',
+        tok: '3',
+        lu: String(now + 60_000),
+        att: '1',
+        ca: String(now),
+        ua: String(now),
+        ea: String(now + 3_600_000),
+        ...fields,
+      })
+      await redis.pexpire(name, 3_700_000)
+      return name
+    }
+
+    it('replays a completed round-1 record, with its resource id and body', async () => {
+      const s = `s-${randomUUID()}`
+      await roundOne(s, 'k', { st: 'completed', rs: '201', rh: '{"content-type":"text/plain"}', rb: 'hello', rid: 'r1' })
+      const reply = await store.acquire(s, 'k', fp('a'), 60_000)
+      expect(reply).toMatchObject({
+        kind: 'replay',
+        record: { status: 'completed', token: 3, resourceId: 'r1', response: { status: 201 } },
+      })
+      expect(await store.acquire(s, 'k', fp('b'), 60_000)).toEqual({ kind: 'mismatch' })
+      expect(await store.get(s, 'k')).toMatchObject({ status: 'completed', token: 3 })
+      expect((await store.list({ scope: s })).map((r) => r.key)).toEqual(['k'])
+    })
+
+    it('lets the holder of a round-1 record renew and complete it, and fences out other tokens', async () => {
+      const s = `s-${randomUUID()}`
+      await roundOne(s, 'k', {})
+      expect(await store.acquire(s, 'k', fp('a'), 60_000)).toMatchObject({ kind: 'in_progress' })
+      expect(await store.renew(s, 'k', 3, 60_000)).toBe(true)
+      expect(await store.complete(s, 'k', 2, outcome('no'), 60_000)).toBe(false)
+      expect(await store.recordStep(s, 'k', 3, 'charge', '{}')).toBe(true)
+      expect(await store.complete(s, 'k', 3, outcome('yes', 'r9'), 60_000)).toBe(true)
+      const replay = await store.acquire(s, 'k', fp('a'), 60_000)
+      expect(replay).toMatchObject({
+        kind: 'replay',
+        record: { status: 'completed', resourceId: 'r9', response: { headers: { 'content-type': 'application/json' } } },
+      })
+      expect(new TextDecoder().decode((replay as { record: { response: { body: Uint8Array } } }).record.response.body)).toBe('yes')
+    })
+
+    it('takes over a round-1 record whose lease ended, with its steps, and starts an expired one afresh with the token counting on', async () => {
+      const s = `s-${randomUUID()}`
+      await roundOne(s, 'k', { lu: String(Date.now() - 1), '~charge': '{"id":1}' })
+      expect(await store.acquire(s, 'k', fp('a'), 60_000)).toEqual({
+        kind: 'acquired',
+        token: 4,
+        steps: [{ name: 'charge', result: '{"id":1}' }],
+      })
+      expect(await store.release(s, 'k', 4)).toBe(true)
+      const expired = await roundOne(s, 'old', { ea: String(Date.now() - 1) })
+      expect(await store.acquire(s, 'old', fp('b'), 60_000)).toEqual({ kind: 'acquired', token: 4 })
+      expect(await redis.type(expired)).toBe('string')
+      expect(await store.complete(s, 'old', 4, outcome('new'), 60_000)).toBe(true)
+    })
+
+    it('purges an expired round-1 record and keeps a live one', async () => {
+      const s = `s-${randomUUID()}`
+      const live = await roundOne(s, 'live', {})
+      const gone = await roundOne(s, 'gone', { ea: String(Date.now() - 1) })
+      let purged = 0
+      for (let i = 0; i < 50 && (await redis.exists(gone)) === 1; i++) purged += await store.purgeExpired(1_000)
+      expect(purged).toBeGreaterThanOrEqual(1)
+      expect(await redis.exists(live)).toBe(1)
+    })
+  })
+})
