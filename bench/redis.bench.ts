@@ -60,7 +60,18 @@ async function acquireScriptCeiling(clients: number): Promise<number> {
   const sha = (await raw.script('LOAD', acquireLua)) as string
   const space = `${prefix}:rbacq:${randomUUID().slice(0, 8)}`
   // The record key and its steps key (untouched by a new key), then fingerprint, identity ('1|1|' scope key), lease, retention, grace.
-  return redisBenchmark(clients, ['evalsha', sha, '2', `${space}:r:__rand_int__`, `${space}:t:__rand_int__`, fp, '1|1|sk', '30000', '60000', '1000'])
+  return redisBenchmark(clients, [
+    'evalsha',
+    sha,
+    '2',
+    `${space}:r:__rand_int__`,
+    `${space}:t:__rand_int__`,
+    fp,
+    '1|1|sk',
+    '30000',
+    '60000',
+    '1000',
+  ])
 }
 
 /** CPU seconds the Redis server has used (user + system), from INFO. */
@@ -247,7 +258,7 @@ const LAYOUT_CHANGE = [
   '| redis-benchmark, acquire of a key in progress, µs per script call | 5.29 | 5.67 |',
   '| redis-benchmark SET (same run), µs per call | 2.14 | 2.14 |',
   '',
-  'The redis-benchmark rows: `redis-benchmark -n 100000 -c 50 -r 100000000 --csv evalsha <sha> 1 <space>:__rand_int__ s k <fingerprint> 30000 60000 1000` for the round-1 script (`git show 86b3980:src/stores/redis/lua/acquire.lua`, loaded with SCRIPT LOAD) and `... evalsha <sha> 2 <space>:r:__rand_int__ <space>:t:__rand_int__ <fingerprint> 1|1|sk 30000 60000 1000` for the packed one, `CONFIG RESETSTAT` before each. A script call costs Redis about 5 µs even when it makes only two calls (the in-progress row), against 2 µs for a SET: the calls a script saves are worth about 0.5-1 µs each, and the rest of a cycle\'s server cost is the price of running two scripts at all.',
+  "The redis-benchmark rows: `redis-benchmark -n 100000 -c 50 -r 100000000 --csv evalsha <sha> 1 <space>:__rand_int__ s k <fingerprint> 30000 60000 1000` for the round-1 script (`git show 86b3980:src/stores/redis/lua/acquire.lua`, loaded with SCRIPT LOAD) and `... evalsha <sha> 2 <space>:r:__rand_int__ <space>:t:__rand_int__ <fingerprint> 1|1|sk 30000 60000 1000` for the packed one, `CONFIG RESETSTAT` before each. A script call costs Redis about 5 µs even when it makes only two calls (the in-progress row), against 2 µs for a SET: the calls a script saves are worth about 0.5-1 µs each, and the rest of a cycle's server cost is the price of running two scripts at all.",
   '',
   'Against the other Express libraries on Redis (`npm run bench:peers -- --adapters idemkey-redis,node-idempotency-redis,powertools-redis,express-idempotency-redis --runs 3`, then `-- --adapters idemkey-redis,idemkey-memory,node-idempotency-redis,powertools-redis --runs 3`; x bare, new keys / replays):',
   '',
@@ -259,7 +270,7 @@ const LAYOUT_CHANGE = [
   '| Powertools, Redis | 0.63 / 0.70 | 0.74 / 0.54 | 0.54 / 0.61 |',
   '| express-idempotency, Redis | 0.46 / 0.18 | 0.62 / 0.29 | not run |',
   '',
-  '**The new-keys target (at least the best Redis peer of the same run) is not met**: 0.52 against 0.74, and 0.61 against 0.91. The before column predates other changes of the day to the HTTP layer and the ledger (idemkey on memory moved from 0.51 to 0.70 with them), so the Redis row's own gain shows best against memory: idemkey on Redis went from 69% of idemkey on memory (0.35 / 0.51) to 87% (0.61 / 0.70, run 2), and the store is no longer what binds. idemkey with no store I/O at all (memory) is itself at 0.70 in that run, under node-idempotency on Redis (0.91), so the rest of the gap is in the HTTP layer and the ledger, not in Redis. What the store could still save is the price of the acquire script itself on a new key (about 5 µs of Redis per call): a native SET NX GET would need leases derived from the key\'s TTL instead of stored server times, not done here.',
+  "**The new-keys target (at least the best Redis peer of the same run) is not met**: 0.52 against 0.74, and 0.61 against 0.91. The before column predates other changes of the day to the HTTP layer and the ledger (idemkey on memory moved from 0.51 to 0.70 with them), so the Redis row's own gain shows best against memory: idemkey on Redis went from 69% of idemkey on memory (0.35 / 0.51) to 87% (0.61 / 0.70, run 2), and the store is no longer what binds. idemkey with no store I/O at all (memory) is itself at 0.70 in that run, under node-idempotency on Redis (0.91), so the rest of the gap is in the HTTP layer and the ledger, not in Redis. What the store could still save is the price of the acquire script itself on a new key (about 5 µs of Redis per call): a native SET NX GET would need leases derived from the key's TTL instead of stored server times, not done here.",
 ].join('\n')
 
 /**
