@@ -53,40 +53,38 @@ const ACCESS_LINE_END = '"msg":"request"}\n'
 export const LOG_FLUSH_MS = 100
 
 /**
- * stderr through a 4 KiB buffer for the per-request access lines (`msg: "request"`), written at least
+ * stderr with the per-request access lines (`msg: "request"`) gathered up to 4 KiB and written at least
  * every {@link LOG_FLUSH_MS} and at exit: one write per line cost the proxy about 8 µs a request under
  * load (a `write` system call each); now many lines share one. Every other line (store down and back,
- * UNRECORDED outcomes, errors) is written at once, with what was buffered before it, in order.
- * `logger.flush()` (the proxy's drain) empties it.
+ * UNRECORDED outcomes, errors) is written at once, after what was gathered before it, so lines stay in
+ * order. Writes go through `process.stderr`, which Node writes synchronously to files and pipes, so such a
+ * line is out before the response that follows it. `logger.flush()` (the proxy's drain) empties it.
  */
 function bufferedStderr(): DestinationStream & { flush(cb?: (error?: Error) => void): void } {
-  const sonic = pino.destination({ dest: 2, sync: false, minLength: 4096 })
-  let pending = false
-  const timer = setInterval(() => {
-    if (!pending) return
-    pending = false
-    sonic.flush()
-  }, LOG_FLUSH_MS)
+  let gathered = ''
+  const flush = () => {
+    if (gathered === '') return
+    const out = gathered
+    gathered = ''
+    process.stderr.write(out)
+  }
+  const timer = setInterval(flush, LOG_FLUSH_MS)
   timer.unref()
-  process.once('exit', () => {
-    try {
-      sonic.flushSync()
-    } catch {
-      // A write still in flight: nothing more can be done at exit.
-    }
-  })
+  process.once('exit', flush)
   return {
     write(line: string) {
-      sonic.write(line)
-      if (line.endsWith(ACCESS_LINE_END)) pending = true
-      else {
-        pending = false
-        sonic.flush()
+      if (line.endsWith(ACCESS_LINE_END)) {
+        gathered += line
+        if (gathered.length >= 4096) flush()
+        return
       }
+      const out = gathered + line
+      gathered = ''
+      process.stderr.write(out)
     },
     flush(cb?: (error?: Error) => void) {
-      pending = false
-      sonic.flush(cb)
+      flush()
+      cb?.()
     },
   }
 }
