@@ -3,12 +3,12 @@
  * the fingerprint that no test pinned: each fails when the rule it names is broken.
  */
 import { createHash, randomUUID } from 'node:crypto'
+import { TxMemoryStore } from '../../test/helpers/tx-memory-store.js'
 import { IdempotencyError } from '../errors.js'
 import { MemoryStore } from '../stores/memory/memory-store.js'
 import { ManualClock } from './clock.js'
 import { fingerprintOf, sha256Hex } from './fingerprint.js'
 import { Ledger, type LedgerEvent } from './ledger.js'
-import type { Outcome, TransactionalStore } from './store.js'
 
 const key = () => `k-${randomUUID()}`
 const sha256 = (...parts: Array<string | Uint8Array>) => {
@@ -84,20 +84,6 @@ describe('Ledger: what the work is told, and outcomes a store cannot record', ()
     expect(events.find((e) => e.type === 'mismatch')).toMatchObject({ type: 'mismatch', key: k })
   })
 })
-
-/** A MemoryStore that runs transactions: the business writes of `tx` land only when the transaction commits. */
-class TxMemoryStore extends MemoryStore implements TransactionalStore<string[]> {
-  readonly committed: string[] = []
-  async transaction<R>(fn: (tx: string[]) => Promise<R>): Promise<R> {
-    const tx: string[] = []
-    const result = await fn(tx)
-    this.committed.push(...tx)
-    return result
-  }
-  completeInTransaction(_tx: string[], scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
-    return this.complete(scope, key, token, outcome, ttlMs)
-  }
-}
 
 describe('Ledger.runInTransaction on a transactional store', () => {
   it('stores the resource id with the outcome, and replays', async () => {

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto'
+import { TxMemoryStore } from '../../test/helpers/tx-memory-store.js'
 import { isIdempotencyError } from '../errors.js'
 import { MemoryStore } from '../stores/memory/memory-store.js'
 import { ManualClock } from './clock.js'
 import { fingerprintOf } from './fingerprint.js'
 import { Ledger, type LedgerEvent } from './ledger.js'
-import type { IdempotencyStore, Outcome, StoredResponse, TransactionalStore } from './store.js'
+import type { IdempotencyStore, StoredResponse } from './store.js'
 
 const key = () => `k-${randomUUID()}`
 
@@ -349,23 +350,6 @@ describe('Ledger.run', () => {
     expect(() => ledger.runInTransaction({ key: 'k' }, () => 1)).toThrow(/use run\(\) instead/i)
   })
 })
-
-/**
- * A transactional store for the ledger's logic: writes made on `tx` become visible only on commit.
- * (The real thing, PostgreSQL, is tested against the server in its own suite.)
- */
-class TxMemoryStore extends MemoryStore implements TransactionalStore<string[]> {
-  readonly committed: string[] = []
-  async transaction<R>(fn: (tx: string[]) => Promise<R>): Promise<R> {
-    const tx: string[] = []
-    const result = await fn(tx)
-    this.committed.push(...tx)
-    return result
-  }
-  completeInTransaction(_tx: string[], scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
-    return this.complete(scope, key, token, outcome, ttlMs)
-  }
-}
 
 describe('Ledger.runInTransaction', () => {
   it('commits the business writes together with the completion', async () => {
