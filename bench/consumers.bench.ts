@@ -23,16 +23,12 @@ import { consumeNats, NatsPublisher } from '../src/messaging/publishers/nats/ind
 import { consumeRabbitMq, RabbitMqPublisher } from '../src/messaging/publishers/rabbitmq/index.js'
 import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/publishers/redis-streams/index.js'
 import type { RunningConsumer } from '../src/messaging/publishers/shared.js'
-import { fmt, percentile, report, steadyLoad, table } from './lib.js'
+import { fmt, numberArg, percentile, report, steadyLoad, table } from './lib.js'
 
-const arg = (name: string, fallback: number) => {
-  const i = process.argv.indexOf(`--${name}`)
-  return i > 0 ? Number(process.argv[i + 1]) : fallback
-}
-const EVENTS = arg('events', 20_000)
-const RATE = arg('rate', 1_000)
-const SECONDS = arg('seconds', 10)
-const CONCURRENCY = arg('concurrency', 16)
+const EVENTS = numberArg('events', 20_000)
+const RATE = numberArg('rate', 1_000)
+const SECONDS = numberArg('seconds', 10)
+const CONCURRENCY = numberArg('concurrency', 16)
 const brokerArg = process.argv.indexOf('--broker')
 const BROKERS = (brokerArg > 0 ? String(process.argv[brokerArg + 1]) : 'nats,redis,rabbitmq').split(',')
 const ACCOUNTS = 64

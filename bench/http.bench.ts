@@ -12,7 +12,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fmt, report, table } from './lib.js'
+import { fmt, numberArg, report, table } from './lib.js'
 
 interface CannonResult {
   requests: { average: number; total: number }
@@ -38,12 +38,8 @@ type StoreKind = 'none' | 'spin' | 'memory' | 'sqlite' | 'memory+otel' | 'memory
 const SPIN_US = 10
 
 const ROOT = join(import.meta.dirname, '..')
-const arg = (name: string, fallback: number) => {
-  const i = process.argv.indexOf(name)
-  return i > 0 ? Number(process.argv[i + 1]) : fallback
-}
-const SECONDS = arg('--seconds', 3)
-const CONNECTIONS = arg('--connections', 32)
+const SECONDS = numberArg('--seconds', 3)
+const CONNECTIONS = numberArg('--connections', 32)
 const BODY = JSON.stringify({ amount: 1200, currency: 'eur', customer: 'cus_42' })
 
 /** The app under test, in this (child) process: the same handler with or without idemkey. */

@@ -17,14 +17,10 @@ import { Ledger } from '../src/core/ledger.js'
 import type { Outcome } from '../src/core/store.js'
 import { PostgresStore } from '../src/stores/postgres/index.js'
 import { statements } from '../src/stores/postgres/statements.js'
-import { fmt, opsPerSecond, percentile, report, table } from './lib.js'
+import { fmt, numberArg, opsPerSecond, percentile, report, table } from './lib.js'
 
-const arg = (name: string, fallback: number) => {
-  const i = process.argv.indexOf(name)
-  return i > 0 ? Number(process.argv[i + 1]) : fallback
-}
-const MS = arg('--ms', 1_500)
-const BIG_ROWS = arg('--rows', 0)
+const MS = numberArg('--ms', 1_500)
+const BIG_ROWS = numberArg('--rows', 0)
 const URL = process.env.PG_URL ?? 'postgres://root@127.0.0.1:5432/test'
 const TABLE = `idemkey_bench_${process.pid}`
 const BIG = `idemkey_bench_big_${process.pid}`

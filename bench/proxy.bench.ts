@@ -14,7 +14,7 @@ import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { portOpen } from '../test/helpers/services.js'
-import { fmt, report, table } from './lib.js'
+import { fmt, numberArg, report, table } from './lib.js'
 
 interface CannonResult {
   requests: { average: number; total: number }
@@ -35,13 +35,9 @@ const autocannon = createRequire(import.meta.url)('autocannon') as Cannon
 
 const ROOT = join(import.meta.dirname, '..')
 const BIN = join(ROOT, 'bin/idemkey.js')
-const arg = (name: string, fallback: number) => {
-  const i = process.argv.indexOf(name)
-  return i > 0 ? Number(process.argv[i + 1]) : fallback
-}
-const SECONDS = arg('--seconds', 4)
-const LATENCY_RATE = arg('--rate', 1_000)
-const CONNECTIONS = arg('--connections', 32)
+const SECONDS = numberArg('--seconds', 4)
+const LATENCY_RATE = numberArg('--rate', 1_000)
+const CONNECTIONS = numberArg('--connections', 32)
 const BODY = JSON.stringify({ amount: 1200, currency: 'eur', customer: 'cus_42' })
 const children: ChildProcess[] = []
 
@@ -232,7 +228,7 @@ async function pairs(rounds: number, dir: string): Promise<void> {
 async function main(): Promise<void> {
   if (!existsSync(join(ROOT, 'dist/cli/main.js'))) throw new Error('dist/ is missing: run `npm run build` first.')
   const dir = mkdtempSync(join(tmpdir(), 'idemkey-bench-proxy-'))
-  const pairRounds = arg('--pairs', 0)
+  const pairRounds = numberArg('--pairs', 0)
   if (pairRounds > 0) {
     try {
       return await pairs(pairRounds, dir)

@@ -11,16 +11,12 @@ import { connect, nanos } from 'nats'
 import pg from 'pg'
 import { OutboxRelay, PgOutbox, type RelayEvent } from '../src/messaging/outbox/index.js'
 import { NatsPublisher } from '../src/messaging/publishers/nats/index.js'
-import { fmt, percentile, report, steadyLoad, table } from './lib.js'
+import { fmt, numberArg, percentile, report, steadyLoad, table } from './lib.js'
 
-const arg = (name: string, fallback: number) => {
-  const i = process.argv.indexOf(`--${name}`)
-  return i > 0 ? Number(process.argv[i + 1]) : fallback
-}
-const EVENTS = arg('events', 20_000)
-const RATE = arg('rate', 1_000)
-const SECONDS = arg('seconds', 10)
-const BATCH = arg('batch', 500)
+const EVENTS = numberArg('events', 20_000)
+const RATE = numberArg('rate', 1_000)
+const SECONDS = numberArg('seconds', 10)
+const BATCH = numberArg('batch', 500)
 const PG_URL = process.env.IDEMKEY_PG_URL ?? 'postgres://root@127.0.0.1:5432/test'
 
 const schema = `bench_relay_${randomUUID().replaceAll('-', '').slice(0, 10)}`
