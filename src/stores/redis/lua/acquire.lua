@@ -13,9 +13,7 @@
   acquire) is TIME and one SET NX with its TTL; a replay is TIME and the same SET NX, whose GET
   option (Redis 7.0+) returns the record it did not replace. ]]
 local rk = KEYS[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function int(n) return string.format('%d', n) end
+local now = now_ms()
 local lockedUntil = now + tonumber(ARGV[3])
 local expiresAt = lockedUntil + tonumber(ARGV[4])
 local px = int(expiresAt + tonumber(ARGV[5]) - now)

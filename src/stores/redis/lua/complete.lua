@@ -11,10 +11,8 @@ local v = redis.pcall('GET', rk)
 if type(v) == 'table' then
   if redis.call('TYPE', rk)['ok'] ~= 'hash' then return v end
   -- A record of the round-1 layout (a hash), completed as round 1 did.
-  local f = redis.call('HMGET', rk, 'tok', 'st')
-  if f[1] ~= ARGV[1] or f[2] ~= 'in_progress' then return 0 end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not legacy_held(rk, ARGV[1]) then return 0 end
+  local now = now_ms()
   local expiresAt = now + tonumber(ARGV[5])
   local status, ridLen, headLen, q = string.match(ARGV[3], '^(%d+)|(-?%d+)|(%d+)|()')
   ridLen, headLen = tonumber(ridLen), tonumber(headLen)
@@ -29,14 +27,9 @@ if type(v) == 'table' then
 end
 if not v or v == 'ik110w' then return 0 end
 local w, hasSteps, st, tok, lu, att, ca, p = string.match(v, '^ik1([01])([01])([pcf])|(%d+)|(%d+)|(%d+)|(%d+)|%d+|%d+|()')
-if not st then
-  -- An idemkey record with a damaged field: no token matches it (acquire reports it as foreign).
-  if string.sub(v, 1, 3) == 'ik1' then return 0 end
-  return redis.error_reply('IDEMKEY_FOREIGN the key holds a value that is not an idemkey record')
-end
+if not st then return unparsable(v) end
 if tok ~= ARGV[1] or st ~= 'p' then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local ttl = tonumber(ARGV[5])
 -- lu stays (readers ignore it once completed); identity and fingerprint are copied as they are.
 redis.call('SET', rk, 'ik1' .. w .. '0' .. ARGV[2] .. '|' .. tok .. '|' .. lu .. '|' .. att .. '|' .. ca .. '|' ..

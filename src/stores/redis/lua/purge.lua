@@ -11,7 +11,6 @@ elseif v then
   ea = tonumber(string.match(v, '^ik1[01][01][pcf]|%d+|%d+|%d+|%d+|%d+|(%d+)|'))
 end
 if not ea then return 0 end
-local t = redis.call('TIME')
-if ea > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then return 0 end
+if ea > now_ms() then return 0 end
 redis.call('DEL', KEYS[2])
 return redis.call('DEL', KEYS[1])

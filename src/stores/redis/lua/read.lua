@@ -3,8 +3,7 @@
   Returns {nowMs, record} (the packed record), {nowMs, field, value, ...} (a round-1 hash), or just
   {nowMs} when the key is absent or holds only a watch marker ]]
 local rk = KEYS[1]
-local t = redis.call('TIME')
-local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local now = int(now_ms())
 local v = redis.pcall('GET', rk)
 if type(v) == 'table' then
   if redis.call('TYPE', rk)['ok'] ~= 'hash' then return v end

@@ -10,18 +10,13 @@ local v = redis.pcall('GET', rk)
 if type(v) == 'table' then
   if redis.call('TYPE', rk)['ok'] ~= 'hash' then return v end
   -- A record of the round-1 layout (a hash): its steps stay its own fields, as in round 1.
-  local f = redis.call('HMGET', rk, 'tok', 'st')
-  if f[1] ~= ARGV[1] or f[2] ~= 'in_progress' then return 0 end
+  if not legacy_held(rk, ARGV[1]) then return 0 end
   if ARGV[3] == '' then redis.call('HSETNX', rk, ARGV[2], '') else redis.call('HSET', rk, ARGV[2], ARGV[3]) end
   return 1
 end
 if not v or v == 'ik110w' then return 0 end
 local hasSteps, st, tok = string.match(v, '^ik1[01]([01])([pcf])|(%d+)|')
-if not st then
-  -- An idemkey record with a damaged field: no token matches it (acquire reports it as foreign).
-  if string.sub(v, 1, 3) == 'ik1' then return 0 end
-  return redis.error_reply('IDEMKEY_FOREIGN the key holds a value that is not an idemkey record')
-end
+if not st then return unparsable(v) end
 if tok ~= ARGV[1] or st ~= 'p' then return 0 end
 if ARGV[3] == '' then redis.call('HSETNX', KEYS[2], ARGV[2], '') else redis.call('HSET', KEYS[2], ARGV[2], ARGV[3]) end
 if hasSteps == '0' then

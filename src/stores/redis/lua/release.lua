@@ -4,15 +4,12 @@
   Returns 1 when released, 0 when fenced out (another token, or no longer in progress)
   PUBLISH only when an in_progress answer or a watch flagged waiters. ]]
 local rk = KEYS[1]
-local function int(n) return string.format('%d', n) end
 local v = redis.pcall('GET', rk)
 if type(v) == 'table' then
   if redis.call('TYPE', rk)['ok'] ~= 'hash' then return v end
   -- A record of the round-1 layout (a hash), released as round 1 did.
-  local f = redis.call('HMGET', rk, 'tok', 'st')
-  if f[1] ~= ARGV[1] or f[2] ~= 'in_progress' then return 0 end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not legacy_held(rk, ARGV[1]) then return 0 end
+  local now = now_ms()
   local expiresAt = now + tonumber(ARGV[2])
   redis.call('HSET', rk, 'lu', int(now), 'ua', int(now), 'ea', int(expiresAt))
   redis.call('PEXPIREAT', rk, int(expiresAt + tonumber(ARGV[3])))
@@ -21,14 +18,9 @@ if type(v) == 'table' then
 end
 if not v or v == 'ik110w' then return 0 end
 local head, st, tok, att, ca, p = string.match(v, '^(ik1[01][01])([pcf])|(%d+)|%d+|(%d+)|(%d+)|%d+|%d+|()')
-if not st then
-  -- An idemkey record with a damaged field: no token matches it (acquire reports it as foreign).
-  if string.sub(v, 1, 3) == 'ik1' then return 0 end
-  return redis.error_reply('IDEMKEY_FOREIGN the key holds a value that is not an idemkey record')
-end
+if not st then return unparsable(v) end
 if tok ~= ARGV[1] or st ~= 'p' then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local expiresAt = now + tonumber(ARGV[2])
 local px = int(expiresAt + tonumber(ARGV[3]) - now)
 redis.call('SET', rk, head .. 'p|' .. tok .. '|' .. int(now) .. '|' .. att .. '|' .. ca .. '|' .. int(now) .. '|' ..
