@@ -23,7 +23,7 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
     )
   }
   const spec = parseStoreUrl(flags.store)
-  const logger = createLogger({ level: flags.logLevel, format: flags.logFormat })
+  const { log: logger, access } = createLogger({ level: flags.logLevel, format: flags.logFormat })
   const admin = flags.adminPort !== undefined
   const metrics: PrometheusMetrics | undefined = admin ? prometheusMetrics() : undefined
   // Said once per change: an outage is one error line and one line when it ends, not one per request.
@@ -74,7 +74,7 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
     accessLog || metrics
       ? (entry: AccessEntry) => {
           metrics?.answered(entry.outcome, entry.status, entry.durationMs / 1_000)
-          if (accessLog) logger.info(entry, 'request')
+          if (accessLog) access.info(entry, 'request')
         }
       : undefined
   const proxy = createProxyServer({

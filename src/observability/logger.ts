@@ -20,47 +20,52 @@ export interface LoggerOptions {
   stream?: NodeJS.WritableStream & { isTTY?: boolean }
 }
 
-/**
- * A pino logger with idemkey's base fields (`name: "idemkey"`), ISO times and level names.
- *
- * @example const log = createLogger({ level: 'info' }); log.info({ keyHash }, 'request')
- */
-export function createLogger(options: LoggerOptions): Logger {
-  const stream = options.stream ?? process.stderr
-  const format = options.format ?? (stream.isTTY ? 'pretty' : 'json')
-  const destination: DestinationStream =
-    format === 'pretty'
-      ? { write: (line: string) => void stream.write(prettyLine(line)) }
-      : stream === process.stderr
-        ? bufferedStderr()
-        : { write: (line: string) => void stream.write(line) }
-  return pino(
-    {
-      name: 'idemkey',
-      level: options.level,
-      base: { name: 'idemkey', pid: process.pid },
-      timestamp: pino.stdTimeFunctions.isoTime,
-      formatters: { level: (label) => ({ level: label }) },
-    },
-    destination,
-  )
+/** The proxy's two loggers: `access` for the per-request lines, `log` for everything else. */
+export interface ProxyLoggers {
+  log: Logger
+  /** Access lines; on stderr gathered into fewer writes (see {@link LOG_FLUSH_MS}), never after a later `log` line. */
+  access: Logger
 }
 
-/** How an access line ends: `log.info({ ... }, 'request')`. */
-const ACCESS_LINE_END = '"msg":"request"}\n'
+/**
+ * pino loggers with idemkey's base fields (`name: "idemkey"`), ISO times and level names.
+ *
+ * @example const { log, access } = createLogger({ level: 'info' }); access.info({ keyHash }, 'request')
+ */
+export function createLogger(options: LoggerOptions): ProxyLoggers {
+  const stream = options.stream ?? process.stderr
+  const format = options.format ?? (stream.isTTY ? 'pretty' : 'json')
+  const make = (destination: DestinationStream) =>
+    pino(
+      {
+        name: 'idemkey',
+        level: options.level,
+        base: { name: 'idemkey', pid: process.pid },
+        timestamp: pino.stdTimeFunctions.isoTime,
+        formatters: { level: (label) => ({ level: label }) },
+      },
+      destination,
+    )
+  if (format === 'pretty' || stream !== process.stderr) {
+    const log = make({ write: (line: string) => void stream.write(format === 'pretty' ? prettyLine(line) : line) })
+    return { log, access: log }
+  }
+  const gate = stderrGate()
+  return { log: make(gate.now), access: make(gate.gathered) }
+}
 
-/** How long an access line may wait in the buffer before it is written. */
+/** How long an access line may wait before it is written. */
 export const LOG_FLUSH_MS = 100
 
 /**
- * stderr with the per-request access lines (`msg: "request"`) gathered up to 4 KiB and written at least
- * every {@link LOG_FLUSH_MS} and at exit: one write per line cost the proxy about 8 µs a request under
- * load (a `write` system call each); now many lines share one. Every other line (store down and back,
- * UNRECORDED outcomes, errors) is written at once, after what was gathered before it, so lines stay in
- * order. Writes go through `process.stderr`, which Node writes synchronously to files and pipes, so such a
- * line is out before the response that follows it. `logger.flush()` (the proxy's drain) empties it.
+ * stderr with the access lines gathered up to 4 KiB and written at least every {@link LOG_FLUSH_MS} and
+ * at exit: one write per line cost the proxy about 8 µs a request under load (a `write` system call each);
+ * now many lines share one. Every other line (store down and back, UNRECORDED outcomes, errors) is written
+ * at once, after what was gathered before it, so lines stay in order. Writes go through `process.stderr`,
+ * which Node writes synchronously to files and pipes, so such a line is out before the response that
+ * follows it. `flush()` (pino's `logger.flush()`, the proxy's drain) empties it.
  */
-function bufferedStderr(): DestinationStream & { flush(cb?: (error?: Error) => void): void } {
+function stderrGate(): { now: DestinationStream & Flushable; gathered: DestinationStream & Flushable } {
   let gathered = ''
   const flush = () => {
     if (gathered === '') return
@@ -71,22 +76,33 @@ function bufferedStderr(): DestinationStream & { flush(cb?: (error?: Error) => v
   const timer = setInterval(flush, LOG_FLUSH_MS)
   timer.unref()
   process.once('exit', flush)
-  return {
-    write(line: string) {
-      if (line.endsWith(ACCESS_LINE_END)) {
-        gathered += line
-        if (gathered.length >= 4096) flush()
-        return
-      }
-      const out = gathered + line
-      gathered = ''
-      process.stderr.write(out)
-    },
+  const flushable = {
     flush(cb?: (error?: Error) => void) {
       flush()
       cb?.()
     },
   }
+  return {
+    now: {
+      ...flushable,
+      write(line: string) {
+        const out = gathered + line
+        gathered = ''
+        process.stderr.write(out)
+      },
+    },
+    gathered: {
+      ...flushable,
+      write(line: string) {
+        gathered += line
+        if (gathered.length >= 4096) flush()
+      },
+    },
+  }
+}
+
+interface Flushable {
+  flush(cb?: (error?: Error) => void): void
 }
 
 const COLORS: Partial<Record<Level, string>> = { trace: '90', debug: '36', info: '32', warn: '33', error: '31', fatal: '35' }
