@@ -210,6 +210,17 @@ export class DynamoDbStore implements IdempotencyStore {
       const now = this.#clock.now()
       const lockedUntil = now + leaseMs
       const expiresAt = lockedUntil + this.#retentionMs
+      // What both writes below set: the new lease, its times and the record's expiry.
+      const lease = {
+        ':fp': s(fingerprint),
+        ':inprog': s('in_progress'),
+        ':one': n(1),
+        ':lu': n(lockedUntil),
+        ':now': n(now),
+        ':ea': n(expiresAt),
+        ':ttl': n(this.#ttlSeconds(expiresAt)),
+        ':nosteps': { M: {} },
+      }
       let item: Item | undefined
       try {
         const written = (await this.#send('acquire', 'UpdateItemCommand', {
@@ -219,19 +230,7 @@ export class DynamoDbStore implements IdempotencyStore {
           UpdateExpression:
             'SET #sc = :sc, #k = :k, #fp = :fp, #st = :inprog, #tok = if_not_exists(#tok, :zero) + :one, #lu = :lu, #att = :one, #ca = :now, #ua = :now, #ea = :ea, #ttl = :ttl, #sp = :nosteps REMOVE #rs, #rh, #rb, #rid',
           ExpressionAttributeNames: this.#exprNames,
-          ExpressionAttributeValues: {
-            ':sc': s(scope),
-            ':k': s(key),
-            ':fp': s(fingerprint),
-            ':inprog': s('in_progress'),
-            ':zero': n(0),
-            ':one': n(1),
-            ':lu': n(lockedUntil),
-            ':now': n(now),
-            ':ea': n(expiresAt),
-            ':ttl': n(this.#ttlSeconds(expiresAt)),
-            ':nosteps': { M: {} },
-          },
+          ExpressionAttributeValues: { ...lease, ':sc': s(scope), ':k': s(key), ':zero': n(0) },
           ReturnValues: 'UPDATED_NEW',
           ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         })) as { Attributes?: Item }
@@ -260,18 +259,7 @@ export class DynamoDbStore implements IdempotencyStore {
           UpdateExpression:
             'SET #fp = :fp, #tok = #tok + :one, #att = #att + :one, #lu = :lu, #ua = :now, #ea = :ea, #ttl = :ttl, #sp = if_not_exists(#sp, :nosteps)',
           ExpressionAttributeNames: this.#exprNames,
-          ExpressionAttributeValues: {
-            ':seen': n(record.token),
-            ':inprog': s('in_progress'),
-            ':before': n(takeoverBefore),
-            ':fp': s(fingerprint),
-            ':one': n(1),
-            ':lu': n(lockedUntil),
-            ':now': n(now),
-            ':ea': n(expiresAt),
-            ':ttl': n(this.#ttlSeconds(expiresAt)),
-            ':nosteps': { M: {} },
-          },
+          ExpressionAttributeValues: { ...lease, ':seen': n(record.token), ':before': n(takeoverBefore) },
           ReturnValues: 'ALL_NEW',
         })) as { Attributes?: Item }
         // The steps the earlier attempt recorded come back with the takeover, in the same round trip.
