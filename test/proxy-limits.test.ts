@@ -509,7 +509,8 @@ describe('proxy limits (in-process)', () => {
     expect(detail).not.toMatch(/127\.0\.0\.1|ECONNREFUSED|connect/)
     expect(lines.some((line) => line.includes('ECONNREFUSED') && !line.includes('\n'))).toBe(true)
 
-    const broken = { run: async () => Promise.reject(new Error('driver exploded at 10.9.8.7:5432')), store: new MemoryStore() }
+    const explode = async () => Promise.reject(new Error('driver exploded at 10.9.8.7:5432'))
+    const broken = { run: explode, begin: explode, store: new MemoryStore() }
     const { port: brokenPort } = await inProcess({ ledger: broken as unknown as Ledger })
     lines.length = 0
     const failed = await post(brokenPort, '/sink', randomUUID())

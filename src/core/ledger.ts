@@ -3,7 +3,8 @@ import { type Clock, systemClock } from './clock.js'
 import { type Duration, parseDuration } from './duration.js'
 import { fingerprintOf } from './fingerprint.js'
 import { type Classification, classifyStatus } from './outcome.js'
-import { type Reconcile, StepLog, type StepMethods } from './steps.js'
+import { Schedule, type Scheduled } from './schedule.js'
+import { type Reconcile, type RecordStepFn, StepLog, type StepMethods } from './steps.js'
 import {
   type AcquireResult,
   type IdempotencyStore,
@@ -215,9 +216,8 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
   readonly leaseMs: number
   readonly ttlMs: number
   readonly waitMs: number
-  readonly #storeTimeoutMs: number
-  readonly #onEvent: ((event: LedgerEvent) => void) | undefined
   readonly #telemetry: LedgerTelemetry | undefined
+  readonly #core: Core
 
   constructor(options: LedgerOptions<S>) {
     if (!options?.store || typeof options.store.acquire !== 'function') {
@@ -231,9 +231,9 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     this.leaseMs = positive(parseDuration(options.lease ?? '30s', 'lease'), 'lease')
     this.ttlMs = positive(parseDuration(options.ttl ?? '24h', 'ttl'), 'ttl')
     this.waitMs = parseDuration(options.wait ?? '10s', 'wait')
-    this.#storeTimeoutMs = positive(parseDuration(options.storeTimeout ?? '5s', 'storeTimeout'), 'storeTimeout')
-    this.#onEvent = options.onEvent
+    const storeTimeoutMs = positive(parseDuration(options.storeTimeout ?? '5s', 'storeTimeout'), 'storeTimeout')
     this.#telemetry = options.telemetry
+    this.#core = new Core(this.store, this.clock, storeTimeoutMs, options.onEvent)
   }
 
   /**
@@ -242,7 +242,33 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
    * A thrown error releases the record (transient) and is rethrown.
    */
   run<T>(intent: Intent, fn: (ctx: IntentContext) => T | Promise<T>, options: RunOptions<T> = {}): Promise<RunResult<T>> {
-    return this.#run(intent, options, (ctx, plan) => this.#execute(ctx, plan, fn))
+    return this.#run(intent, options, (attempt, plan) => this.#execute(attempt, plan, fn))
+  }
+
+  /**
+   * The first half of {@link Ledger.run}, for front ends whose framework runs the work itself (the HTTP
+   * layer: the handler runs between the middleware and the response's end). Resolves as `run` would
+   * without running anything, or with `acquired`: this caller holds the record, its lease is renewed
+   * from now on, and exactly one of `finish(value)` (the work's value: stored or released as `run`
+   * would) or `fail(error)` (the work threw: released) must follow.
+   *
+   * @example
+   * const begun = await ledger.begin({ key, fingerprint })
+   * if (begun.kind !== 'acquired') return answer(begun)
+   * try { return await begun.finish(await work(begun.context)) } catch (e) { await begun.fail(e); throw e }
+   */
+  begin<T>(intent: Intent, options: RunOptions<T> = {}): Promise<Begun<T>> {
+    return this.#run<T, Held<T>>(intent, options, (attempt, plan) => {
+      const held = new Held<T>(this.#core, attempt, plan)
+      if (!plan.reconcile || !attempt.takeover) return held
+      return this.#reconcile(attempt, plan).then(
+        () => held,
+        async (error: unknown) => {
+          await held.fail(error)
+          throw error
+        },
+      )
+    })
   }
 
   /**
@@ -262,7 +288,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
       )
     }
     const store = this.store as unknown as TransactionalStore<TxOf<S>>
-    return this.#run(intent, options, (ctx, plan) => this.#executeInTransaction(store, ctx, plan, fn))
+    return this.#run(intent, options, (attempt, plan) => this.#executeInTransaction(store, attempt, plan, fn))
   }
 
   /** Closes the store. */
@@ -274,7 +300,11 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
    * Validates the intent and makes the run's plan, then runs it. Not async itself: without telemetry
    * the run's promise is the attempt's own, with no extra step; invalid input still rejects.
    */
-  #run<T>(intent: Intent, options: RunOptions<T>, execute: (ctx: Attempt, plan: Plan<T>) => Promise<RunResult<T>>): Promise<RunResult<T>> {
+  #run<T, R = RunResult<T>>(
+    intent: Intent,
+    options: RunOptions<T>,
+    onAcquired: (attempt: Attempt, plan: Plan<T>) => R | Promise<R>,
+  ): Promise<R | Settled<T>> {
     let scope: string
     let key: string
     let fingerprint: string
@@ -301,12 +331,14 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
       return Promise.reject(error)
     }
     const telemetry = this.#telemetry?.startRun(scope, key, this.store.name)
-    if (!telemetry) return this.#attempt(scope, key, fingerprint, options, plan, execute)
+    if (!telemetry) return this.#attempt(scope, key, fingerprint, options, plan, onAcquired)
     plan.telemetry = telemetry
     plan.onEvent = withTelemetry(options.onEvent, telemetry)
-    return this.#attempt(scope, key, fingerprint, options, plan, execute).then(
+    return this.#attempt(scope, key, fingerprint, options, plan, onAcquired).then(
       (result) => {
-        telemetry.end(result.kind)
+        // A run handed back to its caller ends at its finish or fail.
+        if (result instanceof Held) result.endsTelemetry = true
+        else telemetry.end((result as RunResult<T>).kind)
         return result
       },
       (error: unknown) => {
@@ -316,14 +348,15 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     )
   }
 
-  async #attempt<T>(
+  async #attempt<T, R>(
     scope: string,
     key: string,
     fingerprint: string,
     options: RunOptions<T>,
     plan: Plan<T>,
-    execute: (ctx: Attempt, plan: Plan<T>) => Promise<RunResult<T>>,
-  ): Promise<RunResult<T>> {
+    onAcquired: (attempt: Attempt, plan: Plan<T>) => R | Promise<R>,
+  ): Promise<R | Settled<T>> {
+    const core = this.#core
     const startedAtMs = plan.startedAtMs
     const waitMs = options.wait === undefined ? this.waitMs : parseDuration(options.wait, 'wait')
     const deadlineMs = startedAtMs + waitMs
@@ -331,7 +364,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     let waiter: Waiter | undefined
     try {
       for (let pollMs = FIRST_POLL_MS; ; pollMs = Math.min(pollMs * 2, MAX_POLL_MS)) {
-        const result: AcquireResult = await this.#call(
+        const result: AcquireResult = await core.call(
           'acquire',
           scope,
           key,
@@ -340,20 +373,22 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
         )
         switch (result.kind) {
           case 'acquired':
-            this.#emit({ type: 'acquired', scope, key, token: result.token, waitedMs, durationMs: this.#since(plan) }, plan.onEvent)
-            return await execute(this.#context(scope, key, fingerprint, result.token, result.steps, plan), plan)
+            if (core.listens(plan)) {
+              core.emit({ type: 'acquired', scope, key, token: result.token, waitedMs, durationMs: core.since(plan) }, plan)
+            }
+            return await onAcquired(new Attempt(core, plan, scope, key, fingerprint, result.token, result.steps), plan)
           case 'replay':
-            this.#emit({ type: 'replayed', scope, key, waitedMs, durationMs: this.#since(plan) }, plan.onEvent)
+            if (core.listens(plan)) core.emit({ type: 'replayed', scope, key, waitedMs, durationMs: core.since(plan) }, plan)
             return { kind: 'replayed', value: plan.decode(result.record.response as StoredResponse, result.record), record: result.record }
           case 'mismatch':
-            this.#emit({ type: 'mismatch', scope, key, waitedMs, durationMs: this.#since(plan) }, plan.onEvent)
+            if (core.listens(plan)) core.emit({ type: 'mismatch', scope, key, waitedMs, durationMs: core.since(plan) }, plan)
             return { kind: 'mismatch', scope, key }
           case 'in_progress': {
             const nowMs = this.clock.now()
             if (nowMs >= deadlineMs) {
-              this.#emit(
+              core.emit(
                 { type: 'in_progress', scope, key, lockedUntilMs: result.lockedUntilMs, waitedMs, durationMs: nowMs - startedAtMs },
-                plan.onEvent,
+                plan,
               )
               return {
                 kind: 'in_progress',
@@ -361,7 +396,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
                 retryAfterMs: retryAfter(result.lockedUntilMs, nowMs),
               }
             }
-            this.#emit({ type: 'waiting', scope, key, lockedUntilMs: result.lockedUntilMs, durationMs: nowMs - startedAtMs }, plan.onEvent)
+            core.emit({ type: 'waiting', scope, key, lockedUntilMs: result.lockedUntilMs, durationMs: nowMs - startedAtMs }, plan)
             waiter ??= new Waiter(this.store, scope, key)
             // Polling is the fallback for lost notifications and for leases that end with no event.
             await waiter.wait(this.clock, Math.min(pollMs, deadlineMs - nowMs))
@@ -374,64 +409,45 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     }
   }
 
-  #context(scope: string, key: string, fingerprint: string, token: number, steps: StepEntry[] | undefined, plan: RunLimits): Attempt {
-    const store = this.store
-    const record = store.recordStep
-      ? (name: string, result: string | null) =>
-          this.#call('recordStep', scope, key, () => store.recordStep?.(scope, key, token, name, result) as Promise<boolean>, plan)
-      : undefined
-    return new Attempt(scope, key, fingerprint, token, steps, store.name, record, plan.reconcile !== undefined, this.clock)
-  }
-
   /** On a takeover, hands the steps that started but have no result to `reconcile`, before the work. */
-  async #reconcile(ctx: Attempt, plan: RunLimits): Promise<void> {
-    if (!plan.reconcile || !ctx.takeover) return
-    const pending = ctx.steps.pending()
+  async #reconcile(attempt: Attempt, plan: RunLimits): Promise<void> {
+    if (!plan.reconcile || !attempt.takeover) return
+    const steps = attempt[STEPS]
+    const pending = steps.pending()
     if (pending.length === 0) return
-    const { steps } = ctx
     await plan.reconcile(pending, {
-      scope: ctx.scope,
-      key: ctx.key,
-      token: ctx.token,
+      scope: attempt.scope,
+      key: attempt.key,
+      token: attempt.token,
       get signal() {
-        return ctx.signal
+        return attempt.signal
       },
       recordStep: (name, value) => steps.reconciled(name, value),
     })
   }
 
-  async #execute<T>(ctx: Attempt, plan: Plan<T>, fn: (ctx: IntentContext) => T | Promise<T>): Promise<RunResult<T>> {
-    const { scope, key, token } = ctx
-    const renewal = this.#renewWhileRunning(ctx, plan)
+  async #execute<T>(attempt: Attempt, plan: Plan<T>, fn: (ctx: IntentContext) => T | Promise<T>): Promise<RunResult<T>> {
+    const held = new Held<T>(this.#core, attempt, plan)
     let value: T
     try {
-      await this.#reconcile(ctx, plan)
-      value = await (plan.telemetry ? plan.telemetry.work(() => fn(publicContext(ctx))) : fn(publicContext(ctx)))
+      await this.#reconcile(attempt, plan)
+      value = await (plan.telemetry ? plan.telemetry.work(() => fn(attempt)) : fn(attempt))
     } catch (error) {
-      await renewal.stop()
-      await this.#release(scope, key, token, plan)
+      await held.fail(error)
       throw error
     }
-    await renewal.stop()
-    const response = plan.encode(value)
-    const classification = plan.classify(value, response)
-    if (classification === 'transient') {
-      await this.#release(scope, key, token, plan)
-      return { kind: 'executed', value, token, outcome: 'released', response }
-    }
-    const outcome: Outcome = { status: classification, response, resourceId: plan.resourceId?.(value) ?? null }
-    const stored = await this.#complete(scope, key, token, outcome, plan, renewal.leaseEndsAtMs())
-    return { kind: 'executed', value, token, outcome: stored, response }
+    return held.finish(value)
   }
 
   async #executeInTransaction<T, Tx>(
     store: TransactionalStore<Tx>,
-    ctx: Attempt,
+    attempt: Attempt,
     plan: Plan<T>,
     fn: (ctx: TransactionContext<Tx>) => T | Promise<T>,
   ): Promise<RunResult<T>> {
-    const { scope, key, token } = ctx
-    const renewal = this.#renewWhileRunning(ctx, plan)
+    const core = this.#core
+    const { scope, key, token } = attempt
+    const renewal = new Renewal(core, attempt, plan)
     try {
       const done = await store.transaction(async (tx) => {
         const inTx = store.recordStepInTransaction
@@ -440,13 +456,13 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
         // (it then finds the record completed, or, after a rollback, this attempt's lease), so renewals
         // stop there: on another connection they would wait for that lock, and the commit for them.
         if (inTx) {
-          ctx.steps.useRecorder(async (name, result) => {
+          attempt[STEPS].useRecorder(async (name, result) => {
             await renewal.stop()
             return inTx.call(store, tx, scope, key, token, name, result)
           })
         }
-        await this.#reconcile(ctx, plan)
-        const context = Object.assign(publicContext(ctx), { tx })
+        await this.#reconcile(attempt, plan)
+        const context = attempt.inTransaction(tx)
         const value = await (plan.telemetry ? plan.telemetry.work(() => fn(context)) : fn(context))
         const response = plan.encode(value)
         const classification = plan.classify(value, response)
@@ -459,172 +475,22 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
         }
         return { value, response, status: classification }
       })
-      this.#emit({ type: 'stored', scope, key, token, status: done.status, durationMs: this.#since(plan) }, plan.onEvent)
+      if (core.listens(plan)) core.emit({ type: 'stored', scope, key, token, status: done.status, durationMs: core.since(plan) }, plan)
       return { kind: 'executed', value: done.value, token, outcome: done.status, response: done.response }
     } catch (error) {
       await renewal.stop()
       if (error instanceof Rollback && error.reason === 'fenced_out') {
-        this.#emit({ type: 'fenced_out', scope, key, token, durationMs: this.#since(plan) }, plan.onEvent)
+        if (core.listens(plan)) core.emit({ type: 'fenced_out', scope, key, token, durationMs: core.since(plan) }, plan)
         return { kind: 'executed', value: error.value as T, token, outcome: 'fenced_out', response: error.response }
       }
-      await this.#release(scope, key, token, plan)
+      await core.release(scope, key, token, plan)
       if (error instanceof Rollback) {
         return { kind: 'executed', value: error.value as T, token, outcome: 'released', response: error.response }
       }
       throw error
     }
   }
-
-  /**
-   * Renews the lease every third of it while the work runs. When the store says the token is no
-   * longer current, or renewals fail for a whole lease, the attempt's signal is aborted.
-   * A plain timer, not a loop of sleeps: most work ends long before the first renewal is due.
-   * `leaseEndsAtMs` is this process's conservative view of when the lease ends: the last renewal's
-   * start (or the acquire's end, which is later than the store granted it only by the round trip) plus
-   * one lease.
-   */
-  #renewWhileRunning(attempt: Attempt, plan: RunLimits): { stop(): Promise<void>; leaseEndsAtMs(): number } {
-    const leaseMs = plan.leaseMs
-    const everyMs = Math.max(1, Math.floor(leaseMs / 3))
-    let stopped = false
-    let renewedAtMs = this.clock.now()
-    let inFlight: Promise<void> | undefined
-    const renewOnce = async () => {
-      const startedAtMs = this.clock.now()
-      let current: boolean
-      try {
-        current = await this.#call(
-          'renew',
-          attempt.scope,
-          attempt.key,
-          () => this.store.renew(attempt.scope, attempt.key, attempt.token, leaseMs),
-          plan,
-        )
-      } catch {
-        current = this.clock.now() - renewedAtMs < leaseMs
-        if (current) return schedule()
-      }
-      if (stopped) return
-      if (!current) {
-        this.#emit(
-          { type: 'lease_lost', scope: attempt.scope, key: attempt.key, token: attempt.token, durationMs: this.#since(plan) },
-          plan.onEvent,
-        )
-        attempt.lose(
-          new IdempotencyError(
-            'FENCED_OUT',
-            `Lost the lease on key "${attempt.key}" (token ${attempt.token}): another holder may run it now. Stop work that has not committed.`,
-          ),
-        )
-        return
-      }
-      renewedAtMs = startedAtMs
-      schedule()
-    }
-    let cancel = () => {}
-    const schedule = () => {
-      if (stopped) return
-      cancel = this.clock.timer(everyMs, () => {
-        inFlight = renewOnce()
-      })
-    }
-    schedule()
-    return {
-      stop: async () => {
-        stopped = true
-        cancel()
-        await inFlight
-      },
-      leaseEndsAtMs: () => renewedAtMs + leaseMs,
-    }
-  }
-
-  /**
-   * Stores the outcome. The work already ran, so a store outage here must not end in a second run:
-   * while this holder's lease lasts, no one else can take the record over, so the outcome is retried
-   * (backoff from 50 ms up to 1 s) until shortly before the lease ends. Only then is it given up as
-   * `unrecorded`, loudly, since the next retry after the lease will run the work again.
-   *
-   *   acquire ── work ── complete ✗ ── 50ms ── ✗ ── 100ms ── … ── ✓ completed
-   *                                                          └─ lease end − margin: unrecorded
-   */
-  async #complete(
-    scope: string,
-    key: string,
-    token: number,
-    outcome: Outcome,
-    plan: RunLimits,
-    leaseEndsAtMs: number,
-  ): Promise<ExecutedOutcome> {
-    // Stop early enough that the last try lands inside the lease, whatever the store's round trip.
-    const giveUpAtMs = leaseEndsAtMs - Math.min(1_000, Math.floor(plan.leaseMs / 10))
-    let backoffMs = COMPLETE_FIRST_BACKOFF_MS
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const stored = await this.#call('complete', scope, key, () => this.store.complete(scope, key, token, outcome, plan.ttlMs), plan)
-        if (stored) {
-          this.#emit({ type: 'stored', scope, key, token, status: outcome.status, durationMs: this.#since(plan) }, plan.onEvent)
-          return outcome.status
-        }
-        this.#emit({ type: 'fenced_out', scope, key, token, durationMs: this.#since(plan) }, plan.onEvent)
-        return 'fenced_out'
-      } catch (error) {
-        const retriable = isIdempotencyError(error) && error.code === 'STORE_UNAVAILABLE'
-        const leftMs = giveUpAtMs - this.clock.now()
-        if (!retriable || leftMs <= 0) {
-          this.#emit(
-            { type: 'unrecorded', scope, key, token, status: outcome.status, attempts: attempt, error, durationMs: this.#since(plan) },
-            plan.onEvent,
-          )
-          return 'unrecorded'
-        }
-        await this.clock.sleep(Math.min(backoffMs, leftMs))
-        backoffMs = Math.min(backoffMs * 2, COMPLETE_MAX_BACKOFF_MS)
-      }
-    }
-  }
-
-  /** Releases after a transient failure; a store outage here only means the lease ends by itself. */
-  async #release(scope: string, key: string, token: number, plan: RunLimits): Promise<void> {
-    try {
-      if (await this.#call('release', scope, key, () => this.store.release(scope, key, token), plan)) {
-        this.#emit({ type: 'released', scope, key, token, durationMs: this.#since(plan) }, plan.onEvent)
-      }
-    } catch {
-      // Reported by #call; the record becomes acquirable when its lease ends.
-    }
-  }
-
-  /** One store call: errors become STORE_UNAVAILABLE with the driver's error as cause; network stores get a timeout. */
-  async #call<R>(operation: string, scope: string, key: string, call: () => Promise<R>, plan: RunLimits): Promise<R> {
-    const startedAtMs = this.clock.now()
-    // In-process stores answer synchronously underneath: a timer per call would only cost time.
-    const timed = this.store.serverClock ? () => withTimeout(call(), this.#storeTimeoutMs, this.store.name, operation) : call
-    try {
-      return await (plan.telemetry ? plan.telemetry.storeCall(operation, timed) : timed())
-    } catch (error) {
-      const wrapped = storeUnavailable(this.store.name, operation, error)
-      if (wrapped.code === 'STORE_UNAVAILABLE' || wrapped.code === 'STORE_SCHEMA') {
-        this.#emit({ type: 'store_error', scope, key, operation, error: wrapped, durationMs: this.clock.now() - startedAtMs }, plan.onEvent)
-      }
-      throw wrapped
-    }
-  }
-
-  /** Milliseconds since the run began. */
-  #since(plan: RunLimits): number {
-    return this.clock.now() - plan.startedAtMs
-  }
-
-  #emit(event: LedgerEvent, listener?: (event: LedgerEvent) => void): void {
-    // A broken metrics hook must not break an intent.
-    if (this.#onEvent) safely(this.#onEvent, event)
-    if (listener) safely(listener, event)
-  }
 }
-
-/** What the renewal, completion and release of one run need of its plan. */
-type RunLimits = Pick<Plan<unknown>, 'leaseMs' | 'ttlMs' | 'onEvent' | 'startedAtMs' | 'telemetry' | 'reconcile'>
 
 interface Plan<T> {
   leaseMs: number
@@ -638,6 +504,328 @@ interface Plan<T> {
   startedAtMs: number
   telemetry: RunTelemetry | undefined
   reconcile: Reconcile | undefined
+}
+
+/** What the renewal, completion and release of one run need of its plan. */
+type RunLimits = Pick<Plan<unknown>, 'leaseMs' | 'ttlMs' | 'onEvent' | 'startedAtMs' | 'telemetry' | 'reconcile'>
+
+/** A run that ended without this caller holding the record. */
+type Settled<T> = Exclude<RunResult<T>, { kind: 'executed' }>
+
+/** What {@link Ledger.begin} resolves with. */
+export type Begun<T> = Acquired<T> | Settled<T>
+
+/** The record is this caller's: run the work, then call exactly one of `finish` or `fail`. */
+export interface Acquired<T> {
+  readonly kind: 'acquired'
+  /** What the work sees, as `run`'s work function would. */
+  readonly context: IntentContext
+  /** Stores the work's value (or releases it, when classified transient), as `run` would, and resolves with `run`'s result. */
+  finish(value: T): Promise<RunResult<T>>
+  /** The work failed: releases the record so a retry runs afresh. */
+  fail(error: unknown): Promise<void>
+}
+
+const STEPS = Symbol('steps')
+const LOSE = Symbol('lose')
+
+/**
+ * What runs share in one ledger: the store calls (errors wrapped, network calls timed), events, the
+ * completion and release, and the schedules of renewals and timeouts. Made once per ledger, so a run
+ * makes no closures for it.
+ */
+class Core {
+  /** Lease renewals, on the ledger's clock (a test's ManualClock drives them). */
+  readonly renewals: Schedule
+  /** Timeouts of network store calls, on real time whatever the ledger's clock. */
+  readonly #timeouts = new Schedule(systemClock)
+  readonly #timed: boolean
+
+  constructor(
+    readonly store: IdempotencyStore,
+    readonly clock: Clock,
+    readonly storeTimeoutMs: number,
+    readonly onEvent: ((event: LedgerEvent) => void) | undefined,
+  ) {
+    this.renewals = new Schedule(clock)
+    // In-process stores answer synchronously underneath: a timeout per call would only cost time.
+    this.#timed = store.serverClock === true
+  }
+
+  /** Whether anyone hears this run's events: without a listener none is built. */
+  listens(plan: RunLimits): boolean {
+    return this.onEvent !== undefined || plan.onEvent !== undefined
+  }
+
+  emit(event: LedgerEvent, plan: RunLimits): void {
+    // A broken metrics hook must not break an intent.
+    if (this.onEvent) safely(this.onEvent, event)
+    if (plan.onEvent) safely(plan.onEvent, event)
+  }
+
+  /** Milliseconds since the run began. */
+  since(plan: RunLimits): number {
+    return this.clock.now() - plan.startedAtMs
+  }
+
+  /** One store call: errors become STORE_UNAVAILABLE with the driver's error as cause; network stores get a timeout. */
+  call<R>(operation: string, scope: string, key: string, call: () => Promise<R>, plan: RunLimits): Promise<R> {
+    const startedAtMs = this.listens(plan) ? this.clock.now() : 0
+    let pending: Promise<R>
+    try {
+      pending = plan.telemetry
+        ? plan.telemetry.storeCall(operation, this.#timed ? () => this.#withTimeout(call(), operation) : call)
+        : this.#timed
+          ? this.#withTimeout(call(), operation)
+          : call()
+    } catch (error) {
+      pending = Promise.reject(error)
+    }
+    return pending.then(undefined, (error: unknown) => {
+      const wrapped = storeUnavailable(this.store.name, operation, error)
+      if ((wrapped.code === 'STORE_UNAVAILABLE' || wrapped.code === 'STORE_SCHEMA') && this.listens(plan)) {
+        this.emit({ type: 'store_error', scope, key, operation, error: wrapped, durationMs: this.clock.now() - startedAtMs }, plan)
+      }
+      throw wrapped
+    })
+  }
+
+  #withTimeout<R>(promise: Promise<R>, operation: string): Promise<R> {
+    const ms = this.storeTimeoutMs
+    return new Promise<R>((resolve, reject) => {
+      const deadline = new Deadline(reject, this.store.name, operation, ms)
+      this.#timeouts.add(deadline, ms)
+      promise.then(
+        (value) => {
+          this.#timeouts.remove(deadline, ms)
+          resolve(value)
+        },
+        (error: unknown) => {
+          this.#timeouts.remove(deadline, ms)
+          reject(error)
+        },
+      )
+    })
+  }
+
+  /**
+   * Stores the outcome. The work already ran, so a store outage here must not end in a second run:
+   * while this holder's lease lasts, no one else can take the record over, so the outcome is retried
+   * (backoff from 50 ms up to 1 s) until shortly before the lease ends. Only then is it given up as
+   * `unrecorded`, loudly, since the next retry after the lease will run the work again.
+   *
+   *   acquire ── work ── complete ✗ ── 50ms ── ✗ ── 100ms ── … ── ✓ completed
+   *                                                          └─ lease end − margin: unrecorded
+   */
+  async complete(
+    scope: string,
+    key: string,
+    token: number,
+    outcome: Outcome,
+    plan: RunLimits,
+    leaseEndsAtMs: number,
+  ): Promise<ExecutedOutcome> {
+    // Stop early enough that the last try lands inside the lease, whatever the store's round trip.
+    const giveUpAtMs = leaseEndsAtMs - Math.min(1_000, Math.floor(plan.leaseMs / 10))
+    let backoffMs = COMPLETE_FIRST_BACKOFF_MS
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const stored = await this.call('complete', scope, key, () => this.store.complete(scope, key, token, outcome, plan.ttlMs), plan)
+        if (stored) {
+          if (this.listens(plan)) {
+            this.emit({ type: 'stored', scope, key, token, status: outcome.status, durationMs: this.since(plan) }, plan)
+          }
+          return outcome.status
+        }
+        if (this.listens(plan)) this.emit({ type: 'fenced_out', scope, key, token, durationMs: this.since(plan) }, plan)
+        return 'fenced_out'
+      } catch (error) {
+        const retriable = isIdempotencyError(error) && error.code === 'STORE_UNAVAILABLE'
+        const leftMs = giveUpAtMs - this.clock.now()
+        if (!retriable || leftMs <= 0) {
+          this.emit(
+            { type: 'unrecorded', scope, key, token, status: outcome.status, attempts: attempt, error, durationMs: this.since(plan) },
+            plan,
+          )
+          return 'unrecorded'
+        }
+        await this.clock.sleep(Math.min(backoffMs, leftMs))
+        backoffMs = Math.min(backoffMs * 2, COMPLETE_MAX_BACKOFF_MS)
+      }
+    }
+  }
+
+  /** Releases after a transient failure; a store outage here only means the lease ends by itself. */
+  async release(scope: string, key: string, token: number, plan: RunLimits): Promise<void> {
+    try {
+      if ((await this.call('release', scope, key, () => this.store.release(scope, key, token), plan)) && this.listens(plan)) {
+        this.emit({ type: 'released', scope, key, token, durationMs: this.since(plan) }, plan)
+      }
+    } catch {
+      // Reported by call(); the record becomes acquirable when its lease ends.
+    }
+  }
+
+  /** Where an attempt's steps are recorded, when the store records steps. */
+  stepRecorder(attempt: Attempt, plan: RunLimits): RecordStepFn | undefined {
+    const store = this.store
+    if (!store.recordStep) return undefined
+    const { scope, key, token } = attempt
+    return (name, result) =>
+      this.call('recordStep', scope, key, () => store.recordStep?.(scope, key, token, name, result) as Promise<boolean>, plan)
+  }
+}
+
+/** A network store call's timeout. */
+class Deadline implements Scheduled {
+  dueAtMs = 0
+
+  constructor(
+    readonly reject: (error: unknown) => void,
+    readonly storeName: string,
+    readonly operation: string,
+    readonly ms: number,
+  ) {}
+
+  fire(): void {
+    this.reject(
+      new IdempotencyError(
+        'STORE_UNAVAILABLE',
+        `${this.storeName}: ${this.operation} took longer than ${this.ms}ms. Check that the store is reachable and not overloaded.`,
+      ),
+    )
+  }
+}
+
+/**
+ * Renews the lease every third of it while the work runs. When the store says the token is no
+ * longer current, or renewals fail for a whole lease, the attempt's signal is aborted.
+ * On the ledger's shared schedule, not a timer per run: most work ends long before the first renewal
+ * is due. `leaseEndsAtMs` is this process's conservative view of when the lease ends: the last
+ * renewal's start (or the acquire's end, which is later than the store granted it only by the round
+ * trip) plus one lease.
+ */
+class Renewal implements Scheduled {
+  dueAtMs = 0
+  #stopped = false
+  #inFlight: Promise<void> | undefined
+  #renewedAtMs: number
+  readonly #everyMs: number
+
+  constructor(
+    protected readonly core: Core,
+    protected readonly attempt: Attempt,
+    protected readonly plan: RunLimits,
+  ) {
+    this.#renewedAtMs = core.clock.now()
+    this.#everyMs = Math.max(1, Math.floor(plan.leaseMs / 3))
+    core.renewals.add(this, this.#everyMs)
+  }
+
+  fire(): void {
+    this.#inFlight = this.#renewOnce()
+  }
+
+  async #renewOnce(): Promise<void> {
+    const { core, attempt, plan } = this
+    const startedAtMs = core.clock.now()
+    let current: boolean
+    try {
+      current = await core.call(
+        'renew',
+        attempt.scope,
+        attempt.key,
+        () => core.store.renew(attempt.scope, attempt.key, attempt.token, plan.leaseMs),
+        plan,
+      )
+    } catch {
+      current = core.clock.now() - this.#renewedAtMs < plan.leaseMs
+      if (current) {
+        if (!this.#stopped) core.renewals.add(this, this.#everyMs)
+        return
+      }
+    }
+    if (this.#stopped) return
+    if (!current) {
+      if (core.listens(plan)) {
+        core.emit({ type: 'lease_lost', scope: attempt.scope, key: attempt.key, token: attempt.token, durationMs: core.since(plan) }, plan)
+      }
+      attempt[LOSE](
+        new IdempotencyError(
+          'FENCED_OUT',
+          `Lost the lease on key "${attempt.key}" (token ${attempt.token}): another holder may run it now. Stop work that has not committed.`,
+        ),
+      )
+      return
+    }
+    this.#renewedAtMs = startedAtMs
+    core.renewals.add(this, this.#everyMs)
+  }
+
+  /** Ends the renewals; resolves once a renewal under way has ended, `undefined` when none is. */
+  stop(): Promise<void> | undefined {
+    this.#stopped = true
+    this.core.renewals.remove(this, this.#everyMs)
+    return this.#inFlight
+  }
+
+  leaseEndsAtMs(): number {
+    return this.#renewedAtMs + this.plan.leaseMs
+  }
+}
+
+/** A record this caller holds while its work runs: renewed until `finish` or `fail`. */
+class Held<T> extends Renewal implements Acquired<T> {
+  readonly kind = 'acquired'
+  /** Set when the run was handed back by {@link Ledger.begin} with telemetry: it ends at finish or fail. */
+  endsTelemetry = false
+  #settled = false
+
+  get context(): IntentContext {
+    return this.attempt
+  }
+
+  async finish(value: T): Promise<RunResult<T>> {
+    this.#settle()
+    const inFlight = this.stop()
+    if (inFlight) await inFlight
+    const { core, attempt, plan } = this
+    const { scope, key, token } = attempt
+    const run = plan as Plan<T>
+    let result: RunResult<T>
+    try {
+      const response = run.encode(value)
+      const classification = run.classify(value, response)
+      if (classification === 'transient') {
+        await core.release(scope, key, token, plan)
+        result = { kind: 'executed', value, token, outcome: 'released', response }
+      } else {
+        const outcome: Outcome = { status: classification, response, resourceId: run.resourceId?.(value) ?? null }
+        const stored = await core.complete(scope, key, token, outcome, plan, this.leaseEndsAtMs())
+        result = { kind: 'executed', value, token, outcome: stored, response }
+      }
+    } catch (error) {
+      if (this.endsTelemetry) plan.telemetry?.end(undefined, error)
+      throw error
+    }
+    if (this.endsTelemetry) plan.telemetry?.end(result.kind)
+    return result
+  }
+
+  async fail(error: unknown): Promise<void> {
+    this.#settle()
+    const inFlight = this.stop()
+    if (inFlight) await inFlight
+    await this.core.release(this.attempt.scope, this.attempt.key, this.attempt.token, this.plan)
+    if (this.endsTelemetry) this.plan.telemetry?.end(undefined, error)
+  }
+
+  #settle(): void {
+    if (this.#settled) {
+      throw new IdempotencyError('INVALID_ARGUMENT', 'finish() or fail() was already called for this run: call exactly one of them, once.')
+    }
+    this.#settled = true
+  }
 }
 
 /** The run's own listener, with the run's telemetry seeing each event first. */
@@ -685,44 +873,32 @@ class Waiter {
 }
 
 /**
- * One attempt at an intent: the context the work sees. Its signal is made on first use, since most
- * work never looks at it and an AbortController per call costs more than the rest of a replay.
+ * One attempt at an intent, and the context its work sees ({@link IntentContext}). Its signal and its
+ * steps are made on first use: most work looks at neither, and an AbortController per run costs more
+ * than the rest of a replay. The step methods are getters so that `const { step } = ctx` works too.
  */
-class Attempt {
+class Attempt implements IntentContext {
+  readonly takeover: boolean
   #controller: AbortController | undefined
   #lostReason: unknown
   #steps: StepLog | undefined
+  readonly #core: Core
+  readonly #plan: RunLimits
+  readonly #recorded: StepEntry[] | undefined
 
   constructor(
+    core: Core,
+    plan: RunLimits,
     readonly scope: string,
     readonly key: string,
     readonly fingerprint: string,
     readonly token: number,
-    readonly recordedSteps: StepEntry[] | undefined,
-    readonly storeName: string,
-    readonly record: ((name: string, result: string | null) => Promise<boolean>) | undefined,
-    readonly markers: boolean,
-    readonly clock: Clock,
-  ) {}
-
-  /** The attempt's steps, made on first use: most work records none. */
-  get steps(): StepLog {
-    this.#steps ??= new StepLog(
-      this.scope,
-      this.key,
-      this.token,
-      this.recordedSteps,
-      this.storeName,
-      this.record,
-      this.markers,
-      () => this.signal,
-      () => this.clock.now(),
-    )
-    return this.#steps
-  }
-
-  get takeover(): boolean {
-    return this.token > 1
+    recorded: StepEntry[] | undefined,
+  ) {
+    this.#core = core
+    this.#plan = plan
+    this.#recorded = recorded
+    this.takeover = token > 1
   }
 
   get signal(): AbortSignal {
@@ -733,29 +909,51 @@ class Attempt {
     return this.#controller.signal
   }
 
+  get step(): StepMethods['step'] {
+    return (name, fn) => this[STEPS].step(name, fn)
+  }
+
+  get capture(): StepMethods['capture'] {
+    return (name, fn) => this[STEPS].capture(name, fn)
+  }
+
+  get now(): StepMethods['now'] {
+    return () => this[STEPS].now()
+  }
+
+  get uuid(): StepMethods['uuid'] {
+    return () => this[STEPS].uuid()
+  }
+
+  get random(): StepMethods['random'] {
+    return () => this[STEPS].random()
+  }
+
+  /** The attempt's steps, made on first use: most work records none. */
+  get [STEPS](): StepLog {
+    this.#steps ??= new StepLog(
+      this.scope,
+      this.key,
+      this.token,
+      this.#recorded,
+      this.#core.store.name,
+      this.#core.stepRecorder(this, this.#plan),
+      this.#plan.reconcile !== undefined,
+      () => this.signal,
+      () => this.#core.clock.now(),
+    )
+    return this.#steps
+  }
+
   /** The lease is gone: abort the signal now, or as soon as the work looks at it. */
-  lose(reason: unknown): void {
+  [LOSE](reason: unknown): void {
     this.#lostReason = reason
     this.#controller?.abort(reason)
   }
-}
 
-/** What the work sees of an attempt: its fields and signal (an own property, so a spread keeps it), without `lose`. */
-function publicContext(ctx: Attempt): IntentContext {
-  return {
-    scope: ctx.scope,
-    key: ctx.key,
-    fingerprint: ctx.fingerprint,
-    token: ctx.token,
-    takeover: ctx.takeover,
-    get signal() {
-      return ctx.signal
-    },
-    step: (name, fn) => ctx.steps.step(name, fn),
-    capture: (name, fn) => ctx.steps.capture(name, fn),
-    now: () => ctx.steps.now(),
-    uuid: () => ctx.steps.uuid(),
-    random: () => ctx.steps.random(),
+  /** This attempt as the work of `runInTransaction` sees it: with the transaction. */
+  inTransaction<Tx>(tx: Tx): TransactionContext<Tx> {
+    return Object.assign(this, { tx })
   }
 }
 
@@ -791,25 +989,4 @@ export const RETRY_AFTER_MAX_MS = 2_000
 export function retryAfter(lockedUntilMs: number, nowMs: number): number {
   const leaseLeftS = Math.floor((lockedUntilMs - nowMs) / 1_000)
   return Math.max(1, Math.min(RETRY_AFTER_MAX_MS / 1_000, leaseLeftS)) * 1_000
-}
-
-async function withTimeout<R>(promise: Promise<R>, ms: number, storeName: string, operation: string): Promise<R> {
-  let timer: NodeJS.Timeout | undefined
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () =>
-        reject(
-          new IdempotencyError(
-            'STORE_UNAVAILABLE',
-            `${storeName}: ${operation} took longer than ${ms}ms. Check that the store is reachable and not overloaded.`,
-          ),
-        ),
-      ms,
-    )
-  })
-  try {
-    return await Promise.race([promise, timeout])
-  } finally {
-    clearTimeout(timer)
-  }
 }

@@ -1,5 +1,5 @@
 import { parseDuration } from '../core/duration.js'
-import type { IntentContext, Ledger, RunOptions, RunResult, TransactionContext } from '../core/ledger.js'
+import type { Begun, Ledger, RunOptions, RunResult, TransactionContext } from '../core/ledger.js'
 import { classifyStatus } from '../core/outcome.js'
 import { isTransactionalStore } from '../core/store.js'
 import { IdempotencyError, isIdempotencyError } from '../errors.js'
@@ -39,6 +39,9 @@ const MISCONFIGURED_DETAIL =
 
 /** The first thing that happens to a request in the ledger. */
 type Step = { ctx: IdempotencyContext } | { result: RunResult<HttpResponseLike> } | { error: unknown }
+
+/** A ledger answer that did not run the handler. */
+type Settled = Exclude<RunResult<HttpResponseLike>, { kind: 'executed' }>
 
 /**
  * Creates the engine the adapters share.
@@ -123,9 +126,8 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
     reconcile: options.reconcile,
   }
 
-  const settled = (result: RunResult<HttpResponseLike>, key: string): HttpResponseLike => {
+  const settled = (result: Settled, key: string): HttpResponseLike => {
     switch (result.kind) {
-      case 'executed':
       case 'replayed':
         return result.value
       case 'mismatch':
@@ -215,7 +217,62 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
     return execute(req, key, scope, fingerprint, startedAtMs)
   }
 
+  /** The ledger's answer when it did not hand the record over: a replay, a mismatch, still in flight. */
+  async function answer(req: HttpRequestLike, key: string, scope: string, result: Settled, startedAtMs: number): Promise<Decision> {
+    const response = settled(result, key)
+    if (onEvent) answered(key, result.kind, response.status, startedAtMs)
+    if (onReplay && result.kind === 'replayed') await onReplay({ method: req.method, url: req.url, key, scope }, response)
+    return { kind: 'respond', response, outcome: result.kind }
+  }
+
+  /** The ledger failed before the handler ran (the store is down): a 503, or a pass-through with failOpen. */
+  function failed(key: string, error: unknown, startedAtMs: number): Decision {
+    const decision = fromError(error)
+    if (decision?.kind === 'respond' && onEvent) answered(key, 'store_unavailable', decision.response.status, startedAtMs)
+    if (decision) return decision
+    throw error
+  }
+
+  /**
+   * The handler runs between `begin` and `finish`: the ledger hands the record over, the adapter runs the
+   * handler, and the response settles the record (a store failure there is the ledger's to report; the
+   * client still gets the handler's response).
+   */
   async function execute(req: HttpRequestLike, key: string, scope: string, fingerprint: string, startedAtMs: number): Promise<Decision> {
+    if (options.transactional) return executeInTransaction(req, key, scope, fingerprint, startedAtMs)
+    let begun: Begun<HttpResponseLike>
+    try {
+      begun = await ledger.begin({ key, scope, fingerprint }, runOptions)
+    } catch (error) {
+      return failed(key, error, startedAtMs)
+    }
+    if (begun.kind !== 'acquired') return answer(req, key, scope, begun, startedAtMs)
+    const held = begun
+    return {
+      kind: 'execute',
+      context: held.context,
+      finish: (response) => {
+        const done = () => {
+          if (onEvent) answered(key, 'executed', response.status, startedAtMs)
+          return response
+        }
+        return held.finish(response).then(done, done)
+      },
+      fail: (error) => held.fail(error).catch(() => {}),
+    }
+  }
+
+  /**
+   * With `transactional: true` the handler runs inside the ledger's transaction callback: whichever
+   * comes first, the ledger hands the record over (run the handler) or settles without running it.
+   */
+  async function executeInTransaction(
+    req: HttpRequestLike,
+    key: string,
+    scope: string,
+    fingerprint: string,
+    startedAtMs: number,
+  ): Promise<Decision> {
     let finishHandler: (response: HttpResponseLike) => void = () => {}
     let failHandler: (error: unknown) => void = () => {}
     const handlerDone = new Promise<HttpResponseLike>((resolve, reject) => {
@@ -228,39 +285,27 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
     const firstStep = new Promise<Step>((resolve) => {
       first = resolve
     })
-    const work = (ctx: IntentContext | TransactionContext<unknown>): Promise<HttpResponseLike> => {
-      first({ ctx: toContext(ctx) })
+    const work = (ctx: TransactionContext<unknown>): Promise<HttpResponseLike> => {
+      first({ ctx })
       return handlerDone
     }
-    const intent = { key, scope, fingerprint }
-    const running = options.transactional
-      ? ledger.runInTransaction(intent, work as never, runOptions)
-      : ledger.run(intent, work, runOptions)
+    const running = ledger.runInTransaction({ key, scope, fingerprint }, work as never, runOptions)
     // Also keeps a rejection from being unhandled: finish() and fail() read `running` again later.
     void running.then(
       (result) => first({ result }),
       (error: unknown) => first({ error }),
     )
     const step = await firstStep
-    if ('error' in step) {
-      const decision = fromError(step.error)
-      if (decision?.kind === 'respond' && onEvent) answered(key, 'store_unavailable', decision.response.status, startedAtMs)
-      if (decision) return decision
-      throw step.error
-    }
-    if ('result' in step) {
-      const response = settled(step.result, key)
-      if (onEvent) answered(key, step.result.kind as AnswerOutcome, response.status, startedAtMs)
-      if (onReplay && step.result.kind === 'replayed') await onReplay({ method: req.method, url: req.url, key, scope }, response)
-      return { kind: 'respond', response, outcome: step.result.kind }
-    }
+    if ('error' in step) return failed(key, step.error, startedAtMs)
+    // A run that settled before handing the record over did not execute.
+    if ('result' in step) return answer(req, key, scope, step.result as Settled, startedAtMs)
     return {
       kind: 'execute',
       context: step.ctx,
       finish: async (response) => {
-        const answer = await settle(response)
-        if (onEvent) answered(key, 'executed', answer.status, startedAtMs)
-        return answer
+        const sent = await settle(response)
+        if (onEvent) answered(key, 'executed', sent.status, startedAtMs)
+        return sent
       },
       fail: async (error) => {
         failHandler(error)
@@ -271,7 +316,6 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
     async function settle(response: HttpResponseLike): Promise<HttpResponseLike> {
       finishHandler(response)
       const result = await running.catch((error: unknown) => ({ kind: 'error' as const, error }))
-      if (!options.transactional) return response
       if (result.kind === 'error') {
         // Why it did not commit is for the operator (onEvent); the client learns what to do.
         return problem(
@@ -317,23 +361,4 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
 
 function headerValue(value: string | string[] | undefined): string | undefined {
   return Array.isArray(value) ? value[0] : value
-}
-
-function toContext(ctx: IntentContext | TransactionContext<unknown>): IdempotencyContext {
-  const context: IdempotencyContext = {
-    key: ctx.key,
-    scope: ctx.scope,
-    token: ctx.token,
-    takeover: ctx.takeover,
-    get signal() {
-      return ctx.signal
-    },
-    step: ctx.step,
-    capture: ctx.capture,
-    now: ctx.now,
-    uuid: ctx.uuid,
-    random: ctx.random,
-  }
-  if ('tx' in ctx) context.tx = ctx.tx
-  return context
 }
