@@ -331,6 +331,38 @@ describe('canonicalJson: parsed values', () => {
     )
   })
 
+  it('writes a flat object (the common payload, written in one pass) as the general walk writes it nested', () => {
+    const primitive = fc.oneof(
+      fc.string({ unit: 'binary' }),
+      fc.double(),
+      fc.constantFrom(-0, 0, 1e21, 5e-324, Number.MAX_VALUE, true, false, null, undefined, Number.NaN, Number.POSITIVE_INFINITY),
+      fc.constant(() => 1),
+      fc.constant(Symbol('s')),
+    )
+    const name = fc.oneof(fc.string({ unit: 'binary' }), fc.constantFrom('__proto__', 'toString', '', '1', '01', 'a"b'))
+    fc.assert(
+      fc.property(fc.dictionary(name, primitive, { maxKeys: 8 }), fc.boolean(), (entries, bare) => {
+        const object = bare ? Object.assign(Object.create(null), entries) : entries
+        let flat: string | Error
+        let nested: string | Error
+        try {
+          flat = canonicalJson(object)
+        } catch (error) {
+          flat = error as Error
+        }
+        try {
+          // Inside an array the object goes through the general walk.
+          nested = canonicalJson([object]).slice(1, -1)
+        } catch (error) {
+          nested = error as Error
+        }
+        if (typeof flat === 'string') expect(flat).toBe(nested)
+        else expect(nested).toBeInstanceOf(Error)
+      }),
+      { numRuns: 3_000 },
+    )
+  })
+
   it('keeps the existing callers output: sorted keys, normalised numbers', () => {
     expect(canonicalJson({ b: 1, a: [true, null, 'x'], c: { z: 1e21, y: 0.1, x: -0 } })).toBe(
       '{"a":[true,null,"x"],"b":1,"c":{"x":0,"y":0.1,"z":1e+21}}',

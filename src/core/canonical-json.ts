@@ -558,6 +558,10 @@ const NO_NAMES: string[] = []
  */
 export function canonicalJson(value: unknown, maxDepth: number = MAX_JSON_DEPTH): string {
   checkMaxDepth(maxDepth)
+  if (maxDepth > 0) {
+    const flat = flatObjectText(value)
+    if (flat !== undefined) return flat
+  }
   const frames: ValueFrame[] = []
   let depth = 0
   let v = value
@@ -659,6 +663,47 @@ export function canonicalJson(value: unknown, maxDepth: number = MAX_JSON_DEPTH)
       depth--
     }
   }
+}
+
+/**
+ * The common payload, a plain object of strings, finite numbers, booleans and nulls, written in one
+ * pass; `undefined` for anything else (nested values, bigints, `toJSON`, other prototypes), which the
+ * general walk above handles. Its text is the general walk's, byte for byte.
+ */
+function flatObjectText(value: unknown): string | undefined {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined
+  const proto = Object.getPrototypeOf(value)
+  if (proto !== Object.prototype && proto !== null) return undefined
+  const object = value as Record<string, unknown>
+  if (typeof object.toJSON === 'function') return undefined
+  const names = Object.keys(object).sort()
+  let out = '{'
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i] as string
+    const item = object[name]
+    let text: string
+    switch (typeof item) {
+      case 'string':
+        text = JSON.stringify(item)
+        break
+      case 'number':
+        if (!Number.isFinite(item)) return undefined
+        text = '' + item
+        break
+      case 'boolean':
+        text = item ? 'true' : 'false'
+        break
+      case 'undefined':
+      case 'function':
+      case 'symbol':
+        continue
+      default:
+        if (item !== null) return undefined
+        text = 'null'
+    }
+    out += (out.length > 1 ? ',' : '') + JSON.stringify(name) + ':' + text
+  }
+  return out + '}'
 }
 
 function numberText(value: number): string {

@@ -1,4 +1,5 @@
-import { ManualClock } from './clock.js'
+import { spawnSync } from 'node:child_process'
+import { ManualClock, systemClock } from './clock.js'
 import { Schedule, type Scheduled } from './schedule.js'
 
 function entry(name: string, fired: string[], onFire?: () => void): Scheduled {
@@ -86,5 +87,38 @@ describe('Schedule', () => {
     schedule.add(entry('good', fired), 10)
     clock.advance(10)
     expect(fired).toEqual(['bad', 'good'])
+  })
+})
+
+describe('Schedule on the system clock', () => {
+  it('never keeps an idle process alive: a process with an entry a minute away exits at once', () => {
+    const started = Date.now()
+    const script = `
+      const { Schedule } = await import(${JSON.stringify(new URL('./schedule.ts', import.meta.url).href)})
+      const { systemClock } = await import(${JSON.stringify(new URL('./clock.ts', import.meta.url).href)})
+      const schedule = new Schedule(systemClock)
+      const removed = { dueAtMs: 0, fire() { process.exitCode = 3 } }
+      schedule.add(removed, 60_000)
+      schedule.remove(removed, 60_000)
+      schedule.add({ dueAtMs: 0, fire() { process.exitCode = 4 } }, 60_000)
+    `
+    const run = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 30_000 })
+    expect(run.stderr).toBe('')
+    expect(run.status).toBe(0)
+    expect(Date.now() - started).toBeLessThan(30_000)
+  })
+
+  it('fires an entry on time although its timer was left armed by an earlier entry', async () => {
+    const schedule = new Schedule(systemClock)
+    const fired: string[] = []
+    const early = entry('early', fired)
+    schedule.add(early, 40)
+    schedule.remove(early, 40)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    schedule.add(entry('late', fired), 40)
+    await new Promise((resolve) => setTimeout(resolve, 30))
+    expect(fired).toEqual([])
+    await new Promise((resolve) => setTimeout(resolve, 60))
+    expect(fired).toEqual(['late'])
   })
 })

@@ -1,4 +1,4 @@
-import type { Clock } from './clock.js'
+import { type Clock, systemClock } from './clock.js'
 
 /** Something due after a delay: a lease renewal, a store call's timeout. */
 export interface Scheduled {
@@ -22,15 +22,23 @@ interface Lane {
  * runs, each with a renewal due a third of a lease later and a store call that may time out; one
  * `setTimeout` each costs a timer object, a list insert and a removal per run, for timers that almost
  * never fire. Here an entry is a `Set` insert and delete; the clock's timer is armed for the oldest
- * entry of its delay only, and only while that delay has entries, so an idle process can exit.
+ * entry of its delay only.
+ *
+ * On the system clock the timer is unref'd and left armed when its last entry goes (a run that ends
+ * within one turn of the event loop, the common case, would otherwise arm and cancel one per run): it
+ * fires once more, finds nothing and stops, and never keeps an idle process alive. On an injected clock
+ * (a test's ManualClock) it is cancelled when its last entry goes, so the test sees no sleeper left.
  *
  * Entries of one delay are due in the order they were added, so firing walks from the front and stops
  * at the first that is not due.
  */
 export class Schedule {
   readonly #lanes = new Map<number, Lane>()
+  readonly #real: boolean
 
-  constructor(readonly clock: Clock) {}
+  constructor(readonly clock: Clock) {
+    this.#real = clock === systemClock
+  }
 
   /** Fires `entry` after `delayMs` unless {@link remove}d first. An entry is in one schedule at most once. */
   add(entry: Scheduled, delayMs: number): void {
@@ -48,14 +56,20 @@ export class Schedule {
   remove(entry: Scheduled, delayMs: number): void {
     const lane = this.#lanes.get(delayMs)
     if (lane === undefined || !lane.entries.delete(entry)) return
-    if (lane.entries.size === 0 && lane.cancel !== undefined && !lane.firing) {
+    if (lane.entries.size === 0 && lane.cancel !== undefined && !lane.firing && !this.#real) {
       lane.cancel()
       lane.cancel = undefined
     }
   }
 
   #arm(lane: Lane, ms: number): void {
-    lane.cancel = this.clock.timer(Math.max(1, ms), () => this.#fire(lane))
+    if (this.#real) {
+      const timer = setTimeout(() => this.#fire(lane), Math.max(1, ms))
+      timer.unref()
+      lane.cancel = () => clearTimeout(timer)
+    } else {
+      lane.cancel = this.clock.timer(Math.max(1, ms), () => this.#fire(lane))
+    }
   }
 
   #fire(lane: Lane): void {

@@ -39,8 +39,10 @@ export function capture(res: ServerResponse, abandonAfterMs: number, keepAtMost:
   let chunks: Buffer[] = []
   let length = 0
   let ended = false
-  const keep = (chunk: unknown, encoding: unknown) => {
-    const buffer = toBuffer(chunk, encoding)
+  const keep = (chunk: unknown, encoding: unknown, last: boolean) => {
+    // The last chunk is kept as it is: once handed to end() it is the response's. An earlier one is
+    // copied, since a streaming handler may reuse its buffer for the next write.
+    const buffer = last && Buffer.isBuffer(chunk) ? chunk : toBuffer(chunk, encoding)
     if (!buffer) return
     length += buffer.byteLength
     // A body over the stored limit is stored without its bytes: stop holding a copy of a long stream.
@@ -51,14 +53,14 @@ export function capture(res: ServerResponse, abandonAfterMs: number, keepAtMost:
   const end = res.end
   // `arguments`, not rest parameters: no array per call, and every argument passes through as given.
   res.write = function captureWrite(this: ServerResponse, chunk: unknown, encoding?: unknown) {
-    keep(chunk, encoding)
+    keep(chunk, encoding, false)
     // biome-ignore lint/complexity/noArguments: forwards the call exactly as it was made
     return Reflect.apply(write, this, arguments) as boolean
   } as ServerResponse['write']
   res.end = function captureEnd(this: ServerResponse, chunk?: unknown, encoding?: unknown) {
     if (!ended) {
       ended = true
-      keep(chunk, encoding)
+      keep(chunk, encoding, true)
       const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks)
       void finish({ status: res.statusCode, headers: sentHeaders(res), body, bodyLength: length })
     }
