@@ -157,6 +157,64 @@ describe('Express adapter', () => {
   })
 })
 
+describe('Express adapter: how it takes its copy of the response', () => {
+  let url: string
+  let server: import('node:http').Server
+  let runs = 0
+  const ownMethods: boolean[] = []
+
+  beforeAll(async () => {
+    const app = express()
+    app.use(express.json())
+    // A wrapper installed before idemkey, as compression() is: it rewrites what goes out (each
+    // lower-case letter one further, so the length Express has set still holds).
+    const shift = (chunk: unknown) =>
+      Buffer.isBuffer(chunk) ? Buffer.from(chunk.map((byte) => (byte >= 0x61 && byte < 0x7a ? byte + 1 : byte))) : chunk
+    app.use('/wrapped', (_req, res, next) => {
+      const end = res.end
+      res.end = function shifted(this: typeof res, chunk?: unknown, ...rest: unknown[]) {
+        return Reflect.apply(end, this, [shift(chunk), ...rest])
+      } as typeof res.end
+      next()
+    })
+    app.use(expressIdempotency({ ledger: new Ledger({ store: new MemoryStore() }) }))
+    app.post('/plain', (_req, res) => {
+      runs++
+      ownMethods.push(Object.hasOwn(res, 'write') || Object.hasOwn(res, 'end'))
+      res.status(201).send(`plain ${runs}`)
+    })
+    app.post('/wrapped', (_req, res) => {
+      runs++
+      res.status(201).send(`wrapped ${runs}`)
+    })
+    server = app.listen(0, '127.0.0.1')
+    await new Promise((resolve) => server.once('listening', resolve))
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  })
+  afterAll(async () => {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+  })
+
+  it('adds no write or end of its own to a response nothing else wrapped, and still replays it', async () => {
+    const key = randomUUID()
+    const first = await send(`${url}/plain`, key, '{"a":1}')
+    const replay = await send(`${url}/plain`, key, '{"a":1}')
+    expect(first).toMatchObject({ status: 201, replayed: null })
+    expect(replay).toMatchObject({ status: 201, replayed: 'true', text: first.text })
+    expect(ownMethods).toEqual([false])
+  })
+
+  it('stores what the handler wrote, not what a wrapper installed before idemkey made of it', async () => {
+    const key = randomUUID()
+    const first = await send(`${url}/wrapped`, key, '{"a":1}')
+    const replay = await send(`${url}/wrapped`, key, '{"a":1}')
+    expect(first.text).toMatch(/^xsbqqfe \d+$/)
+    // The replay goes out through the same wrapper once: stored as it went out, it would be shifted twice.
+    expect(replay).toMatchObject({ status: 201, replayed: 'true', text: first.text })
+  })
+})
+
 /**
  * A JSON parser of the kind apps plug in for money: integers past 2^53 become BigInt. The rest is
  * JSON.parse, which turns 1e400 into Infinity.

@@ -3,7 +3,7 @@
  * kept for the ledger while it goes out. Express writes to one directly; NestJS's platforms (Express,
  * and Fastify's `reply.raw`) end up writing to one, so both adapters share this.
  */
-import type { ServerResponse } from 'node:http'
+import { ServerResponse } from 'node:http'
 import { plainHeaders } from './node-body.js'
 import type { HttpResponseLike } from './types.js'
 
@@ -28,46 +28,102 @@ export function sendNode(res: ServerResponse, response: HttpResponseLike): void 
  * way, and Node keeps those out of `getHeaders()` when nothing was set before. They are read back from
  * the header block Node has built by the time the body ends, so `writeHead` is not wrapped.
  *
- * Why only `write` and `end` are wrapped, as own properties: every property added to a response that
- * Express has given its own prototype makes a new hidden class for that one object, which costs a few
- * microseconds there and slows every later property access on it (about 40 µs a request with three
- * wrappers, measured with `node --cpu-prof`). A prototype-level hook would be cheaper still but would sit
- * below per-request wrappers installed earlier (compression's, say), and keep their output instead of
- * what the handler wrote.
+ * How the copy is taken: `ServerResponse.prototype.write` and `end` are wrapped once per process, and
+ * a response being captured is looked up in a WeakMap (one lookup per write for every other response).
+ * Wrapping each response instead means adding `write` and `end` as its own properties, and on a
+ * response Express has given its own prototype every added property makes a new hidden class for that
+ * one object: about 15-20 us of a request on the bench machine (bench/peers/README.md), as much as the
+ * rest of the layer. Where something already sits above Node's methods for this response (a
+ * `compression()` installed before idemkey wraps them as own properties; an http2 compat response has
+ * other methods), the response is wrapped on its own as before, so the copy is always what the
+ * handler wrote, never what a wrapper installed earlier made of it.
  */
 export function capture(res: ServerResponse, abandonAfterMs: number, keepAtMost: number, finish: Finish, fail: Fail): void {
-  let chunks: Buffer[] = []
-  let length = 0
-  let ended = false
-  const keep = (chunk: unknown, encoding: unknown, last: boolean) => {
-    // The last chunk is kept as it is: once handed to end() it is the response's. An earlier one is
-    // copied, since a streaming handler may reuse its buffer for the next write.
-    const buffer = last && Buffer.isBuffer(chunk) ? chunk : toBuffer(chunk, encoding)
-    if (!buffer) return
-    length += buffer.byteLength
-    // A body over the stored limit is stored without its bytes: stop holding a copy of a long stream.
-    if (length > keepAtMost) chunks = []
-    else chunks.push(buffer)
+  const copy = new Capture(keepAtMost, finish)
+  const hooks = nodeHooks()
+  if (res.write === hooks.write && res.end === hooks.end) captures.set(res, copy)
+  else wrapOwn(res, copy)
+  releaseIfAbandoned(res, abandonAfterMs, copy, fail)
+}
+
+/** What a handler has written to one response so far. */
+class Capture {
+  chunks: Buffer[] = []
+  length = 0
+  ended = false
+
+  constructor(
+    readonly keepAtMost: number,
+    readonly finish: Finish,
+  ) {}
+
+  write(chunk: unknown, encoding: unknown): void {
+    // Copied: a streaming handler may reuse its buffer for the next write.
+    this.#keep(toBuffer(chunk, encoding))
   }
-  const write = res.write
-  const end = res.end
+
+  /** The body is complete: hands the response to the ledger. Once; a second `end` is Node's to refuse. */
+  end(res: ServerResponse, chunk: unknown, encoding: unknown): void {
+    if (this.ended) return
+    this.ended = true
+    // The last chunk is kept as it is: once handed to end() it is the response's.
+    this.#keep(Buffer.isBuffer(chunk) ? chunk : toBuffer(chunk, encoding))
+    const body = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks)
+    void this.finish({ status: res.statusCode, headers: sentHeaders(res), body, bodyLength: this.length })
+  }
+
+  #keep(buffer: Buffer | undefined): void {
+    if (!buffer) return
+    this.length += buffer.byteLength
+    // A body over the stored limit is stored without its bytes: stop holding a copy of a long stream.
+    if (this.length > this.keepAtMost) this.chunks = []
+    else this.chunks.push(buffer)
+  }
+}
+
+/** Responses whose body is being copied, by the process-wide wrappers of Node's write and end. */
+const captures = new WeakMap<ServerResponse, Capture>()
+let hooks: { write: ServerResponse['write']; end: ServerResponse['end'] } | undefined
+
+/** Wraps `ServerResponse.prototype.write` and `end`, once; a response not being captured passes straight through. */
+function nodeHooks(): NonNullable<typeof hooks> {
+  if (hooks) return hooks
+  const proto = ServerResponse.prototype
+  const write = proto.write
+  const end = proto.end
   // `arguments`, not rest parameters: no array per call, and every argument passes through as given.
-  res.write = function captureWrite(this: ServerResponse, chunk: unknown, encoding?: unknown) {
-    keep(chunk, encoding, false)
+  proto.write = function idemkeyWrite(this: ServerResponse, chunk: unknown, encoding?: unknown) {
+    captures.get(this)?.write(chunk, encoding)
     // biome-ignore lint/complexity/noArguments: forwards the call exactly as it was made
     return Reflect.apply(write, this, arguments) as boolean
   } as ServerResponse['write']
-  res.end = function captureEnd(this: ServerResponse, chunk?: unknown, encoding?: unknown) {
-    if (!ended) {
-      ended = true
-      keep(chunk, encoding, true)
-      const body = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks)
-      void finish({ status: res.statusCode, headers: sentHeaders(res), body, bodyLength: length })
+  proto.end = function idemkeyEnd(this: ServerResponse, chunk?: unknown, encoding?: unknown) {
+    const copy = captures.get(this)
+    if (copy !== undefined) {
+      captures.delete(this)
+      copy.end(this, chunk, encoding)
     }
     // biome-ignore lint/complexity/noArguments: forwards the call exactly as it was made
     return Reflect.apply(end, this, arguments) as ServerResponse
   } as ServerResponse['end']
-  releaseIfAbandoned(res, abandonAfterMs, () => ended, fail)
+  hooks = { write: proto.write, end: proto.end }
+  return hooks
+}
+
+/** The per-response wrapping, for a response whose write or end something else has wrapped already. */
+function wrapOwn(res: ServerResponse, copy: Capture): void {
+  const write = res.write
+  const end = res.end
+  res.write = function captureWrite(this: ServerResponse, chunk: unknown, encoding?: unknown) {
+    copy.write(chunk, encoding)
+    // biome-ignore lint/complexity/noArguments: forwards the call exactly as it was made
+    return Reflect.apply(write, this, arguments) as boolean
+  } as ServerResponse['write']
+  res.end = function captureEnd(this: ServerResponse, chunk?: unknown, encoding?: unknown) {
+    copy.end(res, chunk, encoding)
+    // biome-ignore lint/complexity/noArguments: forwards the call exactly as it was made
+    return Reflect.apply(end, this, arguments) as ServerResponse
+  } as ServerResponse['end']
 }
 
 /**
@@ -153,16 +209,25 @@ export function holdUntilCommit(res: ServerResponse, abandonAfterMs: number, fin
     })
     return this
   } as ServerResponse['end']
-  releaseIfAbandoned(res, abandonAfterMs, () => ended, fail)
+  releaseIfAbandoned(
+    res,
+    abandonAfterMs,
+    {
+      get ended() {
+        return ended
+      },
+    },
+    fail,
+  )
 }
 
 /** A handler that never ends the response after its client left releases the record after a while. */
-function releaseIfAbandoned(res: ServerResponse, afterMs: number, ended: () => boolean, fail: Fail) {
+function releaseIfAbandoned(res: ServerResponse, afterMs: number, state: { readonly ended: boolean }, fail: Fail) {
   // `on`, not `once`: 'close' comes once, and once's wrapper and removal cost more than the listener.
   res.on('close', () => {
-    if (ended()) return
+    if (state.ended) return
     const timer = setTimeout(() => {
-      if (!ended()) void fail(new Error('The handler did not end the response after the client went away.'))
+      if (!state.ended) void fail(new Error('The handler did not end the response after the client went away.'))
     }, afterMs)
     timer.unref()
   })

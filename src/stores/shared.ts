@@ -3,9 +3,13 @@
 import type { ListFilter, Outcome, StoredRecord, StoredResponse } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
 
-/** A copy that shares no bytes with the caller's response. */
+/**
+ * A copy that shares no bytes with the caller's response. `Buffer.from` copies a small body into
+ * Node's shared 8 KiB pool instead of a buffer of its own: an in-process store holds one per record,
+ * and the garbage collector pays for every separate buffer it tracks.
+ */
 export function copyResponse(response: StoredResponse): StoredResponse {
-  return { status: response.status, headers: { ...response.headers }, body: new Uint8Array(response.body) }
+  return { status: response.status, headers: { ...response.headers }, body: Buffer.from(response.body) }
 }
 
 export function copyRecord(record: StoredRecord): StoredRecord {
