@@ -162,6 +162,7 @@ describe('Express adapter: how it takes its copy of the response', () => {
   let server: import('node:http').Server
   let runs = 0
   const ownMethods: boolean[] = []
+  const contexts: Array<{ own: boolean; key: string | undefined }> = []
 
   beforeAll(async () => {
     const app = express()
@@ -178,9 +179,10 @@ describe('Express adapter: how it takes its copy of the response', () => {
       next()
     })
     app.use(expressIdempotency({ ledger: new Ledger({ store: new MemoryStore() }) }))
-    app.post('/plain', (_req, res) => {
+    app.post('/plain', (req, res) => {
       runs++
       ownMethods.push(Object.hasOwn(res, 'write') || Object.hasOwn(res, 'end'))
+      contexts.push({ own: Object.hasOwn(req, 'idempotency'), key: req.idempotency?.key })
       res.status(201).send(`plain ${runs}`)
     })
     app.post('/wrapped', (_req, res) => {
@@ -203,6 +205,17 @@ describe('Express adapter: how it takes its copy of the response', () => {
     expect(first).toMatchObject({ status: 201, replayed: null })
     expect(replay).toMatchObject({ status: 201, replayed: 'true', text: first.text })
     expect(ownMethods).toEqual([false])
+  })
+
+  it('gives the handler req.idempotency without adding a property to the request', async () => {
+    contexts.length = 0
+    const key = randomUUID()
+    await send(`${url}/plain`, key, '{"b":1}')
+    await send(`${url}/plain`, undefined, '{"b":1}')
+    expect(contexts).toEqual([
+      { own: false, key },
+      { own: false, key: undefined },
+    ])
   })
 
   it('stores what the handler wrote, not what a wrapper installed before idemkey made of it', async () => {

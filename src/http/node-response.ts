@@ -3,9 +3,9 @@
  * kept for the ledger while it goes out. Express writes to one directly; NestJS's platforms (Express,
  * and Fastify's `reply.raw`) end up writing to one, so both adapters share this.
  */
-import { ServerResponse } from 'node:http'
+import { IncomingMessage, ServerResponse } from 'node:http'
 import { plainHeaders } from './node-body.js'
-import type { HttpResponseLike } from './types.js'
+import type { HttpResponseLike, IdempotencyContext } from './types.js'
 
 type Chunk = string | Uint8Array
 type WriteArgs = [chunk?: unknown, encoding?: unknown, callback?: unknown]
@@ -44,6 +44,38 @@ export function capture(res: ServerResponse, abandonAfterMs: number, keepAtMost:
   if (res.write === hooks.write && res.end === hooks.end) captures.set(res, copy)
   else wrapOwn(res, copy)
   releaseIfAbandoned(res, abandonAfterMs, copy, fail)
+}
+
+/**
+ * Sets `req.idempotency` (the API handlers read) without adding a property to the request: Node's
+ * requests get an `idempotency` accessor, once per process, that keeps the value in a WeakMap. For the
+ * same reason as {@link capture}: on a request whose prototype Express swapped, an added property is a
+ * hidden class for that one object. A request of another kind (an http2 compat request, a Fastify
+ * request) gets its own property as before; so does one whose app already defines `idempotency`.
+ */
+export function attachContext(req: object, context: IdempotencyContext): void {
+  contextAccessor()
+  ;(req as { idempotency?: IdempotencyContext }).idempotency = context
+}
+
+const contexts = new WeakMap<object, IdempotencyContext>()
+let accessorInstalled = false
+
+function contextAccessor(): void {
+  if (accessorInstalled) return
+  accessorInstalled = true
+  // Another copy of idemkey (or the app) got there first: its accessor (or its absence) stays.
+  if (Object.getOwnPropertyDescriptor(IncomingMessage.prototype, 'idempotency')) return
+  Object.defineProperty(IncomingMessage.prototype, 'idempotency', {
+    configurable: true,
+    enumerable: false,
+    get(this: object) {
+      return contexts.get(this)
+    },
+    set(this: object, value: IdempotencyContext) {
+      contexts.set(this, value)
+    },
+  })
 }
 
 /** What a handler has written to one response so far. */

@@ -5,7 +5,7 @@
 import type { ServerResponse } from 'node:http'
 import type { Request as ExpressRequest, NextFunction, Response } from 'express'
 import { createEngine } from '../engine.js'
-import { capture, holdUntilCommit, sendNode } from '../node-response.js'
+import { attachContext, capture, holdUntilCommit, sendNode } from '../node-response.js'
 import type { EngineOptions, IdempotencyContext } from '../types.js'
 import { type BodyCarrier, expressRequestLike } from './request.js'
 
@@ -71,7 +71,7 @@ export function idempotency(options: ExpressIdempotencyOptions): IdempotencyMidd
       (decision) => {
         if (decision.kind === 'passthrough') return next()
         if (decision.kind === 'respond') return sendNode(res, decision.response)
-        req.idempotency = decision.context
+        attachContext(req, decision.context)
         if (options.transactional) holdUntilCommit(res, abandonAfterMs, decision.finish, decision.fail)
         else capture(res, abandonAfterMs, keepAtMost, decision.finish, decision.fail)
         next()

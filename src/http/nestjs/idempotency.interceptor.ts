@@ -3,7 +3,7 @@ import { Reflector } from '@nestjs/core'
 import { from, type Observable, of } from 'rxjs'
 import { mergeMap } from 'rxjs/operators'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
-import { capture, holdUntilCommit } from '../node-response.js'
+import { attachContext, capture, holdUntilCommit } from '../node-response.js'
 import type { Decision, HttpResponseLike, IdempotencyContext } from '../types.js'
 import { IDEMPOTENCY_OPTIONS, IDEMPOTENT_METADATA, type IdempotencyModuleOptions, type RouteIdempotency } from './options.js'
 import { handlesResponse, platformOf } from './platform.js'
@@ -68,7 +68,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           platform.send(decision.response)
           return of(undefined)
         }
-        request.idempotency = decision.context
+        attachContext(request, decision.context)
         const options = { ...this.#options, ...(route || {}) }
         const abandonAfterMs = options.abandonAfterMs ?? 30_000
         const finish = settleUnlessRejected(request, decision)
