@@ -222,13 +222,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     // A body received whole already (a small one comes in the packet of its headers) has no deadline
     // left to keep: no timer for it.
     if (req.complete) return readNodeBody(req, limit, { onStop: 'pause', onChunk })
-    const deadline = new AbortController()
-    const timer = setTimeout(() => deadline.abort(bodyTimedOut()), bodyTimeoutMs)
-    try {
-      return await readNodeBody(req, limit, { signal: deadline.signal, onStop: 'pause', onChunk })
-    } finally {
-      clearTimeout(timer)
-    }
+    return readNodeBody(req, limit, { timeoutMs: bodyTimeoutMs, timedOut: bodyTimedOut, onStop: 'pause', onChunk })
   }
 
   function overloaded(): Refusal {

@@ -1,10 +1,21 @@
 import type { IncomingMessage } from 'node:http'
+import { systemClock } from '../core/clock.js'
+import { Schedule, type Scheduled } from '../core/schedule.js'
 import { IdempotencyError } from '../errors.js'
+
+/** Body deadlines of every read in the process, on one timer per length of deadline. */
+const deadlines = new Schedule(systemClock)
 
 /** How {@link readNodeBody} reads, beyond its limit. */
 export interface ReadNodeBodyOptions {
-  /** Aborting it stops the read, which rejects with the signal's reason (a deadline for the body). */
+  /** Aborting it stops the read, which rejects with the signal's reason. */
   signal?: AbortSignal
+  /**
+   * A deadline for the whole body, in ms from the call: past it the read stops with what `timedOut()`
+   * returns. Cheaper than a signal with a timer of its own (no AbortController, no timer per read).
+   */
+  timeoutMs?: number
+  timedOut?: () => unknown
   /** Called with each chunk's size before it is kept; what it throws stops the read with that error (a byte budget). */
   onChunk?: (bytes: number) => void
   /**
@@ -21,16 +32,19 @@ export async function readNodeBody(req: IncomingMessage, limit: number, options:
   const declared = Number(req.headers['content-length'])
   if (Number.isFinite(declared) && declared > limit) throw tooLarge(limit)
   if (req.readableEnded) return new Uint8Array(0)
-  const { signal, onChunk } = options
+  const { signal, onChunk, timeoutMs } = options
   return new Promise<Uint8Array>((resolve, reject) => {
     const chunks: Buffer[] = []
     let size = 0
+    const deadline: Scheduled | undefined =
+      timeoutMs === undefined ? undefined : { dueAtMs: 0, fire: () => stop(options.timedOut?.() ?? new Error('body timed out')) }
     const detach = () => {
       req.off('data', onData)
       req.off('end', onEnd)
       req.off('error', onError)
       req.off('close', onClose)
       signal?.removeEventListener('abort', onAbort)
+      if (deadline) deadlines.remove(deadline, timeoutMs as number)
     }
     const stop = (error: unknown) => {
       detach()
@@ -77,6 +91,7 @@ export async function readNodeBody(req: IncomingMessage, limit: number, options:
     req.once('error', onError)
     req.once('close', onClose)
     signal?.addEventListener('abort', onAbort, { once: true })
+    if (deadline) deadlines.add(deadline, timeoutMs as number)
     req.resume()
   })
 }
