@@ -372,11 +372,14 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
           plan,
         )
         switch (result.kind) {
-          case 'acquired':
+          case 'acquired': {
             if (core.listens(plan)) {
               core.emit({ type: 'acquired', scope, key, token: result.token, waitedMs, durationMs: core.since(plan) }, plan)
             }
-            return await onAcquired(new Attempt(core, plan, scope, key, fingerprint, result.token, result.steps), plan)
+            const acquired = onAcquired(new Attempt(core, plan, scope, key, fingerprint, result.token, result.steps), plan)
+            // A value is returned as it is: awaiting it would only cost a turn of the microtask queue.
+            return acquired instanceof Promise ? await acquired : acquired
+          }
           case 'replay':
             if (core.listens(plan)) core.emit({ type: 'replayed', scope, key, waitedMs, durationMs: core.since(plan) }, plan)
             return { kind: 'replayed', value: plan.decode(result.record.response as StoredResponse, result.record), record: result.record }

@@ -1,5 +1,5 @@
 import { parseDuration } from '../core/duration.js'
-import type { Begun, Ledger, RunOptions, RunResult, TransactionContext } from '../core/ledger.js'
+import type { Acquired, Begun, Ledger, RunOptions, RunResult, TransactionContext } from '../core/ledger.js'
 import { classifyStatus } from '../core/outcome.js'
 import { isTransactionalStore } from '../core/store.js'
 import { IdempotencyError, isIdempotencyError } from '../errors.js'
@@ -214,7 +214,17 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       if (decision) return decision
       throw error
     }
-    return execute(req, key, scope, fingerprint, startedAtMs)
+    if (options.transactional) return executeInTransaction(req, key, scope, fingerprint, startedAtMs)
+    // Inline, not a function of its own: an async call returned from an async function costs three
+    // more turns of the microtask queue on every request.
+    let begun: Begun<HttpResponseLike>
+    try {
+      begun = await ledger.begin({ key, scope, fingerprint }, runOptions)
+    } catch (error) {
+      return failed(key, error, startedAtMs)
+    }
+    if (begun.kind !== 'acquired') return answer(req, key, scope, begun, startedAtMs)
+    return executing(begun, key, startedAtMs)
   }
 
   /** The ledger's answer when it did not hand the record over: a replay, a mismatch, still in flight. */
@@ -238,16 +248,7 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
    * handler, and the response settles the record (a store failure there is the ledger's to report; the
    * client still gets the handler's response).
    */
-  async function execute(req: HttpRequestLike, key: string, scope: string, fingerprint: string, startedAtMs: number): Promise<Decision> {
-    if (options.transactional) return executeInTransaction(req, key, scope, fingerprint, startedAtMs)
-    let begun: Begun<HttpResponseLike>
-    try {
-      begun = await ledger.begin({ key, scope, fingerprint }, runOptions)
-    } catch (error) {
-      return failed(key, error, startedAtMs)
-    }
-    if (begun.kind !== 'acquired') return answer(req, key, scope, begun, startedAtMs)
-    const held = begun
+  function executing(held: Acquired<HttpResponseLike>, key: string, startedAtMs: number): Decision {
     return {
       kind: 'execute',
       context: held.context,
