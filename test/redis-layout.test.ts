@@ -65,6 +65,60 @@ describe.skipIf(skip)('RedisStore record layout', () => {
     expect(new TextDecoder().decode((replay as { record: { response: { body: Uint8Array } } }).record.response.body)).toBe('{"id":1}')
   })
 
+  it('takes a new key with one plain SET NX: the value holds the lease as durations, read back as server-clock times', async () => {
+    const s = `s-${randomUUID()}`
+    const names = recordNames(prefix, s, 'k')
+    const [beforeS, beforeUs] = await redis.time()
+    expect(await store.acquire(s, 'k', fp('a'), 60_000)).toEqual({ kind: 'acquired', token: 1 })
+    const [afterS, afterUs] = await redis.time()
+    const raw = await redis.get(names.key)
+    expect(raw).toMatch(/^ik100n\|60000\|86400000\|60000\|[0-9a-f]{64}/)
+    const serverBefore = Number(beforeS) * 1000 + Math.floor(Number(beforeUs) / 1000)
+    const serverAfter = Number(afterS) * 1000 + Math.floor(Number(afterUs) / 1000)
+    const record = await store.get(s, 'k')
+    expect(record).toMatchObject({ status: 'in_progress', token: 1, attempts: 1, fingerprint: fp('a') })
+    expect(record?.createdAtMs).toBeGreaterThanOrEqual(serverBefore)
+    expect(record?.createdAtMs).toBeLessThanOrEqual(serverAfter)
+    expect(record?.lockedUntilMs).toBe((record?.createdAtMs as number) + 60_000)
+    expect(record?.expiresAtMs).toBe((record?.createdAtMs as number) + 60_000 + 86_400_000)
+    // Every script reads it as the record it stands for: a waiter, a renewal, the completion.
+    expect(await store.acquire(s, 'k', fp('a'), 60_000)).toEqual({ kind: 'in_progress', lockedUntilMs: record?.lockedUntilMs })
+    expect(await store.acquire(s, 'k', fp('b'), 60_000)).toEqual({ kind: 'mismatch' })
+    expect(await store.renew(s, 'k', 2, 60_000)).toBe(false)
+    expect(await store.renew(s, 'k', 1, 90_000)).toBe(true)
+    expect((await store.get(s, 'k'))?.lockedUntilMs).toBeGreaterThan(record?.lockedUntilMs as number)
+    expect(await redis.get(names.key)).toMatch(/^ik1[01]0p\|1\|/)
+    expect(await store.complete(s, 'k', 1, outcome('{"id":2}'), 3_600_000)).toBe(true)
+    expect(await store.acquire(s, 'k', fp('a'), 60_000)).toMatchObject({ kind: 'replay', record: { token: 1, status: 'completed' } })
+  })
+
+  it('replays a completed record far from its expiry from that SET alone, and leaves one near its expiry to the script', async () => {
+    const s = `s-${randomUUID()}`
+    const names = recordNames(prefix, s, 'k')
+    const near = recordNames(prefix, s, 'near')
+    await store.acquire(s, 'k', fp('a'), 60_000)
+    await store.complete(s, 'k', 1, outcome('{"id":3}'), 3_600_000)
+    await store.acquire(s, 'near', fp('a'), 60_000)
+    await store.complete(s, 'near', 1, outcome('{"id":4}'), 5_000)
+    const monitor = await redis.duplicate().monitor()
+    const seen: string[][] = []
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (args.includes(names.key) || args.includes(near.key)) seen.push(args)
+    })
+    try {
+      expect(await store.acquire(s, 'k', fp('a'), 60_000)).toMatchObject({ kind: 'replay', record: { token: 1 } })
+      expect(await store.acquire(s, 'k', fp('b'), 60_000)).toEqual({ kind: 'mismatch' })
+      expect(await store.acquire(s, 'near', fp('a'), 60_000)).toMatchObject({ kind: 'replay', record: { token: 1 } })
+      await settle()
+    } finally {
+      monitor.disconnect()
+    }
+    const commands = (key: string) => seen.filter((args) => args.includes(key)).map((args) => args[0]?.toLowerCase())
+    // (MONITOR also lists the commands a script runs, after its EVALSHA.)
+    expect(commands(names.key)).toEqual(['set', 'set'])
+    expect(commands(near.key).slice(0, 2)).toEqual(['set', 'evalsha'])
+  })
+
   it('publishes a completion only when someone waits: after an in_progress answer, not before', async () => {
     const s = `s-${randomUUID()}`
     const names = recordNames(prefix, s, 'k')

@@ -13,7 +13,7 @@ import {
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
-import { openClient, type RedisArg, type RedisClientLike, Script, toStoreError } from './client.js'
+import { openClient, type RedisArg, type RedisClientLike, Script, sendBuffer, toStoreError } from './client.js'
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
 import { acquireLua, completeLua, evictLua, purgeLua, readLua, recordStepLua, releaseLua, renewLua, watchLua } from './lua.generated.js'
 import { Notifier } from './notifier.js'
@@ -83,6 +83,8 @@ export class RedisStore implements IdempotencyStore {
   readonly #opening: Promise<RedisClientLike> | undefined
   #notifier: Notifier | undefined
   #purgeScan: ResumableScan | undefined
+  /** Whether the server takes SET NX GET (Redis 7.0+): a new key is then acquired without a script. */
+  #native = true
 
   constructor(options: RedisStoreOptions) {
     if ((options?.client === undefined) === (options?.url === undefined)) {
@@ -119,11 +121,16 @@ export class RedisStore implements IdempotencyStore {
     assertFingerprint(fingerprint)
     assertPositiveInteger(leaseMs, 'leaseMs')
     const names = this.#names(scope, key)
+    const identity = packedIdentity(scope, key)
+    if (this.#native) {
+      const answered = await this.#acquireNatively(names.key, fingerprint, identity, leaseMs, scope, key)
+      if (answered !== undefined) return answered
+    }
     const reply = (await this.#run(
       'acquire',
       scripts.acquire,
       names,
-      [fingerprint, packedIdentity(scope, key), leaseMs, this.#retention, this.#grace],
+      [fingerprint, identity, leaseMs, this.#retention, this.#grace],
       true,
     )) as unknown[]
     switch (reply[0]) {
@@ -141,6 +148,42 @@ export class RedisStore implements IdempotencyStore {
       default:
         return { kind: 'mismatch' }
     }
+  }
+
+  /**
+   * The common acquire without a script: one `SET key <fresh record> NX GET PX <lease + retention +
+   * grace>`. A new key (by far the most common acquire) is taken by that SET alone, its lease kept as
+   * durations that the scripts turn into server-clock times from the key's expiry (`absolute` in
+   * _lib.lua), so it costs Redis a SET instead of a script. When the key exists the SET changes
+   * nothing and returns the record: a completed record far from its expiry is replayed (or is a
+   * mismatch) from it; anything else (in progress, a takeover, near expiry, a watch marker, a round-1
+   * hash, a foreign value) goes to the acquire script, which decides on the server's clock. Servers
+   * before Redis 7.0 refuse SET NX GET: the store then uses the script for every acquire.
+   */
+  async #acquireNatively(
+    redisKey: string,
+    fingerprint: string,
+    identity: string,
+    leaseMs: number,
+    scope: string,
+    key: string,
+  ): Promise<AcquireResult | undefined> {
+    const client = this.#client ?? (await this.#ready('acquire'))
+    const fresh = `ik100n|${leaseMs}|${this.#retention}|${this.#grace}|${fingerprint}${identity}`
+    const px = leaseMs + Number(this.#retention) + Number(this.#grace)
+    let prior: unknown
+    try {
+      prior = await sendBuffer(client, 'set', [redisKey, fresh, 'PX', px, 'NX', 'GET'])
+    } catch (error) {
+      const message = (error as Error)?.message ?? ''
+      // Before Redis 7.0 (NX and GET together are a syntax error): the script alone from now on.
+      if (/syntax error/i.test(message)) this.#native = false
+      // WRONGTYPE (a round-1 hash) and the rest: the script answers, or reports, as before.
+      if (/syntax error|WRONGTYPE/i.test(message)) return undefined
+      throw toStoreError('acquire', redisKey, error)
+    }
+    if (prior === null) return { kind: 'acquired', token: 1 }
+    return Buffer.isBuffer(prior) ? settledRecord(prior, redisKey, fingerprint, scope, key) : undefined
   }
 
   /** Stores the step in the record's steps hash, fenced by token (docs/steps.md). */
@@ -321,6 +364,34 @@ export class RedisStore implements IdempotencyStore {
 
 function fail(operation: string, key: string, error: unknown): never {
   throw toStoreError(operation, key, error)
+}
+
+/**
+ * How far from its expiry, by this machine's clock, a completed record must be for the native acquire
+ * to replay it without asking the server's clock: closer than that, the script decides. A clock ahead
+ * of the server's by more than this could replay a record in its last minute past expiry (until Redis
+ * drops the key at the end of its grace): a replay, never a second run.
+ */
+const NATIVE_REPLAY_MARGIN_MS = 60_000
+
+/**
+ * The answer a record returned by the native acquire's SET gives without the script: a completed or
+ * failed record of this scope and key, at least {@link NATIVE_REPLAY_MARGIN_MS} from its expiry, is a
+ * replay, or a mismatch when the fingerprint differs. Anything else is the script's to decide.
+ */
+function settledRecord(v: Buffer, redisKey: string, fingerprint: string, scope: string, key: string): AcquireResult | undefined {
+  // ik1 <w> <s> <st>: only completed (c) and failed (f) records are answered here.
+  if (v.length < 7 || v[0] !== 0x69 || v[1] !== 0x6b || v[2] !== 0x31 || (v[5] !== 0x63 && v[5] !== 0x66)) return undefined
+  let record: StoredRecord
+  try {
+    record = fromPacked(v, redisKey)
+  } catch {
+    return undefined // damaged or foreign: the script reports it
+  }
+  if (record.scope !== scope || record.key !== key) return undefined
+  if (record.expiresAtMs - Date.now() < NATIVE_REPLAY_MARGIN_MS) return undefined
+  if (record.fingerprint !== fingerprint) return { kind: 'mismatch' }
+  return { kind: 'replay', record }
 }
 
 /**

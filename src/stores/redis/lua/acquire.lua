@@ -79,6 +79,7 @@ if v == 'ik110w' then
   redis.call('SET', rk, fresh('1', 1), 'PX', px)
   return {1, 1}
 end
+v = absolute(rk, v)
 local st, tok, lu, att, ca, ea, p = string.match(v, '^ik1[01][01]([pcf])|(%d+)|(%d+)|(%d+)|(%d+)|%d+|(%d+)|()')
 if not st or string.sub(v, p + 64, p + 63 + #ARGV[2]) ~= ARGV[2] then return redis.error_reply(foreign) end
 local w, hasSteps = string.sub(v, 4, 4), string.sub(v, 5, 5)

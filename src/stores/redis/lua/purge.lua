@@ -8,6 +8,7 @@ if type(v) == 'table' then
   if type(raw) ~= 'string' then return 0 end -- absent, or another type (WRONGTYPE): not ours to judge
   ea = tonumber(raw)
 elseif v then
+  v = absolute(KEYS[1], v)
   ea = tonumber(string.match(v, '^ik1[01][01][pcf]|%d+|%d+|%d+|%d+|%d+|(%d+)|'))
 end
 if not ea then return 0 end

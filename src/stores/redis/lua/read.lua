@@ -12,4 +12,4 @@ if type(v) == 'table' then
   return all
 end
 if not v or v == 'ik110w' then return {now} end
-return {now, v}
+return {now, absolute(rk, v)}

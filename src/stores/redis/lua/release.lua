@@ -17,6 +17,7 @@ if type(v) == 'table' then
   return 1
 end
 if not v or v == 'ik110w' then return 0 end
+v = absolute(rk, v)
 local head, st, tok, att, ca, p = string.match(v, '^(ik1[01][01])([pcf])|(%d+)|%d+|(%d+)|(%d+)|%d+|%d+|()')
 if not st then return unparsable(v) end
 if tok ~= ARGV[1] or st ~= 'p' then return 0 end
