@@ -85,6 +85,7 @@ export class RedisStore implements IdempotencyStore {
   #purgeScan: ResumableScan | undefined
   /** Whether the server takes SET NX GET (Redis 7.0+): a new key is then acquired without a script. */
   #native = true
+  readonly #recentNames = new Map<string, RecordNames>()
 
   constructor(options: RedisStoreOptions) {
     if ((options?.client === undefined) === (options?.url === undefined)) {
@@ -323,8 +324,19 @@ export class RedisStore implements IdempotencyStore {
     await client?.quit().catch(() => {})
   }
 
+  /**
+   * The names of a record's keys. Each costs a SHA-256, and a run asks for the same ones twice
+   * (acquire, then complete) within milliseconds: the most recent are kept, in a bounded map.
+   */
   #names(scope: string, key: string): RecordNames {
-    return recordNames(this.prefix, scope, key)
+    const id = `${scope}\n${key}`
+    let names = this.#recentNames.get(id)
+    if (names === undefined) {
+      if (this.#recentNames.size >= RECENT_NAMES) this.#recentNames.clear()
+      names = recordNames(this.prefix, scope, key)
+      this.#recentNames.set(id, names)
+    }
+    return names
   }
 
   async #ready(operation: string): Promise<RedisClientLike> {
@@ -373,6 +385,9 @@ function fail(operation: string, key: string, error: unknown): never {
  * drops the key at the end of its grace): a replay, never a second run.
  */
 const NATIVE_REPLAY_MARGIN_MS = 60_000
+
+/** How many records' key names a store keeps at most (see #names): a few hundred kilobytes. */
+const RECENT_NAMES = 4_096
 
 /**
  * The answer a record returned by the native acquire's SET gives without the script: a completed or
