@@ -59,7 +59,8 @@ const scripts = {
 
 /**
  * Records in Redis (one server, or a Cluster), shared by any number of processes and machines.
- * Every operation is one Lua script on one record (a packed string), fenced by the token; leases and expiry are decided
+ * Every operation is one atomic step on one record (a packed string): a Lua script, or for a new key one
+ * `SET NX GET`; changes are fenced by the token; leases and expiry are decided
  * by the Redis server's clock (`TIME`), and each record's key carries a TTL so Redis drops it
  * itself. Waiters are woken through pub/sub. Read docs/redis.md for what a crash or a failover
  * may lose.

@@ -1,0 +1,95 @@
+/**
+ * CPU time per request of peers-bench apps, loaded side by side: `node bench/peers/cpu.mjs
+ * idemkey-memory node-idempotency-memory [--seconds 6] [--rounds 3] [--connections 16] [--together]
+ * [--prof]`. Each app runs in its own process (bench/peers/server.ts) and gets new keys from
+ * autocannon; the figure is the process's user + system CPU (from /proc) over the requests it
+ * answered. With `--together` every app is loaded at the same time, so all of them share whatever
+ * else the machine does: the comparison moves least that way. `--prof` writes a V8 CPU profile per
+ * app to bench/peers/profiles/. Needs `npm run build` first; Linux only (/proc).
+ */
+import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
+const autocannon = createRequire(join(ROOT, 'package.json'))('autocannon')
+const args = process.argv.slice(2)
+const flag = (name) => {
+  const at = args.indexOf(name)
+  if (at < 0) return false
+  args.splice(at, 1)
+  return true
+}
+const option = (name, fallback) => {
+  const at = args.indexOf(name)
+  if (at < 0) return fallback
+  const value = Number(args[at + 1])
+  args.splice(at, 2)
+  return value
+}
+const seconds = option('--seconds', 6)
+const rounds = option('--rounds', 3)
+const connections = option('--connections', 16)
+const together = flag('--together')
+const prof = flag('--prof')
+if (args.length === 0) {
+  console.error('usage: node bench/peers/cpu.mjs <adapter> [<adapter> ...] [--together] [--seconds s] [--rounds n] [--connections n] [--prof]')
+  process.exit(2)
+}
+const TICKS_PER_SECOND = 100
+const cpuSeconds = (pid) => {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
+  return (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND
+}
+const BODY = JSON.stringify({ amount: 1299, currency: 'eur' })
+
+const servers = []
+for (const name of args) {
+  const child = spawn(
+    process.execPath,
+    [...(prof ? ['--cpu-prof', `--cpu-prof-dir=${join(ROOT, 'bench', 'peers', 'profiles')}`] : []), '--import', 'tsx', 'bench/peers/server.ts', name],
+    { cwd: ROOT, env: { ...process.env, IDEMKEY_SCOPE_SECRET: 'cpu-bench-scope-secret-0123456789abcdef' }, stdio: ['ignore', 'pipe', 'inherit'] },
+  )
+  const port = await new Promise((resolve) => child.stdout.once('data', (data) => resolve(JSON.parse(String(data)).port)))
+  servers.push({ name, child, port })
+}
+
+function load(server, duration) {
+  let n = 0
+  const prefix = `cpu-${server.name}-${Date.now()}-`
+  return autocannon({
+    url: `http://127.0.0.1:${server.port}/charges`,
+    connections,
+    duration,
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': 'x' },
+    body: BODY,
+    requests: [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': `${prefix}${n++}` } }) }],
+  })
+}
+
+async function measure(group) {
+  const before = group.map((server) => cpuSeconds(server.child.pid))
+  const results = await Promise.all(group.map((server) => load(server, seconds)))
+  return group.map((server, i) => ({
+    name: server.name,
+    rate: Math.round(results[i].requests.total / seconds),
+    micros: ((cpuSeconds(server.child.pid) - before[i]) / results[i].requests.total) * 1e6,
+    failed: results[i].non2xx + results[i].errors,
+  }))
+}
+
+for (const server of servers) await load(server, 2) // warm-up
+const rows = Object.fromEntries(servers.map((server) => [server.name, []]))
+for (let round = 0; round < rounds; round++) {
+  const groups = together ? [servers] : (round % 2 ? [...servers].reverse() : servers).map((server) => [server])
+  for (const group of groups) for (const row of await measure(group)) rows[row.name].push(row)
+}
+console.log(`CPU per request, new keys, ${connections} connections, ${rounds} round(s) of ${seconds} s${together ? ', all apps loaded at once' : ''}:`)
+for (const [name, measured] of Object.entries(rows)) {
+  const cells = measured.map((row) => `${row.rate} req/s ${row.micros.toFixed(1)} µs${row.failed ? ` (${row.failed} failed)` : ''}`)
+  console.log(`${name.padEnd(28)} ${cells.join('  |  ')}`)
+}
+for (const server of servers) server.child.kill('SIGTERM')
