@@ -7,6 +7,8 @@ export { type Clock, ManualClock, systemClock } from './core/clock.js'
 export { type Duration, formatDuration, parseDuration } from './core/duration.js'
 export { canonicalJson, canonicalJsonText, fingerprintOf, MAX_JSON_DEPTH, sha256Hex } from './core/fingerprint.js'
 export {
+  type Acquired,
+  type Begun,
   DEFAULT_SCOPE,
   type ExecutedOutcome,
   type Intent,
