@@ -16,6 +16,19 @@ import { getIdempotency, withIdempotency } from '../src/http/fetch/index.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { countingStore } from './helpers/counting-store.js'
 
+/** Serves an Express app on a free loopback port: its URL (with `path`), and a close that drops its connections. */
+async function listen(app: ReturnType<typeof express>, path = ''): Promise<{ url: string; close: () => Promise<void> }> {
+  const server = app.listen(0, '127.0.0.1')
+  await new Promise((resolve) => server.once('listening', resolve))
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}${path}`,
+    close: async () => {
+      server.closeAllConnections()
+      await new Promise((resolve) => server.close(resolve))
+    },
+  }
+}
+
 async function send(url: string, key: string | undefined, body: string, contentType = 'application/json') {
   const headers: Record<string, string> = { 'content-type': contentType }
   if (key) headers['idempotency-key'] = key
@@ -25,7 +38,7 @@ async function send(url: string, key: string | undefined, body: string, contentT
 
 describe('Express adapter', () => {
   let url: string
-  let server: import('node:http').Server
+  let close: () => Promise<void> = async () => {}
   let runs = 0
   let releaseStream: () => void = () => {}
 
@@ -72,14 +85,9 @@ describe('Express adapter', () => {
       res.writeHead(201, { 'content-type': 'application/json', etag: `"h${runs}"` })
       res.end(`{"run":${runs}}`)
     })
-    server = app.listen(0, '127.0.0.1')
-    await new Promise((resolve) => server.once('listening', resolve))
-    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    ;({ url, close } = await listen(app))
   })
-  afterAll(async () => {
-    server.closeAllConnections()
-    await new Promise((resolve) => server.close(resolve))
-  })
+  afterAll(() => close())
 
   it("stores the headers a handler gives writeHead, when it set none before (app.disable('x-powered-by'))", async () => {
     const key = randomUUID()
@@ -159,7 +167,7 @@ describe('Express adapter', () => {
 
 describe('Express adapter: how it takes its copy of the response', () => {
   let url: string
-  let server: import('node:http').Server
+  let close: () => Promise<void> = async () => {}
   let runs = 0
   const ownMethods: boolean[] = []
   const contexts: Array<{ own: boolean; key: string | undefined }> = []
@@ -189,14 +197,9 @@ describe('Express adapter: how it takes its copy of the response', () => {
       runs++
       res.status(201).send(`wrapped ${runs}`)
     })
-    server = app.listen(0, '127.0.0.1')
-    await new Promise((resolve) => server.once('listening', resolve))
-    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    ;({ url, close } = await listen(app))
   })
-  afterAll(async () => {
-    server.closeAllConnections()
-    await new Promise((resolve) => server.close(resolve))
-  })
+  afterAll(() => close())
 
   it('adds no write or end of its own to a response nothing else wrapped, and still replays it', async () => {
     const key = randomUUID()
@@ -241,7 +244,7 @@ function bigIntJson(text: string): unknown {
 
 describe('Express adapter behind a body parser that keeps no raw bytes', () => {
   let url: string
-  let server: import('node:http').Server
+  let close: () => Promise<void> = async () => {}
   let runs = 0
 
   beforeAll(async () => {
@@ -256,14 +259,9 @@ describe('Express adapter behind a body parser that keeps no raw bytes', () => {
       runs++
       res.status(201).json({ run: runs })
     })
-    server = app.listen(0, '127.0.0.1')
-    await new Promise((resolve) => server.once('listening', resolve))
-    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/pay`
+    ;({ url, close } = await listen(app, '/pay'))
   })
-  afterAll(async () => {
-    server.closeAllConnections()
-    await new Promise((resolve) => server.close(resolve))
-  })
+  afterAll(() => close())
 
   it("tells apart BigInt values a custom parser made (422, not the other payee's replay)", async () => {
     const key = randomUUID()
@@ -308,7 +306,7 @@ class FencingTxStore extends MemoryStore {
 
 describe('Express adapter in transactional mode', () => {
   let url: string
-  let server: import('node:http').Server
+  let close: () => Promise<void> = async () => {}
   const store = new FencingTxStore()
 
   beforeAll(async () => {
@@ -323,11 +321,9 @@ describe('Express adapter in transactional mode', () => {
       res.writeHead(201, ['content-type', 'text/plain', 'x-tag', 'a', 'x-tag', 'b'])
       res.end('made')
     })
-    server = app.listen(0, '127.0.0.1')
-    await new Promise((resolve) => server.once('listening', resolve))
-    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    ;({ url, close } = await listen(app))
   })
-  afterAll(() => new Promise((resolve) => server.close(resolve)))
+  afterAll(() => close())
   afterEach(() => {
     store.fenceNext = false
   })
