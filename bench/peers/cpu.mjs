@@ -35,7 +35,9 @@ const connections = option('--connections', 16)
 const together = flag('--together')
 const prof = flag('--prof')
 if (args.length === 0) {
-  console.error('usage: node bench/peers/cpu.mjs <adapter> [<adapter> ...] [--together] [--seconds s] [--rounds n] [--connections n] [--prof]')
+  console.error(
+    'usage: node bench/peers/cpu.mjs <adapter> [<adapter> ...] [--together] [--seconds s] [--rounds n] [--connections n] [--prof]',
+  )
   process.exit(2)
 }
 const TICKS_PER_SECOND = 100
@@ -49,8 +51,18 @@ const servers = []
 for (const name of args) {
   const child = spawn(
     process.execPath,
-    [...(prof ? ['--cpu-prof', `--cpu-prof-dir=${join(ROOT, 'bench', 'peers', 'profiles')}`] : []), '--import', 'tsx', 'bench/peers/server.ts', name],
-    { cwd: ROOT, env: { ...process.env, IDEMKEY_SCOPE_SECRET: 'cpu-bench-scope-secret-0123456789abcdef' }, stdio: ['ignore', 'pipe', 'inherit'] },
+    [
+      ...(prof ? ['--cpu-prof', `--cpu-prof-dir=${join(ROOT, 'bench', 'peers', 'profiles')}`] : []),
+      '--import',
+      'tsx',
+      'bench/peers/server.ts',
+      name,
+    ],
+    {
+      cwd: ROOT,
+      env: { ...process.env, IDEMKEY_SCOPE_SECRET: 'cpu-bench-scope-secret-0123456789abcdef' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
   )
   const port = await new Promise((resolve) => child.stdout.once('data', (data) => resolve(JSON.parse(String(data)).port)))
   servers.push({ name, child, port })
@@ -87,7 +99,9 @@ for (let round = 0; round < rounds; round++) {
   const groups = together ? [servers] : (round % 2 ? [...servers].reverse() : servers).map((server) => [server])
   for (const group of groups) for (const row of await measure(group)) rows[row.name].push(row)
 }
-console.log(`CPU per request, new keys, ${connections} connections, ${rounds} round(s) of ${seconds} s${together ? ', all apps loaded at once' : ''}:`)
+console.log(
+  `CPU per request, new keys, ${connections} connections, ${rounds} round(s) of ${seconds} s${together ? ', all apps loaded at once' : ''}:`,
+)
 for (const [name, measured] of Object.entries(rows)) {
   const cells = measured.map((row) => `${row.rate} req/s ${row.micros.toFixed(1)} µs${row.failed ? ` (${row.failed} failed)` : ''}`)
   console.log(`${name.padEnd(28)} ${cells.join('  |  ')}`)

@@ -39,7 +39,9 @@ for (const name of args) {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: BODY,
-      requests: [{ setupRequest: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': `cost-${name}-${Date.now()}-${n++}` } }) }],
+      requests: [
+        { setupRequest: (req) => ({ ...req, headers: { ...req.headers, 'idempotency-key': `cost-${name}-${Date.now()}-${n++}` } }) },
+      ],
     })
   await load(2) // warm-up
   execFileSync('redis-cli', ['config', 'resetstat'])
@@ -50,7 +52,9 @@ for (const name of args) {
   const redisCpu = (cpuMicros(redisPid) - redisBefore) / requests
   const appCpu = (cpuMicros(app.pid) - appBefore) / requests
   const stats = execFileSync('redis-cli', ['info', 'commandstats']).toString()
-  const commands = [...stats.matchAll(/cmdstat_([^:]+):calls=(\d+),usec=(\d+)/g)].filter((m) => m[1] !== 'info' && m[1] !== 'config|resetstat')
+  const commands = [...stats.matchAll(/cmdstat_([^:]+):calls=(\d+),usec=(\d+)/g)].filter(
+    (m) => m[1] !== 'info' && m[1] !== 'config|resetstat',
+  )
   const perRequest = commands.map((m) => `${m[1]} ${(Number(m[2]) / requests).toFixed(2)}`).join(', ')
   console.log(
     `${name.padEnd(28)} ${Math.round(requests / seconds)} req/s; commands a request: ${perRequest}; Redis CPU ${redisCpu.toFixed(1)} µs, app CPU ${appCpu.toFixed(1)} µs a request`,
