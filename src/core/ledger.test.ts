@@ -476,3 +476,40 @@ describe('Ledger: renewals share one timer', () => {
     expect(result).toMatchObject({ kind: 'executed', value: { charged: 42 } })
   })
 })
+
+describe('Ledger: a run with a deadline (RunOptions.deadlineMs)', () => {
+  it('takes a lease that ends by the deadline, so the record frees itself then', async () => {
+    const { ledger, clock, store } = setup()
+    const k = key()
+    const begun = await ledger.begin({ key: k, payload: 1 }, { deadlineMs: clock.now() + 2_000 })
+    if (begun.kind !== 'acquired') throw new Error(begun.kind)
+    expect((await store.get('default', k))?.lockedUntilMs).toBe(clock.now() + 2_000)
+    clock.advance(2_000)
+    const retry = await ledger.begin({ key: k, payload: 1 })
+    expect(retry).toMatchObject({ kind: 'acquired', context: { takeover: true, token: 2 } })
+  })
+
+  it('makes no renewal past the deadline: the lease is lost and the work told through its signal', async () => {
+    const { ledger, clock, events } = setup()
+    const k = key()
+    let signal: AbortSignal | undefined
+    const run = ledger.run(
+      { key: k, payload: 1 },
+      (ctx) => {
+        signal = ctx.signal
+        return new Promise<string>((resolve) => ctx.signal.addEventListener('abort', () => resolve('stopped')))
+      },
+      { deadlineMs: clock.now() + 5_000 },
+    )
+    await sleepers(clock)
+    clock.advance(10_000) // the first renewal is due after the deadline
+    await run
+    expect(signal?.aborted).toBe(true)
+    expect(events.map((e) => e.type)).toContain('lease_lost')
+  })
+
+  it('refuses a deadline that is not a time', async () => {
+    const { ledger } = setup()
+    await expect(ledger.run({ key: key(), payload: 1 }, () => 1, { deadlineMs: Number.NaN })).rejects.toThrow(/deadlineMs/)
+  })
+})

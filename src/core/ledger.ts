@@ -115,6 +115,13 @@ export interface RunOptions<T> {
    * (docs/steps.md, "Reconciliation"). Setting it makes each step record a "started" marker first.
    */
   reconcile?: Reconcile
+  /**
+   * When this run's hold must end at the latest, in epoch ms by the ledger's clock (a Lambda invocation's
+   * end): every lease the run takes or renews ends by then, and a renewal due after it is not made (the
+   * lease is lost, and the work's signal aborted). A run that dies with its deadline frees the record
+   * then, not a whole lease later.
+   */
+  deadlineMs?: number
 }
 
 /** What happened to the outcome of an executed attempt. */
@@ -326,6 +333,10 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
         startedAtMs: this.clock.now(),
         telemetry: undefined,
         reconcile: options.reconcile,
+        deadlineMs: options.deadlineMs,
+      }
+      if (options.deadlineMs !== undefined && !Number.isFinite(options.deadlineMs)) {
+        throw new IdempotencyError('INVALID_OPTION', `deadlineMs must be a time in epoch ms, got ${options.deadlineMs}.`)
       }
     } catch (error) {
       return Promise.reject(error)
@@ -368,7 +379,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
           'acquire',
           scope,
           key,
-          () => this.store.acquire(scope, key, fingerprint, plan.leaseMs),
+          () => this.store.acquire(scope, key, fingerprint, leaseFor(plan, this.clock.now())),
           plan,
         )
         switch (result.kind) {
@@ -507,10 +518,17 @@ interface Plan<T> {
   startedAtMs: number
   telemetry: RunTelemetry | undefined
   reconcile: Reconcile | undefined
+  /** The latest end of any lease of this run (RunOptions.deadlineMs). */
+  deadlineMs: number | undefined
 }
 
 /** What the renewal, completion and release of one run need of its plan. */
-type RunLimits = Pick<Plan<unknown>, 'leaseMs' | 'ttlMs' | 'onEvent' | 'startedAtMs' | 'telemetry' | 'reconcile'>
+type RunLimits = Pick<Plan<unknown>, 'leaseMs' | 'ttlMs' | 'onEvent' | 'startedAtMs' | 'telemetry' | 'reconcile' | 'deadlineMs'>
+
+/** The lease to ask for now: the run's lease, cut to what is left before its deadline (at least 1 ms). */
+function leaseFor(plan: RunLimits, nowMs: number): number {
+  return plan.deadlineMs === undefined ? plan.leaseMs : Math.max(1, Math.min(plan.leaseMs, plan.deadlineMs - nowMs))
+}
 
 /** A run that ended without this caller holding the record. */
 type Settled<T> = Exclude<RunResult<T>, { kind: 'executed' }>
@@ -734,13 +752,17 @@ class Renewal implements Scheduled {
     const startedAtMs = core.clock.now()
     let current: boolean
     try {
-      current = await core.call(
-        'renew',
-        attempt.scope,
-        attempt.key,
-        () => core.store.renew(attempt.scope, attempt.key, attempt.token, plan.leaseMs),
-        plan,
-      )
+      // Past the run's deadline no renewal is made: the lease ends there.
+      current =
+        plan.deadlineMs !== undefined && startedAtMs >= plan.deadlineMs
+          ? false
+          : await core.call(
+              'renew',
+              attempt.scope,
+              attempt.key,
+              () => core.store.renew(attempt.scope, attempt.key, attempt.token, leaseFor(plan, startedAtMs)),
+              plan,
+            )
     } catch {
       current = core.clock.now() - this.#renewedAtMs < plan.leaseMs
       if (current) {
@@ -773,7 +795,8 @@ class Renewal implements Scheduled {
   }
 
   leaseEndsAtMs(): number {
-    return this.#renewedAtMs + this.plan.leaseMs
+    const endsAtMs = this.#renewedAtMs + this.plan.leaseMs
+    return this.plan.deadlineMs === undefined ? endsAtMs : Math.min(endsAtMs, this.plan.deadlineMs)
   }
 }
 

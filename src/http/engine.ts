@@ -54,6 +54,8 @@ type Settled = Exclude<RunResult<HttpResponseLike>, { kind: 'executed' }>
 export interface EngineInternals {
   /** Replaces the scope rule with one that namespaces its own scopes (e.g. the proxy's trusted header). */
   scopeOf?: (req: HttpRequestLike) => string
+  /** Run options of one request on top of the engine's (a Lambda invocation's deadline). */
+  runOptionsOf?: (req: HttpRequestLike) => Partial<RunOptions<HttpResponseLike>>
 }
 
 export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>, internals: EngineInternals = {}): IdempotencyEngine {
@@ -214,12 +216,13 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       if (decision) return decision
       throw error
     }
-    if (options.transactional) return executeInTransaction(req, key, scope, fingerprint, startedAtMs)
+    const runFor = internals.runOptionsOf ? { ...runOptions, ...internals.runOptionsOf(req) } : runOptions
+    if (options.transactional) return executeInTransaction(req, key, scope, fingerprint, startedAtMs, runFor)
     // Inline, not a function of its own: an async call returned from an async function costs three
     // more turns of the microtask queue on every request.
     let begun: Begun<HttpResponseLike>
     try {
-      begun = await ledger.begin({ key, scope, fingerprint }, runOptions)
+      begun = await ledger.begin({ key, scope, fingerprint }, runFor)
     } catch (error) {
       return failed(key, error, startedAtMs)
     }
@@ -273,6 +276,7 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
     scope: string,
     fingerprint: string,
     startedAtMs: number,
+    runFor: RunOptions<HttpResponseLike>,
   ): Promise<Decision> {
     let finishHandler: (response: HttpResponseLike) => void = () => {}
     let failHandler: (error: unknown) => void = () => {}
@@ -290,7 +294,7 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       first({ ctx })
       return handlerDone
     }
-    const running = ledger.runInTransaction({ key, scope, fingerprint }, work as never, runOptions)
+    const running = ledger.runInTransaction({ key, scope, fingerprint }, work as never, runFor)
     // Also keeps a rejection from being unhandled: finish() and fail() read `running` again later.
     void running.then(
       (result) => first({ result }),

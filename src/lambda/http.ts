@@ -5,7 +5,7 @@ import { createEngine } from '../http/engine.js'
 import { isJsonType, tooLarge } from '../http/node-body.js'
 import { credentialScope, resolveScopeSecret } from '../http/scope.js'
 import type { EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../http/types.js'
-import { assertLambdaLedger, inInvocation } from './invocation.js'
+import { assertLedger, inInvocation, invocationDeadline } from './invocation.js'
 import type {
   ApiGatewayV1EventLike,
   ApiGatewayV1ResultLike,
@@ -41,7 +41,7 @@ export function getIdempotency(event: object): IdempotencyContext | undefined {
  * failures are problem+json bodies. Uncovered requests (GET, no key) reach the handler untouched.
  *
  * @example
- * const ledger = lambdaLedger({ store: new DynamoDbStore({ table: 'idemkey' }) })
+ * const ledger = new Ledger({ store: new DynamoDbStore({ table: 'idemkey' }) })
  * export const handler = withIdempotency(ledger, async (event) => ({ statusCode: 201, body: JSON.stringify(await charge(event)) }))
  */
 export function withIdempotency<E extends HttpEventLike, C extends LambdaContextLike>(
@@ -49,7 +49,7 @@ export function withIdempotency<E extends HttpEventLike, C extends LambdaContext
   handler: (event: E, context: C) => HttpResultFor<E> | Promise<HttpResultFor<E>>,
   options: LambdaHttpOptions<E> = {},
 ): (event: E, context: C) => Promise<HttpResultFor<E>> {
-  assertLambdaLedger(ledger, 'withIdempotency (idemkey/lambda)')
+  assertLedger(ledger, 'withIdempotency (idemkey/lambda)')
   let secret: string | Uint8Array | undefined
   // The default scope: the authorizer's principal, else the Authorization credential as every adapter keys it.
   const scopeOf = (request: HttpRequestLike): string => {
@@ -59,7 +59,14 @@ export function withIdempotency<E extends HttpEventLike, C extends LambdaContext
     secret ??= resolveScopeSecret(options.scopeSecret)
     return credentialScope(request.headers, secret)
   }
-  const engine = createEngine<E>({ ...options, ledger }, options.scope ? {} : { scopeOf })
+  const engine = createEngine<E>(
+    { ...options, ledger },
+    {
+      ...(options.scope ? {} : { scopeOf }),
+      // No lease outlives the invocation: a timed-out one frees its record when it ends.
+      runOptionsOf: () => ({ deadlineMs: invocationDeadline(ledger.clock) }),
+    },
+  )
   return function idempotentHandler(event: E, context: C): Promise<HttpResultFor<E>> {
     return inInvocation(context, async () => {
       const v2 = isV2(event)

@@ -5,13 +5,13 @@
  *
  * @example
  * import { DynamoDbStore } from 'idemkey/dynamodb'
- * import { lambdaLedger, withIdempotency } from 'idemkey/lambda'
- * const ledger = lambdaLedger({ store: new DynamoDbStore({ table: 'idemkey' }) })
+ * import { withIdempotency } from 'idemkey/lambda'
+ * const ledger = new Ledger({ store: new DynamoDbStore({ table: 'idemkey' }) })
  * export const handler = withIdempotency(ledger, async (event) => ({ statusCode: 201, body: '{}' }))
  */
 export type { IdempotencyContext } from '../http/types.js'
 export { getIdempotency, type HttpEventLike, type HttpResultFor, type LambdaHttpOptions, principalOf, withIdempotency } from './http.js'
-export { boundToInvocation, lambdaLedger } from './invocation.js'
+export { lambdaLedger } from './invocation.js'
 export { type MakeIdempotentOptions, makeIdempotent } from './make-idempotent.js'
 export { type SqsBatchOptions, sqsBatchHandler } from './sqs.js'
 export type {

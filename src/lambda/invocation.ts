@@ -1,11 +1,11 @@
 import { AsyncLocalStorage } from 'node:async_hooks'
+import type { Clock } from '../core/clock.js'
 import { Ledger, type LedgerOptions } from '../core/ledger.js'
 import type { IdempotencyStore } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
 import type { LambdaContextLike } from './types.js'
 
 const invocation = new AsyncLocalStorage<LambdaContextLike>()
-const BOUND = Symbol.for('idemkey.lambda.invocationBound')
 
 /** Runs `fn` as part of the invocation `context`: the leases it takes end by the invocation's deadline. */
 export function inInvocation<R>(context: LambdaContextLike | undefined, fn: () => Promise<R>): Promise<R> {
@@ -20,65 +20,28 @@ export function inInvocation<R>(context: LambdaContextLike | undefined, fn: () =
   return invocation.run(context, fn)
 }
 
-/** The current invocation's time left, or `undefined` outside one. */
-function remainingMs(): number | undefined {
-  const context = invocation.getStore()
-  return context === undefined ? undefined : Math.floor(context.getRemainingTimeInMillis())
-}
-
 /**
- * The store with every lease capped by the time left in the current Lambda invocation, so the record of
- * an invocation that times out frees itself when the invocation ends, not a whole lease later. A renewal
- * after the deadline is refused (the lease is lost). Outside an invocation the store is unchanged.
+ * The end of the current invocation in epoch ms by `clock`, or `undefined` outside one: a run's
+ * `deadlineMs`, so that no lease it takes outlives the invocation.
  */
-export function boundToInvocation<S extends IdempotencyStore>(store: S): S {
-  if ((store as unknown as Record<symbol, unknown>)[BOUND]) return store
-  return new Proxy(store, {
-    get(target, property) {
-      if (property === BOUND) return true
-      if (property === 'acquire') {
-        return (scope: string, key: string, fingerprint: string, leaseMs: number) => {
-          const left = remainingMs()
-          return target.acquire(scope, key, fingerprint, left === undefined ? leaseMs : Math.max(1, Math.min(leaseMs, left)))
-        }
-      }
-      if (property === 'renew') {
-        return async (scope: string, key: string, token: number, leaseMs: number) => {
-          const left = remainingMs()
-          if (left !== undefined && left <= 0) return false
-          return target.renew(scope, key, token, left === undefined ? leaseMs : Math.min(leaseMs, left))
-        }
-      }
-      const value = Reflect.get(target, property, target)
-      // Stores keep private fields: their methods must run on the store itself, not on the proxy.
-      return typeof value === 'function' ? value.bind(target) : value
-    },
-  })
+export function invocationDeadline(clock: Clock): number | undefined {
+  const context = invocation.getStore()
+  return context === undefined ? undefined : clock.now() + Math.floor(context.getRemainingTimeInMillis())
 }
 
-/** Whether a ledger's store caps its leases by the invocation (made by {@link lambdaLedger}). */
-export function assertLambdaLedger(ledger: Ledger, wrapper: string): void {
-  if (!ledger || typeof ledger.run !== 'function') {
-    throw new IdempotencyError('INVALID_OPTION', `${wrapper} needs a ledger: lambdaLedger({ store }) from idemkey/lambda.`)
-  }
-  if (!(ledger.store as unknown as Record<symbol, unknown>)[BOUND]) {
-    throw new IdempotencyError(
-      'INVALID_OPTION',
-      `${wrapper} needs a ledger made by lambdaLedger({ store, ... }) from idemkey/lambda (it takes the same options as new Ledger), so that no lease outlives the invocation that took it. Replace new Ledger(...) with lambdaLedger(...).`,
-    )
+/** Throws unless `ledger` is a Ledger: the wrappers of idemkey/lambda take any. */
+export function assertLedger(ledger: Ledger, wrapper: string): void {
+  if (!ledger || typeof ledger.run !== 'function' || typeof ledger.begin !== 'function') {
+    throw new IdempotencyError('INVALID_OPTION', `${wrapper} needs a ledger: new Ledger({ store }) from idemkey.`)
   }
 }
 
 /**
- * A {@link Ledger} for Lambda functions: the same options, and each lease it takes is capped by
- * `context.getRemainingTimeInMillis()` of the invocation that runs it. The wrappers of `idemkey/lambda` need it.
+ * A {@link Ledger} with these options. Kept for code written against earlier versions of idemkey/lambda:
+ * the wrappers now cap every lease by the invocation's time left themselves, on any Ledger.
  *
- * @example
- * const ledger = lambdaLedger({ store: new DynamoDbStore({ table: 'idemkey' }) })
+ * @deprecated Use `new Ledger(options)`.
  */
 export function lambdaLedger<S extends IdempotencyStore>(options: LedgerOptions<S>): Ledger<S> {
-  if (!options?.store || typeof options.store.acquire !== 'function') {
-    throw new IdempotencyError('INVALID_OPTION', 'lambdaLedger({ store }) needs a store, e.g. new DynamoDbStore({ table }).')
-  }
-  return new Ledger({ ...options, store: boundToInvocation(options.store) })
+  return new Ledger(options)
 }

@@ -1,11 +1,11 @@
 import type { Ledger, RunOptions } from '../core/ledger.js'
 import { IdempotencyError } from '../errors.js'
-import { assertLambdaLedger, inInvocation } from './invocation.js'
+import { assertLedger, inInvocation, invocationDeadline } from './invocation.js'
 import type { LambdaContextLike } from './types.js'
 
 /** Options of {@link makeIdempotent}. */
 export interface MakeIdempotentOptions<E, R> extends Pick<RunOptions<R>, 'encode' | 'decode' | 'lease' | 'ttl' | 'wait' | 'onEvent'> {
-  /** The ledger: `lambdaLedger({ store })`. */
+  /** The ledger: `new Ledger({ store })`. */
   ledger: Ledger
   /**
    * The idempotency key of an event. An event without one (`undefined` or `''`) throws `KEY_MISSING`:
@@ -31,7 +31,7 @@ export function makeIdempotent<E, R, C extends LambdaContextLike>(
   fn: (event: E, context: C) => R | Promise<R>,
   options: MakeIdempotentOptions<E, R>,
 ): (event: E, context: C) => Promise<R> {
-  assertLambdaLedger(options?.ledger, 'makeIdempotent (idemkey/lambda)')
+  assertLedger(options?.ledger, 'makeIdempotent (idemkey/lambda)')
   if (typeof options.key !== 'function') {
     throw new IdempotencyError(
       'INVALID_OPTION',
@@ -59,7 +59,8 @@ export function makeIdempotent<E, R, C extends LambdaContextLike>(
       const result = await ledger.run(
         { key, scope: typeof scope === 'function' ? scope(event) : scope, payload: payload ? payload(event) : event },
         () => fn(event, context),
-        runOptions,
+        // No lease outlives the invocation: a timed-out one frees its record when it ends.
+        { ...runOptions, deadlineMs: invocationDeadline(ledger.clock) },
       )
       switch (result.kind) {
         case 'executed':

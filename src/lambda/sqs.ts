@@ -1,6 +1,6 @@
 import type { Ledger } from '../core/ledger.js'
 import { IdempotencyError } from '../errors.js'
-import { assertLambdaLedger, inInvocation } from './invocation.js'
+import { assertLedger, inInvocation, invocationDeadline } from './invocation.js'
 import type { LambdaContextLike, SqsBatchResponse, SqsEventLike, SqsRecordLike } from './types.js'
 
 /** Options of {@link sqsBatchHandler}. */
@@ -33,7 +33,7 @@ export function sqsBatchHandler<R extends SqsRecordLike, C extends LambdaContext
   handler: (record: R, context: C) => unknown,
   options: SqsBatchOptions<R> = {},
 ): (event: { Records: R[] }, context: C) => Promise<SqsBatchResponse> {
-  assertLambdaLedger(ledger, 'sqsBatchHandler (idemkey/lambda)')
+  assertLedger(ledger, 'sqsBatchHandler (idemkey/lambda)')
   const keyOf = recordKey(options.key)
   const scopeOf =
     typeof options.scope === 'function'
@@ -67,6 +67,8 @@ export function sqsBatchHandler<R extends SqsRecordLike, C extends LambdaContext
         const result = await ledger.run(
           { key, scope, payload: payloadOf(record) ?? null },
           async () => (await handler(record, context)) ?? null,
+          // No lease outlives the invocation: a timed-out one frees its record when it ends.
+          { deadlineMs: invocationDeadline(ledger.clock) },
         )
         if (result.kind === 'executed') {
           if (result.outcome === 'completed' || result.outcome === 'failed') return true
