@@ -2,6 +2,7 @@ import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { RedisStore, recordNames } from '../src/stores/redis/index.js'
+import { dropPrefix } from './helpers/redis.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 // The packed record layout (docs/redis.md): what a new key writes and touches, when changes are
@@ -31,12 +32,7 @@ describe.skipIf(skip)('RedisStore record layout', () => {
   })
   afterAll(async () => {
     await store.close()
-    let cursor = '0'
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000)
-      if (keys.length > 0) await redis.del(...keys)
-      cursor = next
-    } while (cursor !== '0')
+    await dropPrefix(URL, prefix)
     redis.disconnect()
     listener.disconnect()
   })
