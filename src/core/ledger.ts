@@ -379,7 +379,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
           'acquire',
           scope,
           key,
-          () => this.store.acquire(scope, key, fingerprint, leaseFor(plan, this.clock.now())),
+          () => this.store.acquire(scope, key, fingerprint, leaseFor(plan, this.clock)),
           plan,
         )
         switch (result.kind) {
@@ -525,9 +525,12 @@ interface Plan<T> {
 /** What the renewal, completion and release of one run need of its plan. */
 type RunLimits = Pick<Plan<unknown>, 'leaseMs' | 'ttlMs' | 'onEvent' | 'startedAtMs' | 'telemetry' | 'reconcile' | 'deadlineMs'>
 
-/** The lease to ask for now: the run's lease, cut to what is left before its deadline (at least 1 ms). */
-function leaseFor(plan: RunLimits, nowMs: number): number {
-  return plan.deadlineMs === undefined ? plan.leaseMs : Math.max(1, Math.min(plan.leaseMs, plan.deadlineMs - nowMs))
+/**
+ * The lease to ask for now: the run's lease, cut to what is left before its deadline (at least 1 ms).
+ * The clock is read only for a run with a deadline.
+ */
+function leaseFor(plan: RunLimits, clock: Clock): number {
+  return plan.deadlineMs === undefined ? plan.leaseMs : Math.max(1, Math.min(plan.leaseMs, plan.deadlineMs - clock.now()))
 }
 
 /** A run that ended without this caller holding the record. */
@@ -760,7 +763,7 @@ class Renewal implements Scheduled {
               'renew',
               attempt.scope,
               attempt.key,
-              () => core.store.renew(attempt.scope, attempt.key, attempt.token, leaseFor(plan, startedAtMs)),
+              () => core.store.renew(attempt.scope, attempt.key, attempt.token, leaseFor(plan, core.clock)),
               plan,
             )
     } catch {

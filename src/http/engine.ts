@@ -59,7 +59,7 @@ export interface EngineInternals {
 }
 
 export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>, internals: EngineInternals = {}): IdempotencyEngine {
-  if (!options?.ledger || typeof options.ledger.run !== 'function') {
+  if (!options?.ledger || typeof options.ledger.begin !== 'function' || typeof options.ledger.run !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'idempotency({ ledger }) needs a Ledger: new Ledger({ store }).')
   }
   const ledger: Ledger = options.ledger

@@ -77,6 +77,8 @@ export class RedisStore implements IdempotencyStore {
   readonly prefix: string
   readonly #retention: string
   readonly #grace: string
+  /** A record key's TTL beyond its lease (abandoned retention + expired grace), in ms. */
+  readonly #afterLeaseMs: number
   readonly #listScanLimit: number
   readonly #ownsClient: boolean
   readonly #notifications: boolean
@@ -99,6 +101,7 @@ export class RedisStore implements IdempotencyStore {
     assertPrefix(this.prefix)
     this.#retention = String(parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention'))
     this.#grace = String(parseDuration(options.expiredGrace ?? '1m', 'expiredGrace'))
+    this.#afterLeaseMs = Number(this.#retention) + Number(this.#grace)
     this.#listScanLimit = options.listScanLimit ?? 100_000
     assertPositiveInteger(this.#listScanLimit, 'listScanLimit')
     this.#notifications = options.notifications ?? true
@@ -172,7 +175,7 @@ export class RedisStore implements IdempotencyStore {
   ): Promise<AcquireResult | undefined> {
     const client = this.#client ?? (await this.#ready('acquire'))
     const fresh = `ik100n|${leaseMs}|${this.#retention}|${this.#grace}|${fingerprint}${identity}`
-    const px = leaseMs + Number(this.#retention) + Number(this.#grace)
+    const px = leaseMs + this.#afterLeaseMs
     let prior: unknown
     try {
       prior = await sendBuffer(client, 'set', [redisKey, fresh, 'PX', px, 'NX', 'GET'])
