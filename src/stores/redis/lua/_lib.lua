@@ -16,6 +16,19 @@ local function unparsable(v)
   if string.sub(v, 1, 3) == 'ik1' then return 0 end
   return redis.error_reply('IDEMKEY_FOREIGN the key holds a value that is not an idemkey record')
 end
+-- Gives the packed record v, which `token` must hold in progress, a new lease end: lockedUntil, updatedAt
+-- (now) and expiresAt, the key's TTL (expiresAt + grace) and, when it has steps, theirs. Returns 1, or 0 when
+-- the token does not hold it (fenced out), or the answer to a value that does not parse. Renew and release.
+local function relock(rk, stepsKey, v, token, now, lockedUntil, expiresAt, grace)
+  local head, st, tok, att, ca, p = string.match(v, '^(ik1[01][01])([pcf])|(%d+)|%d+|(%d+)|(%d+)|%d+|%d+|()')
+  if not st then return unparsable(v) end
+  if tok ~= token or st ~= 'p' then return 0 end
+  local px = int(expiresAt + grace - now)
+  redis.call('SET', rk, head .. 'p|' .. tok .. '|' .. int(lockedUntil) .. '|' .. att .. '|' .. ca .. '|' .. int(now) .. '|' ..
+    int(expiresAt) .. '|' .. string.sub(v, p), 'PX', px)
+  if string.sub(head, 5, 5) == '1' then redis.call('PEXPIRE', stepsKey, px) end
+  return 1
+end
 -- A record written by the native acquire (a plain SET NX, no script: the common new key) holds its lease
 -- as durations, `ik1 <w> <s> n | lease | retention | grace |` and the rest of a fresh record: its
 -- times follow from the key's expiry, which that SET set to its own time plus their sum, on the

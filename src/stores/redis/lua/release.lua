@@ -18,14 +18,8 @@ if type(v) == 'table' then
 end
 if not v or v == 'ik110w' then return 0 end
 v = absolute(rk, v)
-local head, st, tok, att, ca, p = string.match(v, '^(ik1[01][01])([pcf])|(%d+)|%d+|(%d+)|(%d+)|%d+|%d+|()')
-if not st then return unparsable(v) end
-if tok ~= ARGV[1] or st ~= 'p' then return 0 end
 local now = now_ms()
-local expiresAt = now + tonumber(ARGV[2])
-local px = int(expiresAt + tonumber(ARGV[3]) - now)
-redis.call('SET', rk, head .. 'p|' .. tok .. '|' .. int(now) .. '|' .. att .. '|' .. ca .. '|' .. int(now) .. '|' ..
-  int(expiresAt) .. '|' .. string.sub(v, p), 'PX', px)
-if string.sub(head, 5, 5) == '1' then redis.call('PEXPIRE', KEYS[2], px) end
-if string.sub(head, 4, 4) == '1' then redis.call('PUBLISH', ARGV[4], '1') end
-return 1
+local done = relock(rk, KEYS[2], v, ARGV[1], now, now, now + tonumber(ARGV[2]), tonumber(ARGV[3]))
+-- Waiters are woken only when someone waits (the w flag).
+if done == 1 and string.sub(v, 4, 4) == '1' then redis.call('PUBLISH', ARGV[4], '1') end
+return done

@@ -16,15 +16,6 @@ if type(v) == 'table' then
   return 1
 end
 if not v or v == 'ik110w' then return 0 end
-v = absolute(rk, v)
-local head, st, tok, att, ca, p = string.match(v, '^(ik1[01][01])([pcf])|(%d+)|%d+|(%d+)|(%d+)|%d+|%d+|()')
-if not st then return unparsable(v) end
-if tok ~= ARGV[1] or st ~= 'p' then return 0 end
 local now = now_ms()
 local lockedUntil = now + tonumber(ARGV[2])
-local expiresAt = lockedUntil + tonumber(ARGV[3])
-local px = int(expiresAt + tonumber(ARGV[4]) - now)
-redis.call('SET', rk, head .. 'p|' .. tok .. '|' .. int(lockedUntil) .. '|' .. att .. '|' .. ca .. '|' .. int(now) .. '|' ..
-  int(expiresAt) .. '|' .. string.sub(v, p), 'PX', px)
-if string.sub(head, 5, 5) == '1' then redis.call('PEXPIRE', KEYS[2], px) end
-return 1
+return relock(rk, KEYS[2], absolute(rk, v), ARGV[1], now, lockedUntil, lockedUntil + tonumber(ARGV[3]), tonumber(ARGV[4]))
