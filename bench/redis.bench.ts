@@ -17,6 +17,7 @@ import { Ledger } from '../src/core/ledger.js'
 import type { Outcome } from '../src/core/store.js'
 import { RedisStore } from '../src/stores/redis/index.js'
 import { acquireLua } from '../src/stores/redis/lua.generated.js'
+import { dropPrefix } from '../test/helpers/redis.js'
 import { fmt, report, table } from './lib.js'
 
 const msArg = process.argv.indexOf('--ms')
@@ -231,7 +232,7 @@ async function main(): Promise<void> {
     '',
     table(['callers', 'raw SET', 'acquire+complete cycle', 'replay', 'Redis µs inside a SET', 'Redis µs inside a script call'], costs),
     '',
-    'A cycle is one `acquire` of a new key and one `complete` of it: two round trips and two Lua scripts; the target is 40% of the raw SET rate through the same client. A replay is one round trip (the acquire script returns the stored record). `redis-benchmark` (C, one connection per caller, no pipelining) shows what the server itself can do: its SET rate, and its rate for the acquire script alone on new keys, the server-side ceiling of the first half of a cycle. The columns of one caller count come from interleaved slices, so load from elsewhere on the machine (2 cores, shared) falls on them alike; still, compare rows of one run, not runs.',
+    'A cycle is one `acquire` of a new key and one `complete` of it: two round trips, a plain `SET NX GET` (no script since 2026-11-24) and the complete script; the target is 40% of the raw SET rate through the same client. A replay is one round trip (the same `SET NX GET` returns the stored record, answered without a script when it is far from expiry). `redis-benchmark` (C, one connection per caller, no pipelining) shows what the server itself can do: its SET rate, and its rate for the acquire script alone on new keys (which the store now runs only for keys that exist: in progress, near expiry, taken over). The columns of one caller count come from interleaved slices, so load from elsewhere on the machine (2 cores, shared) falls on them alike; still, compare rows of one run, not runs.',
     '',
     verdict(measured),
     '',
@@ -293,9 +294,9 @@ function verdict(measured: Array<{ callers: number; ratio: number; setUs: Cpu; c
     `At ${worst.callers} callers Redis spent ${us(cycleUs.server)} µs of CPU per cycle against ${us(setUs.server)} µs per raw SET, and this process ${us(cycleUs.client)} µs against ${us(setUs.client)} µs.`,
     `The two sides mostly take turns (an auto-pipelined batch goes out, its replies come back, the next batch goes out), so the expected ratio is (${us(setUs.client)} + ${us(setUs.server)}) / (${us(cycleUs.client)} + ${us(cycleUs.server)}) = ${fmt((100 * setBoth) / (cycleUs.client + cycleUs.server))}% (measured: ${fmt(100 * worst.ratio)}%).`,
     clientBudget <= 0
-      ? `The server's share alone rules 40% out: a cycle's two scripts cost Redis ${us(cycleUs.server)} µs, more than 2.5 times the ${us(setBoth)} µs a raw SET costs both sides together.`
-      : `The server's share alone leaves no room for 40%: a cycle's two scripts cost Redis ${us(cycleUs.server)} µs, against ${us(setBoth)} µs for a raw SET on both sides together, so the client would have to spend at most ${us(clientBudget)} µs per cycle (two calls), while one raw SET alone costs it ${us(setUs.client)} µs.`,
-    'Redis pays for a script call, and for each `redis.call` in it, on top of the commands themselves (see the commandstats columns); an acquire of a new key runs TIME and one SET NX GET PX, and a complete runs GET, TIME, SET (PUBLISH only when someone waits): what is left is mostly the fixed price of a script call (about 5 µs on this server even for an acquire that makes two calls, against about 2 µs for a SET), which only a path without a script would avoid. The redis-benchmark columns show the same gap between SET and the acquire script with no Node client in the way.',
+      ? `The server's share alone rules 40% out: a cycle costs Redis ${us(cycleUs.server)} µs, more than 2.5 times the ${us(setBoth)} µs a raw SET costs both sides together.`
+      : `The server's share alone leaves no room for 40%: a cycle costs Redis ${us(cycleUs.server)} µs, against ${us(setBoth)} µs for a raw SET on both sides together, so the client would have to spend at most ${us(clientBudget)} µs per cycle (two calls), while one raw SET alone costs it ${us(setUs.client)} µs.`,
+    "Redis pays for a script call, and for each `redis.call` in it, on top of the commands themselves (see the commandstats columns); an acquire of a new key is one plain SET NX GET PX, and a complete runs GET, TIME, SET (and PEXPIRETIME for a record the plain SET wrote; PUBLISH only when someone waits): what is left is mostly the fixed price of the complete's script call (about 5 µs on this server, against about 2 µs for a SET), which only a compare-and-set could avoid (Redis 8.4 `SET ... IFEQ`). The redis-benchmark columns show the same gap between SET and the acquire script with no Node client in the way.",
     'The "about half the raw SET rate" ceiling of the issue assumed that a script costs the server what a SET does; it costs several times more.',
   ].join(' ')
 }
@@ -303,12 +304,7 @@ function verdict(measured: Array<{ callers: number; ratio: number; setUs: Cpu; c
 try {
   await main()
 } finally {
-  let cursor = '0'
-  do {
-    const [next, keys] = await raw.scan(cursor, 'MATCH', `${prefix}:*`, 'COUNT', 1000)
-    if (keys.length > 0) await raw.del(...keys)
-    cursor = next
-  } while (cursor !== '0')
+  await dropPrefix(URL, prefix)
   await store.close()
   raw.disconnect()
 }
