@@ -6,7 +6,7 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
+import { DatabaseSync } from 'node:sqlite'
 import { SqliteInbox } from '../src/messaging/inbox/index.js'
 import { SqliteOutbox } from '../src/messaging/outbox/index.js'
 import { createResource } from './fixtures/messaging/brokers.js'
@@ -22,9 +22,9 @@ describe.skipIf(skip !== undefined)('SQLite outbox to SQLite inbox through NATS 
     const dir = mkdtempSync(join(tmpdir(), 'idemkey-sqlite-faults-'))
     const appFile = join(dir, 'app.db')
     const consumerFile = join(dir, 'consumer.db')
-    const app = new Database(appFile)
-    const consumer = new Database(consumerFile)
-    for (const db of [app, consumer]) db.pragma('journal_mode = WAL')
+    const app = new DatabaseSync(appFile)
+    const consumer = new DatabaseSync(consumerFile)
+    for (const db of [app, consumer]) db.exec('PRAGMA journal_mode = WAL')
     app.exec('CREATE TABLE orders (id TEXT PRIMARY KEY)')
     consumer.exec(
       'CREATE TABLE applied (order_id TEXT PRIMARY KEY, message_id TEXT NOT NULL, n INTEGER NOT NULL); CREATE TABLE observed (kind TEXT)',
@@ -34,7 +34,7 @@ describe.skipIf(skip !== undefined)('SQLite outbox to SQLite inbox through NATS 
     new SqliteInbox({ database: consumer, consumer: 'fault' }).migrate()
     const resource = await createResource('nats')
     const fleet = new Fleet({ ...process.env, FAULT_APP_DB: appFile, FAULT_CONSUMER_DB: consumerFile, FAULT_NAME: resource.name })
-    const count = (db: Database.Database, sql: string) => (db.prepare(sql).get() as { n: number }).n
+    const count = (db: DatabaseSync, sql: string) => (db.prepare(sql).get() as { n: number }).n
     try {
       for (let i = 0; i < 2; i++) {
         fleet.spawn('sqlite-producer', 0.005)

@@ -110,7 +110,10 @@ describe('SQLite outbox and inbox', () => {
         }
       },
       exec: (sql) => inboxDb.exec(sql),
-      transaction: (fn) => inboxDb.transaction(fn),
+      get open() {
+        return inboxDb.open
+      },
+      close: () => inboxDb.close(),
       get inTransaction() {
         return inboxDb.inTransaction
       },

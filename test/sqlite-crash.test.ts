@@ -2,8 +2,8 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
-import { SqliteStore } from '../src/stores/sqlite/sqlite-store.js'
+import type { SqliteDriverName } from '../src/stores/sqlite/driver.js'
+import { openDatabase, SQLITE_DRIVERS, storeOn } from './helpers/sqlite-drivers.js'
 
 const WORKER = join(import.meta.dirname, 'fixtures/sqlite/crash-worker.ts')
 
@@ -16,11 +16,15 @@ interface Effect {
 }
 
 /** Runs a worker to its end; returns whether it was killed. */
-function runWorker(dbPath: string, keys: number, crash: number, seed: number): Promise<'done' | 'killed'> {
+function runWorker(driver: SqliteDriverName, dbPath: string, keys: number, crash: number, seed: number): Promise<'done' | 'killed'> {
   return new Promise((resolve, reject) => {
-    const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', WORKER, dbPath, String(keys), String(crash), String(seed)], {
-      stdio: ['ignore', 'inherit', 'inherit'],
-    })
+    const child: ChildProcess = spawn(
+      process.execPath,
+      ['--import', 'tsx', WORKER, dbPath, String(keys), String(crash), String(seed), driver],
+      {
+        stdio: ['ignore', 'inherit', 'inherit'],
+      },
+    )
     child.once('error', reject)
     child.once('exit', (code, signal) => {
       if (signal === 'SIGKILL') resolve('killed')
@@ -30,14 +34,14 @@ function runWorker(dbPath: string, keys: number, crash: number, seed: number): P
   })
 }
 
-describe('SQLite store across crashing processes', () => {
+describe.each(SQLITE_DRIVERS)('SQLite store on %s across crashing processes', (driver) => {
   const dir = mkdtempSync(join(tmpdir(), 'idemkey-crash-'))
   afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
   it('runs each key to one completion: crashed holders are taken over with the next token, never two holders at once', async () => {
-    const dbPath = join(dir, 'shared.db')
-    await new SqliteStore({ path: dbPath }).close() // create the schema once
-    const db = new Database(dbPath)
+    const dbPath = join(dir, `shared-${driver.replace(':', '-')}.db`)
+    await storeOn(driver, { path: dbPath }).close() // create the schema once
+    const db = openDatabase(driver, dbPath)
     db.exec('CREATE TABLE effects (key TEXT, token INTEGER, pid INTEGER, started_at INTEGER, finished_at INTEGER)')
     const KEYS = 12
     let kills = 0
@@ -47,14 +51,14 @@ describe('SQLite store across crashing processes', () => {
         for (let life = 0; ; life++) {
           // The first life of slot 1 dies in its first execution for sure, so every run exercises a takeover.
           const crash = life >= 4 ? 0 : slot === 1 && life === 0 ? 1 : 0.15
-          const outcome = await runWorker(dbPath, KEYS, crash, slot * 1_000 + life)
+          const outcome = await runWorker(driver, dbPath, KEYS, crash, slot * 1_000 + life)
           if (outcome === 'done') return
           kills++
         }
       }),
     )
 
-    const records = new SqliteStore({ path: dbPath })
+    const records = storeOn(driver, { path: dbPath })
     const effects = db.prepare('SELECT * FROM effects ORDER BY key, token').all() as Effect[]
     for (let i = 0; i < KEYS; i++) {
       const key = `key-${i}`

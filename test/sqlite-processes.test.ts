@@ -1,16 +1,16 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { SqliteStore } from '../src/stores/sqlite/index.js'
 import { describeLedgerProcesses } from './helpers/ledger-processes.js'
+import { SQLITE_DRIVERS, sqliteUrl, storeOn } from './helpers/sqlite-drivers.js'
 
-describe('SqliteStore: one file shared by several processes', () => {
+describe.each(SQLITE_DRIVERS)('SqliteStore on %s: one file shared by several processes', (driver) => {
   const dir = mkdtempSync(join(tmpdir(), 'idemkey-procs-'))
   const path = join(dir, 'shared.db')
-  const store = new SqliteStore({ path })
+  const store = storeOn(driver, { path })
   afterAll(async () => {
     await store.close()
     rmSync(dir, { recursive: true, force: true })
   })
-  describeLedgerProcesses({ url: () => `sqlite:${path}`, store: () => store, race: { processes: 4, keys: 300 } })
+  describeLedgerProcesses({ url: () => sqliteUrl(driver, path), store: () => store, race: { processes: 4, keys: 300 } })
 })

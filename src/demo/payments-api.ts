@@ -20,13 +20,13 @@
  * - `slow`: the bank answers late, after the client's timeout, and then the charge commits.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import Database from 'better-sqlite3'
 import { sha256Hex } from '../core/fingerprint.js'
 import { Ledger } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
 import { distinctHeaders, readNodeBody } from '../http/node-body.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../http/types.js'
 import { openStore } from '../stores/open.js'
+import { openNodeSqlite } from '../stores/sqlite/driver.js'
 
 /** What the demo passes a worker (as JSON in `IDEMKEY_DEMO_WORKER`). */
 export interface WorkerConfig {
@@ -48,7 +48,7 @@ export type WorkerMessage = { type: 'ready'; port: number } | { type: 'error'; m
 
 /** Creates the charges table (the demo calls it once before forking workers). */
 export function createChargesTable(path: string): void {
-  const db = new Database(path)
+  const db = openNodeSqlite(path)
   db.pragma('journal_mode = WAL')
   db.exec(`CREATE TABLE IF NOT EXISTS charges (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -76,7 +76,7 @@ function json(status: number, value: unknown, headers: Record<string, string> = 
 
 async function main(): Promise<void> {
   const config = JSON.parse(process.env.IDEMKEY_DEMO_WORKER ?? '{}') as WorkerConfig
-  const db = new Database(config.chargesPath)
+  const db = openNodeSqlite(config.chargesPath)
   db.pragma('busy_timeout = 5000')
   db.pragma('synchronous = NORMAL')
   const insert = db.prepare(
@@ -89,12 +89,13 @@ async function main(): Promise<void> {
   const email = db.prepare('INSERT INTO emails (api, intent, worker, created_at) VALUES (?, ?, ?, ?)')
   const resumed = db.prepare('INSERT INTO step_resumes (intent, step, worker, created_at) VALUES (?, ?, ?, ?)')
   /** The bank: one charge per bank key; a repeat of a key gets the charge it already made. */
-  const bankCharge = db.transaction((api: string, intent: string, amount: number, key: string | null, bankKey: string | null) => {
-    const made = insert.get(api, intent, amount, key, bankKey, process.pid, Date.now()) as { id: number } | undefined
-    if (made) return made.id
-    repeat.run(bankKey, process.pid, Date.now())
-    return (existing.get(bankKey) as { id: number }).id
-  })
+  const bankCharge = (api: string, intent: string, amount: number, key: string | null, bankKey: string | null) =>
+    db.immediate(() => {
+      const made = insert.get(api, intent, amount, key, bankKey, process.pid, Date.now()) as { id: number } | undefined
+      if (made) return made.id
+      repeat.run(bankKey, process.pid, Date.now())
+      return (existing.get(bankKey) as { id: number }).id
+    })
 
   /** The payments handler: the same code for both APIs; `ctx` is there behind idemkey. */
   async function charge(req: HttpRequestLike, body: Uint8Array, ctx?: IdempotencyContext): Promise<HttpResponseLike> {

@@ -1,9 +1,9 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
 import { IdempotencyError } from '../errors.js'
 import { openStore, parseStoreUrl } from '../stores/open.js'
+import { openNodeSqlite } from '../stores/sqlite/driver.js'
 import { drive, type IntentResult } from './driver.js'
 import { type Fault, FaultInjector } from './fault-injector.js'
 import { createChargesTable, type WorkerConfig } from './payments-api.js'
@@ -178,7 +178,7 @@ function count(
   restarts: number,
   seconds: number,
 ): SideReport {
-  const db = new Database(chargesPath, { readonly: true })
+  const db = openNodeSqlite(chargesPath, { readOnly: true })
   let perIntent: Map<string, number>
   let bankRepeatsRefused = 0
   let stepsResumed = 0

@@ -17,7 +17,7 @@ export interface StoreLocation {
 /** What the CLI understands of a store URL, before anything is opened. `url` is what the driver gets. */
 export type StoreSpec =
   | { kind: 'memory'; url: string; location: StoreLocation }
-  | { kind: 'sqlite'; url: string; path: string; location: StoreLocation }
+  | { kind: 'sqlite'; url: string; path: string; location: StoreLocation; driver?: 'node:sqlite' | 'better-sqlite3' }
   | { kind: 'postgres'; url: string; location: StoreLocation }
   | { kind: 'redis'; url: string; location: StoreLocation }
   | { kind: 'mysql'; url: string; location: StoreLocation }
@@ -48,13 +48,22 @@ export function parseStoreUrl(url: string): StoreSpec {
   const text = url.trim()
   if (text === 'memory:' || text === 'memory') return { kind: 'memory', url: 'memory:', location: {} }
   if (text.startsWith('sqlite:')) {
-    // A query is read only when it holds nothing but location parameters: a file name may contain '?'.
-    const query = /\?((?:table|schema|prefix)=[^&?]*(?:&(?:table|schema|prefix)=[^&?]*)*)$/.exec(text)
-    const location = query ? readLocation(url, 'sqlite', new URLSearchParams(query[1])) : {}
+    // A query is read only when it holds nothing but known parameters: a file name may contain '?'.
+    const query = /\?((?:table|schema|prefix|driver)=[^&?]*(?:&(?:table|schema|prefix|driver)=[^&?]*)*)$/.exec(text)
+    const params = new URLSearchParams(query?.[1] ?? '')
+    const driver = params.get('driver')
+    params.delete('driver')
+    if (driver !== null && driver !== 'node:sqlite' && driver !== 'better-sqlite3') {
+      throw invalid(
+        url,
+        `?driver= is node:sqlite (the default, built into Node.js 22.16+, Bun and Deno) or better-sqlite3, not "${driver}"`,
+      )
+    }
+    const location = readLocation(url, 'sqlite', params)
     const bare = query ? text.slice(0, query.index) : text
     const path = bare.slice('sqlite:'.length).replace(/^\/\/(?=\/)/, '')
     if (path.length === 0) throw invalid(url, 'sqlite: needs a file path after the colon, e.g. sqlite:idemkey.db or sqlite::memory:')
-    return { kind: 'sqlite', url: bare, path, location }
+    return { kind: 'sqlite', url: bare, path, location, ...(driver ? { driver } : {}) }
   }
   let kind: 'postgres' | 'mysql' | 'redis' | 'dynamodb'
   if (/^postgres(ql)?:\/\//.test(text)) kind = 'postgres'
@@ -149,10 +158,14 @@ async function construct(spec: StoreSpec): Promise<IdempotencyStore> {
       return new MemoryStore()
     }
     case 'sqlite': {
-      const mod = (await importStore('./sqlite/index.js', spec)) as {
-        SqliteStore: new (options: { path: string; table?: string }) => IdempotencyStore
+      // node:sqlite is built in: nothing to load first. better-sqlite3 is loaded only when the URL asks for it.
+      const mod = (await (spec.driver === 'better-sqlite3' ? importStore('./sqlite/index.js', spec) : import('./sqlite/index.js'))) as {
+        SqliteStore: new (options: { path: string; table?: string; open?: (path: string) => unknown }) => IdempotencyStore
       }
-      return new mod.SqliteStore({ path: spec.path, ...location })
+      if (spec.driver !== 'better-sqlite3') return new mod.SqliteStore({ path: spec.path, ...location })
+      const driver: string = STORE_DRIVERS.sqlite
+      const Database = ((await import(driver)) as { default: new (path: string) => unknown }).default
+      return new mod.SqliteStore({ path: spec.path, ...location, open: (path) => new Database(path) })
     }
     case 'postgres': {
       const mod = (await importStore('./postgres/index.js', spec)) as {
@@ -187,7 +200,7 @@ async function construct(spec: StoreSpec): Promise<IdempotencyStore> {
   }
 }
 
-/** The npm package each store's driver comes from. */
+/** The npm package each store's driver comes from (SQLite's default, node:sqlite, is built in; this is the alternative). */
 export const STORE_DRIVERS = {
   sqlite: 'better-sqlite3',
   postgres: 'pg',

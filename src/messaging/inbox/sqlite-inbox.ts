@@ -1,5 +1,6 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
+import { connect, type SqliteConnection } from '../../stores/sqlite/driver.js'
 import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
 import { payloadHash } from './pg-inbox.js'
@@ -7,7 +8,7 @@ import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxResult } f
 
 /** Options of {@link SqliteInbox}. */
 export interface SqliteInboxOptions {
-  /** An open better-sqlite3 database: the one your effect writes to. */
+  /** An open database, the one your effect writes to: a node:sqlite `DatabaseSync` or a better-sqlite3 `Database`. */
   database: SqliteDb
   /** This consumer's name. */
   consumer: string
@@ -21,7 +22,7 @@ export interface SqliteInboxOptions {
 }
 
 /**
- * The inbox on SQLite. better-sqlite3 transactions are synchronous, so the effect must be too: it
+ * The inbox on SQLite (node:sqlite or better-sqlite3). SQLite transactions are synchronous, so the effect must be too: it
  * runs inside `BEGIN IMMEDIATE` with the ID insert, and returning a promise is an error.
  *
  * @example
@@ -31,20 +32,17 @@ export interface SqliteInboxOptions {
  */
 export class SqliteInbox implements Inbox<SqliteDb> {
   readonly consumer: string
-  readonly #db: SqliteDb
+  readonly #db: SqliteConnection
   readonly #table: string
   readonly #retentionMs: number
   readonly #now: () => number
   readonly #onEvent: (event: InboxEvent) => void
 
   constructor(options: SqliteInboxOptions) {
-    if (typeof options?.database?.prepare !== 'function') {
-      throw new IdempotencyError('INVALID_OPTION', 'SqliteInbox needs { database }: an open better-sqlite3 Database.')
-    }
+    this.#db = connect(options?.database, 'SqliteInbox { database }')
     if (typeof options.consumer !== 'string' || options.consumer.length === 0) {
       throw new IdempotencyError('INVALID_OPTION', 'SqliteInbox needs { consumer }: a non-empty name for this consumer.')
     }
-    this.#db = options.database
     this.consumer = options.consumer
     this.#table = quoteName(options.table ?? 'idemkey_inbox', 'SqliteInbox table')
     this.#retentionMs = parseDuration(options.retention ?? '7d', 'retention')
@@ -98,32 +96,32 @@ export class SqliteInbox implements Inbox<SqliteDb> {
     )
     const known = this.#db.prepare(`SELECT payload_hash FROM ${this.#table} WHERE consumer = ? AND message_id = ?`)
     let inEffect = false
-    const run = this.#db.transaction((): Array<InboxBatchResult<T>> => {
+    const run = (): Array<InboxBatchResult<T>> => {
       const now = this.#now()
       return messages.map((message, i): InboxBatchResult<T> => {
         const hash = hashes[i] as string
-        if (insert.run(this.consumer, message.id, hash, now).changes === 0) {
+        if (Number(insert.run(this.consumer, message.id, hash, now).changes) === 0) {
           const row = known.get(this.consumer, message.id) as { payload_hash: string } | undefined
           return row && row.payload_hash !== hash
             ? { status: 'mismatch', error: new InboxMismatchError(this.consumer, message.id) }
             : { status: 'duplicate' }
         }
         inEffect = true
-        const value = effect(this.#db, message)
+        const value = effect(this.#db.database, message)
         inEffect = false
         if (value instanceof Promise) {
           value.catch(() => {})
           throw new IdempotencyError(
             'INVALID_ARGUMENT',
-            'SqliteInbox effects must be synchronous (better-sqlite3 transactions cannot span an await).',
+            'SqliteInbox effects must be synchronous (a SQLite transaction cannot span an await).',
           )
         }
         return { status: 'applied', value }
       })
-    })
+    }
     let results: Array<InboxBatchResult<T>>
     try {
-      results = run.immediate()
+      results = this.#db.immediate(run)
     } catch (error) {
       if (inEffect || error instanceof IdempotencyError) throw error
       throw storeUnavailable('SqliteInbox', label, error)
@@ -148,7 +146,7 @@ export class SqliteInbox implements Inbox<SqliteDb> {
     )
     let total = 0
     for (;;) {
-      const deleted = purge.run(this.consumer, cutoff, batchSize).changes
+      const deleted = Number(purge.run(this.consumer, cutoff, batchSize).changes)
       total += deleted
       if (deleted < batchSize) return total
     }

@@ -1,5 +1,6 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
+import { connect, type SqliteConnection } from '../../stores/sqlite/driver.js'
 import { type OutboxMessage, purgeBatchSize, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
 import {
@@ -13,7 +14,10 @@ import {
 
 /** Options of {@link SqliteOutbox}. */
 export interface SqliteOutboxOptions {
-  /** An open better-sqlite3 database (WAL mode recommended). Relays in other processes open the same file. */
+  /**
+   * An open database (WAL mode recommended): a node:sqlite `DatabaseSync` or a better-sqlite3 `Database`.
+   * Relays in other processes open the same file.
+   */
   database: SqliteDb
   /** Table name. @default 'idemkey_outbox' */
   table?: string
@@ -28,7 +32,7 @@ interface Row {
   id: string
   topic: string
   partition_key: string | null
-  payload: Buffer
+  payload: Uint8Array
   content_type: string
   headers: string
   attempts: number
@@ -36,30 +40,28 @@ interface Row {
 }
 
 /**
- * The transactional outbox on SQLite (better-sqlite3). `add()` is synchronous and must run inside
- * the caller's `db.transaction(...)`, next to the state change. There is no NOTIFY: the relay
+ * The transactional outbox on SQLite (node:sqlite or better-sqlite3). `add()` is synchronous and must
+ * run inside the caller's transaction (`sqliteTransaction(db, fn)`, or better-sqlite3's
+ * `db.transaction(fn)`), next to the state change. There is no NOTIFY: the relay
  * polls (call `relay.wake()` after a commit in the same process). Claims run under `BEGIN
  * IMMEDIATE`, so relays in several processes never claim the same row; partition order is kept.
  *
  * @example
  * const outbox = new SqliteOutbox({ database: db })
  * outbox.migrate()
- * db.transaction(() => {
+ * sqliteTransaction(db, () => {
  *   db.prepare('INSERT INTO orders (id) VALUES (?)').run(orderId)
  *   outbox.add(db, { topic: 'orders.created', payload: { orderId }, idempotencyKey })
- * })()
+ * })
  */
 export class SqliteOutbox {
-  readonly #db: SqliteDb
+  readonly #db: SqliteConnection
   readonly #table: string
   readonly #maxPayloadBytes: number
   readonly #now: () => number
 
   constructor(options: SqliteOutboxOptions) {
-    if (typeof options?.database?.prepare !== 'function') {
-      throw new IdempotencyError('INVALID_OPTION', 'SqliteOutbox needs { database }: an open better-sqlite3 Database.')
-    }
-    this.#db = options.database
+    this.#db = connect(options?.database, 'SqliteOutbox { database }')
     this.#table = quoteName(options.table ?? 'idemkey_outbox', 'SqliteOutbox table')
     this.#maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES
     this.#now = options.now ?? Date.now
@@ -94,10 +96,10 @@ export class SqliteOutbox {
    */
   add(db: SqliteDb, event: OutboxEventInput): AddResult {
     const row = encodeEvent(event, this.#maxPayloadBytes)
-    if (!db.inTransaction) {
+    if (!(db === this.#db.database ? this.#db : connect(db, 'SqliteOutbox.add')).inTransaction) {
       throw new IdempotencyError(
         'INVALID_ARGUMENT',
-        'SqliteOutbox.add must run inside the transaction that changes your state (db.transaction(() => { ...; outbox.add(db, event) })()).',
+        "SqliteOutbox.add must run inside the transaction that changes your state: sqliteTransaction(db, () => { ...; outbox.add(db, event) }), or better-sqlite3's db.transaction(() => { ... })().",
       )
     }
     const now = this.#now()
@@ -108,7 +110,7 @@ export class SqliteOutbox {
            VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
         )
         .run(row.id, row.topic, row.partitionKey, row.payload, row.contentType, row.headers, now, now)
-      return { id: row.id, created: result.changes === 1 }
+      return { id: row.id, created: Number(result.changes) === 1 }
     } catch (error) {
       throw storeUnavailable('SqliteOutbox', 'add', error)
     }
@@ -138,7 +140,7 @@ export class SqliteOutbox {
     )
     let total = 0
     for (;;) {
-      const deleted = purge.run(cutoff, batchSize).changes
+      const deleted = Number(purge.run(cutoff, batchSize).changes)
       total += deleted
       if (deleted < batchSize) return total
     }
@@ -151,7 +153,7 @@ export class SqliteOutbox {
       `UPDATE ${this.#table} SET status = 'pending', attempts = 0, available_at = ?, last_error = NULL WHERE status = 'dead'${where}`,
     )
     const now = this.#now()
-    return (ids === undefined ? retry.run(now) : retry.run(now, JSON.stringify(ids))).changes
+    return Number((ids === undefined ? retry.run(now) : retry.run(now, JSON.stringify(ids))).changes)
   }
 
   /** The relay's view of this table. */
@@ -176,7 +178,7 @@ export class SqliteOutbox {
       WHERE seq = ? AND status = 'pending' AND locked_by = ?`)
     const release = db.prepare(`UPDATE ${t} SET locked_by = NULL, locked_until = NULL, attempts = max(attempts - 1, 0)
       WHERE seq = ? AND status = 'pending' AND locked_by = ?`)
-    const claim = db.transaction((relayId: string, limit: number, leaseMs: number): OutboxMessage[] => {
+    const claim = (relayId: string, limit: number, leaseMs: number): OutboxMessage[] => {
       const at = now()
       const seqs = pick.all({ now: at, limit }) as Array<{ seq: number }>
       return seqs.map(({ seq }) => {
@@ -186,25 +188,26 @@ export class SqliteOutbox {
           id: r.id,
           topic: r.topic,
           partitionKey: r.partition_key,
-          payload: r.payload,
+          // node:sqlite reads a BLOB as a Uint8Array, better-sqlite3 as a Buffer: publishers get a Buffer either way.
+          payload: Buffer.from(r.payload.buffer, r.payload.byteOffset, r.payload.byteLength),
           contentType: r.content_type,
           headers: JSON.parse(r.headers) as Record<string, string>,
           attempts: r.attempts,
           createdAtMs: r.created_at,
         }
       })
-    })
-    const markSent = db.transaction((seqs: readonly number[]) => {
+    }
+    const markSent = (seqs: readonly number[]) => {
       const at = now()
       for (const seq of seqs) sent.run(at, seq)
-    })
-    const markFailed = db.transaction((relayId: string, failures: readonly RowFailure[]) => {
+    }
+    const markFailed = (relayId: string, failures: readonly RowFailure[]) => {
       const at = now()
       for (const f of failures) fail.run(f.dead ? 'dead' : 'pending', at + f.retryInMs, f.error.slice(0, 2000), f.seq, relayId)
-    })
-    const releaseAll = db.transaction((relayId: string, seqs: readonly number[]) => {
+    }
+    const releaseAll = (relayId: string, seqs: readonly number[]) => {
       for (const seq of seqs) release.run(seq, relayId)
-    })
+    }
     const wrap =
       <A extends unknown[], R>(operation: string, fn: (...args: A) => R) =>
       async (...args: A): Promise<R> => {
@@ -215,10 +218,12 @@ export class SqliteOutbox {
         }
       }
     return {
-      claim: wrap('claim', (relayId: string, limit: number, leaseMs: number) => claim.immediate(relayId, limit, leaseMs)),
-      markSent: wrap('markSent', (seqs: readonly number[]) => markSent.immediate(seqs)),
-      markFailed: wrap('markFailed', (relayId: string, failures: readonly RowFailure[]) => markFailed.immediate(relayId, failures)),
-      release: wrap('release', (relayId: string, seqs: readonly number[]) => releaseAll.immediate(relayId, seqs)),
+      claim: wrap('claim', (relayId: string, limit: number, leaseMs: number) => db.immediate(() => claim(relayId, limit, leaseMs))),
+      markSent: wrap('markSent', (seqs: readonly number[]) => db.immediate(() => markSent(seqs))),
+      markFailed: wrap('markFailed', (relayId: string, failures: readonly RowFailure[]) =>
+        db.immediate(() => markFailed(relayId, failures)),
+      ),
+      release: wrap('release', (relayId: string, seqs: readonly number[]) => db.immediate(() => releaseAll(relayId, seqs))),
     }
   }
 }

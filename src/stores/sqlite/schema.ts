@@ -1,23 +1,5 @@
 import { IdempotencyError } from '../../errors.js'
-
-type ArgumentTypes<F> = F extends (...args: infer A) => unknown ? A : never
-
-/** The subset of better-sqlite3's `Database` the store uses, so any compatible version fits. */
-export interface SqliteDatabase {
-  readonly open: boolean
-  prepare(sql: string): SqliteStatement
-  exec(sql: string): unknown
-  pragma(sql: string, options?: { simple?: boolean }): unknown
-  // biome-ignore lint/suspicious/noExplicitAny: the same constraint as better-sqlite3's own signature
-  transaction<F extends (...args: any[]) => unknown>(fn: F): { immediate(...args: ArgumentTypes<F>): ReturnType<F> }
-  close(): unknown
-}
-
-export interface SqliteStatement {
-  run(...params: unknown[]): { changes: number }
-  get(...params: unknown[]): unknown
-  all(...params: unknown[]): unknown[]
-}
+import type { SqliteConnection } from './driver.js'
 
 /** The schema version this release writes. Bump it and append to MIGRATIONS to change the schema. */
 export const SCHEMA_VERSION = 2
@@ -52,9 +34,9 @@ const MIGRATIONS: Array<(table: string) => string> = [
  * Creates or upgrades the schema, once, under the write lock, so processes that open the same file
  * at the same time do not race. The version lives in `<table>_meta`.
  */
-export function migrate(db: SqliteDatabase, table: string): void {
+export function migrate(db: SqliteConnection, table: string): void {
   const meta = `${table}_meta`
-  const step = db.transaction(() => {
+  db.immediate(() => {
     db.exec(`CREATE TABLE IF NOT EXISTS ${meta} (name TEXT PRIMARY KEY, value TEXT NOT NULL)`)
     const row = db.prepare(`SELECT value FROM ${meta} WHERE name = 'schema_version'`).get() as { value: string } | undefined
     const current = row ? Number(row.value) : 0
@@ -71,5 +53,4 @@ export function migrate(db: SqliteDatabase, table: string): void {
       `INSERT INTO ${meta} (name, value) VALUES ('schema_version', ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value`,
     ).run(String(SCHEMA_VERSION))
   })
-  step.immediate()
 }

@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
 import Database from 'better-sqlite3'
 import { SqliteStore } from './sqlite-store.js'
 
@@ -97,10 +98,66 @@ describe('SqliteStore bad input and setup', () => {
   it('uses an existing better-sqlite3 database without closing it', async () => {
     const db = new Database(':memory:')
     const store = new SqliteStore({ database: db, table: 'my_records' })
+    expect(store.driver).toBe('better-sqlite3')
     expect((await store.acquire('s', 'k', 'a'.repeat(64), 1_000)).kind).toBe('acquired')
     await store.close()
     expect(db.open).toBe(true)
     expect(db.prepare('SELECT count(*) AS n FROM my_records').get()).toEqual({ n: 1 })
     db.close()
+  })
+
+  it('uses an existing node:sqlite database without closing it', async () => {
+    const db = new DatabaseSync(':memory:')
+    const store = new SqliteStore({ database: db, table: 'my_records' })
+    expect(store.driver).toBe('node:sqlite')
+    expect((await store.acquire('s', 'k', 'a'.repeat(64), 1_000)).kind).toBe('acquired')
+    await store.close()
+    expect(db.isOpen).toBe(true)
+    expect({ ...(db.prepare('SELECT count(*) AS n FROM my_records').get() as object) }).toEqual({ n: 1 })
+    db.close()
+  })
+
+  it('opens its file with node:sqlite by default, and with the driver `open` returns, which it closes', async () => {
+    const byDefault = new SqliteStore({ path: join(dir, 'default.db') })
+    expect(byDefault.driver).toBe('node:sqlite')
+    await byDefault.close()
+    let opened: InstanceType<typeof Database> | undefined
+    const custom = new SqliteStore({ path: join(dir, 'custom.db'), open: (path) => (opened = new Database(path)) })
+    expect(custom.driver).toBe('better-sqlite3')
+    await custom.close()
+    expect(opened?.open).toBe(false)
+  })
+
+  it('refuses { database } and { open } together, and a database of neither driver, with INVALID_OPTION', () => {
+    const db = new DatabaseSync(':memory:')
+    expect(() => new SqliteStore({ database: db, open: () => db })).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
+    const notADatabase = { prepare() {}, exec() {} } as unknown as DatabaseSync
+    expect(() => new SqliteStore({ database: notADatabase })).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_OPTION',
+        message: expect.stringMatching(/node:sqlite DatabaseSync .* better-sqlite3 Database/),
+      }),
+    )
+    db.close()
+  })
+
+  it('says there is no SQLite driver and what to install on a runtime without node:sqlite, never "not writable"', () => {
+    const builtin = vi.spyOn(process, 'getBuiltinModule').mockReturnValue(undefined as never)
+    try {
+      const error = (() => {
+        try {
+          new SqliteStore({ path: join(dir, 'no-driver.db') })
+        } catch (thrown) {
+          return thrown as Error & { code: string }
+        }
+        throw new Error('expected a throw')
+      })()
+      expect(error.code).toBe('STORE_UNAVAILABLE')
+      expect(error.message).toMatch(/no SQLite driver: Node\.js v\d+.* has no built-in node:sqlite/)
+      expect(error.message).toContain('npm i better-sqlite3')
+      expect(error.message).not.toMatch(/writable/)
+    } finally {
+      builtin.mockRestore()
+    }
   })
 })

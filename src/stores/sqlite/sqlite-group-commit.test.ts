@@ -1,9 +1,8 @@
 import { mkdtempSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import Database from 'better-sqlite3'
+import { openDatabase, SQLITE_DRIVERS, storeOn } from '../../../test/helpers/sqlite-drivers.js'
 import type { Outcome } from '../../core/store.js'
-import { SqliteStore } from './sqlite-store.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'idemkey-sqlite-group-'))
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
@@ -13,10 +12,10 @@ const outcome: Outcome = {
   response: { status: 201, headers: { 'content-type': 'application/json' }, body: new TextEncoder().encode('{"id":1}') },
 }
 
-describe('SqliteStore group commit', () => {
+describe.each(SQLITE_DRIVERS)('SqliteStore group commit on %s', (driver) => {
   it('commits the outcomes of requests answered in one event-loop turn together, and each is on disk when its complete resolves', async () => {
-    const path = join(dir, 'turn.db')
-    const store = new SqliteStore({ path })
+    const path = join(dir, `turn-${driver}.db`)
+    const store = storeOn(driver, { path })
     const frames = () => (statSync(`${path}-wal`).size - 32) / (1024 + 24)
     const tokens: number[] = []
     for (const key of ['a', 'b', 'c']) {
@@ -47,7 +46,7 @@ describe('SqliteStore group commit', () => {
     expect(frames() - before).toBe(alone)
 
     // Durable on resolve: another connection, as another process, reads both outcomes.
-    const other = new Database(path, { readonly: true })
+    const other = openDatabase(driver, path, { readOnly: true })
     const rows = other.prepare("SELECT key, status FROM idemkey_records WHERE key IN ('b', 'c') ORDER BY key").all()
     other.close()
     expect(rows).toEqual([

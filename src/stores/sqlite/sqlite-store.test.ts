@@ -1,15 +1,17 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { SQLITE_DRIVERS, storeOn } from '../../../test/helpers/sqlite-drivers.js'
 import { describeStore, describeStoreModel } from '../../testing/index.js'
-import { SqliteStore } from './sqlite-store.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'idemkey-sqlite-'))
-const teardown = () => rmSync(dir, { recursive: true, force: true })
+afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
-describeStore('sqlite (file, WAL)', ({ clock }) => new SqliteStore({ path: join(dir, 'contract.db'), clock }))
-describeStore('sqlite (:memory:)', ({ clock }) => new SqliteStore({ path: ':memory:', clock }))
-describeStoreModel('sqlite (file, WAL)', ({ clock }) => new SqliteStore({ path: join(dir, 'model.db'), clock }), {
-  numRuns: 1_000,
-  teardown,
-})
+// The whole contract and the model, once per driver: node:sqlite (the default) and better-sqlite3.
+for (const driver of SQLITE_DRIVERS) {
+  describeStore(`sqlite on ${driver} (file, WAL)`, ({ clock }) => storeOn(driver, { path: join(dir, `contract-${driver}.db`), clock }))
+  describeStore(`sqlite on ${driver} (:memory:)`, ({ clock }) => storeOn(driver, { path: ':memory:', clock }))
+  describeStoreModel(`sqlite on ${driver} (file, WAL)`, ({ clock }) => storeOn(driver, { path: join(dir, `model-${driver}.db`), clock }), {
+    numRuns: 1_000,
+  })
+}

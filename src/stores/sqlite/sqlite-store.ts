@@ -1,4 +1,3 @@
-import Database from 'better-sqlite3'
 import { type Clock, systemClock } from '../../core/clock.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { assertRecordStep, stepsFromJson } from '../../core/steps-store.js'
@@ -15,14 +14,24 @@ import {
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { assertOutcome, decodeHeaders, encodeHeaders } from '../shared.js'
-import { migrate, type SqliteDatabase } from './schema.js'
+import { connect, openNodeSqlite, type SqliteConnection, type SqliteDatabase, type SqliteDriverName } from './driver.js'
+import { migrate } from './schema.js'
 
 /** Options of {@link SqliteStore}. */
 export interface SqliteStoreOptions {
   /** Database file, or `:memory:`. Several processes on one machine may share a file. @default 'idemkey.db' */
   path?: string
-  /** An open better-sqlite3 database to use instead of `path` (it is not closed by `close()`). */
+  /**
+   * An open database to use instead of `path` (it is not closed by `close()`): a node:sqlite
+   * `DatabaseSync`, or a better-sqlite3 (13 or later) `Database`. Without it the store opens `path`
+   * with node:sqlite, built into Node.js 22.16+, Bun and Deno.
+   */
   database?: SqliteDatabase
+  /**
+   * Opens `path` with another driver; the store owns what it returns and closes it on `close()`.
+   * @example new SqliteStore({ path: 'idemkey.db', open: (path) => new Database(path) }) // better-sqlite3
+   */
+  open?: (path: string) => SqliteDatabase
   /** Table name. @default 'idemkey_records' */
   table?: string
   /** Give it the ledger's clock in tests. @default systemClock */
@@ -65,13 +74,12 @@ interface Row {
 export class SqliteStore implements IdempotencyStore {
   readonly name = 'sqlite'
   readonly serverClock = false
-  readonly #db: SqliteDatabase
+  readonly #db: SqliteConnection
   readonly #ownsDb: boolean
   readonly #clock: Clock
   readonly #abandonedRetentionMs: number
   readonly #watchers = new Map<string, Set<() => void>>()
   readonly #sql: ReturnType<typeof prepareStatements>
-  readonly #batch: { immediate: (batch: QueuedStep[], results: StepResult[]) => void }
 
   constructor(options: SqliteStoreOptions = {}) {
     const table = options.table ?? 'idemkey_records'
@@ -84,24 +92,40 @@ export class SqliteStore implements IdempotencyStore {
     this.#clock = options.clock ?? systemClock
     this.#abandonedRetentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
     const path = options.path ?? 'idemkey.db'
+    if (options.database !== undefined && options.open !== undefined) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        'SqliteStore takes { database } (yours, left open) or { open } (the store opens and closes), not both.',
+      )
+    }
+    this.#ownsDb = options.database === undefined
+    // A database of neither driver, or no driver at all, is its own clear error, not a file problem.
+    const given = options.database === undefined ? undefined : connect(options.database, 'SqliteStore { database }')
+    let opened: SqliteConnection | undefined
     try {
-      this.#ownsDb = options.database === undefined
-      this.#db = options.database ?? (new Database(path) as unknown as SqliteDatabase)
+      this.#db = given ?? (opened = options.open ? connect(options.open(path), 'SqliteStore { open }') : openNodeSqlite(path))
       this.#db.pragma(`busy_timeout = ${parseDuration(options.busyTimeout ?? '5s', 'busyTimeout')}`)
       if (this.#ownsDb && path !== ':memory:') tunePageSize(this.#db)
       if (path !== ':memory:') this.#db.pragma('journal_mode = WAL')
       this.#db.pragma(`synchronous = ${options.synchronous === 'full' ? 'FULL' : 'NORMAL'}`)
       migrate(this.#db, table)
       this.#sql = prepareStatements(this.#db, table)
-      this.#batch = this.#db.transaction(runSteps)
     } catch (error) {
+      opened?.close()
       if (error instanceof IdempotencyError) throw error
       throw new IdempotencyError(
         'STORE_UNAVAILABLE',
-        `sqlite: cannot open "${path}": ${(error as Error).message}. Check that the directory exists and is writable.`,
+        given
+          ? `sqlite: cannot set up the database you passed (${given.driver}): ${(error as Error).message}.`
+          : `sqlite: cannot open "${path}": ${(error as Error).message}. Check that the directory exists and is writable.`,
         { cause: error },
       )
     }
+  }
+
+  /** The driver this store runs on: `node:sqlite`, or `better-sqlite3` when its database was passed. */
+  get driver(): SqliteDriverName {
+    return this.#db.driver
   }
 
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
@@ -215,7 +239,7 @@ export class SqliteStore implements IdempotencyStore {
 
   async purgeExpired(limit: number): Promise<number> {
     assertPositiveInteger(limit, 'limit')
-    return this.#run('purgeExpired', () => this.#sql.purge.run({ now: this.#clock.now(), limit }).changes)
+    return this.#run('purgeExpired', () => Number(this.#sql.purge.run({ now: this.#clock.now(), limit }).changes))
   }
 
   async evict(scope: string, key: string): Promise<boolean> {
@@ -242,7 +266,7 @@ export class SqliteStore implements IdempotencyStore {
 
   async close(): Promise<void> {
     this.#watchers.clear()
-    if (this.#ownsDb && this.#db.open) this.#db.close()
+    if (this.#ownsDb) this.#db.close()
   }
 
   #notify(scope: string, key: string): void {
@@ -304,7 +328,7 @@ export class SqliteStore implements IdempotencyStore {
     }
     const results: StepResult[] = []
     try {
-      this.#batch.immediate(batch, results)
+      this.#db.immediate(() => runSteps(batch, results))
     } catch (error) {
       // BEGIN or COMMIT failed (the lock stayed busy past busyTimeout): nothing of the batch was written.
       for (const queued of batch) queued.reject(storeUnavailable('sqlite', queued.operation, error))
@@ -352,13 +376,13 @@ const WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
  * bytes, not pages, so the WAL grows no larger than with SQLite's defaults and its checkpoints (two
  * fsyncs each) come no more often.
  */
-function tunePageSize(db: SqliteDatabase): void {
+function tunePageSize(db: SqliteConnection): void {
   db.pragma(`page_size = ${NEW_FILE_PAGE_SIZE}`)
-  const pageSize = db.pragma('page_size', { simple: true }) as number
+  const pageSize = Number(db.pragma('page_size'))
   db.pragma(`wal_autocheckpoint = ${Math.ceil(WAL_CHECKPOINT_BYTES / pageSize)}`)
 }
 
-function prepareStatements(db: SqliteDatabase, table: string) {
+function prepareStatements(db: SqliteConnection, table: string) {
   const columns = `scope, key, fingerprint, status, token, locked_until, response_status, response_headers,
     response_body, resource_id, attempts, created_at, updated_at, expires_at`
   return {
@@ -432,7 +456,7 @@ function toRecord(row: Row): StoredRecord {
       ? {
           status: row.response_status as number,
           headers: decodeHeaders(row.response_headers),
-          // better-sqlite3 hands back a Buffer; callers get a plain Uint8Array view of it.
+          // better-sqlite3 hands back a Buffer, node:sqlite a Uint8Array; callers get a plain Uint8Array view.
           body: body ? new Uint8Array(body.buffer, body.byteOffset, body.byteLength) : new Uint8Array(0),
         }
       : null,
