@@ -103,7 +103,8 @@ export class SqliteStore implements IdempotencyStore {
     const given = options.database === undefined ? undefined : connect(options.database, 'SqliteStore { database }')
     let opened: SqliteConnection | undefined
     try {
-      this.#db = given ?? (opened = options.open ? connect(options.open(path), 'SqliteStore { open }') : openNodeSqlite(path))
+      if (!given) opened = options.open ? connect(options.open(path), 'SqliteStore { open }') : openNodeSqlite(path)
+      this.#db = (given ?? opened) as SqliteConnection
       this.#db.pragma(`busy_timeout = ${parseDuration(options.busyTimeout ?? '5s', 'busyTimeout')}`)
       if (this.#ownsDb && path !== ':memory:') tunePageSize(this.#db)
       if (path !== ':memory:') this.#db.pragma('journal_mode = WAL')
