@@ -4,9 +4,12 @@
  * command line (`npx idemkey …`) in a project that has nothing but idemkey (and `pg` for a migrate).
  *
  * Installs come from the npm cache (`--prefer-offline`), with the versions this repo has installed,
- * so the run is quick and needs no network. better-sqlite3's native binary is offered to its installer
- * as a local prebuild made from the repo's own build (what a user downloads from its releases);
- * without a match the installer compiles it, which only takes longer.
+ * so the run is quick and needs no network. Nothing idemkey depends on has a native part (the embedded
+ * store runs on node:sqlite); test/package-managers.test.ts installs with npm 12 and pnpm on each line.
+ *
+ * Integrations add what they need beside the tarball in test/fixtures/consumer/extras/<name>.json:
+ * `{ "dependencies": { "drizzle-orm": "^1" }, "files": ["test/fixtures/consumer/extras/…/x.ts"] }`;
+ * the files (their docs' examples) must type-check there under node16 and bundler resolution.
  */
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
@@ -128,18 +131,6 @@ let tarball: string
 let manifest: { version: string; exports: Record<string, unknown>; [field: string]: unknown }
 let subpaths: string[]
 
-/** Copies the better-sqlite3 binary the repo built into the file name its installer looks for first. */
-async function localPrebuilds(): Promise<Record<string, string>> {
-  const dir = join(work, 'prebuilds')
-  mkdirSync(dir)
-  const pkg = join(ROOT, 'node_modules/better-sqlite3')
-  const { version } = JSON.parse(readFileSync(join(pkg, 'package.json'), 'utf8')) as { version: string }
-  const name = `better-sqlite3-v${version}-node-v${process.versions.modules}-${process.platform}-${process.arch}.tar.gz`
-  const tar = await run('tar', ['-czf', join(dir, name), '-C', pkg, 'build/Release/better_sqlite3.node'], work)
-  if (tar.code !== 0) return {}
-  return { npm_config_better_sqlite3_local_prebuilds: dir }
-}
-
 function installedVersion(name: string): string {
   return (JSON.parse(readFileSync(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
 }
@@ -168,10 +159,9 @@ beforeAll(async () => {
   if (pack.code !== 0) throw new Error(`npm pack failed\n${show(pack)}`)
   packed = (JSON.parse(pack.stdout) as Packed[])[0] as Packed
   tarball = join(work, packed.filename)
-  const env = await localPrebuilds()
   await Promise.all([
-    npmInstall(bare, [tarball], env),
-    npmInstall(full, [tarball, ...PEERS.map((name) => `${name}@${installedVersion(name)}`)], env),
+    npmInstall(bare, [tarball], {}),
+    npmInstall(full, [tarball, ...PEERS.map((name) => `${name}@${installedVersion(name)}`)], {}),
   ])
   manifest = JSON.parse(readFileSync(join(bare, 'node_modules/idemkey/package.json'), 'utf8')) as typeof manifest
   subpaths = Object.keys(manifest.exports)
@@ -224,7 +214,8 @@ describe('the packed tarball', () => {
     expect(manifest.repository).toEqual({ type: 'git', url: 'git+https://github.com/idemkey/idemkey.git' })
     expect(manifest.homepage).toMatch(/^https:\/\/github\.com\/idemkey\/idemkey/)
     expect(manifest.bugs).toMatchObject({ url: 'https://github.com/idemkey/idemkey/issues' })
-    expect((manifest.engines as { node: string }).node).toMatch(/^>=20/)
+    // The maintained lines: node:sqlite (the embedded store's driver) is built in from 22.16.
+    expect((manifest.engines as { node: string }).node).toBe('>=22.16.0')
     expect(readFileSync(join(bare, 'node_modules/idemkey/LICENSE'), 'utf8')).toMatch(/^MIT License/)
   })
 
@@ -380,4 +371,56 @@ describe('the idemkey command in a project with nothing but idemkey', () => {
     expect(list.code, show(list)).toBe(0)
     expect(list.stdout).toContain('no records match')
   })
+})
+
+interface Extra {
+  name: string
+  /** Packages installed beside the tarball (name -> version range). */
+  dependencies: Record<string, string>
+  /** Repository-relative TypeScript files (the integration's docs examples) checked in that project. */
+  files: string[]
+}
+
+const EXTRAS_DIR = join(FIXTURES, 'extras')
+const extras: Extra[] = existsSync(EXTRAS_DIR)
+  ? readdirSync(EXTRAS_DIR)
+      .filter((file) => file.endsWith('.json'))
+      .map((file) => ({
+        name: file.slice(0, -'.json'.length),
+        ...(JSON.parse(readFileSync(join(EXTRAS_DIR, file), 'utf8')) as Omit<Extra, 'name'>),
+      }))
+  : []
+
+describe.skipIf(extras.length === 0)('idemkey beside the tools its integrations adapt', () => {
+  it.each(extras.map((extra) => [extra.name, extra] as const))(
+    'extras %s: installs beside its tools, and its examples type-check under node16 and bundler resolution',
+    async (_name, extra) => {
+      const dir = join(work, `extras-${extra.name}`)
+      const deps = Object.entries(extra.dependencies).map(([name, range]) => `${name}@${range}`)
+      await npmInstall(dir, [tarball, ...deps, `@types/node@${installedVersion('@types/node')}`], {})
+      const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as Record<string, unknown>
+      writeFileSync(join(dir, 'package.json'), `${JSON.stringify({ ...pkg, type: 'module' }, null, 2)}\n`)
+      const src = join(dir, 'src')
+      mkdirSync(src, { recursive: true })
+      const files = extra.files.map((file) => {
+        const target = join(src, posix.basename(file))
+        cpSync(join(ROOT, file), target)
+        return posix.relative(dir, target)
+      })
+      expect(files.length, 'an extras file lists the examples it checks').toBeGreaterThan(0)
+      const failures: string[] = []
+      for (const [name, options] of [
+        ['node16', { module: 'node16', moduleResolution: 'node16' }],
+        ['bundler', { module: 'esnext', moduleResolution: 'bundler' }],
+      ] as const) {
+        const config = join(dir, `tsconfig.${name}.json`)
+        const compilerOptions = { target: 'es2022', strict: true, noEmit: true, skipLibCheck: true, types: ['node'], ...options }
+        writeFileSync(config, JSON.stringify({ compilerOptions, files }, null, 2))
+        const out = await run(process.execPath, [TSC, '-p', config, '--pretty', 'false'], dir, { timeoutMs: 280_000 })
+        if (out.code !== 0) failures.push(`${name}:\n${show(out)}`)
+      }
+      expect(failures.join('\n')).toBe('')
+    },
+    400_000,
+  )
 })
