@@ -86,6 +86,8 @@ export interface IdempotentFetchOptions {
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>
   /** A number in [0, 1), for the jitter. @default Math.random */
   random?: () => number
+  /** Arms the attempt timeout: calls `callback` after `ms`, returns a function that disarms it. @default setTimeout */
+  timer?: (ms: number, callback: () => void) => () => void
 }
 
 /** Per-call additions to `RequestInit`. */
@@ -160,6 +162,7 @@ export function createIdempotentFetch(options: IdempotentFetchOptions = {}): Ide
   const now = options.now ?? Date.now
   const sleep = options.sleep ?? abortableSleep
   const random = options.random ?? Math.random
+  const timer = options.timer ?? realTimer
 
   return async function idempotentFetch(input: RequestInfo | URL, init: IdempotentRequestInit = {}): Promise<Response> {
     const { idempotencyKey, ...fetchInit } = init
@@ -178,7 +181,7 @@ export function createIdempotentFetch(options: IdempotentFetchOptions = {}): Ide
     for (let attempt = 1; ; attempt++) {
       signal?.throwIfAborted()
       const timeoutMs = Math.max(1, Math.min(attemptTimeoutMs, maxElapsedMs - (now() - startedAt)))
-      const { response, error } = await sendOnce(baseFetch, request, signal, timeoutMs)
+      const { response, error } = await sendOnce(baseFetch, request, signal, timeoutMs, timer)
       const elapsedMs = now() - startedAt
       if (response) {
         const info: IdempotencyInfo = { key, attempts: attempt, replayed: response.headers.get('idempotent-replayed') === 'true' }
@@ -225,11 +228,11 @@ async function sendOnce(
   request: ReplayableRequest,
   signal: AbortSignal | null | undefined,
   timeoutMs: number,
+  timer: (ms: number, callback: () => void) => () => void,
 ): Promise<{ response?: Response; error?: unknown }> {
   const timeout = new AbortController()
-  const timer = setTimeout(
-    () => timeout.abort(new DOMException(`No response within the attempt timeout of ${timeoutMs}ms.`, 'TimeoutError')),
-    timeoutMs,
+  const disarm = timer(timeoutMs, () =>
+    timeout.abort(new DOMException(`No response within the attempt timeout of ${timeoutMs}ms.`, 'TimeoutError')),
   )
   try {
     const attemptSignal = signal ? AbortSignal.any([signal, timeout.signal]) : timeout.signal
@@ -238,8 +241,13 @@ async function sendOnce(
     if (signal?.aborted) throw signal.reason
     return { error: timeout.signal.aborted ? timeout.signal.reason : error } // a network error or this attempt's timeout
   } finally {
-    clearTimeout(timer)
+    disarm()
   }
+}
+
+function realTimer(ms: number, callback: () => void): () => void {
+  const handle = setTimeout(callback, ms)
+  return () => clearTimeout(handle)
 }
 
 /** The error for a final 4xx: a key reused with another request, or any other refusal. */

@@ -34,6 +34,12 @@ export interface LedgerOptions<S extends IdempotencyStore = IdempotencyStore> {
   clock?: Clock
   /** A network store call that takes longer than this fails with `STORE_UNAVAILABLE`. @default '5s' */
   storeTimeout?: Duration
+  /**
+   * Where `storeTimeout` is timed. Real time by default, even with an injected `clock`, so that a
+   * test's stopped ManualClock cannot hang a store call forever; a simulation that owns all time
+   * (npm run sim) passes its clock here too. @default systemClock
+   */
+  storeTimeoutClock?: Clock
   /** Called for each thing the ledger does: hook logs and metrics here. Must not throw. */
   onEvent?: (event: LedgerEvent) => void
   /**
@@ -240,7 +246,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     this.waitMs = parseDuration(options.wait ?? '10s', 'wait')
     const storeTimeoutMs = positive(parseDuration(options.storeTimeout ?? '5s', 'storeTimeout'), 'storeTimeout')
     this.#telemetry = options.telemetry
-    this.#core = new Core(this.store, this.clock, storeTimeoutMs, options.onEvent)
+    this.#core = new Core(this.store, this.clock, storeTimeoutMs, options.onEvent, options.storeTimeoutClock ?? systemClock)
   }
 
   /**
@@ -561,8 +567,8 @@ const LOSE = Symbol('lose')
 class Core {
   /** Lease renewals, on the ledger's clock (a test's ManualClock drives them). */
   readonly renewals: Schedule
-  /** Timeouts of network store calls, on real time whatever the ledger's clock. */
-  readonly #timeouts = new Schedule(systemClock)
+  /** Timeouts of network store calls, on real time whatever the ledger's clock (unless told otherwise). */
+  readonly #timeouts: Schedule
   readonly #timed: boolean
 
   constructor(
@@ -570,8 +576,10 @@ class Core {
     readonly clock: Clock,
     readonly storeTimeoutMs: number,
     readonly onEvent: ((event: LedgerEvent) => void) | undefined,
+    timeoutClock: Clock,
   ) {
     this.renewals = new Schedule(clock)
+    this.#timeouts = new Schedule(timeoutClock)
     // In-process stores answer synchronously underneath: a timeout per call would only cost time.
     this.#timed = store.serverClock === true
   }
@@ -970,6 +978,7 @@ class Attempt implements IntentContext {
       this.#plan.reconcile !== undefined,
       () => this.signal,
       () => this.#core.clock.now(),
+      () => this.#lostReason,
     )
     return this.#steps
   }

@@ -90,6 +90,8 @@ export class StepLog implements StepMethods {
     readonly markers: boolean,
     readonly signal: () => AbortSignal,
     readonly clockNow: () => number,
+    /** Why this attempt lost its lease, once it has (undefined while it holds it). */
+    readonly lost: () => unknown = () => undefined,
   ) {
     this.#record = record
     if (recorded) for (const entry of recorded) this.#recorded.set(entry.name, entry.result)
@@ -121,6 +123,12 @@ export class StepLog implements StepMethods {
     this.#used.add(name)
     const stored = this.#recorded.get(name)
     if (typeof stored === 'string') return JSON.parse(stored) as R
+    // A holder that knows it lost its lease starts no new step: another holder may be running it now.
+    const lost = this.lost()
+    if (lost !== undefined) {
+      this.#used.delete(name)
+      throw lost
+    }
     try {
       const record = this.#recorder('step')
       if (this.markers && stored === undefined) {

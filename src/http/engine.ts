@@ -256,11 +256,28 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
       kind: 'execute',
       context: held.context,
       finish: (response) => {
-        const done = () => {
-          if (onEvent) answered(key, 'executed', response.status, startedAtMs)
-          return response
+        const done = (sent: HttpResponseLike) => {
+          if (onEvent) answered(key, 'executed', sent.status, startedAtMs)
+          return sent
         }
-        return held.finish(response).then(done, done)
+        return held.finish(response).then(
+          (result) =>
+            // Another attempt took over while this one ran (this one stalled past its lease): its outcome
+            // is the one stored and replayed, so this one's response is not sent, or the same key would
+            // get two different answers. The retry gets the outcome that counts.
+            result.kind === 'executed' && result.outcome === 'fenced_out'
+              ? done(
+                  problem(
+                    'FENCED_OUT',
+                    `Another attempt with the ${header} "${key}" took over while this one ran, so this one's answer was not kept. Retry with the same key to get the outcome that counts.`,
+                    base,
+                    { 'retry-after': '1' },
+                    header,
+                  ),
+                )
+              : done(response),
+          () => done(response),
+        )
       },
       fail: (error) => held.fail(error).catch(() => {}),
     }

@@ -1,0 +1,559 @@
+/**
+ * One simulated deployment, run from one seed: clients retrying through the real `idempotentFetch`, a
+ * load balancer, several app processes each with the real `Ledger` and HTTP engine, a payments handler
+ * with durable steps and a downstream bank, and one store server (the real MemoryStore) behind a
+ * network that delays, reorders, drops requests, drops replies after the store applied them, and
+ * fails transiently. App processes crash (and are replaced) and pause past their leases (zombies);
+ * their clocks are skewed and jump. Every answer, effect and store write is recorded, and the
+ * invariants of docs/testing.md ("Deterministic simulation") are checked against that history.
+ */
+import { deriveKey } from '../src/client/derive-key.js'
+import { createIdempotentFetch } from '../src/client/idempotent-fetch.js'
+import type { Clock } from '../src/core/clock.js'
+import { Ledger } from '../src/core/ledger.js'
+import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
+import { createEngine } from '../src/http/engine.js'
+import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
+import { MemoryStore } from '../src/stores/memory/memory-store.js'
+import { Proc, type Rng, World } from './world.js'
+
+/** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */
+export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key'] as const
+export type Defect = (typeof DEFECTS)[number]
+
+export interface ScenarioOptions {
+  seed: number
+  clients?: number
+  intentsPerClient?: number
+  apps?: number
+  defect?: Defect
+  trace?: boolean
+  /**
+   * Also reuse a key with another payload after its first request ended without a recorded outcome
+   * (given up, or `unrecorded`). Off by default: it shows an open finding (docs/testing.md, "What the
+   * simulator found"): such a request takes the abandoned record over and inherits its recorded steps.
+   */
+  reuseAfterUnrecorded?: boolean
+}
+
+export interface ScenarioResult {
+  seed: number
+  /** HTTP attempts that reached the load balancer. */
+  requests: number
+  intents: number
+  events: number
+  simulatedMs: number
+  violations: string[]
+  trace: string[]
+}
+
+const LEASE_MS = 2_000
+const TTL_MS = 3_600_000
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+/** A store error the ledger treats as the store being unavailable (a reset connection). */
+class NetworkError extends Error {
+  constructor(what: string) {
+    super(`sim network: ${what}`)
+    this.name = 'NetworkError'
+  }
+}
+
+interface Faults {
+  /** Probability that a request never arrives. */
+  dropRequest: number
+  /** Probability that the reply is lost after the server applied the request. */
+  dropReply: number
+  /** Probability of an immediate transient failure (connection reset). */
+  transient: number
+  /** One-way latency range, ms; a wide range reorders requests. */
+  latency: [number, number]
+}
+
+/** What happened, as the checks need it. */
+class History {
+  readonly violations: string[] = []
+  /** Bank charges applied, by intent. */
+  readonly charges = new Map<string, number>()
+  /** Bodies of the 2xx answers clients received, by intent. */
+  readonly successes = new Map<string, Set<string>>()
+  /** Step names recorded in the store when each holder (intent#token) acquired. */
+  readonly recordedAtAcquire = new Map<string, Set<string>>()
+  /** Holders whose renewal the store refused, as their own process learnt it. */
+  readonly fencedHolders = new Set<string>()
+  /**
+   * Intents with an `unrecorded` outcome: the work ran, its outcome could not be stored within the
+   * lease (the store unreachable, or the holder's clock jumped), and the handler's answer was sent
+   * anyway, loudly (docs/ledger.md, "Store outages"). A later attempt may answer otherwise.
+   */
+  readonly unrecorded = new Set<string>()
+  requests = 0
+  constructor(readonly world: World) {}
+
+  violation(text: string): void {
+    this.world.log(() => `VIOLATION ${text}`)
+    if (this.violations.length < 20) this.violations.push(`t=${this.world.now.toFixed(1)}ms ${text}`)
+  }
+}
+
+const intentId = (scope: string, key: string) => `${scope}/${key}`
+const holderId = (scope: string, key: string, token: number) => `${scope}/${key}#${token}`
+
+/**
+ * The store server: the real MemoryStore on true time, audited. Every write by a holder whose token
+ * is not the record's current one must change nothing; the steps a holder acquires with are noted.
+ */
+class StoreServer {
+  constructor(
+    readonly inner: MemoryStore,
+    readonly history: History,
+    readonly defect: Defect | undefined,
+  ) {}
+
+  async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
+    const result = await this.inner.acquire(scope, key, fingerprint, leaseMs)
+    if (result.kind === 'acquired') {
+      const recorded = new Set((result.steps ?? []).filter((s) => s.result !== null).map((s) => s.name))
+      this.history.recordedAtAcquire.set(holderId(scope, key, result.token), recorded)
+    }
+    if (result.kind === 'replay' && this.defect === 'reencode' && result.record.response) {
+      // Defect: the replay re-encodes the stored body instead of returning its bytes.
+      const body = encoder.encode(JSON.stringify(JSON.parse(decoder.decode(result.record.response.body))))
+      return { kind: 'replay', record: { ...result.record, response: { ...result.record.response, body } } }
+    }
+    return result
+  }
+
+  async fenced<R>(operation: string, scope: string, key: string, token: number, write: (token: number) => Promise<R>): Promise<R> {
+    const before = await this.inner.get(scope, key)
+    const current = before !== null && before.status === 'in_progress' && before.token === token
+    // Defect: complete without its fence (the store takes the write whatever the token).
+    const effective = this.defect === 'fence' && operation === 'complete' && before?.status === 'in_progress' ? before.token : token
+    const result = await write(effective)
+    if (result === true && !current) {
+      this.history.violation(
+        `fenced-out holder ${holderId(scope, key, token)} changed the record with ${operation} (current: ${before?.status} #${before?.token})`,
+      )
+    }
+    return result
+  }
+}
+
+/** An app process's connection to the store server, through the simulated network. */
+class NetworkStore implements IdempotencyStore {
+  readonly name = 'sim'
+  // A remote store: the ledger times each call (on the process's clock) and trusts the server's time.
+  readonly serverClock = true
+
+  constructor(
+    readonly proc: Proc,
+    readonly server: StoreServer,
+    readonly faults: Faults,
+    readonly history: History,
+    readonly defect: Defect | undefined,
+  ) {}
+
+  #call<R>(label: string, apply: () => Promise<R>): Promise<R> {
+    const { world } = this.proc
+    const rng = world.rng
+    return new Promise<R>((resolve, reject) => {
+      const [min, max] = this.faults.latency
+      if (rng.chance(this.faults.transient)) {
+        world.log(() => `${this.proc.id} store ${label}: connection reset`)
+        world.at(rng.between(min, max), this.proc, () => reject(new NetworkError(`${label}: connection reset`)))
+        return
+      }
+      if (rng.chance(this.faults.dropRequest)) {
+        world.log(() => `${this.proc.id} store ${label}: request lost`)
+        return
+      }
+      world.at(rng.between(min, max), null, () => {
+        apply().then(
+          (value) => {
+            if (rng.chance(this.faults.dropReply)) {
+              world.log(() => `${this.proc.id} store ${label}: applied, reply lost`)
+              return
+            }
+            world.log(() => `${this.proc.id} store ${label} -> ${JSON.stringify(value)?.slice(0, 80)}`)
+            world.at(rng.between(min, max), this.proc, () => resolve(value))
+          },
+          (error: unknown) => world.at(rng.between(min, max), this.proc, () => reject(error)),
+        )
+      })
+    })
+  }
+
+  acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
+    return this.#call(`acquire ${scope}/${key}`, () => this.server.acquire(scope, key, fingerprint, leaseMs))
+  }
+
+  async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
+    const renewed = await this.#call(`renew ${holderId(scope, key, token)}`, () =>
+      this.server.fenced('renew', scope, key, token, (t) => this.server.inner.renew(scope, key, t, leaseMs)),
+    )
+    if (!renewed) this.history.fencedHolders.add(holderId(scope, key, token))
+    // Defect: the ledger is told a refused renewal succeeded, so the holder keeps working.
+    return this.defect === 'renew' ? true : renewed
+  }
+
+  complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    return this.#call(`complete ${holderId(scope, key, token)}`, () =>
+      this.server.fenced('complete', scope, key, token, (t) => this.server.inner.complete(scope, key, t, outcome, ttlMs)),
+    )
+  }
+
+  release(scope: string, key: string, token: number): Promise<boolean> {
+    return this.#call(`release ${holderId(scope, key, token)}`, () =>
+      this.server.fenced('release', scope, key, token, (t) => this.server.inner.release(scope, key, t)),
+    )
+  }
+
+  recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+    return this.#call(`recordStep ${holderId(scope, key, token)} ${name}`, () =>
+      this.server.fenced('recordStep', scope, key, token, (t) => this.server.inner.recordStep(scope, key, t, name, result)),
+    )
+  }
+
+  get(scope: string, key: string): Promise<StoredRecord | null> {
+    return this.#call(`get ${scope}/${key}`, () => this.server.inner.get(scope, key))
+  }
+
+  list(filter?: ListFilter): Promise<StoredRecord[]> {
+    return this.#call('list', () => this.server.inner.list(filter))
+  }
+
+  purgeExpired(limit: number): Promise<number> {
+    return this.#call('purge', () => this.server.inner.purgeExpired(limit))
+  }
+
+  evict(scope: string, key: string): Promise<boolean> {
+    return this.#call(`evict ${scope}/${key}`, () => this.server.inner.evict(scope, key))
+  }
+
+  async close(): Promise<void> {}
+}
+
+/** The downstream bank: one charge per derived key, whatever the retries; counts charges per intent. */
+class Bank {
+  readonly #byKey = new Map<string, number>()
+  #next = 1
+  constructor(readonly history: History) {}
+
+  charge(bankKey: string, intent: string): number {
+    const existing = this.#byKey.get(bankKey)
+    if (existing !== undefined) return existing
+    const id = this.#next++
+    this.#byKey.set(bankKey, id)
+    this.history.charges.set(intent, (this.history.charges.get(intent) ?? 0) + 1)
+    return id
+  }
+}
+
+/** An app instance: the real Ledger and HTTP engine on the process's clock, with the payments handler. */
+class App {
+  readonly proc: Proc
+  readonly handle: (req: HttpRequestLike) => Promise<HttpResponseLike>
+
+  constructor(world: World, id: string, server: StoreServer, bank: Bank, faults: Faults, history: History, defect: Defect | undefined) {
+    const rng = world.rng
+    this.proc = new Proc(world, id, rng.between(-300, 300))
+    const proc = this.proc
+    const store = new NetworkStore(proc, server, faults, history, defect)
+    const ledger = new Ledger({
+      store,
+      clock: proc.clock,
+      storeTimeoutClock: proc.clock,
+      lease: LEASE_MS,
+      wait: 1_000,
+      ttl: TTL_MS,
+      storeTimeout: 400,
+      onEvent: (event) => {
+        if (event.type === 'unrecorded') history.unrecorded.add(intentId(event.scope.replace(/^fn:/, ''), event.key))
+      },
+    })
+    const engine = createEngine({ ledger, scope: (req) => String(req.headers['x-tenant']) })
+    const network = (ms: number) => new Promise<void>((resolve) => world.at(ms, proc, resolve))
+
+    /** The payments handler: reserve, charge at the bank (keyed by a derived key), email; each a durable step. */
+    const pay = async (req: HttpRequestLike, ctx: IdempotencyContext | undefined): Promise<HttpResponseLike> => {
+      const scope = String(req.headers['x-tenant'])
+      const input = JSON.parse(decoder.decode(await req.body(1_024))) as { intent: string; amount: number }
+      if (!ctx) return { status: 400, headers: {}, body: new Uint8Array(0) }
+      const holder = holderId(ctx.scope, ctx.key, ctx.token)
+      const run = async <T>(name: string, fn: () => Promise<T> | T): Promise<T> =>
+        ctx.step(name, async () => {
+          if (history.recordedAtAcquire.get(holder)?.has(name))
+            history.violation(`step ${name} of ${holder} ran again after it was recorded`)
+          if (history.fencedHolders.has(holder)) history.violation(`${holder} ran step ${name} after the store refused its renewal`)
+          world.log(() => `${proc.id} ${holder} runs step ${name}`)
+          return fn()
+        })
+      await run('reserve', async () => {
+        await network(rng.between(1, 30))
+        return { reserved: input.amount }
+      })
+      const charge = await run('charge', async () => {
+        await network(rng.between(1, 30))
+        if (rng.chance(0.03)) throw new NetworkError('bank unavailable') // transient: released, retried
+        // The bank is shared by the tenants: its key is the tenant's account and the key derived from the request's.
+        return bank.charge(`${scope}|${deriveKey(ctx.key, 'charge')}`, input.intent)
+      })
+      await run('email', async () => {
+        await network(rng.between(1, 20))
+        return true
+      })
+      // Pretty-printed on purpose: a replay that re-encodes the JSON changes these bytes.
+      const body = encoder.encode(JSON.stringify({ intent: input.intent, tenant: scope, charge, by: proc.id, token: ctx.token }, null, 1))
+      return { status: 201, headers: { 'content-type': 'application/json' }, body }
+    }
+
+    this.handle = async (req) => {
+      try {
+        return await engine.handle(req, (ctx) => pay(req, ctx))
+      } catch (error) {
+        return { status: 500, headers: {}, body: encoder.encode(String(error)) }
+      }
+    }
+  }
+}
+
+export async function runScenario(options: ScenarioOptions): Promise<ScenarioResult> {
+  const world = new World(options.seed, { trace: options.trace ?? false })
+  const rng = world.rng
+  const history = new History(world)
+  const defect = options.defect
+  const serverClock: Clock = {
+    now: () => Math.round(world.now),
+    timer: (ms, callback) => world.at(ms, null, callback),
+    sleep: (ms) => new Promise((resolve) => world.at(ms, null, resolve)),
+  }
+  const server = new StoreServer(new MemoryStore({ clock: serverClock }), history, defect)
+  const bank = new Bank(history)
+  const faults: Faults = {
+    dropRequest: rng.between(0, 0.03),
+    dropReply: rng.between(0, 0.03),
+    transient: rng.between(0, 0.02),
+    latency: [0.2, rng.between(2, 40)],
+  }
+  const appCount = options.apps ?? 3
+  const apps: App[] = Array.from({ length: appCount }, (_, i) => new App(world, `app${i}`, server, bank, faults, history, defect))
+  let restarts = 0
+
+  // Chaos: pause an app past its lease (it wakes as a zombie), crash one (a new one takes its place), jump a clock.
+  const chaos = () => {
+    const app = rng.pick(apps)
+    const roll = rng.next()
+    if (roll < 0.4 && app.proc.state === 'up') {
+      const forMs = rng.between(LEASE_MS * 0.5, LEASE_MS * 3)
+      world.log(() => `CHAOS pause ${app.proc.id} for ${forMs.toFixed(0)}ms`)
+      app.proc.pause()
+      world.at(forMs, null, () => {
+        world.log(() => `CHAOS resume ${app.proc.id}`)
+        app.proc.resume()
+      })
+    } else if (roll < 0.7 && app.proc.state === 'up') {
+      world.log(() => `CHAOS crash ${app.proc.id}`)
+      app.proc.crash()
+      world.at(rng.between(50, 500), null, () => {
+        const index = apps.indexOf(app)
+        apps[index] = new App(world, `app${index}.${++restarts}`, server, bank, faults, history, defect)
+        world.log(() => `CHAOS restart as ${apps[index]?.proc.id}`)
+      })
+    } else if (app.proc.state === 'up') {
+      const jump = rng.between(-500, 1_500)
+      world.log(() => `CHAOS clock of ${app.proc.id} jumps ${jump.toFixed(0)}ms`)
+      app.proc.skewMs += jump
+    }
+    if (!finished()) world.at(rng.between(200, 2_000), null, chaos)
+  }
+
+  const clientCount = options.clients ?? 6
+  const intentsPerClient = options.intentsPerClient ?? 8
+  let running = clientCount
+  const finished = () => running === 0
+  const keyCounters = new Map<string, number>()
+  const tenants = ['acme', 'globex']
+
+  const client = async (index: number) => {
+    const proc = new Proc(world, `client${index}`, rng.between(-200, 200))
+    const tenant = tenants[index % tenants.length] as string
+    // Keys from a counter per tenant: both tenants use the same key strings, which must stay apart.
+    const nextKey = () => {
+      const n = (keyCounters.get(tenant) ?? 0) + 1
+      keyCounters.set(tenant, n)
+      return `key-${n}`
+    }
+    const attempts = new Map<string, number>()
+    const send = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+      const url = String(input)
+      history.requests++
+      const headers = new Headers(init?.headers)
+      const key = headers.get('idempotency-key') as string
+      const attempt = (attempts.get(key) ?? 0) + 1
+      attempts.set(key, attempt)
+      // Defect: a client that makes a new key for each retry.
+      if (defect === 'new-key' && attempt > 1) headers.set('idempotency-key', `${key}.retry${attempt}`)
+      const raw = init?.body
+      const body = raw instanceof Uint8Array ? raw : new Uint8Array(await new Response(raw).arrayBuffer())
+      if (world.tracing)
+        world.log(() => `client${index} sends ${tenant}/${headers.get('idempotency-key')} attempt ${attempt}: ${decoder.decode(body)}`)
+      const signal = init?.signal
+      return new Promise<Response>((resolve, reject) => {
+        const abort = () => reject(signal?.reason)
+        if (signal?.aborted) return abort()
+        signal?.addEventListener('abort', abort, { once: true })
+        const [min, max] = faults.latency
+        if (rng.chance(faults.dropRequest)) return // lost: the attempt timeout ends it
+        world.at(rng.between(min, max), null, () => {
+          const up = apps.filter((a) => a.proc.state !== 'crashed')
+          if (up.length === 0) return
+          const app = rng.pick(up)
+          const req: HttpRequestLike = {
+            method: 'POST',
+            url,
+            headers: Object.fromEntries([...headers].map(([name, value]) => [name, value])),
+            body: async () => body,
+          }
+          // The request runs on the app's process: paused, it waits; crashed, it never answers.
+          world.at(0, app.proc, () => {
+            void app.handle(req).then((response) => {
+              if (rng.chance(faults.dropReply)) return // answered, reply lost
+              world.at(rng.between(min, max), proc, () => {
+                signal?.removeEventListener('abort', abort)
+                resolve(
+                  new Response(response.body.byteLength ? (response.body as Uint8Array<ArrayBuffer>) : null, {
+                    status: response.status,
+                    headers: response.headers as HeadersInit,
+                  }),
+                )
+              })
+            })
+          })
+        })
+      })
+    }
+    const fetch = createIdempotentFetch({
+      fetch: send,
+      generateKey: nextKey,
+      now: proc.clock.now,
+      sleep: proc.clock.sleep,
+      timer: proc.clock.timer,
+      random: () => rng.next(),
+      attemptTimeout: 2_500,
+      maxAttempts: 8,
+      maxElapsed: 30_000,
+      throwOnError: false,
+    })
+    const post = async (key: string, payload: { intent: string; amount: number }): Promise<Response | undefined> => {
+      const startedAt = proc.clock.now()
+      try {
+        return await fetch('http://app/charges', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-tenant': tenant },
+          body: JSON.stringify(payload),
+          idempotencyKey: key,
+        })
+      } catch (error) {
+        world.log(() => `client${index} ${tenant}/${key} gave up: ${(error as Error).message}`)
+        return undefined
+      } finally {
+        const tookMs = proc.clock.now() - startedAt
+        // maxElapsed bounds the call; an attempt in flight at that moment may add its timeout.
+        if (tookMs > 30_000 + 2_500 + 1_000)
+          history.violation(`client${index} waited ${tookMs}ms for ${tenant}/${key}, past maxElapsed + attemptTimeout`)
+      }
+    }
+    const check = async (key: string, payload: { intent: string }, response: Response | undefined, sameRequest: boolean) => {
+      if (!response || response.status >= 300) return
+      const text = await response.text()
+      const id = intentId(tenant, key)
+      if (!sameRequest) history.violation(`${id} answered ${response.status} to a reused key with another payload`)
+      let answer: { tenant?: string; intent?: string }
+      try {
+        answer = JSON.parse(text) as typeof answer
+      } catch {
+        history.violation(`${id} answered ${response.status} with a body that is not the handler's: ${text.slice(0, 60)}`)
+        return
+      }
+      if (answer.tenant !== tenant || answer.intent !== payload.intent)
+        history.violation(`${id} got another intent's answer: ${text.slice(0, 80)}`)
+      const seen = history.successes.get(id) ?? new Set<string>()
+      seen.add(text)
+      history.successes.set(id, seen)
+    }
+
+    for (let i = 0; i < intentsPerClient; i++) {
+      const key = nextKey()
+      const payload = { intent: intentId(tenant, key), amount: 100 + rng.int(900) }
+      const roll = rng.next()
+      let succeeded = false
+      if (roll < 0.15) {
+        // A double submit: the same request twice at once.
+        const [a, b] = await Promise.all([post(key, payload), post(key, payload)])
+        succeeded = (a?.status ?? 500) < 300 || (b?.status ?? 500) < 300
+        await check(key, payload, a, true)
+        await check(key, payload, b, true)
+      } else {
+        const response = await post(key, payload)
+        succeeded = (response?.status ?? 500) < 300
+        await check(key, payload, response, true)
+      }
+      const recorded = succeeded && !history.unrecorded.has(intentId(tenant, key))
+      if (roll > 0.85 && (recorded || options.reuseAfterUnrecorded)) {
+        // The key reused with another payload: refused, never run, never answered with the first's result.
+        const other = { ...payload, amount: payload.amount + 1 }
+        await check(key, other, await post(key, other), false)
+      }
+      await proc.clock.sleep(rng.between(0, 300))
+    }
+    running--
+  }
+
+  world.at(rng.between(100, 1_000), null, chaos)
+  const clients = Array.from({ length: clientCount }, (_, i) => client(i))
+  await world.run(finished, 10 * 60_000)
+  // Let every paused app wake and every lease run out, then read what the store holds.
+  for (const app of apps) app.proc.resume()
+  await world.run(() => false, world.now + 4 * LEASE_MS)
+  void clients
+
+  if (!finished()) history.violation(`clients still waiting after ${world.now.toFixed(0)}ms of simulated time (a wait that never ends)`)
+  const intents = [...keyCounters.values()].reduce((a, b) => a + b, 0)
+  for (const [intent, count] of history.charges) {
+    if (count > 1) history.violation(`${intent} charged ${count} times`)
+  }
+  for (const [intent, bodies] of history.successes) {
+    if (bodies.size > 1 && !history.unrecorded.has(intent))
+      history.violation(
+        `${intent} answered with ${bodies.size} different bodies: ${[...bodies].map((b) => b.replace(/\s+/g, '')).join(' | ')}`,
+      )
+    if ((history.charges.get(intent) ?? 0) !== 1)
+      history.violation(`${intent} answered 2xx but charged ${history.charges.get(intent) ?? 0} times`)
+    const [scope, key] = intent.split('/') as [string, string]
+    const record = await server.inner.get(scope, key)
+    if (
+      record?.status === 'completed' &&
+      record.response &&
+      !history.unrecorded.has(intent) &&
+      !bodies.has(decoder.decode(record.response.body))
+    ) {
+      history.violation(`${intent}: the stored answer is not the one clients got`)
+    }
+  }
+  for (const record of await server.inner.list({ status: 'in_progress', limit: 100_000 })) {
+    if ((record.lockedUntilMs ?? 0) > world.now)
+      history.violation(`${record.scope}/${record.key} still in progress past its holders (locked until ${record.lockedUntilMs})`)
+  }
+  return {
+    seed: options.seed,
+    requests: history.requests,
+    intents,
+    events: world.fired,
+    simulatedMs: world.now,
+    violations: history.violations,
+    trace: world.trace(),
+  }
+}
+
+export type { Rng }

@@ -1,0 +1,28 @@
+/**
+ * The deterministic simulator (sim/, npm run sim; docs/testing.md) must catch each deliberate defect,
+ * and a run must replay exactly from its seed. The clean budgeted run is CI's own step (`npm run sim`).
+ */
+import { runScenario } from '../sim/scenario.js'
+
+describe('the deterministic simulator', () => {
+  it('replays a run exactly from its seed: the same schedule, event for event', async () => {
+    const a = await runScenario({ seed: 42, trace: true })
+    const b = await runScenario({ seed: 42, trace: true })
+    expect(a.events).toBeGreaterThan(100)
+    expect(b.trace).toEqual(a.trace)
+    expect(a.violations).toEqual([])
+  })
+
+  // Each defect with the seed the CI-budget search first found it at (npm run sim -- --defect <name>).
+  it.each([
+    ['fence', 8, /fenced-out holder .* changed the record with complete/],
+    ['renew', 308, /ran step \w+ after the store refused its renewal/],
+    ['reencode', 1, /answered with 2 different bodies/],
+    ['new-key', 1, /reused key with another payload|charged 2 times/],
+  ] as const)('catches the defect "%s" (seed %i)', async (defect, seed, violation) => {
+    const result = await runScenario({ seed, defect })
+    expect(result.violations.join('\n')).toMatch(violation)
+    // Without the defect the same schedule passes.
+    expect((await runScenario({ seed })).violations).toEqual([])
+  })
+})
