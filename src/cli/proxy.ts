@@ -1,35 +1,7 @@
 import { type Command, InvalidArgumentError, Option } from 'commander'
-import type { LogLevel } from '../observability/logger.js'
 import { durationOption, intArg, logFormatOption, logLevelOption, methodsArg, sizeOption, storeOption } from './options.js'
+import type { ProxyFlags } from './proxy-flags.js'
 import { defaultMaxConnections } from './proxy-limits.js'
-
-/** The flags of `idemkey proxy`, parsed. */
-export interface ProxyFlags {
-  upstream: string
-  port: number
-  host: string
-  store: string
-  lease: number
-  ttl: number
-  wait: number
-  methods: string[]
-  requireKey?: boolean
-  scopeHeader?: string
-  scopeSecret?: string
-  maxBody: number
-  upstreamTimeout: number
-  drainTimeout: number
-  headerTimeout: number
-  bodyTimeout: number
-  maxConnections: number
-  maxBuffered: number
-  maxStoredBody: number
-  adminPort?: number
-  adminHost: string
-  adminToken?: string
-  logLevel: LogLevel
-  logFormat?: 'json' | 'pretty'
-}
 
 /** `idemkey proxy`: idempotency keys (the HTTP layer of docs/http.md) in front of any HTTP API. */
 export function registerProxy(program: Command): void {

@@ -1,4 +1,4 @@
-import { parseKeyHeader } from '../http/key-header.js'
+import { parseKeyHeader } from '../core/key-header.js'
 import { deriveKey } from './derive-key.js'
 
 /** Where an incoming request's headers can come from: a fetch `Request`, `Headers`, Node's `req.headers`, or anything with `headers`. */

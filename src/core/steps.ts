@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
-import { deriveKey } from '../client/derive-key.js'
 import { IdempotencyError } from '../errors.js'
+import { deriveKey } from './derive-key.js'
 import type { StepEntry } from './store.js'
 
 /** A step or capture name: 1–64 characters of letters, digits, `_`, `.`, `:` and `-`. */

@@ -1,5 +1,6 @@
 import { canonicalJsonText, MAX_JSON_DEPTH } from '../core/canonical-json.js'
 import { canonicalJson, sha256Hex } from '../core/fingerprint.js'
+import { BODY_OMITTED_HEADER, REPLAYED_HEADER } from '../core/response-headers.js'
 import type { StoredResponse } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
 import { isJsonType } from './node-body.js'
@@ -26,11 +27,6 @@ const NEVER_STORED = new Set([
   'upgrade',
   'content-length',
 ])
-
-/** Marks a replay whose body was too large to store: its value is the original length in bytes. */
-export const BODY_OMITTED_HEADER = 'idempotent-body-omitted'
-/** Set to `true` on every replayed response. */
-export const REPLAYED_HEADER = 'idempotent-replayed'
 
 /** Builds the allowlist once: defaults plus the user's, lower-cased, minus the never-stored ones. */
 export function storedHeaderSet(extra: string[] = []): Set<string> {
@@ -123,3 +119,5 @@ export function requestFingerprint(req: HttpRequestLike, body: Uint8Array): stri
 export function defaultScope(req: Pick<HttpRequestLike, 'headers'>): string {
   return credentialScope(req.headers, resolveScopeSecret(undefined))
 }
+
+export { BODY_OMITTED_HEADER, REPLAYED_HEADER } from '../core/response-headers.js'

@@ -1,5 +1,6 @@
 import { type Clock, systemClock } from '../../core/clock.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
+import { BODY_OMITTED_HEADER } from '../../core/response-headers.js'
 import { assertRecordStep } from '../../core/steps-store.js'
 import {
   type AcquireResult,
@@ -11,7 +12,6 @@ import {
 } from '../../core/store.js'
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { BODY_OMITTED_HEADER } from '../../http/stored.js'
 import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
 import { type DynamoDbClientLike, type DynamoDbSdk, errorName, loadSdk } from './client.js'
 import {

@@ -1,0 +1,30 @@
+/** The proxy command's parsed flags: read by the command (cli/proxy.ts) and by what it runs (cli/proxy-run.ts). */
+import type { LogLevel } from '../observability/logger.js'
+
+/** The flags of `idemkey proxy`, parsed. */
+export interface ProxyFlags {
+  upstream: string
+  port: number
+  host: string
+  store: string
+  lease: number
+  ttl: number
+  wait: number
+  methods: string[]
+  requireKey?: boolean
+  scopeHeader?: string
+  scopeSecret?: string
+  maxBody: number
+  upstreamTimeout: number
+  drainTimeout: number
+  headerTimeout: number
+  bodyTimeout: number
+  maxConnections: number
+  maxBuffered: number
+  maxStoredBody: number
+  adminPort?: number
+  adminHost: string
+  adminToken?: string
+  logLevel: LogLevel
+  logFormat?: 'json' | 'pretty'
+}
