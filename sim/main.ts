@@ -24,7 +24,6 @@ const { values } = parseArgs({
     clients: { type: 'string' },
     intents: { type: 'string' },
     json: { type: 'boolean', default: false },
-    'reuse-after-unrecorded': { type: 'boolean', default: false },
   },
 })
 
@@ -37,7 +36,6 @@ const base: Omit<ScenarioOptions, 'seed'> = {
   ...(values.clients ? { clients: Number(values.clients) } : {}),
   ...(values.intents ? { intentsPerClient: Number(values.intents) } : {}),
   ...(defect ? { defect } : {}),
-  ...(values['reuse-after-unrecorded'] ? { reuseAfterUnrecorded: true } : {}),
 }
 
 function replayCommand(options: ScenarioOptions): string {
@@ -45,7 +43,6 @@ function replayCommand(options: ScenarioOptions): string {
   if (options.clients) flags.push(`--clients ${options.clients}`)
   if (options.intentsPerClient) flags.push(`--intents ${options.intentsPerClient}`)
   if (options.defect) flags.push(`--defect ${options.defect}`)
-  if (options.reuseAfterUnrecorded) flags.push('--reuse-after-unrecorded')
   return `npm run sim -- ${flags.join(' ')} --trace`
 }
 

@@ -106,6 +106,30 @@ export function describeStoreSteps(createStore: StoreFactory, harness: TestHarne
       assert.deepEqual(stepsOf(await takeover(s, 'k', token)), { reserve: '1', charge: '3' })
     })
 
+    it('refuses another fingerprint as mismatch while a released attempt left steps, and changes nothing; the same request takes it over', async () => {
+      if (!store.recordStep) return
+      const s = scope()
+      const token = await acquire(s)
+      assert.equal(await store.recordStep(s, 'k', token, 'charge', '"ch_1"'), true)
+      assert.equal(await store.release(s, 'k', token), true)
+      const before = await store.get(s, 'k')
+      // Found by the simulator (docs/testing.md): the steps are another request's partial effects.
+      assert.deepEqual(await store.acquire(s, 'k', fp('b'), lease), { kind: 'mismatch' })
+      assert.deepEqual(await store.get(s, 'k'), before, 'unchanged by the refused takeover')
+      const again = await store.acquire(s, 'k', fp('a'), lease)
+      assert.equal((again as { token: number }).token, token + 1)
+      assert.deepEqual(stepsOf(again), { charge: '"ch_1"' })
+    })
+
+    it('refuses another fingerprint while a started marker is the only step left', async () => {
+      if (!store.recordStep) return
+      const s = scope()
+      const token = await acquire(s)
+      assert.equal(await store.recordStep(s, 'k', token, 'charge', null), true)
+      assert.equal(await store.release(s, 'k', token), true)
+      assert.deepEqual(await store.acquire(s, 'k', fp('b'), lease), { kind: 'mismatch' })
+    })
+
     it('refuses steps on a completed record and on an absent one', async () => {
       if (!store.recordStep) return
       const s = scope()

@@ -250,16 +250,20 @@ export class DynamoDbStore implements IdempotencyStore {
         if (record.status === 'in_progress') return { kind: 'in_progress', lockedUntilMs: (record.lockedUntilMs as number) + this.#skewMs }
         return { kind: 'replay', record }
       }
+      // Another request takes an ended attempt over only if it left no steps: they are its own request's
+      // partial effects (the condition below re-checks it, against a step recorded meanwhile).
+      if (record.fingerprint !== fingerprint && (stepsOf(item)?.length ?? 0) > 0) return { kind: 'mismatch' }
       // Takeover: the lease ended (a crash, or a release). Fenced on the token seen, so only one taker wins.
       try {
         const written = (await this.#send('acquire', 'UpdateItemCommand', {
           TableName: this.table,
           Key,
-          ConditionExpression: '#tok = :seen AND #st = :inprog AND #lu <= :before',
+          ConditionExpression:
+            '#tok = :seen AND #st = :inprog AND #lu <= :before AND (#fp = :fp OR attribute_not_exists(#sp) OR size(#sp) = :zero)',
           UpdateExpression:
             'SET #fp = :fp, #tok = #tok + :one, #att = #att + :one, #lu = :lu, #ua = :now, #ea = :ea, #ttl = :ttl, #sp = if_not_exists(#sp, :nosteps)',
           ExpressionAttributeNames: this.#exprNames,
-          ExpressionAttributeValues: { ...lease, ':seen': n(record.token), ':before': n(takeoverBefore) },
+          ExpressionAttributeValues: { ...lease, ':seen': n(record.token), ':before': n(takeoverBefore), ':zero': n(0) },
           ReturnValues: 'ALL_NEW',
         })) as { Attributes?: Item }
         // The steps the earlier attempt recorded come back with the takeover, in the same round trip.

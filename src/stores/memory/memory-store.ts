@@ -80,14 +80,17 @@ export class MemoryStore implements IdempotencyStore {
       if (record.status === 'in_progress') return { kind: 'in_progress', lockedUntilMs: record.lockedUntilMs as number }
       return { kind: 'replay', record: copyRecord(record) }
     }
-    // Takeover: the holder's lease ended (it crashed, or released a transient failure).
+    // Takeover: the holder's lease ended (it crashed, or released a transient failure). Another request
+    // (another fingerprint) may take it only if the ended attempt left no steps: those are its request's
+    // partial effects, never to be handed to a different one.
+    const steps = this.#steps.get(record)
+    if (record.fingerprint !== fingerprint && steps !== undefined && steps.size > 0) return { kind: 'mismatch' }
     record.fingerprint = fingerprint
     record.token += 1
     record.attempts += 1
     record.lockedUntilMs = lockedUntilMs
     record.updatedAtMs = now
     record.expiresAtMs = lockedUntilMs + this.#abandonedRetentionMs
-    const steps = this.#steps.get(record)
     if (steps === undefined) return { kind: 'acquired', token: record.token }
     return { kind: 'acquired', token: record.token, steps: [...steps].map(([name, result]): StepEntry => ({ name, result })) }
   }

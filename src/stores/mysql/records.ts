@@ -24,6 +24,8 @@ export interface Row {
   mine?: number | string | null
   /** The record's steps (JSON text), read back by acquire. */
   steps?: string | null
+  /** Whether the record holds steps (1/0), where the read does not ship them. */
+  has_steps?: number | string | null
   now_ms?: number | string
 }
 
@@ -31,7 +33,11 @@ export interface Row {
 export function liveAnswer(row: Row, fingerprint: string): AcquireResult | undefined {
   const now = Number(row.now_ms)
   const lockedUntilMs = row.locked_until === null ? null : Number(row.locked_until)
-  if (Number(row.expires_at) <= now || (row.status === 'in_progress' && (lockedUntilMs as number) <= now)) return undefined
+  if (Number(row.expires_at) <= now) return undefined
+  const ended = row.status === 'in_progress' && (lockedUntilMs as number) <= now
+  // An ended attempt that left steps is taken over only by its own request; another one is a mismatch.
+  const hasSteps = row.has_steps !== undefined ? Number(row.has_steps) === 1 : row.steps != null && row.steps !== '{}'
+  if (ended && (row.fingerprint === fingerprint || !hasSteps)) return undefined
   if (row.fingerprint !== fingerprint) return { kind: 'mismatch' }
   if (row.status === 'in_progress') return { kind: 'in_progress', lockedUntilMs: lockedUntilMs as number }
   return { kind: 'replay', record: toRecord(row) }

@@ -40,8 +40,10 @@ export const COLUMNS = `scope, \`key\`, fingerprint, status, token, locked_until
 export function statements(table: string, retentionMs: number) {
   const t = `\`${table}\``
   const lease = 'CAST(:lease AS SIGNED)'
-  // The row is takeable when it is expired, or in progress with its lease ended.
-  const takeable = `expires_at <= ${NOW_MS} OR (status = 'in_progress' AND locked_until <= ${NOW_MS})`
+  // The row is takeable when it is expired, or in progress with its lease ended: by another
+  // fingerprint only if the ended attempt left no steps (they are its own request's partial effects).
+  const takeable = `expires_at <= ${NOW_MS} OR (status = 'in_progress' AND locked_until <= ${NOW_MS}
+    AND (fingerprint = :fingerprint OR steps IS NULL OR steps = '{}'))`
   // MySQL assigns ON DUPLICATE KEY UPDATE columns left to right and later assignments see earlier
   // ones. So the decision is made once, on the untouched row, into `claim`; every later assignment
   // asks `claim = :claim` (a random value unique to this call), and `expires_at`, which the
@@ -53,7 +55,9 @@ export function statements(table: string, retentionMs: number) {
       expires_at, claim, revision) ${values}`
   return {
     /** Reads the record before acquire writes anything, with the server's time. */
-    peek: compile(`SELECT ${COLUMNS}, ${NOW_MS} AS now_ms FROM ${t} WHERE scope = :scope AND \`key\` = :key`),
+    peek: compile(
+      `SELECT ${COLUMNS}, (steps IS NOT NULL AND steps <> '{}') AS has_steps, ${NOW_MS} AS now_ms FROM ${t} WHERE scope = :scope AND \`key\` = :key`,
+    ),
     /** Takes a key no record holds; fails with ER_DUP_ENTRY when one exists. */
     insert: compile(insert),
     acquire: compile(`

@@ -47,7 +47,9 @@ export function statements(schema: string, table: string) {
     /**
      * Acquire, one round trip. `cur` reads the live record (if any) from the statement's snapshot;
      * only when there is none does `ins` write: an INSERT that, on conflict, takes the stored row only
-     * if it is expired or in progress with its lease ended, judged on the newest committed version
+     * if it is expired or in progress with its lease ended (by another fingerprint only when the ended
+     * attempt left no steps, which are its own request's partial effects: `cur` reads such a record as
+     * live, so another fingerprint meets a mismatch), judged on the newest committed version
      * under the row lock. So a replay or a duplicate in flight is a plain read (no lock, no commit
      * to flush), and two racing acquires cannot both win. When neither answers (another caller took
      * the row between the snapshot and the insert) the caller runs the statement again.
@@ -65,7 +67,8 @@ export function statements(schema: string, table: string) {
           r.resource_id, r.attempts, r.created_at, r.updated_at, r.expires_at
         FROM ${t} r, now
         WHERE r.scope = $1 AND r."key" = $2 AND r.expires_at > now.ms
-          AND (r.status <> 'in_progress' OR r.locked_until > now.ms)
+          AND (r.status <> 'in_progress' OR r.locked_until > now.ms
+            OR (r.fingerprint <> $3 AND r.steps IS NOT NULL AND r.steps <> '{}'::jsonb))
       ),
       ins AS (
         INSERT INTO ${t} AS r (scope, "key", fingerprint, status, token, locked_until, attempts, created_at, updated_at, expires_at,
@@ -84,7 +87,8 @@ export function statements(schema: string, table: string) {
           expires_at = EXCLUDED.expires_at,
           waiters = EXCLUDED.waiters OR (r.waiters AND r.expires_at > EXCLUDED.created_at),
           steps = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL ELSE r.steps END
-        WHERE r.expires_at <= EXCLUDED.created_at OR (r.status = 'in_progress' AND r.locked_until <= EXCLUDED.created_at)
+        WHERE r.expires_at <= EXCLUDED.created_at OR (r.status = 'in_progress' AND r.locked_until <= EXCLUDED.created_at
+          AND (r.fingerprint = EXCLUDED.fingerprint OR r.steps IS NULL OR r.steps = '{}'::jsonb))
         RETURNING r.token, r.steps
       )
       SELECT (SELECT token FROM ins) AS taken, (SELECT steps::text FROM ins) AS taken_steps, cur.*, now.ms AS now_ms

@@ -62,6 +62,8 @@ interface Row {
   created_at: number
   updated_at: number
   expires_at: number
+  /** 1 when the record holds steps (results or started markers). */
+  has_steps: number
 }
 
 /**
@@ -147,7 +149,10 @@ export class SqliteStore implements IdempotencyStore {
           return { kind: 'acquired', token: taken.token, steps: stepsFromJson(taken.steps) ?? [] }
         }
         const row = this.#sql.get.get(scope, key) as Row | undefined
-        if (!row || row.expires_at <= now || (row.status === 'in_progress' && (row.locked_until as number) <= now)) continue
+        if (!row || row.expires_at <= now) continue
+        const ended = row.status === 'in_progress' && (row.locked_until as number) <= now
+        // An ended attempt with steps is taken over only by its own request (see the statement).
+        if (ended && (row.fingerprint === fingerprint || !row.has_steps)) continue
         if (row.fingerprint !== fingerprint) return { kind: 'mismatch' }
         if (row.status === 'in_progress') return { kind: 'in_progress', lockedUntilMs: row.locked_until as number }
         return { kind: 'replay', record: toRecord(row) }
@@ -387,8 +392,9 @@ function prepareStatements(db: SqliteConnection, table: string) {
   const columns = `scope, key, fingerprint, status, token, locked_until, response_status, response_headers,
     response_body, resource_id, attempts, created_at, updated_at, expires_at`
   return {
-    // Takes the row when it is absent, expired, or in progress with its lease ended; a stored row
-    // keeps counting its token so that a zombie holder stays fenced out. The hot statements bind
+    // Takes the row when it is absent, expired, or in progress with its lease ended (by another
+    // request only if the ended attempt left no steps: those are its own request's partial effects);
+    // a stored row keeps counting its token so that a zombie holder stays fenced out. The hot statements bind
     // with plain `?` (better-sqlite3 binds `?NNN` and `@name` from an object, at a property lookup per
     // parameter); `excluded.updated_at` is "now". Parameters: scope, key, fingerprint, locked_until,
     // now (created_at), now (updated_at), expires_at.
@@ -407,7 +413,8 @@ function prepareStatements(db: SqliteConnection, table: string) {
         expires_at = excluded.expires_at,
         steps = CASE WHEN ${table}.expires_at <= excluded.updated_at THEN NULL ELSE ${table}.steps END
       WHERE ${table}.expires_at <= excluded.updated_at
-        OR (${table}.status = 'in_progress' AND ${table}.locked_until <= excluded.updated_at)
+        OR (${table}.status = 'in_progress' AND ${table}.locked_until <= excluded.updated_at
+          AND (${table}.fingerprint = excluded.fingerprint OR ${table}.steps IS NULL OR ${table}.steps = '{}'))
       RETURNING token, steps`),
     // Parameters: JSON path of the step, [result,] now, scope, key, token.
     stepResult: db.prepare(`
@@ -416,7 +423,7 @@ function prepareStatements(db: SqliteConnection, table: string) {
     stepStarted: db.prepare(`
       UPDATE ${table} SET steps = json_insert(coalesce(steps, '{}'), ?, json_object()), updated_at = ?
       WHERE scope = ? AND key = ? AND token = ? AND status = 'in_progress'`),
-    get: db.prepare(`SELECT ${columns} FROM ${table} WHERE scope = ? AND key = ?`),
+    get: db.prepare(`SELECT ${columns}, (steps IS NOT NULL AND steps <> '{}') AS has_steps FROM ${table} WHERE scope = ? AND key = ?`),
     renew: db.prepare(`
       UPDATE ${table} SET locked_until = @locked_until, updated_at = @now, expires_at = @expires_at
       WHERE scope = @scope AND key = @key AND token = @token AND status = 'in_progress'`),

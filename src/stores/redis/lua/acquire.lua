@@ -6,7 +6,7 @@
           {1, token, {field, value, ...}}     acquired by a takeover: the steps ('~' .. name, result)
           {2, lockedUntilMs}                  in progress (live lease, same fingerprint)
           {3, nowMs, record}                  replay: the packed record (or {field, value, ...} of a round-1 hash)
-          {4}                                 mismatch (live record, other fingerprint)
+          {4}                                 mismatch (live record, or an ended attempt with steps, other fingerprint)
   Raises 'IDEMKEY_FOREIGN ...' when the key holds a value idemkey did not write, and Redis raises
   WRONGTYPE when it holds another type. Time is the server's (TIME).
   Each redis.call costs about a whole SET on the server, so a new key (by far the most common
@@ -59,6 +59,12 @@ if type(v) == 'table' then
     if st == 'in_progress' then return {2, lu} end
     return {3, int(now), all}
   end
+  if f.fp ~= ARGV[1] then
+    -- Another request takes an ended attempt over only if it left no steps (its own partial effects).
+    for i = 1, #all, 2 do
+      if string.byte(all[i], 1) == 126 then return {4} end
+    end
+  end
   redis.call('HSET', rk, 'fp', ARGV[1], 'tok', int(tok + 1), 'att', int(att + 1), 'lu', int(lockedUntil),
     'ua', int(now), 'ea', int(expiresAt))
   redis.call('PEXPIREAT', rk, int(expiresAt + tonumber(ARGV[5])))
@@ -103,7 +109,10 @@ if st ~= 'p' or lu > now then
   return {3, int(now), v}
 end
 
--- Takeover: the holder's lease ended (it crashed, or released a transient failure).
+-- Takeover: the holder's lease ended (it crashed, or released a transient failure). Another request
+-- (another fingerprint) takes it only if the ended attempt left no steps: they are its own request's
+-- partial effects, never to be handed to a different one.
+if hasSteps == '1' and string.sub(v, p, p + 63) ~= ARGV[1] and redis.call('EXISTS', KEYS[2]) == 1 then return {4} end
 redis.call('SET', rk, 'ik1' .. w .. hasSteps .. 'p|' .. int(tok + 1) .. '|' .. int(lockedUntil) .. '|' .. int(tonumber(att) + 1) ..
   '|' .. ca .. '|' .. int(now) .. '|' .. int(expiresAt) .. '|' .. ARGV[1] .. ARGV[2], 'PX', px)
 if hasSteps == '0' then return {1, tok + 1} end
