@@ -42,6 +42,7 @@ const PEERS = [
   'nats',
   'amqplib',
   'fast-check',
+  'bullmq',
   '@opentelemetry/api',
   '@aws-sdk/client-dynamodb',
   '@types/aws-lambda',

@@ -1,0 +1,161 @@
+/**
+ * idemkey/bullmq against a real Redis: the effect of a job runs once per logical key whatever BullMQ
+ * does (retries with backoff, a stalled job re-processed after its worker was SIGKILLed, the same work
+ * enqueued twice, several worker processes at once), every job completes, and a key reused with other
+ * data fails its job without a retry.
+ */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
+import { join } from 'node:path'
+import { type Job, Queue, QueueEvents, Worker } from 'bullmq'
+import { Redis } from 'ioredis'
+import { Ledger } from '../src/core/ledger.js'
+import { idempotentProcessor } from '../src/jobs/bullmq/index.js'
+import { RedisStore } from '../src/stores/redis/redis-store.js'
+import { dropPrefix } from './helpers/redis.js'
+import { serviceSkipReason } from './helpers/services.js'
+
+const URL = 'redis://127.0.0.1:6379'
+const connection = { host: '127.0.0.1', port: 6379 }
+const skip = await serviceSkipReason('Redis', 6379)
+const WORKER = join(import.meta.dirname, 'fixtures/bullmq/worker.ts')
+
+describe.skipIf(skip !== undefined)('idemkey/bullmq on a real Redis', () => {
+  const runId = randomUUID().slice(0, 8)
+  const prefix = `idemkey-bullmq-${runId}`
+  let redis: Redis
+  let store: RedisStore
+  let ledger: Ledger
+  const queues: Array<Queue | QueueEvents | Worker> = []
+  const children: ChildProcess[] = []
+
+  beforeAll(() => {
+    redis = new Redis(URL)
+    store = new RedisStore({ url: URL, prefix })
+    ledger = new Ledger({ store, lease: 1_000 })
+  })
+  afterAll(async () => {
+    for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+    for (const q of queues.reverse()) await q.close().catch(() => {})
+    for (const q of queues) if (q instanceof Queue) await q.obliterate({ force: true }).catch(() => {})
+    await store.close()
+    await redis.del(`effects:${runId}`, `calls:${runId}`, `applied:${runId}`)
+    redis.disconnect()
+    await dropPrefix(URL, prefix)
+  })
+
+  function setup(name: string) {
+    const queueName = `idemkey-${name}-${runId}`
+    const queue = new Queue(queueName, { connection })
+    const events = new QueueEvents(queueName, { connection })
+    queues.push(queue, events)
+    return { queueName, queue, events }
+  }
+  const effects = async () => redis.hgetall(`effects:${runId}`)
+  const count = (all: Record<string, string>, key: string, step: string) => Number(all[`${key}:${step}`] ?? 0)
+  const track = (key: string, step: string) => redis.hincrby(`effects:${runId}`, `${key}:${step}`, 1)
+
+  it('runs the same work enqueued twice under one jobId once; the second job completes with the first result', async () => {
+    const { queueName, queue, events } = setup('twice')
+    let runs = 0
+    const worker = new Worker(
+      queueName,
+      idempotentProcessor<{ amount: number }, { charged: number; run: number }>(
+        async (job, ctx) => {
+          await ctx.step('charge', () => track(`twice-${job.opts.jobId}`, 'charge'))
+          return { charged: job.data.amount, run: ++runs }
+        },
+        { ledger, lease: 1_000 },
+      ),
+      { connection, lockDuration: 1_000 },
+    )
+    queues.push(worker)
+    const first = await queue.add('charge', { amount: 500 }, { jobId: 'order-1', removeOnComplete: true })
+    expect(await first.waitUntilFinished(events, 10_000)).toEqual({ charged: 500, run: 1 })
+    // Enqueued again (a producer retried its add): BullMQ makes a new job, idemkey replays the first's result.
+    const second = await queue.add('charge', { amount: 500 }, { jobId: 'order-1', removeOnComplete: true })
+    expect(await second.waitUntilFinished(events, 10_000)).toEqual({ charged: 500, run: 1 })
+    expect(runs).toBe(1)
+    expect(count(await effects(), 'twice-order-1', 'charge')).toBe(1)
+  })
+
+  it('fails a job whose key was used for other data, without a retry, and one with only a generated id', async () => {
+    const { queueName, queue, events } = setup('reuse')
+    const worker = new Worker(
+      queueName,
+      idempotentProcessor(async (job: Job<{ amount: number }>) => ({ charged: job.data.amount }), { ledger }),
+      { connection, lockDuration: 1_000 },
+    )
+    queues.push(worker)
+    const ok = await queue.add('charge', { amount: 1 }, { jobId: 'k-1', removeOnComplete: true })
+    await ok.waitUntilFinished(events, 10_000)
+    const reused = await queue.add('charge', { amount: 2 }, { jobId: 'k-1', attempts: 3 })
+    await expect(reused.waitUntilFinished(events, 10_000)).rejects.toThrow(/was used before for other data/)
+    expect((await queue.getJob(reused.id as string))?.attemptsMade).toBe(1)
+    const unkeyed = await queue.add('charge', { amount: 3 }, { attempts: 3 })
+    await expect(unkeyed.waitUntilFinished(events, 10_000)).rejects.toThrow(/has no logical key: BullMQ generated its id/)
+  })
+
+  it('retries a failed job with backoff and resumes after its last recorded step: each effect once', async () => {
+    const { queueName, queue, events } = setup('retry')
+    let attempts = 0
+    const worker = new Worker(
+      queueName,
+      idempotentProcessor<{ n: number }, string>(
+        async (_job, ctx) => {
+          await ctx.step('reserve', () => track('retry', 'reserve'))
+          if (++attempts === 1) throw new Error('the bank timed out') // transient: released, retried by BullMQ
+          await ctx.step('charge', () => track('retry', 'charge'))
+          return 'done'
+        },
+        { ledger, key: (job) => `retry-${job.data.n}` },
+      ),
+      { connection, lockDuration: 1_000 },
+    )
+    queues.push(worker)
+    const job = await queue.add('charge', { n: 1 }, { attempts: 3, backoff: { type: 'exponential', delay: 50 } })
+    expect(await job.waitUntilFinished(events, 10_000)).toBe('done')
+    expect(attempts).toBe(2)
+    const all = await effects()
+    expect([count(all, 'retry', 'reserve'), count(all, 'retry', 'charge')]).toEqual([1, 1])
+  })
+
+  it('a worker process SIGKILLed mid-job: BullMQ re-delivers the stalled job to another worker process, which resumes it; every job of three processes completes and each effect runs once', async () => {
+    const { queueName, queue } = setup('crash')
+    const start = (crash: boolean) =>
+      new Promise<ChildProcess>((resolve, reject) => {
+        const child = spawn(process.execPath, ['--import', 'tsx', WORKER, queueName, runId], {
+          env: { ...process.env, CRASH_AFTER_CHARGE: crash ? '1' : '0' },
+          stdio: ['ignore', 'pipe', 'inherit'],
+        })
+        children.push(child)
+        child.once('error', reject)
+        child.stdout?.once('data', () => resolve(child))
+      })
+    const crasher = await start(true)
+    const died = new Promise((resolve) => crasher.once('exit', (_code, signal) => resolve(signal)))
+    const keys = Array.from({ length: 12 }, (_, i) => `crash-${i}`)
+    for (const key of keys) await queue.add('charge', { amount: 10 }, { jobId: key, attempts: 5 })
+    expect(await died).toBe('SIGKILL')
+    await Promise.all([start(false), start(false)])
+    // A duplicate of finished work, enqueued while the others run.
+    await queue.add('charge', { amount: 10 }, { jobId: `${keys[0]}-again`, attempts: 5 })
+    for (let i = 0; i < 300; i++) {
+      const counts = await queue.getJobCounts('completed', 'failed', 'active', 'wait', 'delayed')
+      if (counts.completed === keys.length + 1) break
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    const counts = await queue.getJobCounts('completed', 'failed')
+    expect(counts).toEqual({ completed: keys.length + 1, failed: 0 })
+    const all = await effects()
+    const calls = await redis.hgetall(`calls:${runId}`)
+    for (const key of keys) {
+      expect([count(all, key, 'reserve'), count(all, key, 'charge'), count(all, key, 'email')], key).toEqual([1, 1, 1])
+      // A recorded step is never called again: only a step whose worker died before recording it is.
+      expect(count(calls, key, 'email'), `${key} email calls`).toBe(1)
+    }
+    // The crashed worker's first job was taken over after its charge was recorded: it resumed at email.
+    expect(Object.values(calls).every((n) => Number(n) <= 2)).toBe(true)
+    for (const child of children) child.kill('SIGTERM')
+  }, 60_000)
+})
