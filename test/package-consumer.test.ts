@@ -43,6 +43,8 @@ const PEERS = [
   'amqplib',
   'fast-check',
   'bullmq',
+  '@trpc/server',
+  'graphql',
   '@opentelemetry/api',
   '@aws-sdk/client-dynamodb',
   '@types/aws-lambda',

@@ -1,0 +1,156 @@
+/**
+ * GraphQL mutations that take effect once per idempotency key (docs/rpc.md): `useIdempotency` is an
+ * Envelop plugin (GraphQL Yoga's plugin system). A mutation operation sent with a key (the
+ * `Idempotency-Key` header, or `extensions.idempotencyKey`) runs once; a retry gets the first result
+ * back; the same key with another operation or other variables is refused.
+ */
+import { type ExecutionResult, GraphQLError, getOperationAST, print } from 'graphql'
+import { type Duration, parseDuration } from '../../core/duration.js'
+import type { Ledger } from '../../core/ledger.js'
+import type { StoredResponse } from '../../core/store.js'
+import { IdempotencyError, isIdempotencyError } from '../../errors.js'
+
+/** What a GraphQL server's context usually holds (Yoga's: the fetch `Request` and the request's params). */
+export interface GraphQLContextLike {
+  request?: { headers: { get(name: string): string | null } }
+  params?: { extensions?: Record<string, unknown> }
+}
+
+/** Options of {@link useIdempotency}. */
+export interface GraphQLIdempotencyOptions<C> {
+  ledger: Ledger
+  /** The operation's key. @default the `Idempotency-Key` header, else `extensions.idempotencyKey` */
+  key?: (context: C) => string | undefined
+  /** Refuse mutations sent without a key. @default false (they run as plain mutations) */
+  required?: boolean
+  /** Namespace of the records, e.g. the caller's tenant from the context. @default 'graphql' */
+  scope?: (context: C) => string
+  lease?: Duration
+  ttl?: Duration
+  wait?: Duration
+}
+
+/** The part of an Envelop plugin this one implements (structural: no import of @envelop/types). */
+export interface IdempotencyPlugin<C> {
+  onExecute(payload: {
+    args: { document: Parameters<typeof getOperationAST>[0]; operationName?: string | null; variableValues?: unknown; contextValue: C }
+    setResultAndStopExecution(result: ExecutionResult): void
+  }): Promise<void | { onExecuteDone(payload: { result: unknown }): Promise<void> }>
+}
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+const refusal = (message: string, code: string, status: number): ExecutionResult => ({
+  errors: [new GraphQLError(message, { extensions: { code, http: { status } } })],
+})
+
+/**
+ * @example
+ * const yoga = createYoga({ schema, plugins: [useIdempotency({ ledger })] })
+ */
+export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike>(
+  options: GraphQLIdempotencyOptions<C>,
+): IdempotencyPlugin<C> {
+  const ledger = options?.ledger
+  if (!ledger || typeof ledger.begin !== 'function') {
+    throw new IdempotencyError('INVALID_OPTION', 'useIdempotency({ ledger }) needs a Ledger: new Ledger({ store }).')
+  }
+  const keyOf =
+    options.key ??
+    ((context: C) => {
+      const header = context.request?.headers.get('idempotency-key')
+      if (header) return header
+      const fromExtensions = context.params?.extensions?.idempotencyKey
+      return typeof fromExtensions === 'string' ? fromExtensions : undefined
+    })
+  const runOptions = {
+    encode: (result: ExecutionResult): StoredResponse => ({
+      status: 200,
+      headers: { 'content-type': 'application/json' },
+      body: encoder.encode(JSON.stringify({ data: result.data ?? null })),
+    }),
+    decode: (response: StoredResponse): ExecutionResult => JSON.parse(decoder.decode(response.body)) as ExecutionResult,
+    ...(options.lease !== undefined ? { lease: parseDuration(options.lease, 'lease') } : {}),
+    ...(options.ttl !== undefined ? { ttl: parseDuration(options.ttl, 'ttl') } : {}),
+    ...(options.wait !== undefined ? { wait: parseDuration(options.wait, 'wait') } : {}),
+  }
+
+  return {
+    async onExecute({ args, setResultAndStopExecution }) {
+      const operation = getOperationAST(args.document, args.operationName ?? undefined)
+      if (operation?.operation !== 'mutation') return
+      const key = keyOf(args.contextValue)
+      if (!key) {
+        if (options.required) {
+          setResultAndStopExecution(
+            refusal(
+              'This mutation needs an idempotency key: send an Idempotency-Key header (or extensions.idempotencyKey), and the same one when you retry.',
+              'IDEMPOTENCY_KEY_REQUIRED',
+              400,
+            ),
+          )
+        }
+        return
+      }
+      const scope = options.scope ? options.scope(args.contextValue) : 'graphql'
+      // The operation and its variables are what the key stands for: the same key with another one is refused.
+      const payload = { operation: print(operation), variables: args.variableValues ?? {} }
+      let begun: Awaited<ReturnType<typeof ledger.begin<ExecutionResult>>>
+      try {
+        begun = await ledger.begin<ExecutionResult>({ key, scope, payload }, runOptions)
+      } catch (error) {
+        if (isIdempotencyError(error) && (error.code === 'KEY_INVALID' || error.code === 'SCOPE_INVALID')) {
+          setResultAndStopExecution(refusal(error.message, 'IDEMPOTENCY_KEY_INVALID', 400))
+          return
+        }
+        if (isIdempotencyError(error) && error.code === 'STORE_UNAVAILABLE') {
+          setResultAndStopExecution(
+            refusal(
+              'The idempotency store is unavailable, so this mutation was not run. Retry with the same key.',
+              'STORE_UNAVAILABLE',
+              503,
+            ),
+          )
+          return
+        }
+        throw error
+      }
+      switch (begun.kind) {
+        case 'replayed':
+          setResultAndStopExecution({ ...begun.value, extensions: { idempotency: { key, replayed: true } } })
+          return
+        case 'mismatch':
+          setResultAndStopExecution(
+            refusal(
+              `The idempotency key "${key}" was used before with another operation or other variables, so this one was not run. A changed request needs a new key.`,
+              'IDEMPOTENCY_KEY_REUSED',
+              422,
+            ),
+          )
+          return
+        case 'in_progress':
+          setResultAndStopExecution(
+            refusal(
+              `A mutation with the idempotency key "${key}" is still running. Retry with the same key in ${Math.ceil(begun.retryAfterMs / 1_000)} s to get its result.`,
+              'IDEMPOTENCY_KEY_IN_PROGRESS',
+              409,
+            ),
+          )
+          return
+        case 'acquired':
+          return {
+            async onExecuteDone({ result }) {
+              const single = result as ExecutionResult & { [Symbol.asyncIterator]?: unknown }
+              // A result with errors (a resolver threw) or a stream is released: the retry runs again.
+              if (single[Symbol.asyncIterator] !== undefined || (single.errors?.length ?? 0) > 0) {
+                await begun.fail(new Error('the mutation returned errors'))
+                return
+              }
+              await begun.finish(single)
+            },
+          }
+      }
+    },
+  }
+}

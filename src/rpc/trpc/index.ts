@@ -1,0 +1,136 @@
+/**
+ * tRPC mutations that take effect once per idempotency key (docs/rpc.md): `idempotent` wraps a
+ * mutation's resolver; a retried call with the same key replays the first call's output, through the
+ * router's transformer (superjson included), without running the resolver again.
+ */
+import { TRPCError } from '@trpc/server'
+import { type Duration, parseDuration } from '../../core/duration.js'
+import type { IntentContext, Ledger } from '../../core/ledger.js'
+import type { StoredResponse } from '../../core/store.js'
+import { IdempotencyError, isIdempotencyError } from '../../errors.js'
+
+/** What tRPC hands a resolver (the parts idemkey reads). */
+export interface ResolverOptionsLike {
+  ctx: unknown
+  input: unknown
+  path?: string
+  signal?: AbortSignal
+}
+
+/** A tRPC transformer's value half (superjson, devalue, ...): what the router was created with. */
+export interface TransformerLike {
+  serialize(value: unknown): unknown
+  deserialize(value: unknown): unknown
+}
+
+/** Options of {@link idempotent}. */
+export interface IdempotentMutationOptions<O extends ResolverOptionsLike> {
+  ledger: Ledger
+  /**
+   * The call's idempotency key: from the context (a header the context read, e.g.
+   * `({ ctx }) => ctx.idempotencyKey`) or from an input field (`({ input }) => input.requestId`).
+   * Return `undefined` to refuse the call (BAD_REQUEST), unless `optional` is set.
+   */
+  key: (opts: O) => string | undefined
+  /** Run calls without a key as plain calls instead of refusing them. @default false */
+  optional?: boolean
+  /** Namespace of the records, e.g. the caller's tenant from the context. @default `trpc:<procedure path>` */
+  scope?: (opts: O) => string
+  /** What must be equal for two calls with one key to be the same call. @default the input */
+  payload?: (opts: O) => unknown
+  /** The router's transformer, so a replay returns what the first call returned (Dates, Maps, ...). @default JSON */
+  transformer?: TransformerLike
+  lease?: Duration
+  ttl?: Duration
+  wait?: Duration
+}
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+/**
+ * Wraps a mutation resolver: with a key, its output is recorded and replayed; the same key with
+ * another input is a `UNPROCESSABLE_CONTENT` error (the call is not run); a call while another with
+ * the same key still runs waits for it (up to `wait`), then replays it or gets `CONFLICT` (retry
+ * later with the same key). A resolver that throws is released: a retry runs it again.
+ * The resolver also receives `idempotency`, the ledger's context (`step` for durable steps, `signal`).
+ *
+ * @example
+ * createOrder: t.procedure
+ *   .input(orderInput)
+ *   .mutation(idempotent({ ledger, key: ({ ctx }) => ctx.idempotencyKey, transformer: superjson },
+ *     async ({ input }) => orders.create(input)))
+ */
+export function idempotent<O extends ResolverOptionsLike, R>(
+  options: IdempotentMutationOptions<O>,
+  resolver: (opts: O & { idempotency: IntentContext | undefined }) => Promise<R> | R,
+): (opts: O) => Promise<R> {
+  const ledger = options?.ledger
+  if (!ledger || typeof ledger.run !== 'function') {
+    throw new IdempotencyError('INVALID_OPTION', 'idempotent({ ledger, key }, resolver) needs a Ledger: new Ledger({ store }).')
+  }
+  if (typeof options.key !== 'function') {
+    throw new IdempotencyError('INVALID_OPTION', "idempotent({ ledger, key }, resolver) needs key: (opts) => the call's idempotency key.")
+  }
+  const transformer = options.transformer
+  const encode = (value: R): StoredResponse => ({
+    status: 200,
+    headers: { 'content-type': 'application/json' },
+    body: encoder.encode(JSON.stringify(transformer ? transformer.serialize(value) : (value ?? null))),
+  })
+  const decode = (response: StoredResponse): R => {
+    const parsed = JSON.parse(decoder.decode(response.body)) as unknown
+    return (transformer ? transformer.deserialize(parsed) : parsed) as R
+  }
+  const runOptions = {
+    encode,
+    decode,
+    ...(options.lease !== undefined ? { lease: parseDuration(options.lease, 'lease') } : {}),
+    ...(options.ttl !== undefined ? { ttl: parseDuration(options.ttl, 'ttl') } : {}),
+    ...(options.wait !== undefined ? { wait: parseDuration(options.wait, 'wait') } : {}),
+  }
+
+  return async (opts: O): Promise<R> => {
+    const key = options.key(opts)
+    if (key === undefined || key === null || key === '') {
+      if (options.optional) return resolver({ ...opts, idempotency: undefined })
+      throw new TRPCError({
+        code: 'BAD_REQUEST',
+        message: `This mutation needs an idempotency key (${opts.path ?? 'procedure'}): send one, and the same one when you retry.`,
+      })
+    }
+    const scope = options.scope ? options.scope(opts) : `trpc:${opts.path ?? 'mutation'}`
+    const payload = options.payload ? options.payload(opts) : (opts.input ?? null)
+    let result: Awaited<ReturnType<typeof ledger.run<R>>>
+    try {
+      result = await ledger.run<R>({ key, scope, payload }, (ctx) => resolver({ ...opts, idempotency: ctx }), runOptions)
+    } catch (error) {
+      if (isIdempotencyError(error) && (error.code === 'KEY_INVALID' || error.code === 'SCOPE_INVALID')) {
+        throw new TRPCError({ code: 'BAD_REQUEST', message: error.message, cause: error })
+      }
+      if (isIdempotencyError(error) && error.code === 'STORE_UNAVAILABLE') {
+        throw new TRPCError({
+          code: 'SERVICE_UNAVAILABLE',
+          message: 'The idempotency store is unavailable, so this call was not run. Retry with the same key.',
+          cause: error,
+        })
+      }
+      throw error
+    }
+    switch (result.kind) {
+      case 'executed':
+      case 'replayed':
+        return result.value
+      case 'mismatch':
+        throw new TRPCError({
+          code: 'UNPROCESSABLE_CONTENT',
+          message: `The idempotency key "${key}" was used before with another input, so this call was not run. A changed call is a new one: give it a new key.`,
+        })
+      case 'in_progress':
+        throw new TRPCError({
+          code: 'CONFLICT',
+          message: `A call with the idempotency key "${key}" is still running. Retry with the same key in ${Math.ceil(result.retryAfterMs / 1_000)} s to get its result.`,
+        })
+    }
+  }
+}

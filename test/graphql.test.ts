@@ -1,0 +1,98 @@
+/**
+ * idemkey/graphql: the Envelop plugin in a real GraphQL Yoga server. A mutation sent with a key runs once;
+ * a retry gets the first result (marked replayed); the same key with other variables or another
+ * operation is refused (422, IDEMPOTENCY_KEY_REUSED); a mutation whose resolver failed is released so
+ * the retry runs; queries and keyless mutations pass through; the key may come in extensions.
+ */
+import { randomUUID } from 'node:crypto'
+import { createSchema, createYoga } from 'graphql-yoga'
+import { Ledger } from '../src/core/ledger.js'
+import { useIdempotency } from '../src/rpc/graphql/index.js'
+import { MemoryStore } from '../src/stores/memory/memory-store.js'
+
+let charges = 0
+let failNext = false
+const schema = createSchema({
+  typeDefs: `
+    type Charge { id: ID!, amount: Int! }
+    type Query { charges: Int! }
+    type Mutation { charge(amount: Int!): Charge! }`,
+  resolvers: {
+    Query: { charges: () => charges },
+    Mutation: {
+      charge: (_: unknown, { amount }: { amount: number }) => {
+        if (failNext) {
+          failNext = false
+          throw new Error('the bank timed out')
+        }
+        return { id: `ch_${++charges}`, amount }
+      },
+    },
+  },
+})
+const ledger = new Ledger({ store: new MemoryStore() })
+const yoga = createYoga({ schema, plugins: [useIdempotency({ ledger })], logging: false })
+
+async function send(query: string, variables: Record<string, unknown>, key?: string, extensions?: Record<string, unknown>) {
+  const response = await yoga.fetch('http://yoga/graphql', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) },
+    body: JSON.stringify({ query, variables, ...(extensions ? { extensions } : {}) }),
+  })
+  return {
+    status: response.status,
+    body: (await response.json()) as {
+      data?: { charge?: { id: string } }
+      errors?: Array<{ extensions?: { code?: string } }>
+      extensions?: unknown
+    },
+  }
+}
+const CHARGE = 'mutation Charge($amount: Int!) { charge(amount: $amount) { id amount } }'
+
+describe('idemkey/graphql: the Envelop plugin in GraphQL Yoga', () => {
+  it('runs a keyed mutation once and replays its result to the retry, marked replayed', async () => {
+    const key = randomUUID()
+    const before = charges
+    const first = await send(CHARGE, { amount: 5 }, key)
+    const retry = await send(CHARGE, { amount: 5 }, key)
+    expect(first.body.data?.charge).toEqual({ id: `ch_${before + 1}`, amount: 5 })
+    expect(retry.body.data).toEqual(first.body.data)
+    expect(retry.body.extensions).toEqual({ idempotency: { key, replayed: true } })
+    expect(charges - before).toBe(1)
+  })
+
+  it('refuses the same key with other variables or another operation: 422, IDEMPOTENCY_KEY_REUSED, nothing run', async () => {
+    const key = randomUUID()
+    await send(CHARGE, { amount: 5 }, key)
+    const before = charges
+    const other = await send(CHARGE, { amount: 6 }, key)
+    expect(other.status).toBe(422)
+    expect(other.body.errors?.[0]?.extensions?.code).toBe('IDEMPOTENCY_KEY_REUSED')
+    const otherOperation = await send('mutation { charge(amount: 5) { id } }', {}, key)
+    expect(otherOperation.body.errors?.[0]?.extensions?.code).toBe('IDEMPOTENCY_KEY_REUSED')
+    expect(charges).toBe(before)
+  })
+
+  it('releases a mutation whose resolver failed: the retry with the same key runs it', async () => {
+    const key = randomUUID()
+    failNext = true
+    const failed = await send(CHARGE, { amount: 7 }, key)
+    expect(failed.body.errors?.length).toBe(1)
+    const retry = await send(CHARGE, { amount: 7 }, key)
+    expect(retry.body.data?.charge?.id).toMatch(/^ch_/)
+  })
+
+  it('takes the key from extensions.idempotencyKey, and lets queries and keyless mutations through', async () => {
+    const key = randomUUID()
+    const before = charges
+    const a = await send(CHARGE, { amount: 1 }, undefined, { idempotencyKey: key })
+    const b = await send(CHARGE, { amount: 1 }, undefined, { idempotencyKey: key })
+    expect(b.body.data).toEqual(a.body.data)
+    expect(charges - before).toBe(1)
+    await send(CHARGE, { amount: 1 })
+    await send(CHARGE, { amount: 1 })
+    expect(charges - before).toBe(3)
+    expect((await send('{ charges }', {}, randomUUID())).body.data).toEqual({ charges })
+  })
+})

@@ -1,0 +1,111 @@
+/**
+ * idemkey/trpc: a tRPC mutation wrapped with `idempotent` runs once per key, over tRPC's fetch adapter:
+ * a retry replays the first output through the router's transformer (superjson: a Date stays a Date),
+ * another input with the key is UNPROCESSABLE_CONTENT, a call while the first runs waits and replays,
+ * a missing key is BAD_REQUEST, and the key can come from an input field instead of the context.
+ */
+import { randomUUID } from 'node:crypto'
+import { initTRPC } from '@trpc/server'
+import { fetchRequestHandler } from '@trpc/server/adapters/fetch'
+import superjson from 'superjson'
+import { Ledger } from '../src/core/ledger.js'
+import { idempotent } from '../src/rpc/trpc/index.js'
+import { MemoryStore } from '../src/stores/memory/memory-store.js'
+
+interface Context {
+  idempotencyKey: string | undefined
+  tenant: string
+}
+
+const t = initTRPC.context<Context>().create({ transformer: superjson })
+const ledger = new Ledger({ store: new MemoryStore(), wait: '2s' })
+let runs = 0
+let release: () => void = () => {}
+
+const router = t.router({
+  createOrder: t.procedure
+    .input((raw) => raw as { sku: string; qty: number; slow?: boolean })
+    .mutation(
+      idempotent(
+        { ledger, key: ({ ctx }) => ctx.idempotencyKey, scope: ({ ctx }) => ctx.tenant, transformer: superjson },
+        async ({ input }) => {
+          runs++
+          if (input.slow) await new Promise<void>((resolve) => (release = resolve))
+          return { id: `order-${runs}`, sku: input.sku, at: new Date(Date.UTC(2026, 10, 25)), qty: input.qty }
+        },
+      ),
+    ),
+  pay: t.procedure
+    .input((raw) => raw as { requestId: string; amount: number })
+    .mutation(idempotent({ ledger, key: ({ input }) => input.requestId }, async ({ input }) => ({ paid: input.amount, n: ++runs }))),
+})
+
+/** One call through tRPC's fetch adapter, as a client's POST would arrive. */
+async function call(path: string, input: unknown, headers: Record<string, string> = {}) {
+  const request = new Request(`http://api/trpc/${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(superjson.serialize(input)),
+  })
+  const response = await fetchRequestHandler({
+    endpoint: '/trpc',
+    req: request,
+    router,
+    createContext: ({ req }) => ({
+      idempotencyKey: req.headers.get('idempotency-key') ?? undefined,
+      tenant: req.headers.get('x-tenant') ?? 'a',
+    }),
+  })
+  const body = (await response.json()) as { result?: { data: unknown }; error?: { json: { message: string; data: { code: string } } } }
+  return {
+    status: response.status,
+    data: body.result ? superjson.deserialize(body.result.data as never) : undefined,
+    error: body.error?.json,
+  }
+}
+
+describe('idemkey/trpc: idempotent mutations', () => {
+  it('replays the first output to a retry with the same key, through the transformer (a Date stays a Date), without running again', async () => {
+    const key = randomUUID()
+    const before = runs
+    const first = await call('createOrder', { sku: 'A', qty: 2 }, { 'idempotency-key': key })
+    const retry = await call('createOrder', { sku: 'A', qty: 2 }, { 'idempotency-key': key })
+    expect(first.status).toBe(200)
+    expect(retry.data).toEqual(first.data)
+    expect((retry.data as { at: unknown }).at).toBeInstanceOf(Date)
+    expect(runs - before).toBe(1)
+  })
+
+  it('refuses the same key with another input as UNPROCESSABLE_CONTENT, and keeps tenants apart', async () => {
+    const key = randomUUID()
+    await call('createOrder', { sku: 'A', qty: 1 }, { 'idempotency-key': key })
+    const other = await call('createOrder', { sku: 'B', qty: 1 }, { 'idempotency-key': key })
+    expect(other.status).toBe(422)
+    expect(other.error?.data.code).toBe('UNPROCESSABLE_CONTENT')
+    const otherTenant = await call('createOrder', { sku: 'B', qty: 1 }, { 'idempotency-key': key, 'x-tenant': 'b' })
+    expect(otherTenant.status).toBe(200)
+  })
+
+  it('makes a call with the key of one still running wait for it, then replays its output', async () => {
+    const key = randomUUID()
+    const before = runs
+    const first = call('createOrder', { sku: 'C', qty: 1, slow: true }, { 'idempotency-key': key })
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    const second = call('createOrder', { sku: 'C', qty: 1, slow: true }, { 'idempotency-key': key })
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    release()
+    const [a, b] = await Promise.all([first, second])
+    expect(b.data).toEqual(a.data)
+    expect(runs - before).toBe(1)
+  })
+
+  it('refuses a call without a key as BAD_REQUEST, and takes the key from an input field when told to', async () => {
+    const missing = await call('createOrder', { sku: 'D', qty: 1 })
+    expect(missing.status).toBe(400)
+    expect(missing.error?.message).toMatch(/needs an idempotency key/)
+    const requestId = randomUUID()
+    const a = await call('pay', { requestId, amount: 5 })
+    const b = await call('pay', { requestId, amount: 5 })
+    expect(b.data).toEqual(a.data)
+  })
+})
