@@ -1,0 +1,105 @@
+/**
+ * Next.js server actions that run once per form render (docs/rpc.md): the page renders a key into a
+ * hidden field once (`actionKey()`), and `idempotentAction` runs the action once per key, so a double
+ * submit or a retried action gets the first result. Route handlers use `idemkey/fetch` as they are.
+ */
+import { uuidv7 } from '../../client/uuid.js'
+import { type Duration, parseDuration } from '../../core/duration.js'
+import type { IntentContext, Ledger } from '../../core/ledger.js'
+import { IdempotencyError } from '../../errors.js'
+
+/** The hidden field's default name. */
+export const ACTION_KEY_FIELD = 'idempotencyKey'
+
+/** A fresh key for one form render: put it in a hidden field (`<input type="hidden" name="idempotencyKey" value={actionKey()} />`). */
+export function actionKey(): string {
+  return uuidv7()
+}
+
+/** Options of {@link idempotentAction}. */
+export interface IdempotentActionOptions<A extends unknown[]> {
+  ledger: Ledger
+  /** The form field that carries the key. @default 'idempotencyKey' */
+  field?: string
+  /** Namespace of the records, e.g. the signed-in user (read from your session). @default 'next-action:<name>' */
+  scope?: (...args: A) => string | Promise<string>
+  /** The action's name in the default scope. @default the function's name */
+  name?: string
+  /** Run submissions without a key as plain calls instead of refusing them. @default false */
+  optional?: boolean
+  lease?: Duration
+  ttl?: Duration
+  wait?: Duration
+}
+
+function formDataOf(args: unknown[]): FormData | undefined {
+  for (const arg of args) if (arg instanceof FormData) return arg
+  return undefined
+}
+
+/** What the form asked for, without the key itself: text fields as they are, files by name, type and size. */
+function formPayload(form: FormData, field: string): Array<[string, unknown]> {
+  const entries: Array<[string, unknown]> = []
+  for (const [name, value] of form.entries()) {
+    if (name === field || name.startsWith('$ACTION_')) continue
+    entries.push([name, typeof value === 'string' ? value : { file: value.name, type: value.type, size: value.size }])
+  }
+  return entries
+}
+
+/**
+ * Wraps a server action (`(formData)` or `(previousState, formData)`, as `useActionState` calls it) so it
+ * runs once per key of its form's hidden field: a double submit or a retry of the same render gets the
+ * first result; the same key with other form values is refused (`FINGERPRINT_MISMATCH`); a submit while
+ * the first still runs waits for it. The action's value must be JSON (it is what replays return).
+ * A `function` (not an arrow) gets the ledger's context as `this` (`this.step(...)` for durable steps).
+ *
+ * @example
+ * 'use server'
+ * export const placeOrder = idempotentAction(async (form: FormData) => orders.place(String(form.get('sku'))), { ledger })
+ */
+export function idempotentAction<A extends unknown[], R>(
+  action: (this: IntentContext | undefined, ...args: A) => Promise<R>,
+  options: IdempotentActionOptions<A>,
+): (...args: A) => Promise<R> {
+  const ledger = options?.ledger
+  if (!ledger || typeof ledger.run !== 'function') {
+    throw new IdempotencyError('INVALID_OPTION', 'idempotentAction(action, { ledger }) needs a Ledger: new Ledger({ store }).')
+  }
+  const field = options.field ?? ACTION_KEY_FIELD
+  const name = options.name ?? (action.name || 'action')
+  const runOptions = {
+    ...(options.lease !== undefined ? { lease: parseDuration(options.lease, 'lease') } : {}),
+    ...(options.ttl !== undefined ? { ttl: parseDuration(options.ttl, 'ttl') } : {}),
+    ...(options.wait !== undefined ? { wait: parseDuration(options.wait, 'wait') } : {}),
+  }
+  return async (...args: A): Promise<R> => {
+    const form = formDataOf(args)
+    const key = form?.get(field)
+    if (typeof key !== 'string' || key.length === 0) {
+      if (options.optional) return action.call(undefined, ...args)
+      throw new IdempotencyError(
+        'KEY_INVALID',
+        `Server action "${name}" needs an idempotency key in its form's "${field}" field: render <input type="hidden" name="${field}" value={actionKey()} /> once per form.`,
+      )
+    }
+    const scope = options.scope ? await options.scope(...args) : `next-action:${name}`
+    const payload = { form: formPayload(form as FormData, field), args: args.filter((arg) => !(arg instanceof FormData)) }
+    const result = await ledger.run<R>({ key, scope, payload }, (ctx) => action.call(ctx, ...args), runOptions)
+    switch (result.kind) {
+      case 'executed':
+      case 'replayed':
+        return result.value
+      case 'mismatch':
+        throw new IdempotencyError(
+          'FINGERPRINT_MISMATCH',
+          `Server action "${name}": the form's key was used before with other values, so this submit was not run. Render a new key for a changed form.`,
+        )
+      case 'in_progress':
+        throw new IdempotencyError(
+          'IN_PROGRESS',
+          `Server action "${name}": the same submit is still running; try again in ${Math.ceil(result.retryAfterMs / 1_000)} s to get its result.`,
+        )
+    }
+  }
+}

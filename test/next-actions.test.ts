@@ -1,0 +1,70 @@
+/**
+ * idemkey/next: a server action wrapped with idempotentAction runs once per form render's key (a double
+ * submit or a retry gets the first result), refuses the key with other form values, works for
+ * `(formData)` and `useActionState`'s `(previousState, formData)`, and says what to render when the key
+ * is missing.
+ */
+import { Ledger } from '../src/core/ledger.js'
+import { ACTION_KEY_FIELD, actionKey, idempotentAction } from '../src/rpc/next/index.js'
+import { MemoryStore } from '../src/stores/memory/memory-store.js'
+
+const ledger = new Ledger({ store: new MemoryStore() })
+const form = (values: Record<string, string>) => {
+  const data = new FormData()
+  for (const [name, value] of Object.entries(values)) data.append(name, value)
+  return data
+}
+
+describe('idemkey/next: server actions', () => {
+  it('runs a double submit of one rendered form once; both get the first result', async () => {
+    let orders = 0
+    const placeOrder = idempotentAction(async (data: FormData) => ({ order: ++orders, sku: String(data.get('sku')) }), { ledger })
+    const key = actionKey()
+    const [a, b] = await Promise.all([
+      placeOrder(form({ [ACTION_KEY_FIELD]: key, sku: 'A' })),
+      placeOrder(form({ [ACTION_KEY_FIELD]: key, sku: 'A' })),
+    ])
+    expect(a).toEqual({ order: 1, sku: 'A' })
+    expect(b).toEqual(a)
+    expect(orders).toBe(1)
+    // A new render is a new key: a new order.
+    expect(await placeOrder(form({ [ACTION_KEY_FIELD]: actionKey(), sku: 'A' }))).toEqual({ order: 2, sku: 'A' })
+  })
+
+  it('refuses the key with other form values (FINGERPRINT_MISMATCH), and a form without a key (KEY_INVALID)', async () => {
+    const pay = idempotentAction(async (data: FormData) => ({ paid: Number(data.get('amount')) }), { ledger })
+    const key = actionKey()
+    await pay(form({ [ACTION_KEY_FIELD]: key, amount: '5' }))
+    await expect(pay(form({ [ACTION_KEY_FIELD]: key, amount: '6' }))).rejects.toMatchObject({ code: 'FINGERPRINT_MISMATCH' })
+    await expect(pay(form({ amount: '6' }))).rejects.toThrow(/render <input type="hidden" name="idempotencyKey"/)
+  })
+
+  it('wraps a useActionState action (previousState, formData)', async () => {
+    let runs = 0
+    const subscribe = idempotentAction(
+      async (_previous: { ok: boolean } | null, data: FormData) => {
+        runs++
+        return { ok: true, email: String(data.get('email')) }
+      },
+      { ledger, name: 'subscribe' },
+    )
+    const key = actionKey()
+    const first = await subscribe(null, form({ [ACTION_KEY_FIELD]: key, email: 'a@example.com' }))
+    const retry = await subscribe(null, form({ [ACTION_KEY_FIELD]: key, email: 'a@example.com' }))
+    expect(retry).toEqual(first)
+    expect(runs).toBe(1)
+  })
+})
+
+describe('idemkey/next: durable steps in an action', () => {
+  it('gives a function action the ledger context as this: its steps are recorded', async () => {
+    const checkout = idempotentAction(
+      async function (this, data: FormData) {
+        const reserved = await this?.step('reserve', () => ({ sku: String(data.get('sku')) }))
+        return { reserved }
+      },
+      { ledger, name: 'checkout' },
+    )
+    expect(await checkout(form({ [ACTION_KEY_FIELD]: actionKey(), sku: 'Z' }))).toEqual({ reserved: { sku: 'Z' } })
+  })
+})
