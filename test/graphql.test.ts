@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto'
 import { createSchema, createYoga } from 'graphql-yoga'
 import { Ledger } from '../src/core/ledger.js'
-import { useIdempotency } from '../src/rpc/graphql/index.js'
+import { apolloIdempotency, useIdempotency } from '../src/rpc/graphql/index.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 let charges = 0
@@ -94,5 +94,38 @@ describe('idemkey/graphql: the Envelop plugin in GraphQL Yoga', () => {
     await send(CHARGE, { amount: 1 })
     expect(charges - before).toBe(3)
     expect((await send('{ charges }', {}, randomUUID())).body.data).toEqual({ charges })
+  })
+})
+
+describe('idemkey/graphql: the Apollo Server plugin', async () => {
+  const { ApolloServer } = await import('@apollo/server')
+  const apolloLedger = new Ledger({ store: new MemoryStore() })
+  const server = new ApolloServer({
+    typeDefs: 'type Charge { id: ID!, amount: Int! } type Query { ok: Boolean } type Mutation { charge(amount: Int!): Charge! }',
+    resolvers: { Mutation: { charge: (_: unknown, { amount }: { amount: number }) => ({ id: `ch_${++charges}`, amount }) } },
+    plugins: [apolloIdempotency({ ledger: apolloLedger })],
+  })
+  beforeAll(() => server.start())
+  afterAll(() => server.stop())
+  const execute = async (variables: Record<string, unknown>, idempotencyKey?: string) => {
+    const response = await server.executeOperation({
+      query: CHARGE,
+      variables,
+      ...(idempotencyKey ? { extensions: { idempotencyKey } } : {}),
+    })
+    return { status: response.http.status, result: response.body.kind === 'single' ? response.body.singleResult : undefined }
+  }
+
+  it('runs a keyed mutation once, replays it to the retry, and refuses the key with other variables (422)', async () => {
+    const key = randomUUID()
+    const before = charges
+    const first = await execute({ amount: 9 }, key)
+    const retry = await execute({ amount: 9 }, key)
+    expect(retry.result?.data).toEqual(first.result?.data)
+    expect(retry.result?.extensions).toEqual({ idempotency: { key, replayed: true } })
+    expect(charges - before).toBe(1)
+    const other = await execute({ amount: 10 }, key)
+    expect(other.status).toBe(422)
+    expect(other.result?.errors?.[0]?.extensions?.code).toBe('IDEMPOTENCY_KEY_REUSED')
   })
 })

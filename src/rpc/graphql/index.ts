@@ -1,10 +1,11 @@
 /**
  * GraphQL mutations that take effect once per idempotency key (docs/rpc.md): `useIdempotency` is an
- * Envelop plugin (GraphQL Yoga's plugin system). A mutation operation sent with a key (the
+ * Envelop plugin (GraphQL Yoga's plugin system), `apolloIdempotency` an Apollo Server plugin. A
+ * mutation operation sent with a key (the
  * `Idempotency-Key` header, or `extensions.idempotencyKey`) runs once; a retry gets the first result
  * back; the same key with another operation or other variables is refused.
  */
-import { type ExecutionResult, GraphQLError, getOperationAST, print } from 'graphql'
+import { type ExecutionResult, GraphQLError, type GraphQLFormattedError, getOperationAST, print } from 'graphql'
 import { type Duration, parseDuration } from '../../core/duration.js'
 import type { Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
@@ -150,6 +151,111 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
               await begun.finish(single)
             },
           }
+      }
+    },
+  }
+}
+
+/** A result as Apollo Server sends it (errors already formatted). */
+export interface FormattedResultLike {
+  data?: Record<string, unknown> | null
+  errors?: ReadonlyArray<GraphQLFormattedError>
+  extensions?: Record<string, unknown>
+}
+
+/** The part of Apollo Server's request context this plugin reads and writes (structural: no import of @apollo/server). */
+export interface ApolloRequestContextLike<C, H extends { status?: number }> {
+  contextValue: C
+  operation?: { operation: string } | null
+  document?: Parameters<typeof getOperationAST>[0]
+  operationName?: string | null
+  request: {
+    variables?: Record<string, unknown>
+    extensions?: Record<string, unknown>
+    http?: { headers: { get(name: string): string | undefined } }
+  }
+  response: { body?: { kind: string; singleResult?: FormattedResultLike }; http: H }
+}
+
+/** An Apollo Server plugin (structural: `plugins: [apolloIdempotency({ ledger })]`). */
+export interface ApolloIdempotencyPlugin<C> {
+  requestDidStart(): Promise<{
+    responseForOperation<H extends { status?: number }>(
+      requestContext: ApolloRequestContextLike<C, H>,
+    ): Promise<{ body: { kind: 'single'; singleResult: FormattedResultLike }; http: H } | null>
+    willSendResponse<H extends { status?: number }>(requestContext: ApolloRequestContextLike<C, H>): Promise<void>
+  }>
+}
+
+/**
+ * The same rules as {@link useIdempotency}, as an Apollo Server 4/5 plugin. The key comes from the
+ * `Idempotency-Key` header or `extensions.idempotencyKey` unless `key` reads it from the context.
+ *
+ * @example
+ * const server = new ApolloServer({ schema, plugins: [apolloIdempotency({ ledger })] })
+ */
+export function apolloIdempotency<C = unknown>(
+  options: Omit<GraphQLIdempotencyOptions<C>, 'key'> & {
+    key?: (requestContext: ApolloRequestContextLike<C, { status?: number }>) => string | undefined
+  },
+): ApolloIdempotencyPlugin<C> {
+  const ledger = options?.ledger
+  if (!ledger || typeof ledger.begin !== 'function') {
+    throw new IdempotencyError('INVALID_OPTION', 'apolloIdempotency({ ledger }) needs a Ledger: new Ledger({ store }).')
+  }
+  // The Envelop plugin holds the rules; Apollo's hooks feed it what it reads and take what it decides.
+  return {
+    async requestDidStart() {
+      let done: ((result: unknown) => Promise<void>) | undefined
+      return {
+        async responseForOperation(rc) {
+          if (rc.operation?.operation !== 'mutation' || !rc.document) return null
+          const key =
+            options.key?.(rc) ??
+            rc.request.http?.headers.get('idempotency-key') ??
+            (typeof rc.request.extensions?.idempotencyKey === 'string' ? rc.request.extensions.idempotencyKey : undefined)
+          const scopeOf = options.scope
+          const envelop = useIdempotency<GraphQLContextLike & { apollo: C }>({
+            ledger,
+            key: () => key,
+            ...(options.required !== undefined ? { required: options.required } : {}),
+            ...(scopeOf ? { scope: (context: { apollo: C }) => scopeOf(context.apollo) } : {}),
+            ...(options.lease !== undefined ? { lease: options.lease } : {}),
+            ...(options.ttl !== undefined ? { ttl: options.ttl } : {}),
+            ...(options.wait !== undefined ? { wait: options.wait } : {}),
+          })
+          let answer: ExecutionResult | undefined
+          const hooks = await envelop.onExecute({
+            args: {
+              document: rc.document,
+              operationName: rc.operationName,
+              variableValues: rc.request.variables ?? {},
+              contextValue: { apollo: rc.contextValue },
+            },
+            setResultAndStopExecution: (result) => {
+              answer = result
+            },
+          })
+          if (hooks) done = (result) => hooks.onExecuteDone({ result })
+          if (!answer) return null
+          const status = (answer.errors?.[0]?.extensions?.http as { status?: number } | undefined)?.status
+          if (status !== undefined) rc.response.http.status = status
+          const formatted: FormattedResultLike = {
+            ...(answer.data !== undefined ? { data: answer.data as Record<string, unknown> | null } : {}),
+            ...(answer.errors ? { errors: answer.errors.map((error) => error.toJSON()) } : {}),
+            ...(answer.extensions ? { extensions: answer.extensions as Record<string, unknown> } : {}),
+          }
+          return { body: { kind: 'single', singleResult: formatted }, http: rc.response.http }
+        },
+        async willSendResponse(rc) {
+          if (!done) return
+          const body = rc.response.body
+          await done(
+            body?.kind === 'single' && body.singleResult
+              ? body.singleResult
+              : { errors: [new GraphQLError('incremental delivery is not recorded')] },
+          )
+        },
       }
     },
   }
