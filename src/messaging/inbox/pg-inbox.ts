@@ -52,6 +52,11 @@ export class PgInbox implements Inbox<PgPoolClient> {
   readonly #table: string
   readonly #name: string
   readonly #retentionMs: number
+
+  /** How long processed IDs are kept (the dedup window). */
+  get retentionMs(): number {
+    return this.#retentionMs
+  }
   readonly #onEvent: (event: InboxEvent) => void
 
   constructor(options: PgInboxOptions) {

@@ -35,6 +35,11 @@ export class SqliteInbox implements Inbox<SqliteDb> {
   readonly #db: SqliteConnection
   readonly #table: string
   readonly #retentionMs: number
+
+  /** How long processed IDs are kept (the dedup window). */
+  get retentionMs(): number {
+    return this.#retentionMs
+  }
   readonly #now: () => number
   readonly #onEvent: (event: InboxEvent) => void
 

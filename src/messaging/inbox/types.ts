@@ -31,6 +31,11 @@ export type InboxEvent =
  */
 export interface Inbox<Tx> {
   readonly consumer: string
+  /**
+   * How long processed IDs are kept (the dedup window), when the inbox knows it. The consumer helpers
+   * compare it with how long the broker can still redeliver a message, and warn when it is shorter.
+   */
+  readonly retentionMs?: number
   handle<T>(message: InboxMessage, effect: (tx: Tx, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>>
   /**
    * Optional: several messages in one transaction, their effects run one after another in the given

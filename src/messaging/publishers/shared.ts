@@ -307,3 +307,29 @@ export function keyOf<Tx>(
   if (fn === null) return null
   return fn(message) ?? null
 }
+
+const warnedWindows = new Set<string>()
+
+/**
+ * Warns once per consumer and stream when the inbox forgets IDs sooner than the broker may still
+ * redeliver a message (docs/messaging.md, "Sizing the inbox window"): a redelivery after the inbox
+ * dropped the ID would be applied again. `horizonMs` is the broker's redelivery horizon; undefined
+ * when the broker sets none it can tell.
+ */
+export function checkInboxWindow(
+  consumer: string,
+  source: string,
+  retentionMs: number | undefined,
+  horizonMs: number | undefined,
+): boolean {
+  if (retentionMs === undefined || horizonMs === undefined || horizonMs <= 0 || retentionMs >= horizonMs) return false
+  const id = `${consumer}\n${source}`
+  if (warnedWindows.has(id)) return true
+  warnedWindows.add(id)
+  const hours = (ms: number) => `${(ms / 3_600_000).toFixed(ms < 3_600_000 ? 2 : 1)} h`
+  process.emitWarning(
+    `Inbox "${consumer}" keeps processed message IDs for ${hours(retentionMs)}, but ${source} can redeliver a message for up to ${hours(horizonMs)}: a redelivery after ${hours(retentionMs)} would be applied twice. Keep the inbox's retention at least as long as the broker's horizon (retention: '${Math.ceil(horizonMs / 3_600_000)}h'), or shorten the broker's.`,
+    { code: 'IDEMKEY_INBOX_WINDOW' },
+  )
+  return true
+}

@@ -2,6 +2,7 @@ import { AckPolicy, type ConsumerMessages, type JsMsg, type NatsConnection } fro
 import type { InboxMessage } from '../../inbox/types.js'
 import {
   type ConsumeOptions,
+  checkInboxWindow,
   consumerConcurrency,
   createDispatcher,
   defaultInHand,
@@ -48,6 +49,11 @@ export function natsInboxMessage(msg: JsMsg): InboxMessage {
 export async function consumeNats<Tx>(options: ConsumeNatsOptions<Tx>): Promise<RunningConsumer> {
   const consumer = await options.connection.jetstream().consumers.get(options.stream, options.consumer)
   const info = await consumer.info(true).catch(() => undefined)
+  // The stream keeps a message (and may redeliver it) for up to max_age (nanoseconds; 0: no limit).
+  const stream = await (await options.connection.jetstreamManager()).streams.info(options.stream).catch(() => undefined)
+  const maxAgeNs = stream?.config.max_age ?? 0
+  if (maxAgeNs > 0)
+    checkInboxWindow(options.inbox.consumer, `JetStream stream "${options.stream}" (max_age)`, options.inbox.retentionMs, maxAgeNs / 1e6)
   // With AckAll, acking a later message would ack earlier ones whose effect has not committed.
   const concurrency = info?.config.ack_policy === AckPolicy.All ? 1 : consumerConcurrency(options)
   const maxMessages = options.maxMessages ?? defaultInHand(options, concurrency)
