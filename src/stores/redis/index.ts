@@ -1,5 +1,5 @@
 /**
- * `idemkey/redis`: the Redis store (one server or a Cluster), on ioredis.
+ * `idemkey/redis`: the Redis store (one server or a Cluster), on ioredis or node-redis.
  *
  * @example
  * import { RedisStore } from 'idemkey/redis'
@@ -7,4 +7,5 @@
  */
 export type { RedisArg, RedisClientLike, RedisSubscriberLike } from './client.js'
 export { type RecordNames, recordNames } from './keys.js'
+export { fromNodeRedis, isNodeRedisClient, type NodeRedisClientLike } from './node-redis.js'
 export { RedisStore, type RedisStoreOptions } from './redis-store.js'
