@@ -21,7 +21,7 @@ export interface NodeRedisClientLike {
   close?(): Promise<unknown>
   quit?(): Promise<unknown>
   destroy?(): void
-  disconnect?(): Promise<unknown> | void
+  disconnect?(): unknown
 }
 
 /** Whether `client` is a node-redis client (and not an ioredis one). */
@@ -46,7 +46,11 @@ function close(client: NodeRedisClientLike): Promise<unknown> {
 function subscriberOf(client: NodeRedisClientLike): RedisSubscriberLike {
   const listeners: Array<(channel: string, message: string) => void> = []
   let connecting: Promise<unknown> | undefined
-  const ready = () => (client.isOpen ? Promise.resolve() : (connecting ??= client.connect()))
+  const ready = (): Promise<unknown> => {
+    if (client.isOpen) return Promise.resolve()
+    connecting ??= client.connect()
+    return connecting
+  }
   const onMessage = (message: string, channel: string) => {
     for (const listener of listeners) listener(channel, message)
   }
@@ -67,7 +71,7 @@ function subscriberOf(client: NodeRedisClientLike): RedisSubscriberLike {
     quit: () => (client.isOpen ? close(client) : Promise.resolve()),
     disconnect() {
       if (typeof client.destroy === 'function') client.destroy()
-      else void client.disconnect?.()
+      else Promise.resolve(client.disconnect?.()).catch(() => {})
     },
   }
 }
