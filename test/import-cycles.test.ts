@@ -72,7 +72,7 @@ function cycles(edges: Map<string, string[]>): string[][] {
 /** The layer of a module, lowest first: a module may import only from its own layer or those below. */
 const LAYERS: Array<[RegExp, number]> = [
   [/^(errors|core\/)/, 0],
-  [/^(stores\/|testing\/|client\/)/, 1],
+  [/^(stores\/|testing\/|client\/|orm\/)/, 1],
   [/^(http\/|messaging\/|observability\/|lambda\/)/, 2],
   [/^(cli\/|demo\/|index)/, 3],
 ]

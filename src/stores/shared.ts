@@ -68,3 +68,20 @@ function allStrings(headers: Record<string, unknown>): boolean {
   for (const name in headers) if (typeof headers[name] !== 'string') return false
   return true
 }
+
+/**
+ * An error and what it wraps, a few levels deep: `cause`, and where data-layer tools keep the
+ * driver's error (Sequelize's `parent`/`original`, TypeORM's `driverError`).
+ */
+export function causes(error: unknown): unknown[] {
+  const seen: unknown[] = []
+  const queue = [error]
+  while (queue.length > 0 && seen.length < 12) {
+    const current = queue.shift()
+    if (!current || typeof current !== 'object' || seen.includes(current)) continue
+    seen.push(current)
+    const wrapper = current as { cause?: unknown; parent?: unknown; original?: unknown; driverError?: unknown }
+    queue.push(wrapper.cause, wrapper.parent, wrapper.original, wrapper.driverError)
+  }
+  return seen
+}

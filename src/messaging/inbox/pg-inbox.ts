@@ -1,12 +1,13 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { sha256Hex } from '../../core/fingerprint.js'
+import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
 import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxResult } from './types.js'
 
 /** Options of {@link PgInbox}. */
-export interface PgInboxOptions {
+export interface PgInboxOptions<Tx = PgQueryable> {
   /** The user's `pg.Pool`; each message runs in a transaction on one of its clients. */
   pool: PgPool
   /** This consumer's name: the same message ID is processed once per consumer name. */
@@ -19,6 +20,11 @@ export interface PgInboxOptions {
    */
   retention?: Duration
   onEvent?: (event: InboxEvent) => void
+  /**
+   * Your data layer (docs/orm.md): `record(tx, …)` then takes the tool's own transaction object.
+   * @example new PgInbox({ pool, consumer: 'billing', transactions: kyselyTransactions(db) })
+   */
+  transactions?: SqlTransactions<Tx>
 }
 
 /** Hex SHA-256 of a payload (bytes, or text as UTF-8). */
@@ -46,7 +52,8 @@ function assertMessageId(message: InboxMessage): void {
  * })
  * ack() // applied or duplicate: either way the broker may forget it
  */
-export class PgInbox implements Inbox<PgPoolClient> {
+export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
+  readonly #tool: SqlTransactions<Tx> | undefined
   readonly consumer: string
   readonly #pool: PgPool
   readonly #table: string
@@ -59,7 +66,7 @@ export class PgInbox implements Inbox<PgPoolClient> {
   }
   readonly #onEvent: (event: InboxEvent) => void
 
-  constructor(options: PgInboxOptions) {
+  constructor(options: PgInboxOptions<Tx>) {
     if (typeof options?.pool?.connect !== 'function') {
       throw new IdempotencyError('INVALID_OPTION', 'PgInbox needs { pool }: a pg.Pool (or anything with query() and connect()).')
     }
@@ -67,6 +74,8 @@ export class PgInbox implements Inbox<PgPoolClient> {
       throw new IdempotencyError('INVALID_OPTION', 'PgInbox needs { consumer }: a non-empty name for this consumer, e.g. "billing".')
     }
     this.#pool = options.pool
+    if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'PgInbox', 'postgres')
+    this.#tool = options.transactions
     this.consumer = options.consumer
     this.#name = options.table ?? 'idemkey_inbox'
     this.#table = quoteName(this.#name, 'PgInbox table')
@@ -220,12 +229,22 @@ export class PgInbox implements Inbox<PgPoolClient> {
    * if ((await inbox.record(client, message)) === 'new') await applyEffect(client)
    * await client.query('COMMIT')
    */
-  async record(tx: PgQueryable, message: InboxMessage): Promise<'new' | 'duplicate'> {
+  async record(tx: Tx, message: InboxMessage): Promise<'new' | 'duplicate'> {
     assertMessageId(message)
     const hash = payloadHash(message.payload)
     let seen: 'new' | 'duplicate' | 'mismatch'
     try {
-      seen = await this.#record(tx, message.id, hash)
+      const tool = this.#tool
+      const on: PgQueryable = tool
+        ? ({
+            // Through the tool only the number of rows comes back, which is all #record reads.
+            query: async (text: string, values?: unknown[]) => {
+              const { count } = await tool.execute(tx, text, (values ?? []) as SqlValue[])
+              return { rows: Array.from({ length: count }, () => ({})), rowCount: count }
+            },
+          } as PgQueryable)
+        : (tx as PgQueryable)
+      seen = await this.#record(on, message.id, hash)
     } catch (error) {
       throw storeUnavailable('PgInbox', `record ${message.id}`, error)
     }
@@ -243,11 +262,12 @@ export class PgInbox implements Inbox<PgPoolClient> {
       [this.consumer, messageId, hash],
     )
     if (inserted.rows.length === 1) return 'new'
-    const { rows } = await tx.query<{ payload_hash: string }>(
-      `SELECT payload_hash FROM ${this.#table} WHERE consumer = $1 AND message_id = $2`,
-      [this.consumer, messageId],
-    )
-    return rows[0] && rows[0].payload_hash !== hash ? 'mismatch' : 'duplicate'
+    const { rows } = await tx.query(`SELECT 1 FROM ${this.#table} WHERE consumer = $1 AND message_id = $2 AND payload_hash <> $3`, [
+      this.consumer,
+      messageId,
+      hash,
+    ])
+    return rows.length > 0 ? 'mismatch' : 'duplicate'
   }
 
   /** Reports a known ID: `duplicate`, or throws for a mismatch. */

@@ -1,4 +1,5 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { fitPgName, purgeBatchSize, quoteName } from '../message.js'
 import type { PgPool, PgQueryable } from '../pg.js'
@@ -6,7 +7,7 @@ import { PgRelayStorage } from './pg-relay-storage.js'
 import { type AddResult, DEFAULT_MAX_PAYLOAD_BYTES, encodeEvent, type OutboxEventInput, type RelayStorage } from './storage.js'
 
 /** Options of {@link PgOutbox}. */
-export interface PgOutboxOptions {
+export interface PgOutboxOptions<Tx = PgQueryable> {
   /** The user's `pg.Pool`: the relay claims and marks rows with it and LISTENs on one of its clients. */
   pool: PgPool
   /** Table name, optionally `schema.table`. @default 'idemkey_outbox' */
@@ -19,6 +20,11 @@ export interface PgOutboxOptions {
   ordering?: 'partition' | 'none'
   /** Largest payload `add()` accepts, in bytes. @default 1048576 */
   maxPayloadBytes?: number
+  /**
+   * Your data layer (docs/orm.md): `add(tx, …)` then takes the tool's own transaction object
+   * (Drizzle's `tx`, Prisma's transaction client, …). @example new PgOutbox({ pool, transactions: drizzleTransactions(db) })
+   */
+  transactions?: SqlTransactions<Tx>
 }
 
 /**
@@ -35,8 +41,9 @@ export interface PgOutboxOptions {
  * await outbox.add(client, { topic: 'orders.created', payload: order, idempotencyKey })
  * await client.query('COMMIT')
  */
-export class PgOutbox {
+export class PgOutbox<Tx = PgQueryable> {
   readonly #pool: PgPool
+  readonly #tool: SqlTransactions<Tx> | undefined
   readonly #table: string
   readonly #name: string
   readonly #channel: string
@@ -46,11 +53,13 @@ export class PgOutbox {
   readonly #maxPayloadBytes: number
   readonly #lockKey: string
 
-  constructor(options: PgOutboxOptions) {
+  constructor(options: PgOutboxOptions<Tx>) {
     if (typeof options?.pool?.query !== 'function') {
       throw new IdempotencyError('INVALID_OPTION', 'PgOutbox needs { pool }: a pg.Pool (or anything with query() and connect()).')
     }
     this.#pool = options.pool
+    if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'PgOutbox', 'postgres')
+    this.#tool = options.transactions
     this.#name = options.table ?? 'idemkey_outbox'
     this.#table = quoteName(this.#name, 'PgOutbox table')
     // Every name derived from the table fits PostgreSQL's 63-byte limit (a hash replaces the tail
@@ -122,20 +131,22 @@ export class PgOutbox {
   }
 
   /**
-   * Adds an event in the caller's transaction. Pass the transaction's client (after `BEGIN`): the
+   * Adds an event in the caller's transaction. Pass the transaction's client (after `BEGIN`), or your
+   * tool's transaction object with the `transactions` option: the
    * row is visible to relays only when that transaction commits. Returns the message ID and
    * whether a row was created (`false`: an event with this ID exists, e.g. a replayed request).
    * Throws `INVALID_ARGUMENT` (not serializable), `BODY_TOO_LARGE` or `STORE_UNAVAILABLE`.
    */
-  async add(tx: PgQueryable, event: OutboxEventInput): Promise<AddResult> {
+  async add(tx: Tx, event: OutboxEventInput): Promise<AddResult> {
     const row = encodeEvent(event, this.#maxPayloadBytes)
+    const text = `INSERT INTO ${this.#table} (id, topic, partition_key, payload, content_type, headers) VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (id) DO NOTHING RETURNING seq`
+    const values = [row.id, row.topic, row.partitionKey, row.payload, row.contentType, row.headers]
     try {
-      const result = await tx.query(
-        `INSERT INTO ${this.#table} (id, topic, partition_key, payload, content_type, headers) VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (id) DO NOTHING RETURNING seq`,
-        [row.id, row.topic, row.partitionKey, row.payload, row.contentType, row.headers],
-      )
-      return { id: row.id, created: result.rows.length === 1 }
+      const added = this.#tool
+        ? (await this.#tool.execute(tx, text, values)).count
+        : (await (tx as PgQueryable).query(text, values)).rows.length
+      return { id: row.id, created: added === 1 }
     } catch (error) {
       throw storeUnavailable('PgOutbox', `add to ${this.#name}`, error)
     }

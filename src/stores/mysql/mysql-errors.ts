@@ -1,4 +1,5 @@
 import { IdempotencyError, isIdempotencyError, storeUnavailable } from '../../errors.js'
+import { causes } from '../shared.js'
 
 /** The fields of a mysql2 error the store looks at. */
 interface DriverError {
@@ -12,6 +13,20 @@ interface DriverError {
 export function isRetryable(error: unknown): boolean {
   const errno = (error as DriverError | null)?.errno
   return errno === 1213 || errno === 1205
+}
+
+/**
+ * True for a deadlock (1213) or lock wait timeout (1205), whether it is mysql2's error, an idemkey
+ * error caused by one, or a data-layer tool's error wrapping one (Drizzle, TypeORM, Sequelize, Prisma's
+ * P2034). Inside `ledger.runInTransaction` InnoDB has rolled the whole transaction back and the record
+ * is released: the request is safe to run again.
+ *
+ * @example
+ * try { await ledger.runInTransaction(intent, work) }
+ * catch (error) { if (isTransientTransactionError(error)) return retrySoon() }
+ */
+export function isTransientTransactionError(error: unknown): boolean {
+  return causes(error).some((current) => isRetryable(current) || (current as DriverError).code === 'P2034')
 }
 
 /** ER_NO_SUCH_TABLE (1146) and ER_BAD_FIELD_ERROR (1054): the schema is missing or not ours. */

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
 import { assertRecordStep, stepsFromJson } from '../../core/steps-store.js'
 import {
   type AcquireResult,
@@ -21,7 +22,7 @@ import { bind, COLUMNS, NOW_MS, type Statement, type Statements, statements } fr
 import { completeOn, runTransaction } from './transaction.js'
 
 /** Options of {@link MySqlStore}: give it a pool, or a URI to open one. */
-export interface MySqlStoreOptions {
+export interface MySqlStoreOptions<Tx = MySqlTransaction> {
   /** Your mysql2 promise pool (`mysql2/promise` `createPool`); `close()` leaves it open. */
   pool?: MySqlPoolLike
   /** A `mysql://user:password@host:port/database` URI; the store opens (and closes) its own mysql2 pool. */
@@ -34,6 +35,12 @@ export interface MySqlStoreOptions {
   abandonedRetention?: Duration
   /** How many times a statement is retried after a deadlock (1213) or lock wait timeout (1205). @default 5 */
   lockRetries?: number
+  /**
+   * The data layer whose transactions `ledger.runInTransaction` runs in (docs/orm.md): the work gets
+   * the tool's own transaction object and the record completes inside it. Without it, `tx` is a mysql2
+   * connection. @example new MySqlStore({ pool, transactions: drizzleTransactions(db) })
+   */
+  transactions?: SqlTransactions<Tx>
 }
 
 /**
@@ -52,7 +59,7 @@ export interface MySqlStoreOptions {
  * await store.migrate()
  * const ledger = new Ledger({ store })
  */
-export class MySqlStore implements IdempotencyStore, TransactionalStore<MySqlTransaction> {
+export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, TransactionalStore<Tx> {
   readonly name = 'mysql'
   readonly serverClock = true
   /** The table this store reads and writes. */
@@ -62,8 +69,10 @@ export class MySqlStore implements IdempotencyStore, TransactionalStore<MySqlTra
   #pool: MySqlPoolLike | undefined
   readonly #opening: Promise<MySqlPoolLike> | undefined
   readonly #ownsPool: boolean
+  /** The user's data layer, when `transactions` was given: `transaction()` runs in it. */
+  readonly #tool: SqlTransactions<Tx> | undefined
 
-  constructor(options: MySqlStoreOptions) {
+  constructor(options: MySqlStoreOptions<Tx>) {
     const table = options?.table ?? 'idemkey_records'
     // At most 53 characters: index names append up to 11 (`_created_at`), and MySQL allows 64.
     if (!/^[A-Za-z_][A-Za-z0-9_]{0,52}$/.test(table)) {
@@ -88,6 +97,8 @@ export class MySqlStore implements IdempotencyStore, TransactionalStore<MySqlTra
         `MySqlStore lockRetries must be a non-negative integer, got ${String(options.lockRetries)}.`,
       )
     }
+    if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'MySqlStore', 'mysql')
+    this.#tool = options.transactions
     this.#ownsPool = options.pool === undefined
     if (options.pool) this.#pool = options.pool
     else this.#opening = openPool(options.uri as string, options.connectionLimit ?? 10)
@@ -149,24 +160,19 @@ export class MySqlStore implements IdempotencyStore, TransactionalStore<MySqlTra
   /**
    * Runs `fn` in a transaction on one pool connection (docs/mysql.md, "Business writes and the record in one transaction"): commits when it resolves, rolls back
    * when it throws. Use it through `ledger.runInTransaction`, or with {@link MySqlStore.completeInTransaction}.
+   * With the `transactions` option, it is your tool's transaction instead.
    */
-  async transaction<R>(fn: (tx: MySqlTransaction) => Promise<R>): Promise<R> {
-    return runTransaction(await this.#ready('transaction'), this.table, fn)
+  async transaction<R>(fn: (tx: Tx) => Promise<R>): Promise<R> {
+    if (this.#tool) return this.#tool.transaction(fn)
+    return runTransaction(await this.#ready('transaction'), this.table, fn as unknown as (tx: MySqlTransaction) => Promise<R>)
   }
 
   /**
    * `complete` inside `tx`. The row stays locked until `tx` ends, so no takeover can slip in between;
    * `false` means the token is no longer current and the caller must roll back.
    */
-  async completeInTransaction(
-    tx: MySqlTransaction,
-    scope: string,
-    key: string,
-    token: number,
-    outcome: Outcome,
-    ttlMs: number,
-  ): Promise<boolean> {
-    return completeOn(tx, this.table, this.#sql.complete, completeValues(scope, key, token, outcome, ttlMs))
+  async completeInTransaction(tx: Tx, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    return this.#writeIn(tx, 'completeInTransaction', this.#sql.complete, completeValues(scope, key, token, outcome, ttlMs))
   }
 
   /** One UPDATE of the record's `steps`, fenced by token (docs/steps.md). */
@@ -176,16 +182,19 @@ export class MySqlStore implements IdempotencyStore, TransactionalStore<MySqlTra
   }
 
   /** `recordStep` inside `tx`: the step commits with the transaction's business writes, or rolls back with them. */
-  async recordStepInTransaction(
-    tx: MySqlTransaction,
-    scope: string,
-    key: string,
-    token: number,
-    name: string,
-    result: string | null,
-  ): Promise<boolean> {
+  async recordStepInTransaction(tx: Tx, scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
     assertRecordStep(scope, key, token, name, result)
-    return completeOn(tx, this.table, this.#sql.recordStep, { ...identity(scope, key), token, name, result })
+    return this.#writeIn(tx, 'recordStepInTransaction', this.#sql.recordStep, { ...identity(scope, key), token, name, result })
+  }
+
+  /** One fenced UPDATE inside `tx` (the store's connection, or the tool's transaction); `true` when it changed the row. */
+  async #writeIn(tx: Tx, operation: string, statement: Statement, values: Record<string, MySqlValue>): Promise<boolean> {
+    if (!this.#tool) return completeOn(tx as unknown as MySqlTransaction, this.table, statement, values)
+    try {
+      return (await this.#tool.execute(tx, statement.sql, bind(statement, values) as SqlValue[])).count === 1
+    } catch (error) {
+      throw toStoreError(`${operation} (through ${this.#tool.tool})`, error, this.table)
+    }
   }
 
   async release(scope: string, key: string, token: number): Promise<boolean> {

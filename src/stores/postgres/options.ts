@@ -1,4 +1,5 @@
 import type { Duration } from '../../core/duration.js'
+import type { SqlTransactions } from '../../core/sql-transactions.js'
 import type { PgClientLike, PgPoolLike } from './pool.js'
 
 /**
@@ -75,6 +76,18 @@ export interface PostgresStoreUrlOptions extends PostgresStoreCommonOptions {
   max?: number
   /** How long opening a connection may take before `STORE_UNAVAILABLE`. @default '5s' */
   connectionTimeout?: Duration
+}
+
+/**
+ * The data layer whose transactions `ledger.runInTransaction` runs in (docs/orm.md): with it, the work
+ * gets the tool's own transaction object (`tx.insert(orders)…` in Drizzle, `tx.order.create` in
+ * Prisma) and the record completes inside that transaction. Without it, `tx` is a pg client.
+ *
+ * @example new PostgresStore({ pool, transactions: drizzleTransactions(db) })
+ */
+export interface PostgresStoreTransactionsOption<Tx> {
+  /** An adapter of your tool: `drizzleTransactions(db)` from `idemkey/drizzle`, `kyselyTransactions(db)`, … */
+  transactions?: SqlTransactions<Tx>
 }
 
 /**

@@ -1,4 +1,5 @@
 import { IdempotencyError, isIdempotencyError, storeUnavailable } from '../../errors.js'
+import { causes } from '../shared.js'
 
 /** The fields of a node-postgres error the store looks at. */
 interface DriverError {
@@ -20,7 +21,8 @@ function sqlState(error: unknown): string | undefined {
 
 /**
  * True for a PostgreSQL serialization failure (`40001`) or deadlock (`40P01`), whether it is the
- * driver's error or an idemkey error caused by one. Inside `ledger.runInTransaction` such a failure
+ * driver's error, an idemkey error caused by one, or a data-layer tool's error wrapping one (Drizzle,
+ * TypeORM, Sequelize, Prisma's P2034). Inside `ledger.runInTransaction` such a failure
  * rolls the transaction back and releases the record; the request is safe to run again.
  *
  * @example
@@ -28,11 +30,11 @@ function sqlState(error: unknown): string | undefined {
  * catch (error) { if (isTransientTransactionError(error)) return retrySoon() }
  */
 export function isTransientTransactionError(error: unknown): boolean {
-  for (let current = error, depth = 0; current && depth < 5; current = (current as { cause?: unknown }).cause, depth++) {
+  return causes(error).some((current) => {
     const state = sqlState(current)
-    if (state && TRANSIENT_STATES.has(state)) return true
-  }
-  return false
+    // Prisma reports a write conflict or deadlock as P2034 (the driver's error is not its cause).
+    return (state !== undefined && TRANSIENT_STATES.has(state)) || state === 'P2034'
+  })
 }
 
 /**

@@ -1,4 +1,5 @@
 import { parseDuration } from '../../core/duration.js'
+import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
 import { assertRecordStep, stepsFromJson } from '../../core/steps-store.js'
 import {
   type AcquireResult,
@@ -14,8 +15,8 @@ import { IdempotencyError } from '../../errors.js'
 import { assertOutcome, encodeHeaders } from '../shared.js'
 import { channelName, openPool } from './connect.js'
 import { Listener } from './listener.js'
-import type { PostgresStoreOptions } from './options.js'
-import type { PgClientLike, PgPoolLike, PgQueryable } from './pool.js'
+import type { PostgresStoreOptions, PostgresStoreTransactionsOption } from './options.js'
+import type { PgClientLike, PgPoolLike, PgQueryable, PgQueryResult } from './pool.js'
 import { toStoreError } from './postgres-errors.js'
 import { type AcquireRow, type Row, toRecord } from './rows.js'
 import { migrate } from './schema.js'
@@ -45,7 +46,7 @@ const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
  *   return { orderId: order.id }
  * })
  */
-export class PostgresStore<Client extends PgClientLike = PgClientLike> implements TransactionalStore<Client> {
+export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Client> implements TransactionalStore<Tx> {
   readonly name = 'postgres'
   readonly serverClock = true
   /** Schema of the table. */
@@ -68,8 +69,10 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike> implement
   readonly #tasks: PostgresTasks
   #pool: PgPoolLike<Client> | undefined
   readonly #opening: Promise<PgPoolLike<Client>> | undefined
+  /** The user's data layer, when `transactions` was given: `transaction()` runs in it. */
+  readonly #tool: SqlTransactions<Tx> | undefined
 
-  constructor(options: PostgresStoreOptions<Client>) {
+  constructor(options: PostgresStoreOptions<Client> & PostgresStoreTransactionsOption<Tx>) {
     const schema = options?.schema ?? 'public'
     const table = options?.table ?? 'idemkey_records'
     for (const [name, value] of [
@@ -102,6 +105,8 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike> implement
       )
     }
     this.#begin = `BEGIN ISOLATION LEVEL ${isolation.toUpperCase()}`
+    if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'PostgresStore', 'postgres')
+    this.#tool = options.transactions
     this.#ownsPool = options.pool === undefined
     if (options.pool) this.#pool = options.pool
     else {
@@ -171,7 +176,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike> implement
   }
 
   /** `complete` inside the transaction `tx` (from {@link PostgresStore.transaction}); the notice goes out at commit. */
-  async completeInTransaction(tx: Client, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+  async completeInTransaction(tx: Tx, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
     return this.#complete(tx, scope, key, token, outcome, ttlMs)
   }
 
@@ -181,18 +186,11 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike> implement
   }
 
   /** `recordStep` inside `tx`: the step commits with the transaction's business writes, or rolls back with them. */
-  async recordStepInTransaction(
-    tx: Client,
-    scope: string,
-    key: string,
-    token: number,
-    name: string,
-    result: string | null,
-  ): Promise<boolean> {
+  async recordStepInTransaction(tx: Tx, scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
     return this.#recordStep(tx, scope, key, token, name, result)
   }
 
-  async #recordStep(tx: Client | undefined, scope: string, key: string, token: number, name: string, result: string | null) {
+  async #recordStep(tx: Tx | undefined, scope: string, key: string, token: number, name: string, result: string | null) {
     assertRecordStep(scope, key, token, name, result)
     return (await this.#query('recordStep', this.#sql.recordStep, [scope, key, token, name, result], tx)).rowCount === 1
   }
@@ -242,8 +240,14 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike> implement
    * commits when it resolves, rolls back when it throws. Errors of `fn` come through unchanged,
    * except when the connection broke under it; a failing BEGIN or COMMIT and a lost connection
    * become `STORE_UNAVAILABLE` (see `isTransientTransactionError` for serialization failures).
+   * With the `transactions` option, it is your tool's transaction (and its isolation level) instead.
    */
-  async transaction<R>(fn: (tx: Client) => Promise<R>): Promise<R> {
+  async transaction<R>(fn: (tx: Tx) => Promise<R>): Promise<R> {
+    if (this.#tool) return this.#tool.transaction(fn)
+    return this.#clientTransaction(fn as unknown as (tx: Client) => Promise<R>)
+  }
+
+  async #clientTransaction<R>(fn: (tx: Client) => Promise<R>): Promise<R> {
     const pool = await this.#ready('transaction')
     let client: Client
     try {
@@ -297,7 +301,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike> implement
     return (await this.#listener?.ready()) ?? false
   }
 
-  async #complete(tx: Client | undefined, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+  async #complete(tx: Tx | undefined, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
     assertIdentity(scope, key)
     assertPositiveInteger(ttlMs, 'ttlMs')
     assertOutcome(outcome)
@@ -328,7 +332,17 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike> implement
     }
   }
 
-  #query(operation: string, statement: Statement, values: unknown[], on?: PgQueryable) {
+  #query(operation: string, statement: Statement, values: unknown[], tx?: Tx): Promise<PgQueryResult> {
+    if (tx !== undefined && this.#tool) {
+      const tool = this.#tool
+      return tool.execute(tx, statement.text, values as SqlValue[]).then(
+        (outcome) => ({ rows: [], rowCount: outcome.count }),
+        (error: unknown) => {
+          throw toStoreError(`${operation} (through ${tool.tool})`, error, this.schema, this.table)
+        },
+      )
+    }
+    const on = tx as PgQueryable | undefined
     const config = this.#prepared ? { name: statement.name, text: statement.text, values } : { text: statement.text, values }
     if (on) {
       return on.query(config).catch((error: unknown) => {

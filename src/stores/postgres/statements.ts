@@ -40,9 +40,10 @@ export function statements(schema: string, table: string) {
   const t = qualified(schema, table)
   // One row per changed record. With a channel ($3 not null) it also notifies, but only when a waiter
   // flagged the record: a NOTIFY serializes the commits of every notifying transaction (PostgreSQL
-  // takes a database-wide lock for it), so completions nobody waits for must not send one.
+  // takes a database-wide lock for it), so completions nobody waits for must not send one. The column
+  // is text, not pg_notify's void, which some tools' raw queries cannot read (Prisma).
   const notify = (rows: string) =>
-    `SELECT CASE WHEN $3::text IS NOT NULL AND ${rows}.waiters THEN pg_notify($3::text, ${rows}.scope || chr(10) || ${rows}."key") END FROM ${rows}`
+    `SELECT (CASE WHEN $3::text IS NOT NULL AND ${rows}.waiters THEN pg_notify($3::text, ${rows}.scope || chr(10) || ${rows}."key") END)::text AS notified FROM ${rows}`
   return {
     /**
      * Acquire, one round trip. `cur` reads the live record (if any) from the statement's snapshot;
@@ -97,13 +98,16 @@ export function statements(schema: string, table: string) {
      * One step of an in-progress record, fenced by token: $3 token, $4 name, $5 result (JSON text), or
      * NULL for a started marker, which never replaces a result. Steps live in the record's `steps` jsonb
      * object (name → {"r": result text}, or {} when started), so acquire reads them with the row.
+     * Returns the changed row (a tool's raw query may count only returned rows), and spells the jsonb
+     * `?` operator as `jsonb_exists` (tools that bind `?` placeholders would take it for one).
      */
     recordStep: statement(`
       UPDATE ${t} r SET steps = CASE
           WHEN $5::text IS NOT NULL THEN coalesce(r.steps, '{}'::jsonb) || jsonb_build_object($4::text, jsonb_build_object('r', $5::text))
-          WHEN coalesce(r.steps, '{}'::jsonb) ? $4::text THEN r.steps
+          WHEN jsonb_exists(coalesce(r.steps, '{}'::jsonb), $4::text) THEN r.steps
           ELSE coalesce(r.steps, '{}'::jsonb) || jsonb_build_object($4::text, '{}'::jsonb) END
-      WHERE r.scope = $1 AND r."key" = $2 AND r.token = $3 AND r.status = 'in_progress'`),
+      WHERE r.scope = $1 AND r."key" = $2 AND r.token = $3 AND r.status = 'in_progress'
+      RETURNING r.token`),
     get: statement(`
       SELECT ${COLUMNS} FROM ${t} WHERE scope = $1 AND "key" = $2 AND expires_at > ${NOW_MS}`),
     /** $3 token, $4 lease ms, $5 retention ms. */

@@ -1,0 +1,56 @@
+/**
+ * Kysely transactions for `PostgresStore` and `MySqlStore` (docs/orm.md): `ledger.runInTransaction`
+ * hands the work Kysely's own `trx`, and the record completes inside that transaction.
+ *
+ * @example
+ * import { kyselyTransactions } from 'idemkey/kysely'
+ * const ledger = new Ledger({ store: new PostgresStore({ pool, transactions: kyselyTransactions(db) }) })
+ * await ledger.runInTransaction({ key, payload: order }, async ({ tx }) => {
+ *   await tx.insertInto('orders').values(order).execute()
+ *   return { orderId: order.id }
+ * })
+ */
+import { CompiledQuery, type Kysely, MysqlAdapter, PostgresAdapter, type Transaction } from 'kysely'
+import type { SqlTransactions } from '../../core/sql-transactions.js'
+import { IdempotencyError } from '../../errors.js'
+
+/** Options of {@link kyselyTransactions}. */
+export interface KyselyTransactionsOptions {
+  /** The database's SQL dialect; read from the Kysely instance's adapter when left out. */
+  dialect?: 'postgres' | 'mysql'
+  /** Isolation level of each transaction (Kysely's `setIsolationLevel`). @default the database's */
+  isolationLevel?: 'read uncommitted' | 'read committed' | 'repeatable read' | 'serializable'
+}
+
+/**
+ * Transactions of a Kysely instance (PostgresDialect or MysqlDialect): each statement of the store runs
+ * as `trx.executeQuery(CompiledQuery.raw(sql, values))`.
+ *
+ * @example new MySqlStore({ pool, transactions: kyselyTransactions(db) })
+ */
+export function kyselyTransactions<DB>(db: Kysely<DB>, options: KyselyTransactionsOptions = {}): SqlTransactions<Transaction<DB>> {
+  const dialect = options.dialect ?? dialectOf(db)
+  return {
+    tool: 'kysely',
+    dialect,
+    transaction: (fn) => {
+      const builder = db.transaction()
+      return (options.isolationLevel ? builder.setIsolationLevel(options.isolationLevel) : builder).execute(fn)
+    },
+    async execute(trx, sql, values) {
+      const result = await trx.executeQuery(CompiledQuery.raw(sql, [...values]))
+      return { count: dialect === 'postgres' ? result.rows.length : Number(result.numAffectedRows ?? 0n) }
+    },
+  }
+}
+
+function dialectOf(db: object): 'postgres' | 'mysql' {
+  // getExecutor() is marked internal by Kysely; when it is not there, the option says it.
+  const adapter = (db as unknown as { getExecutor?: () => { adapter: unknown } }).getExecutor?.().adapter
+  if (adapter instanceof PostgresAdapter) return 'postgres'
+  if (adapter instanceof MysqlAdapter) return 'mysql'
+  throw new IdempotencyError(
+    'INVALID_OPTION',
+    "kyselyTransactions could not tell the database's dialect: pass { dialect: 'postgres' } or { dialect: 'mysql' }.",
+  )
+}

@@ -1,0 +1,337 @@
+/**
+ * The guarantees of `ledger.runInTransaction` through a data-layer tool (issue 25, docs/orm.md), run
+ * per tool and database against the real servers: what the raw pg/mysql2 path promises must hold when
+ * the transaction is the tool's.
+ */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import mysql from 'mysql2/promise'
+import pg from 'pg'
+import { Ledger } from '../../src/core/ledger.js'
+import type { TransactionalStore } from '../../src/core/store.js'
+import { InboxMismatchError, PgInbox } from '../../src/messaging/inbox/index.js'
+import { PgOutbox } from '../../src/messaging/outbox/index.js'
+import { isTransientTransactionError as isTransientMySql, MySqlStore } from '../../src/stores/mysql/index.js'
+import { isTransientTransactionError as isTransientPg, PostgresStore } from '../../src/stores/postgres/index.js'
+import { PRISMA_TABLES } from './orm-prisma.js'
+import { type BusinessTables, type Dialect, MYSQL_URL, PG_URL, type ToolHarness, type ToolName, toolHarness } from './orm-tools.js'
+import { serviceSkipReason } from './services.js'
+
+const WORKER = join(dirname(fileURLToPath(import.meta.url)), '../fixtures/orm/worker.ts')
+
+/** A store on the tool's transactions, and the raw connection the test reads the business tables with. */
+export interface ToolSetup {
+  harness: ToolHarness
+  store: TransactionalStore<unknown> & { migrate(): Promise<void> }
+  rows(sql: string, values: unknown[]): Promise<Record<string, unknown>[]>
+  close(): Promise<void>
+}
+
+/** Builds the store of one tool on one database (the SIGKILL fixture builds it the same way). */
+export async function toolSetup(tool: ToolName, dialect: Dialect, table: string, tables: BusinessTables): Promise<ToolSetup> {
+  const harness = await toolHarness(tool, dialect, tables)
+  if (dialect === 'postgres') {
+    const pool = new pg.Pool({ connectionString: PG_URL, max: 4 })
+    const store = new PostgresStore({ pool, table, transactions: harness.transactions })
+    return {
+      harness,
+      store: store as never,
+      rows: async (sql, values) => (await pool.query(sql, values)).rows,
+      close: async () => {
+        await store.close()
+        await harness.close()
+        await pool.end()
+      },
+    }
+  }
+  const pool = mysql.createPool({ uri: MYSQL_URL, connectionLimit: 4 })
+  const store = new MySqlStore({ pool, table, transactions: harness.transactions })
+  return {
+    harness,
+    store: store as never,
+    rows: async (sql, values) => (await pool.query(sql.replace(/\$\d+/g, '?'), values as never[]))[0] as Record<string, unknown>[],
+    close: async () => {
+      await store.close()
+      await harness.close()
+      await pool.end()
+    },
+  }
+}
+
+/** The same store, except that its renewals never reach the server: a holder paused (GC, partition) past its lease. */
+function paused<Tx>(store: TransactionalStore<Tx>): TransactionalStore<Tx> {
+  return {
+    name: store.name,
+    serverClock: true,
+    acquire: (...args) => store.acquire(...args),
+    renew: async () => true,
+    complete: (...args) => store.complete(...args),
+    release: (...args) => store.release(...args),
+    get: (...args) => store.get(...args),
+    list: (...args) => store.list(...args),
+    purgeExpired: (...args) => store.purgeExpired(...args),
+    evict: (...args) => store.evict(...args),
+    close: async () => {},
+    transaction: (fn) => store.transaction(fn),
+    completeInTransaction: (...args) => store.completeInTransaction(...args),
+  }
+}
+
+function gate() {
+  let open = () => {}
+  const opened = new Promise<void>((resolve) => {
+    open = resolve
+  })
+  return { open, opened }
+}
+
+/**
+ * The five guarantees of issue 25, item 2, for one tool on one database. Needs the server; skips loudly
+ * without it (and fails in CI).
+ */
+export async function describeToolTransactions(tool: ToolName, dialect: Dialect): Promise<void> {
+  const skip = dialect === 'postgres' ? await serviceSkipReason('PostgreSQL', 5432) : await serviceSkipReason('MariaDB/MySQL', 3306)
+  const suffix = randomUUID().slice(0, 8)
+  const table = `idemkey_orm_${suffix}`
+  const tables: BusinessTables =
+    tool === 'prisma' ? PRISMA_TABLES : { orders: `idemkey_orm_orders_${suffix}`, accounts: `idemkey_orm_accounts_${suffix}` }
+  const isTransient = dialect === 'postgres' ? isTransientPg : isTransientMySql
+  const q = (name: string) => (dialect === 'postgres' ? `"${name}"` : `\`${name}\``)
+
+  describe.skipIf(skip !== undefined)(`${tool} on ${dialect}: runInTransaction through the tool's own transaction`, () => {
+    let setup: ToolSetup
+    const orderRows = async (key: string) =>
+      (await setup.rows(`SELECT who FROM ${q(tables.orders)} WHERE intent = $1 ORDER BY who`, [key])).map((r) => String(r.who))
+
+    beforeAll(async () => {
+      setup = await toolSetup(tool, dialect, table, tables)
+      await setup.store.migrate()
+      const serial = dialect === 'postgres' ? 'serial PRIMARY KEY' : 'int AUTO_INCREMENT PRIMARY KEY'
+      await setup.rows(`DROP TABLE IF EXISTS ${q(tables.orders)}`, [])
+      await setup.rows(`DROP TABLE IF EXISTS ${q(tables.accounts)}`, [])
+      await setup.rows(`CREATE TABLE ${q(tables.orders)} (id ${serial}, intent varchar(200) NOT NULL, who varchar(50) NOT NULL)`, [])
+      await setup.rows(`CREATE TABLE ${q(tables.accounts)} (id varchar(200) PRIMARY KEY, balance integer NOT NULL)`, [])
+    }, 60_000)
+    afterAll(async () => {
+      if (!setup) return
+      await setup.rows(`DROP TABLE IF EXISTS ${q(table)}`, [])
+      if (dialect === 'mysql') await setup.rows(`DROP TABLE IF EXISTS ${q(`${table}_meta`)}`, [])
+      await setup.rows(`DROP TABLE IF EXISTS ${q(tables.orders)}`, [])
+      await setup.rows(`DROP TABLE IF EXISTS ${q(tables.accounts)}`, [])
+      await setup.close()
+    })
+
+    it('concurrent duplicates produce one business row, committed with the completed record', async () => {
+      const ledger = new Ledger({ store: setup.store, wait: 10_000 })
+      const key = `order-${randomUUID()}`
+      let runs = 0
+      const results = await Promise.all(
+        Array.from({ length: 6 }, () =>
+          ledger.runInTransaction({ key, payload: { total: 42 } }, async ({ tx }) => {
+            runs++
+            await setup.harness.insertOrder(tx, key, 'first')
+            return { orderId: key }
+          }),
+        ),
+      )
+      expect(runs).toBe(1)
+      expect(results.filter((r) => r.kind === 'executed')).toHaveLength(1)
+      expect(results.every((r) => r.kind === 'executed' || r.kind === 'replayed')).toBe(true)
+      expect(results.map((r) => ('value' in r ? r.value : r.kind))).toEqual(Array.from({ length: 6 }, () => ({ orderId: key })))
+      expect(await orderRows(key)).toEqual(['first'])
+      expect((await setup.store.get('default', key))?.status).toBe('completed')
+    })
+
+    it('a replay returns the stored outcome without opening a business transaction', async () => {
+      const { transactions } = setup.harness
+      let opened = 0
+      const counted: typeof transactions = {
+        ...transactions,
+        transaction: (fn) => {
+          opened++
+          return transactions.transaction(fn)
+        },
+      }
+      const store =
+        dialect === 'postgres'
+          ? new PostgresStore({ connectionString: PG_URL, table, notifications: false, transactions: counted })
+          : new MySqlStore({ uri: MYSQL_URL, table, transactions: counted })
+      const ledger = new Ledger({ store })
+      const key = `order-${randomUUID()}`
+      try {
+        const work = async ({ tx }: { tx: unknown }) => {
+          await setup.harness.insertOrder(tx, key, 'once')
+          return { orderId: key, at: 'first run' }
+        }
+        expect(await ledger.runInTransaction({ key, payload: 1 }, work)).toMatchObject({ kind: 'executed', outcome: 'completed' })
+        expect(opened).toBe(1)
+        const replay = await ledger.runInTransaction({ key, payload: 1 }, work)
+        expect(replay).toMatchObject({ kind: 'replayed', value: { orderId: key, at: 'first run' } })
+        expect(opened).toBe(1)
+        expect(await orderRows(key)).toEqual(['once'])
+      } finally {
+        await store.close()
+      }
+    })
+
+    it('rolls back the business write when the work throws, and releases the record so the retry runs once', async () => {
+      const ledger = new Ledger({ store: setup.store })
+      const key = `order-${randomUUID()}`
+      await expect(
+        ledger.runInTransaction({ key, payload: 1 }, async ({ tx }) => {
+          await setup.harness.insertOrder(tx, key, 'failed')
+          throw new Error('card declined by a flaky gateway')
+        }),
+      ).rejects.toThrow('flaky gateway')
+      expect(await orderRows(key)).toEqual([])
+      const retry = await ledger.runInTransaction({ key, payload: 1 }, async ({ tx, token }) => {
+        await setup.harness.insertOrder(tx, key, 'retry')
+        return token
+      })
+      expect(retry).toMatchObject({ kind: 'executed', outcome: 'completed', value: 2 })
+      expect(await orderRows(key)).toEqual(['retry'])
+    })
+
+    it("a zombie past its lease cannot commit: the token refuses its completion and the tool's transaction rolls its write back", async () => {
+      const key = `order-${randomUUID()}`
+      const zombieWrote = gate()
+      const zombieResumes = gate()
+      const takerWrote = gate()
+      const takerFinishes = gate()
+      const zombie = new Ledger({ store: paused(setup.store), lease: 300 })
+      const zombieRun = zombie.runInTransaction({ key, payload: 1 }, async ({ tx }) => {
+        await setup.harness.insertOrder(tx, key, 'zombie')
+        zombieWrote.open()
+        await zombieResumes.opened
+        return 'zombie'
+      })
+      await zombieWrote.opened
+      await new Promise((resolve) => setTimeout(resolve, 450))
+      const taker = new Ledger({ store: setup.store, wait: 0 })
+      const takerRun = taker.runInTransaction({ key, payload: 1 }, async ({ tx, token, takeover }) => {
+        await setup.harness.insertOrder(tx, key, 'taker')
+        takerWrote.open()
+        await takerFinishes.opened
+        return { token, takeover }
+      })
+      // On MySQL the zombie's insert holds no lock the taker's insert waits for (no unique key), so both write.
+      await takerWrote.opened
+      expect(await setup.store.get('default', key)).toMatchObject({ status: 'in_progress', token: 2 })
+      zombieResumes.open()
+      expect(await zombieRun).toMatchObject({ kind: 'executed', outcome: 'fenced_out', token: 1 })
+      takerFinishes.open()
+      expect(await takerRun).toMatchObject({ kind: 'executed', outcome: 'completed', value: { token: 2, takeover: true } })
+      expect(await orderRows(key)).toEqual(['taker'])
+      expect(await setup.store.get('default', key)).toMatchObject({ status: 'completed', token: 2 })
+    })
+
+    it("the tool's deadlock error is surfaced as on the raw path: transient, rolled back, the record released, and the retry runs once", async () => {
+      const ledger = new Ledger({ store: setup.store })
+      const [a, b] = [`acct-a-${randomUUID()}`, `acct-b-${randomUUID()}`]
+      await setup.rows(`INSERT INTO ${q(tables.accounts)} (id, balance) VALUES ($1, 100), ($2, 100)`, [a, b])
+      let arrived = 0
+      const bothLocked = gate()
+      const transfer = (key: string, first: string, second: string) =>
+        ledger.runInTransaction({ key, payload: [first, second] }, async ({ tx }) => {
+          await setup.harness.debit(tx, first)
+          if (++arrived === 2) bothLocked.open()
+          await bothLocked.opened
+          await setup.harness.debit(tx, second)
+          return 'moved'
+        })
+      const keys = [`transfer-${randomUUID()}`, `transfer-${randomUUID()}`]
+      const results = await Promise.allSettled([transfer(keys[0] as string, a, b), transfer(keys[1] as string, b, a)])
+      const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ key: keys[i] as string, error: r.reason as unknown, i }] : []))
+      expect(failed).toHaveLength(1)
+      const { key, error, i } = failed[0] as { key: string; error: unknown; i: number }
+      expect(isTransient(error)).toBe(true)
+      expect((await setup.store.get('default', key))?.status).toBe('in_progress')
+      const retry = await ledger.runInTransaction({ key, payload: i === 0 ? [a, b] : [b, a] }, async ({ tx, token }) => {
+        await setup.harness.debit(tx, i === 0 ? a : b)
+        await setup.harness.debit(tx, i === 0 ? b : a)
+        return token
+      })
+      expect(retry).toMatchObject({ kind: 'executed', outcome: 'completed', value: 2 })
+      const balances = await setup.rows(`SELECT balance FROM ${q(tables.accounts)} WHERE id IN ($1, $2) ORDER BY id`, [a, b])
+      expect(balances.map((r) => Number(r.balance))).toEqual([98, 98])
+    }, 30_000)
+
+    it.skipIf(dialect !== 'postgres')(
+      "outbox.add and inbox.record take the tool's transaction: they commit with the business write, and roll back with it",
+      async () => {
+        const pool = new pg.Pool({ connectionString: PG_URL, max: 2 })
+        const outbox = new PgOutbox({ pool, table: `${table}_outbox`, transactions: setup.harness.transactions })
+        const inbox = new PgInbox({ pool, consumer: 'billing', table: `${table}_inbox`, transactions: setup.harness.transactions })
+        try {
+          await outbox.migrate()
+          await inbox.migrate()
+          const ledger = new Ledger({ store: setup.store })
+          const [kept, dropped] = [`order-${randomUUID()}`, `order-${randomUUID()}`]
+          const work = (key: string, fail: boolean) =>
+            ledger.runInTransaction({ key, payload: 1 }, async ({ tx }) => {
+              expect(await inbox.record(tx, { id: `msg-${key}`, payload: 'p' })).toBe('new')
+              await setup.harness.insertOrder(tx, key, 'with-event')
+              const added = await outbox.add(tx, { topic: 'orders.created', payload: { key }, idempotencyKey: key })
+              if (fail) throw new Error('rolled back on purpose')
+              return added
+            })
+          expect(await work(kept, false)).toMatchObject({ kind: 'executed', value: { created: true } })
+          await expect(work(dropped, true)).rejects.toThrow('on purpose')
+          expect(await orderRows(kept)).toEqual(['with-event'])
+          expect(await orderRows(dropped)).toEqual([])
+          expect(await outbox.stats()).toMatchObject({ pending: 1 })
+          // The kept message is known (a redelivery is a duplicate, another payload a mismatch); the dropped one is not.
+          const { transactions } = setup.harness
+          await transactions.transaction(async (tx) => {
+            expect(await inbox.record(tx, { id: `msg-${kept}`, payload: 'p' })).toBe('duplicate')
+          })
+          await expect(transactions.transaction((tx) => inbox.record(tx, { id: `msg-${kept}`, payload: 'other' }))).rejects.toBeInstanceOf(
+            InboxMismatchError,
+          )
+          const unknown = transactions.transaction(async (tx) => {
+            expect(await inbox.record(tx, { id: `msg-${dropped}`, payload: 'p' })).toBe('new')
+            throw new Error('leave nothing behind')
+          })
+          await expect(unknown).rejects.toThrow('leave nothing behind')
+        } finally {
+          await setup.rows(`DROP TABLE IF EXISTS "${table}_outbox", "${table}_inbox"`, [])
+          await pool.end()
+        }
+      },
+    )
+
+    it('a process SIGKILLed after its business write and before commit leaves neither the row nor a completed record; the takeover runs once', async () => {
+      const key = `order-${randomUUID()}`
+      const child: ChildProcess = spawn(
+        process.execPath,
+        ['--import', 'tsx', WORKER, tool, dialect, table, tables.orders, tables.accounts, key],
+        { stdio: ['ignore', 'pipe', 'inherit'] },
+      )
+      const exited = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)))
+      await new Promise<void>((resolve, reject) => {
+        let seen = ''
+        child.stdout?.on('data', (chunk: Buffer) => {
+          seen += chunk.toString()
+          if (seen.includes('wrote\n')) resolve()
+        })
+        child.once('exit', (code) => reject(new Error(`the worker exited (${code}) before its business write`)))
+      })
+      child.kill('SIGKILL')
+      expect(await exited).toBe('SIGKILL')
+      expect(await orderRows(key)).toEqual([])
+      expect(await setup.store.get('default', key)).toMatchObject({ status: 'in_progress', token: 1 })
+      const ledger = new Ledger({ store: setup.store, wait: 10_000 })
+      let runs = 0
+      const takeover = await ledger.runInTransaction({ key, payload: { total: 42 } }, async ({ tx, takeover }) => {
+        runs++
+        await setup.harness.insertOrder(tx, key, 'taker')
+        return { takeover }
+      })
+      expect(takeover).toMatchObject({ kind: 'executed', outcome: 'completed', token: 2, value: { takeover: true } })
+      expect(runs).toBe(1)
+      expect(await orderRows(key)).toEqual(['taker'])
+    }, 60_000)
+  })
+}
