@@ -20,6 +20,7 @@ import type { SqlTransactions } from '../../src/core/sql-transactions.js'
 import { drizzleTransactions } from '../../src/orm/drizzle/index.js'
 import { knexTransactions } from '../../src/orm/knex/index.js'
 import { kyselyTransactions } from '../../src/orm/kysely/index.js'
+import { mikroOrmTransactions } from '../../src/orm/mikro-orm/index.js'
 import { postgresJsTransactions } from '../../src/orm/postgres-js/index.js'
 import { sequelizeTransactions } from '../../src/orm/sequelize/index.js'
 import { typeormTransactions } from '../../src/orm/typeorm/index.js'
@@ -45,7 +46,7 @@ export interface ToolHarness<Tx = unknown> {
   close(): Promise<void>
 }
 
-export type ToolName = 'drizzle' | 'kysely' | 'knex' | 'typeorm' | 'sequelize' | 'postgres.js' | 'prisma'
+export type ToolName = 'drizzle' | 'kysely' | 'knex' | 'typeorm' | 'sequelize' | 'postgres.js' | 'prisma' | 'mikro-orm'
 
 /** Builds the harness of a tool on a database; `prisma` comes from test/helpers/orm-prisma.ts (its client is generated). */
 export async function toolHarness(tool: ToolName, dialect: Dialect, tables: BusinessTables): Promise<ToolHarness> {
@@ -152,11 +153,30 @@ export async function toolHarness(tool: ToolName, dialect: Dialect, tables: Busi
         close: () => sql.end({ timeout: 5 }),
       })
     }
+    case 'mikro-orm': {
+      const { MikroORM } = dialect === 'postgres' ? await import('@mikro-orm/postgresql') : await import('@mikro-orm/mysql')
+      const orm = await MikroORM.init({
+        clientUrl: dialect === 'postgres' ? PG_URL : MYSQL_URL,
+        entities: [],
+        discovery: { warnWhenNoEntities: false },
+        pool: { max: 6 },
+      } as never)
+      return harness(mikroOrmTransactions(orm.em), {
+        insertOrder: async (tx, intent, who) =>
+          void (await tx.execute(`INSERT INTO ${quote(dialect, orders)} (intent, who) VALUES (?, ?)`, [intent, who])),
+        debit: async (tx, id) => void (await tx.execute(`UPDATE ${quote(dialect, accounts)} SET balance = balance - 1 WHERE id = ?`, [id])),
+        close: () => orm.close(),
+      })
+    }
     case 'prisma': {
       const { prismaHarness } = await import('./orm-prisma.js')
       return prismaHarness(dialect, tables)
     }
   }
+}
+
+function quote(dialect: Dialect, name: string): string {
+  return dialect === 'postgres' ? `"${name}"` : `\`${name}\``
 }
 
 /** Types the harness by its adapter's transaction, and erases it for the caller. */
