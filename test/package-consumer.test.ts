@@ -44,6 +44,12 @@ const PEERS = [
   'fast-check',
   'bullmq',
   '@trpc/server',
+  'drizzle-orm',
+  'kysely',
+  'knex',
+  'typeorm',
+  'sequelize',
+  'postgres',
   'graphql',
   '@opentelemetry/api',
   '@aws-sdk/client-dynamodb',
@@ -382,6 +388,12 @@ interface Extra {
   dependencies: Record<string, string>
   /** Repository-relative TypeScript files (the integration's docs examples) checked in that project. */
   files: string[]
+  /**
+   * A Prisma schema (repository-relative), copied beside the files and generated with the installed
+   * `prisma` before the check (the examples import the client it generates). Offline, the schema engine
+   * cannot be downloaded and generating does not use it: any executable stands in (docs/orm.md).
+   */
+  prismaSchema?: string
 }
 
 const EXTRAS_DIR = join(FIXTURES, 'extras')
@@ -411,6 +423,15 @@ describe.skipIf(extras.length === 0)('idemkey beside the tools its integrations 
         return posix.relative(dir, target)
       })
       expect(files.length, 'an extras file lists the examples it checks').toBeGreaterThan(0)
+      if (extra.prismaSchema) {
+        cpSync(join(ROOT, extra.prismaSchema), join(src, 'schema.prisma'))
+        const cli = join(dir, 'node_modules/prisma/build/index.js')
+        const generated = await run(process.execPath, [cli, 'generate', '--schema', 'src/schema.prisma'], dir, {
+          env: { PRISMA_SCHEMA_ENGINE_BINARY: '/bin/true', PRISMA_HIDE_UPDATE_MESSAGE: '1' },
+          timeoutMs: 120_000,
+        })
+        expect(generated.code, show(generated)).toBe(0)
+      }
       const failures: string[] = []
       for (const [name, options] of [
         ['node16', { module: 'node16', moduleResolution: 'node16' }],

@@ -12,8 +12,9 @@
  *   return { orderId: order.id }
  * })
  */
-import type { Sql, TransactionSql } from 'postgres'
+import type { ListenMeta, ReservedSql, Sql, TransactionSql } from 'postgres'
 import type { SqlTransactions } from '../../core/sql-transactions.js'
+import type { PgClientLike, PgNotification, PgPoolLike, PgQueryConfig, PgQueryResult } from '../../stores/postgres/pool.js'
 
 /** Options of {@link postgresJsTransactions}. */
 export interface PostgresJsTransactionsOptions {
@@ -42,6 +43,64 @@ export function postgresJsTransactions<Types extends Record<string, unknown> = {
     async execute(tx, text, values) {
       const rows = await tx.unsafe(text, values as never[])
       return { count: rows.length }
+    },
+  }
+}
+
+/**
+ * A postgres.js `Sql` as the pool of a `PostgresStore` (or anything that takes a pg pool), so an
+ * application on postgres.js needs no second driver: statements run as `sql.unsafe(text, values)`
+ * (prepared, cached per connection by postgres.js), `connect()` reserves a connection
+ * (`sql.reserve()`), and the store's LISTEN connection for waking waiters becomes `sql.listen`. The
+ * store never ends your `sql`.
+ *
+ * @example
+ * const sql = postgres(process.env.DATABASE_URL)
+ * const store = new PostgresStore({ pool: postgresJsPool(sql), transactions: postgresJsTransactions(sql) })
+ */
+// biome-ignore lint/complexity/noBannedTypes: postgres.js defaults its custom types to {}; the same default keeps a plain postgres() assignable.
+export function postgresJsPool<Types extends Record<string, unknown> = {}>(sql: Sql<Types>): PgPoolLike<PgClientLike> {
+  const run = async (on: Sql<Types> | ReservedSql<Types>, text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> => {
+    const config = typeof text === 'string' ? { text, values } : text
+    const rows = await on.unsafe(config.text, (config.values ?? []) as never[], { prepare: true })
+    return { rows: [...rows], rowCount: rows.count ?? rows.length }
+  }
+  return {
+    query: ((text: string | PgQueryConfig, values?: unknown[]) => run(sql, text, values)) as PgPoolLike['query'],
+    async connect(): Promise<PgClientLike> {
+      let reserved: ReservedSql<Types> | undefined
+      let listening: ListenMeta | undefined
+      const notify = new Set<(message: PgNotification) => void>()
+      const client = {
+        async query(text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> {
+          const statement = typeof text === 'string' ? text : text.text
+          const listen = /^LISTEN "([^"]+)"$/.exec(statement)
+          if (listen) {
+            // postgres.js keeps one connection for all its listeners and re-LISTENs after a reconnect.
+            const channel = listen[1] as string
+            listening = await sql.listen(channel, (payload) => {
+              for (const deliver of notify) deliver({ channel, payload })
+            })
+            return { rows: [], rowCount: null }
+          }
+          reserved ??= await sql.reserve()
+          return run(reserved, text, values)
+        },
+        release() {
+          void listening?.unlisten().catch(() => {})
+          reserved?.release()
+          reserved = undefined
+        },
+        on(event: string, listener: (message: PgNotification) => void) {
+          if (event === 'notification') notify.add(listener)
+          return client
+        },
+        removeListener(event: string, listener: (message: PgNotification) => void) {
+          if (event === 'notification') notify.delete(listener)
+          return client
+        },
+      }
+      return client as PgClientLike
     },
   }
 }
