@@ -19,7 +19,9 @@ import { fmt, numberArg, opsPerSecond, report, table } from './lib.js'
 const MS = numberArg('--ms', 2_000)
 const ROUNDS = numberArg('--rounds', 2)
 const CONCURRENCY = numberArg('--concurrency', 8)
-const TOOLS: ToolName[] = ['drizzle', 'kysely', 'knex', 'typeorm', 'sequelize', 'mikro-orm', 'postgres.js', 'prisma']
+const TOOLS: ToolName[] = process.env.TOOLS
+  ? (process.env.TOOLS.split(',') as ToolName[])
+  : ['drizzle', 'kysely', 'knex', 'typeorm', 'sequelize', 'mikro-orm', 'postgres.js', 'prisma']
 const suffix = randomUUID().slice(0, 8)
 const recordsTable = `idemkey_bench_orm_${suffix}`
 const mine: BusinessTables = { orders: `idemkey_bench_orm_orders_${suffix}`, accounts: `idemkey_bench_orm_accounts_${suffix}` }
@@ -40,7 +42,7 @@ async function createTables(tables: BusinessTables): Promise<void> {
 /** Raw pg: BEGIN / INSERT / COMMIT on a pool client, and the same through PostgresStore's own transactions. */
 async function rawPg(): Promise<Side> {
   const pool = new pg.Pool({ connectionString: PG_URL, max: CONCURRENCY + 2 })
-  const store = new PostgresStore<pg.PoolClient>({ pool, table: recordsTable })
+  const store = new PostgresStore<pg.PoolClient>({ pool, table: recordsTable, preparedStatements: process.env.UNPREPARED !== '1' })
   const ledger = new Ledger({ store })
   const insert = (tx: pg.PoolClient, i: number) => tx.query(`INSERT INTO "${mine.orders}" (intent, who) VALUES ($1, 'bench')`, [`raw-${i}`])
   return {
@@ -65,7 +67,7 @@ async function rawPg(): Promise<Side> {
 async function through(tool: ToolName): Promise<Side> {
   const tables = tool === 'prisma' ? PRISMA_TABLES : mine
   if (tool === 'prisma') await createTables(PRISMA_TABLES)
-  const harness = await toolHarness(tool, 'postgres', tables)
+  const harness = await toolHarness(tool, 'postgres', tables, CONCURRENCY + 2)
   const pool = new pg.Pool({ connectionString: PG_URL, max: CONCURRENCY + 2 })
   const store = new PostgresStore({ pool, table: recordsTable, transactions: harness.transactions })
   const ledger = new Ledger({ store })

@@ -42,6 +42,29 @@ export interface SqlTransactions<Tx> {
   transaction<R>(fn: (tx: Tx) => Promise<R>): Promise<R>
   /** Runs one of the store's statements inside `tx`, with its values bound to its placeholders. */
   execute(tx: Tx, sql: string, values: readonly SqlValue[]): Promise<SqlOutcome>
+  /**
+   * The node-postgres client under `tx`, when the tool runs on one and lets it be reached. The store
+   * then sends its statements to it as named prepared statements (parsed and planned once per
+   * connection, as on the raw path) instead of through `execute`. Optional.
+   */
+  pgClient?(tx: Tx): PgClientOfTool | undefined
+}
+
+/** What {@link SqlTransactions.pgClient} answers: a node-postgres `Client`/`PoolClient` inside the transaction. */
+export interface PgClientOfTool {
+  query(config: { name?: string; text: string; values?: unknown[] }): Promise<{ rows: unknown[]; rowCount: number | null }>
+}
+
+/**
+ * `candidate` when it is a node-postgres client (a `pg.Client` or a pool's client: it has
+ * `connectionParameters` and `query`), else `undefined`. Adapters use it to find the client a tool
+ * keeps under its transaction object.
+ */
+export function asPgClient(candidate: unknown): PgClientOfTool | undefined {
+  const client = candidate as { query?: unknown; connectionParameters?: unknown } | null | undefined
+  return client && typeof client.query === 'function' && typeof client.connectionParameters === 'object'
+    ? (client as PgClientOfTool)
+    : undefined
 }
 
 /** A quoted literal or identifier (left alone), or a `$n` placeholder. */

@@ -258,6 +258,32 @@ export async function describeToolTransactions(tool: ToolName, dialect: Dialect)
       expect(balances.map((r) => Number(r.balance))).toEqual([98, 98])
     }, 30_000)
 
+    it.skipIf(!(dialect === 'postgres' && ['drizzle', 'typeorm', 'sequelize'].includes(tool)))(
+      "prepares the store's statements on the pg client under the tool's transaction: the same connection, inside the transaction",
+      async () => {
+        const { transactions } = setup.harness
+        await transactions
+          .transaction(async (tx) => {
+            const client = transactions.pgClient?.(tx)
+            expect(client).toBeDefined()
+            const mine = (await client?.query({ text: 'SELECT pg_backend_pid() AS pid, txid_current_if_assigned() IS NOT NULL AS open' }))
+              ?.rows[0]
+            await setup.harness.insertOrder(tx, `probe-${suffix}`, 'probe')
+            const after = (await client?.query({ text: 'SELECT pg_backend_pid() AS pid, txid_current_if_assigned() AS xid' }))?.rows[0] as
+              | { pid: number; xid: string | null }
+              | undefined
+            expect(after?.pid).toBe((mine as { pid: number }).pid)
+            // The tool's insert assigned this transaction an ID, seen from the client: one transaction.
+            expect(after?.xid).not.toBeNull()
+            throw new Error('roll the probe back')
+          })
+          .catch((error: unknown) => {
+            if (!(error instanceof Error && error.message === 'roll the probe back')) throw error
+          })
+        expect(await orderRows(`probe-${suffix}`)).toEqual([])
+      },
+    )
+
     it.skipIf(dialect !== 'postgres')(
       "outbox.add and inbox.record take the tool's transaction: they commit with the business write, and roll back with it",
       async () => {

@@ -34,7 +34,7 @@ export function generatePrismaClient(dialect: Dialect): string {
   return join(output, 'client.ts')
 }
 
-export async function prismaHarness(dialect: Dialect, tables: BusinessTables): Promise<ToolHarness> {
+export async function prismaHarness(dialect: Dialect, tables: BusinessTables, poolSize = 6): Promise<ToolHarness> {
   if (tables.orders !== PRISMA_TABLES.orders || tables.accounts !== PRISMA_TABLES.accounts) {
     throw new Error(`the Prisma schema maps its models to ${JSON.stringify(PRISMA_TABLES)}`)
   }
@@ -43,8 +43,8 @@ export async function prismaHarness(dialect: Dialect, tables: BusinessTables): P
   }
   const adapter =
     dialect === 'postgres'
-      ? new PrismaPg({ connectionString: 'postgres://root@127.0.0.1:5432/test', max: 6 })
-      : new PrismaMariaDb({ host: '127.0.0.1', port: 3306, user: 'root', database: 'test', connectionLimit: 6 })
+      ? new PrismaPg({ connectionString: 'postgres://root@127.0.0.1:5432/test', max: poolSize })
+      : new PrismaMariaDb({ host: '127.0.0.1', port: 3306, user: 'root', database: 'test', connectionLimit: poolSize })
   const prisma = new PrismaClient({ adapter })
   const transactions = prismaTransactions(prisma, { dialect })
   return {

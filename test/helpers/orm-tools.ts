@@ -49,12 +49,12 @@ export interface ToolHarness<Tx = unknown> {
 export type ToolName = 'drizzle' | 'kysely' | 'knex' | 'typeorm' | 'sequelize' | 'postgres.js' | 'prisma' | 'mikro-orm'
 
 /** Builds the harness of a tool on a database; `prisma` comes from test/helpers/orm-prisma.ts (its client is generated). */
-export async function toolHarness(tool: ToolName, dialect: Dialect, tables: BusinessTables): Promise<ToolHarness> {
+export async function toolHarness(tool: ToolName, dialect: Dialect, tables: BusinessTables, poolSize = 6): Promise<ToolHarness> {
   const { orders, accounts } = tables
   switch (tool) {
     case 'drizzle': {
       if (dialect === 'postgres') {
-        const pool = new pg.Pool({ connectionString: PG_URL, max: 6 })
+        const pool = new pg.Pool({ connectionString: PG_URL, max: poolSize })
         const db = drizzlePg(pool)
         const table = pgTable(orders, { intent: text('intent').notNull(), who: text('who').notNull() })
         const account = pgTable(accounts, { id: text('id').primaryKey() })
@@ -65,7 +65,7 @@ export async function toolHarness(tool: ToolName, dialect: Dialect, tables: Busi
           close: () => pool.end(),
         })
       }
-      const pool = mysql.createPool({ uri: MYSQL_URL, connectionLimit: 6 })
+      const pool = mysql.createPool({ uri: MYSQL_URL, connectionLimit: poolSize })
       const db = drizzleMysql(pool)
       const table = mysqlTable(orders, {
         intent: varchar('intent', { length: 200 }).notNull(),
@@ -86,8 +86,8 @@ export async function toolHarness(tool: ToolName, dialect: Dialect, tables: Busi
       const db = new Kysely<DB>({
         dialect:
           dialect === 'postgres'
-            ? new PostgresDialect({ pool: new pg.Pool({ connectionString: PG_URL, max: 6 }) })
-            : new MysqlDialect({ pool: createCallbackPool({ uri: MYSQL_URL, connectionLimit: 6 }) }),
+            ? new PostgresDialect({ pool: new pg.Pool({ connectionString: PG_URL, max: poolSize }) })
+            : new MysqlDialect({ pool: createCallbackPool({ uri: MYSQL_URL, connectionLimit: poolSize }) }),
       })
       return harness(kyselyTransactions(db), {
         insertOrder: async (tx, intent, who) => void (await tx.insertInto(orders).values({ intent, who }).execute()),
@@ -103,8 +103,8 @@ export async function toolHarness(tool: ToolName, dialect: Dialect, tables: Busi
     case 'knex': {
       const knex: Knex =
         dialect === 'postgres'
-          ? knexFactory({ client: 'pg', connection: PG_URL, pool: { min: 0, max: 6 } })
-          : knexFactory({ client: 'mysql2', connection: MYSQL_URL, pool: { min: 0, max: 6 } })
+          ? knexFactory({ client: 'pg', connection: PG_URL, pool: { min: 0, max: poolSize } })
+          : knexFactory({ client: 'mysql2', connection: MYSQL_URL, pool: { min: 0, max: poolSize } })
       return harness(knexTransactions(knex), {
         insertOrder: async (tx, intent, who) => void (await tx(orders).insert({ intent, who })),
         debit: async (tx, id) => void (await tx(accounts).where({ id }).decrement('balance', 1)),
@@ -113,7 +113,7 @@ export async function toolHarness(tool: ToolName, dialect: Dialect, tables: Busi
     }
     case 'typeorm': {
       const dataSource = new DataSource(
-        dialect === 'postgres' ? { type: 'postgres', url: PG_URL, poolSize: 6 } : { type: 'mysql', url: MYSQL_URL, poolSize: 6 },
+        dialect === 'postgres' ? { type: 'postgres', url: PG_URL, poolSize } : { type: 'mysql', url: MYSQL_URL, poolSize },
       )
       await dataSource.initialize()
       return harness(typeormTransactions(dataSource), {
@@ -132,7 +132,7 @@ export async function toolHarness(tool: ToolName, dialect: Dialect, tables: Busi
     case 'sequelize': {
       const sequelize = new Sequelize(dialect === 'postgres' ? PG_URL : MYSQL_URL, {
         logging: false,
-        pool: { max: 6, min: 0 },
+        pool: { max: poolSize, min: 0 },
         dialect: dialect === 'postgres' ? 'postgres' : 'mysql',
       })
       const queries = sequelize.getQueryInterface()
@@ -146,7 +146,7 @@ export async function toolHarness(tool: ToolName, dialect: Dialect, tables: Busi
     }
     case 'postgres.js': {
       if (dialect !== 'postgres') throw new Error('postgres.js is PostgreSQL only')
-      const sql = postgres(PG_URL, { max: 6, onnotice: () => {} })
+      const sql = postgres(PG_URL, { max: poolSize, onnotice: () => {} })
       return harness(postgresJsTransactions(sql), {
         insertOrder: async (tx, intent, who) => void (await tx`INSERT INTO ${tx(orders)} ${tx({ intent, who })}`),
         debit: async (tx, id) => void (await tx`UPDATE ${tx(accounts)} SET balance = balance - 1 WHERE id = ${id}`),
@@ -159,7 +159,7 @@ export async function toolHarness(tool: ToolName, dialect: Dialect, tables: Busi
         clientUrl: dialect === 'postgres' ? PG_URL : MYSQL_URL,
         entities: [],
         discovery: { warnWhenNoEntities: false },
-        pool: { max: 6 },
+        pool: { max: poolSize },
       } as never)
       return harness(mikroOrmTransactions(orm.em), {
         insertOrder: async (tx, intent, who) =>
@@ -170,7 +170,7 @@ export async function toolHarness(tool: ToolName, dialect: Dialect, tables: Busi
     }
     case 'prisma': {
       const { prismaHarness } = await import('./orm-prisma.js')
-      return prismaHarness(dialect, tables)
+      return prismaHarness(dialect, tables, poolSize)
     }
   }
 }

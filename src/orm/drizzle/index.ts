@@ -15,7 +15,7 @@
 import { is, type SQL, sql } from 'drizzle-orm'
 import { MySqlDatabase } from 'drizzle-orm/mysql-core'
 import { PgDatabase } from 'drizzle-orm/pg-core'
-import { fragments, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
+import { asPgClient, fragments, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
 
 /** Any Drizzle database: what its `transaction(fn)` hands `fn` is the `tx` the work gets. */
@@ -54,6 +54,8 @@ export function drizzleTransactions<Db extends DrizzleDatabaseLike>(
     tool: 'drizzle',
     dialect,
     transaction: (fn) => db.transaction(fn, options.config),
+    // On node-postgres, the transaction's session keeps its pg client: the store prepares its statements there.
+    pgClient: (tx) => (dialect === 'postgres' ? asPgClient((tx as { session?: { client?: unknown } }).session?.client) : undefined),
     async execute(tx, text, values) {
       const result = await (tx as Executes).execute(toSql(dialect, text, values))
       return { count: countOf(dialect, result) }

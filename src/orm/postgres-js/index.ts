@@ -41,7 +41,8 @@ export function postgresJsTransactions<Types extends Record<string, unknown> = {
       return (await (options.begin ? sql.begin(options.begin, run) : sql.begin(run))) as Awaited<ReturnType<typeof fn>>
     },
     async execute(tx, text, values) {
-      const rows = await tx.unsafe(text, values as never[])
+      // Prepared: postgres.js parses and plans it once per connection, as the raw path does.
+      const rows = await tx.unsafe(text, values as never[], { prepare: true })
       return { count: rows.length }
     },
   }

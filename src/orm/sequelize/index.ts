@@ -11,7 +11,7 @@
  * })
  */
 import type { Sequelize, Transaction, TransactionOptions } from 'sequelize'
-import type { SqlTransactions } from '../../core/sql-transactions.js'
+import { asPgClient, type SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
 
 /** Options of {@link sequelizeTransactions}. */
@@ -40,6 +40,9 @@ export function sequelizeTransactions(sequelize: Sequelize, options: SequelizeTr
     tool: 'sequelize',
     dialect,
     transaction: (fn) => sequelize.transaction(options.config ?? {}, fn),
+    // A Sequelize transaction holds its pg client: the store prepares its statements there.
+    pgClient: (transaction) =>
+      dialect === 'postgres' ? asPgClient((transaction as unknown as { connection?: unknown }).connection) : undefined,
     async execute(transaction, sql, values) {
       const [rows, meta] = (await sequelize.query(sql, {
         transaction,

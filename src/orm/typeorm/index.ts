@@ -13,7 +13,7 @@
  */
 import type { DataSource, EntityManager } from 'typeorm'
 import type { IsolationLevel } from 'typeorm/driver/types/IsolationLevel.js'
-import type { SqlTransactions } from '../../core/sql-transactions.js'
+import { asPgClient, type SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
 
 /** Options of {@link typeormTransactions}. */
@@ -42,6 +42,11 @@ export function typeormTransactions(dataSource: DataSource, options: TypeormTran
     tool: 'typeorm',
     dialect,
     transaction: (fn) => (isolationLevel ? dataSource.transaction(isolationLevel, fn) : dataSource.transaction(fn)),
+    // The query runner of a transaction holds its pg client: the store prepares its statements there.
+    pgClient: (manager) =>
+      dialect === 'postgres'
+        ? asPgClient((manager.queryRunner as unknown as { databaseConnection?: unknown } | undefined)?.databaseConnection)
+        : undefined,
     async execute(manager, sql, values) {
       const runner = manager.queryRunner
       if (!runner) {

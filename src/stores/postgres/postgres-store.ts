@@ -332,9 +332,12 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     }
   }
 
-  #query(operation: string, statement: Statement, values: unknown[], tx?: Tx): Promise<PgQueryResult> {
-    if (tx !== undefined && this.#tool) {
+  #query(operation: string, statement: Statement, values: unknown[], tx?: Tx, raw = false): Promise<PgQueryResult> {
+    if (tx !== undefined && this.#tool && !raw) {
       const tool = this.#tool
+      // The pg client under the tool's transaction takes the prepared statement, as on the raw path.
+      const client = tool.pgClient?.(tx)
+      if (client) return this.#query(operation, statement, values, client as unknown as Tx & PgQueryable, true)
       return tool.execute(tx, statement.text, values as SqlValue[]).then(
         (outcome) => ({ rows: [], rowCount: outcome.count }),
         (error: unknown) => {

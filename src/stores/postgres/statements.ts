@@ -128,6 +128,17 @@ export function statements(schema: string, table: string) {
         RETURNING r.scope, r."key", r.waiters
       )
       ${notify('done')}`),
+    /**
+     * `complete` as one plain UPDATE, for a tool's transaction (docs/orm.md), whose statements go out
+     * unprepared: the CTEs of `complete` cost more to plan than to run. The notice is sent from
+     * RETURNING (so only for a changed row whose waiters asked), and the clock is read per use, the
+     * reads apart by microseconds. Same parameters as `complete`.
+     */
+    completeFlat: statement(`
+      UPDATE ${t} r SET status = $5::text, locked_until = NULL, response_status = $6, response_headers = $7,
+        response_body = $8, resource_id = $9, updated_at = ${NOW_MS}, expires_at = ${NOW_MS} + $10::bigint
+      WHERE r.scope = $1 AND r."key" = $2 AND r.token = $4 AND r.status = 'in_progress'
+      RETURNING (CASE WHEN $3::text IS NOT NULL AND r.waiters THEN pg_notify($3::text, r.scope || chr(10) || r."key") END)::text AS notified`),
     /** $3 channel, $4 token, $5 retention ms. */
     release: statement(`
       WITH now AS MATERIALIZED (SELECT ${NOW_MS} AS ms),
