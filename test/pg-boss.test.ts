@@ -2,9 +2,12 @@
  * idemkey/pg-boss against a real PostgreSQL: the same work sent twice runs once and both jobs complete
  * with its output; a job retried after a throw resumes after its last recorded step; with
  * `transactional: true` the handler's row and the record commit together; a worker process SIGKILLed
- * mid-job leaves a job pg-boss re-delivers when its heartbeat stops, and another worker process resumes it.
+ * mid-job (after a recorded step, or after the business write before its commit) leaves an active job that
+ * pg-boss's supervisor expires and retries, and another worker process resumes it: each effect once.
  */
+import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
+import { join } from 'node:path'
 import pg from 'pg'
 import { PgBoss } from 'pg-boss'
 import { Ledger } from '../src/core/ledger.js'
@@ -14,6 +17,7 @@ import { serviceSkipReason } from './helpers/services.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
 const skip = await serviceSkipReason('PostgreSQL', 5432)
+const WORKER = join(import.meta.dirname, 'fixtures/pg-boss/worker.ts')
 
 describe.skipIf(skip !== undefined)('idemkey/pg-boss on a real PostgreSQL', () => {
   const run = randomUUID().slice(0, 8)
@@ -22,19 +26,34 @@ describe.skipIf(skip !== undefined)('idemkey/pg-boss on a real PostgreSQL', () =
   let pool: pg.Pool
   let boss: PgBoss
   let ledger: Ledger<PostgresStore>
+  const children: ChildProcess[] = []
 
   beforeAll(async () => {
     pool = new pg.Pool({ connectionString: URL, max: 6 })
     const store = new PostgresStore({ pool, table })
     await store.migrate()
     ledger = new Ledger({ store, lease: 1_000 })
-    boss = new PgBoss({ connectionString: URL, schema, superviseIntervalSeconds: 1, maintenanceIntervalSeconds: 1 })
+    await pool.query(
+      `CREATE TABLE effects_${run} (job_key text NOT NULL, step text NOT NULL); CREATE TABLE crash_orders_${run} (order_id text NOT NULL)`,
+    )
+    // Expiry of a dead worker's job runs in the supervisor's monitor pass, which claims each queue at most
+    // once per monitorIntervalSeconds (60 s by default): both intervals down to 1 s.
+    boss = new PgBoss({
+      connectionString: URL,
+      schema,
+      superviseIntervalSeconds: 1,
+      monitorIntervalSeconds: 1,
+      maintenanceIntervalSeconds: 1,
+    })
     boss.on('error', () => {})
     await boss.start()
   }, 60_000)
   afterAll(async () => {
+    for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
     await boss?.stop({ graceful: false }).catch(() => {})
-    await pool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP TABLE IF EXISTS ${table}, orders_${run}`)
+    await pool.query(
+      `DROP SCHEMA IF EXISTS ${schema} CASCADE; DROP TABLE IF EXISTS ${table}, orders_${run}, effects_${run}, crash_orders_${run}`,
+    )
     await pool.end()
   })
 
@@ -110,4 +129,60 @@ describe.skipIf(skip !== undefined)('idemkey/pg-boss on a real PostgreSQL', () =
     expect((await settled(queue, ids)).map((job) => job.state)).toEqual(['completed', 'completed'])
     expect((await pool.query(`SELECT count(*)::int AS n FROM orders_${run}`)).rows[0]).toEqual({ n: 1 })
   })
+
+  /** Starts a worker process (test/fixtures/pg-boss/worker.ts) on the queue; resolves once it works it. */
+  const start = (queue: string, mode: 'steps' | 'tx', crash: boolean) =>
+    new Promise<ChildProcess>((resolve, reject) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', WORKER, schema, queue, table, run, mode], {
+        env: { ...process.env, CRASH: crash ? '1' : '0' },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      })
+      children.push(child)
+      child.once('error', reject)
+      child.once('exit', (code, signal) => reject(new Error(`worker exited before it was ready: ${code ?? signal}`)))
+      child.stdout?.once('data', () => resolve(child))
+    })
+
+  /**
+   * A worker process SIGKILLed in its first job: its jobs stay active until pg-boss's supervisor expires
+   * them (expireInSeconds) and retries them; two other worker processes take them, and the same work sent
+   * again meanwhile replays. Resolves with the jobs' final states and the highest retry count.
+   */
+  async function crashAndRecover(queue: string, mode: 'steps' | 'tx', orders: string[]) {
+    await boss.createQueue(queue, { expireInSeconds: 2, retryLimit: 5, retryDelay: 0 })
+    const crasher = await start(queue, mode, true)
+    const died = new Promise((resolve) => crasher.once('exit', (_code, signal) => resolve(signal)))
+    const ids: string[] = []
+    for (const order of orders) ids.push((await boss.send(queue, { order })) as string)
+    expect(await died).toBe('SIGKILL')
+    await Promise.all([start(queue, mode, false), start(queue, mode, false)])
+    ids.push((await boss.send(queue, { order: orders[0] })) as string)
+    const jobs = await settled(queue, ids)
+    const retries = await Promise.all(ids.map(async (id) => (await boss.getJobById(queue, id))?.retryCount ?? 0))
+    for (const child of children) child.kill('SIGTERM')
+    return { states: jobs.map((job) => job.state), maxRetry: Math.max(...retries) }
+  }
+
+  it('a worker process SIGKILLed after a recorded step: pg-boss expires and retries its job, another process resumes it; every job completes and each effect runs once', async () => {
+    const orders = Array.from({ length: 6 }, (_, i) => `crash-${i}`)
+    const { states, maxRetry } = await crashAndRecover(`crash-steps-${run}`, 'steps', orders)
+    expect(states).toEqual(orders.map(() => 'completed').concat('completed'))
+    // The killed worker's job was failed by expiry and retried, not merely picked up late.
+    expect(maxRetry).toBeGreaterThanOrEqual(1)
+    const { rows } = await pool.query(`SELECT job_key, step, count(*)::int AS n FROM effects_${run} GROUP BY 1, 2`)
+    const counts = new Map(rows.map((row) => [`${row.job_key} ${row.step}`, row.n]))
+    for (const order of orders) {
+      expect([counts.get(`${order} reserve`), counts.get(`${order} charge`), counts.get(`${order} email`)], order).toEqual([1, 1, 1])
+    }
+    expect(rows.length).toBe(orders.length * 3)
+  }, 45_000)
+
+  it('with transactional: true, a worker process SIGKILLed after the business write but before the commit: the write rolls back, the retried job writes it once; every job completes', async () => {
+    const orders = Array.from({ length: 6 }, (_, i) => `tx-crash-${i}`)
+    const { states, maxRetry } = await crashAndRecover(`crash-tx-${run}`, 'tx', orders)
+    expect(states).toEqual(orders.map(() => 'completed').concat('completed'))
+    expect(maxRetry).toBeGreaterThanOrEqual(1)
+    const { rows } = await pool.query(`SELECT order_id, count(*)::int AS n FROM crash_orders_${run} GROUP BY 1 ORDER BY 1`)
+    expect(rows).toEqual([...orders].sort().map((order) => ({ order_id: order, n: 1 })))
+  }, 45_000)
 })
