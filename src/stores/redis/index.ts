@@ -7,5 +7,12 @@
  */
 export type { RedisArg, RedisClientLike, RedisSubscriberLike } from './client.js'
 export { type RecordNames, recordNames } from './keys.js'
-export { fromNodeRedis, isNodeRedisClient, type NodeRedisClientLike } from './node-redis.js'
+export {
+  fromNodeRedis,
+  fromNodeRedisCluster,
+  isNodeRedisClient,
+  isNodeRedisCluster,
+  type NodeRedisClientLike,
+  type NodeRedisClusterLike,
+} from './node-redis.js'
 export { RedisStore, type RedisStoreOptions } from './redis-store.js'

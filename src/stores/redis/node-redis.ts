@@ -24,7 +24,22 @@ export interface NodeRedisClientLike {
   disconnect?(): unknown
 }
 
-/** Whether `client` is a node-redis client (and not an ioredis one). */
+/** The part of a node-redis cluster (`createCluster`) the adapter uses, beside what a client has. */
+export interface NodeRedisClusterLike extends Omit<NodeRedisClientLike, 'sendCommand' | 'withTypeMapping' | 'duplicate'> {
+  sendCommand(firstKey: string | Buffer | undefined, isReadonly: boolean | undefined, args: Array<string | Buffer>): Promise<unknown>
+  withTypeMapping(mapping: Record<number, unknown>): NodeRedisClusterLike
+  duplicate(): NodeRedisClusterLike
+  readonly masters: readonly unknown[]
+  nodeClient(node: unknown): Promise<NodeRedisClientLike>
+}
+
+/** Whether `client` is a node-redis cluster (`createCluster`): it routes by key and knows its masters. */
+export function isNodeRedisCluster(client: unknown): client is NodeRedisClusterLike {
+  const candidate = client as Partial<NodeRedisClusterLike> | null
+  return isNodeRedisClient(client) && typeof candidate?.nodeClient === 'function' && 'masters' in (candidate as object)
+}
+
+/** Whether `client` is a node-redis client or cluster (and not an ioredis one). */
 export function isNodeRedisClient(client: unknown): client is NodeRedisClientLike {
   const candidate = client as Partial<NodeRedisClientLike & { callBuffer: unknown }> | null
   return (
@@ -36,14 +51,14 @@ export function isNodeRedisClient(client: unknown): client is NodeRedisClientLik
   )
 }
 
-function close(client: NodeRedisClientLike): Promise<unknown> {
+function close(client: Pick<NodeRedisClientLike, 'close' | 'quit'>): Promise<unknown> {
   if (typeof client.close === 'function') return client.close()
   if (typeof client.quit === 'function') return client.quit()
   return Promise.resolve()
 }
 
 /** The subscriber the store listens on: a duplicate of the app's client, connected on first use. */
-function subscriberOf(client: NodeRedisClientLike): RedisSubscriberLike {
+function subscriberOf(client: Omit<NodeRedisClientLike, 'sendCommand' | 'withTypeMapping' | 'duplicate'>): RedisSubscriberLike {
   const listeners: Array<(channel: string, message: string) => void> = []
   let connecting: Promise<unknown> | undefined
   const ready = (): Promise<unknown> => {
@@ -83,9 +98,48 @@ function subscriberOf(client: NodeRedisClientLike): RedisSubscriberLike {
 export function fromNodeRedis(client: NodeRedisClientLike): RedisClientLike {
   const bytes = client.withTypeMapping({ [BLOB_STRING]: Buffer })
   return {
-    callBuffer: (command: string, ...args: RedisArg[]) =>
-      bytes.sendCommand([command, ...args.map((arg) => (typeof arg === 'number' ? String(arg) : arg))]),
+    callBuffer: (command: string, ...args: RedisArg[]) => bytes.sendCommand([command, ...wire(args)]),
     duplicate: () => subscriberOf(client.duplicate()),
     quit: () => close(client),
+  }
+}
+
+/** An argument as node-redis sends it: numbers become strings. */
+const wire = (args: RedisArg[]) => args.map((arg) => (typeof arg === 'number' ? String(arg) : arg))
+
+/**
+ * The key a command is routed by: a script's first key (after the script and the key count), else the
+ * first argument. Every command the store sends names its record's key, so the cluster sends it to the
+ * slot that holds it.
+ */
+function routingKey(command: string, args: RedisArg[]): string | Buffer | undefined {
+  const name = command.toLowerCase()
+  const key = name === 'evalsha' || name === 'eval' ? args[2] : args[0]
+  return typeof key === 'number' ? String(key) : key
+}
+
+/**
+ * Adapts a connected node-redis cluster (`createCluster`) to the store: commands are routed by their
+ * record's key, `list`/`purgeExpired` scan every master (through `nodeClient`), and wake-ups come through a
+ * duplicate of the cluster. RedisStore does it by itself for a cluster passed as `client`.
+ */
+export function fromNodeRedisCluster(cluster: NodeRedisClusterLike): RedisClientLike {
+  const bytes = cluster.withTypeMapping({ [BLOB_STRING]: Buffer })
+  const node = (master: unknown): RedisClientLike => ({
+    callBuffer: async (command: string, ...args: RedisArg[]) => {
+      const client = await bytes.nodeClient(master)
+      return client.sendCommand([command, ...wire(args)])
+    },
+    duplicate: () => {
+      throw new Error('a cluster node is only scanned')
+    },
+    quit: async () => {},
+  })
+  return {
+    callBuffer: (command: string, ...args: RedisArg[]) => bytes.sendCommand(routingKey(command, args), false, [command, ...wire(args)]),
+    duplicate: () => subscriberOf(cluster.duplicate()),
+    quit: () => close(cluster),
+    isCluster: true,
+    nodes: () => bytes.masters.map(node),
   }
 }

@@ -16,7 +16,14 @@ import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
 import { openClient, type RedisArg, type RedisClientLike, Script, sendBuffer, toStoreError } from './client.js'
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
 import { acquireLua, completeLua, evictLua, purgeLua, readLua, recordStepLua, releaseLua, renewLua, watchLua } from './lua.generated.js'
-import { fromNodeRedis, isNodeRedisClient, type NodeRedisClientLike } from './node-redis.js'
+import {
+  fromNodeRedis,
+  fromNodeRedisCluster,
+  isNodeRedisClient,
+  isNodeRedisCluster,
+  type NodeRedisClientLike,
+  type NodeRedisClusterLike,
+} from './node-redis.js'
 import { Notifier } from './notifier.js'
 import { fromPacked, packedHead, packedIdentity, stepsFromFields, toMs, toRecord } from './record.js'
 import { ResumableScan, scanAll } from './scan.js'
@@ -25,10 +32,10 @@ import { ResumableScan, scanAll } from './scan.js'
 export interface RedisStoreOptions {
   /**
    * Your ioredis `Redis` or `Cluster` (or anything with the same methods, see {@link RedisClientLike}), or
-   * your connected node-redis client (`createClient()` of `redis`/`@redis/client`, a single server);
+   * your connected node-redis client (`createClient()` of `redis`/`@redis/client`) or cluster (`createCluster()`);
    * `close()` leaves it open. Tune it to fail fast (see docs/redis.md): `maxRetriesPerRequest: 1`.
    */
-  client?: RedisClientLike | NodeRedisClientLike
+  client?: RedisClientLike | NodeRedisClientLike | NodeRedisClusterLike
   /** A `redis://` or `rediss://` URL of one server; the store opens (and closes) its own ioredis client, tuned to fail fast. */
   url?: string
   /** Start of every key and channel name the store uses (A-Z a-z 0-9 _ . : -). @default 'idemkey' */
@@ -115,8 +122,13 @@ export class RedisStore implements IdempotencyStore {
         'RedisStore cannot use an ioredis client with keyPrefix: pass a client without it and give the store { prefix } instead.',
       )
     }
-    if (options.client) this.#client = isNodeRedisClient(options.client) ? fromNodeRedis(options.client) : options.client
-    else {
+    if (options.client) {
+      this.#client = isNodeRedisCluster(options.client)
+        ? fromNodeRedisCluster(options.client)
+        : isNodeRedisClient(options.client)
+          ? fromNodeRedis(options.client)
+          : options.client
+    } else {
       this.#opening = openClient(options.url as string)
       // A failed open is reported by the first operation; never as an unhandled rejection.
       this.#opening.catch(() => {})
