@@ -284,6 +284,20 @@ export async function describeToolTransactions(tool: ToolName, dialect: Dialect)
       },
     )
 
+    it.skipIf(!(dialect === 'postgres' && tool === 'knex'))(
+      "sends the store's statements through Knex as named prepared statements (query options reach pg)",
+      async () => {
+        const { transactions } = setup.harness
+        await transactions.transaction(async (tx) => {
+          await transactions.execute(tx, 'SELECT $1::int AS one', [1])
+          const raw = (await (tx as unknown as { raw(sql: string): Promise<{ rows: Array<{ n: string }> }> }).raw(
+            "SELECT count(*) AS n FROM pg_prepared_statements WHERE name LIKE 'idemkey_knex_%'",
+          )) as { rows: Array<{ n: string }> }
+          expect(Number(raw.rows[0]?.n)).toBeGreaterThan(0)
+        })
+      },
+    )
+
     it.skipIf(dialect !== 'postgres')(
       "outbox.add and inbox.record take the tool's transaction: they commit with the business write, and roll back with it",
       async () => {
