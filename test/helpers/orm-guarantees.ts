@@ -284,16 +284,15 @@ export async function describeToolTransactions(tool: ToolName, dialect: Dialect)
       },
     )
 
-    it.skipIf(!(dialect === 'postgres' && tool === 'knex'))(
-      "sends the store's statements through Knex as named prepared statements (query options reach pg)",
+    it.skipIf(!(dialect === 'postgres' && (tool === 'knex' || tool === 'kysely')))(
+      `sends the store's statements through ${tool} as named prepared statements on the transaction's connection`,
       async () => {
         const { transactions } = setup.harness
         await transactions.transaction(async (tx) => {
-          await transactions.execute(tx, 'SELECT $1::int AS one', [1])
-          const raw = (await (tx as unknown as { raw(sql: string): Promise<{ rows: Array<{ n: string }> }> }).raw(
-            "SELECT count(*) AS n FROM pg_prepared_statements WHERE name LIKE 'idemkey_knex_%'",
-          )) as { rows: Array<{ n: string }> }
-          expect(Number(raw.rows[0]?.n)).toBeGreaterThan(0)
+          expect((await transactions.execute(tx, 'SELECT $1::int AS one', [1])).count).toBe(1)
+          // The count comes back through the tool on the same connection, so it sees that connection's statements.
+          const probe = `SELECT 1 FROM pg_prepared_statements WHERE name LIKE 'idemkey_${tool}_%' AND statement = $1`
+          expect((await transactions.execute(tx, probe, ['SELECT $1::int AS one'])).count).toBe(1)
         })
       },
     )
