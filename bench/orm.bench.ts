@@ -134,11 +134,11 @@ report(
     `(median of ${ROUNDS} rounds, the sides alternating). "With idemkey" is \`ledger.runInTransaction\` on a new key each ` +
     "time with the tool's transactions: the acquire on the store's pool, then the tool's BEGIN, the row, the " +
     "completion through the tool, the tool's COMMIT. The tool's own overhead is in both sides of its row.\n\n" +
-    'On this 2-core machine the database and the benchmark share the CPU, so parsing and planning the ' +
-    'completion on every transaction is what separates the tools: where the tool lets the statement be ' +
-    'prepared (Drizzle, TypeORM and Sequelize on their pg client, Knex through query options, postgres.js ' +
-    '`prepare`) it costs what it costs on raw pg. Kysely, and MikroORM (which runs on Kysely), send every ' +
-    'statement unnamed and offer no way to name one, so the completion is parsed and planned each time. ' +
-    'Ratios move by about +-0.15 between runs here; read them side by side within one run.',
+    'On this 2-core machine the database and the benchmark share the CPU, and parsing and planning the ' +
+    'completion on every transaction shows: the store prepares it wherever the tool lets it (the pg client ' +
+    'under Drizzle, TypeORM and Sequelize, Knex query options, Kysely on its own pg driver, postgres.js ' +
+    '`prepare`); MikroORM formats every statement into its text and cannot. The ratios move by up to 0.25 ' +
+    'between runs here (postgres.js measured 1.03 in one run and 0.78 in the next): read them side by side ' +
+    'within one run.',
 )
 process.exit(0)
