@@ -17,6 +17,7 @@ import { isTransientTransactionError as isTransientMySql, MySqlStore } from '../
 import { isTransientTransactionError as isTransientPg, PostgresStore } from '../../src/stores/postgres/index.js'
 import { PRISMA_TABLES } from './orm-prisma.js'
 import { type BusinessTables, type Dialect, MYSQL_URL, PG_URL, type ToolHarness, type ToolName, toolHarness } from './orm-tools.js'
+import { paused } from './paused-store.js'
 import { serviceSkipReason } from './services.js'
 
 const WORKER = join(dirname(fileURLToPath(import.meta.url)), '../fixtures/orm/worker.ts')
@@ -57,25 +58,6 @@ export async function toolSetup(tool: ToolName, dialect: Dialect, table: string,
       await harness.close()
       await pool.end()
     },
-  }
-}
-
-/** The same store, except that its renewals never reach the server: a holder paused (GC, partition) past its lease. */
-function paused<Tx>(store: TransactionalStore<Tx>): TransactionalStore<Tx> {
-  return {
-    name: store.name,
-    serverClock: true,
-    acquire: (...args) => store.acquire(...args),
-    renew: async () => true,
-    complete: (...args) => store.complete(...args),
-    release: (...args) => store.release(...args),
-    get: (...args) => store.get(...args),
-    list: (...args) => store.list(...args),
-    purgeExpired: (...args) => store.purgeExpired(...args),
-    evict: (...args) => store.evict(...args),
-    close: async () => {},
-    transaction: (fn) => store.transaction(fn),
-    completeInTransaction: (...args) => store.completeInTransaction(...args),
   }
 }
 

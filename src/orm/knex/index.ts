@@ -10,9 +10,8 @@
  *   return { orderId: order.id }
  * })
  */
-import { createHash } from 'node:crypto'
 import type { Knex } from 'knex'
-import { positional, type SqlTransactions } from '../../core/sql-transactions.js'
+import { positional, preparedName, type SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
 
 /** Options of {@link knexTransactions}. */
@@ -49,22 +48,10 @@ export function knexTransactions(knex: Knex, options: KnexTransactionsOptions = 
       const query = trx.raw(bound.sql, bound.values as Knex.ValueDict[keyof Knex.ValueDict][])
       // Knex hands query options to pg: with a name, pg prepares the statement once per connection, as
       // the raw path does (parsing and planning it on every transaction costs more than running it).
-      const result = (await (dialect === 'postgres' ? query.options({ name: statementName(bound.sql) }) : query)) as unknown
+      const result = (await (dialect === 'postgres' ? query.options({ name: preparedName('knex', bound.sql) }) : query)) as unknown
       if (dialect === 'postgres') return { count: ((result as { rows?: unknown[] }).rows ?? []).length }
       const header = (Array.isArray(result) ? result[0] : result) as { affectedRows?: number }
       return { count: Number(header?.affectedRows ?? 0) }
     },
   }
-}
-
-const names = new Map<string, string>()
-
-/** A prepared-statement name that follows from the text, so two texts never share one. */
-function statementName(sql: string): string {
-  let name = names.get(sql)
-  if (name === undefined) {
-    name = `idemkey_knex_${createHash('sha1').update(sql).digest('hex').slice(0, 24)}`
-    names.set(sql, name)
-  }
-  return name
 }

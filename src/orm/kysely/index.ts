@@ -10,9 +10,8 @@
  *   return { orderId: order.id }
  * })
  */
-import { createHash } from 'node:crypto'
 import { CompiledQuery, type Kysely, MysqlAdapter, PostgresAdapter, type Transaction } from 'kysely'
-import type { SqlTransactions } from '../../core/sql-transactions.js'
+import { preparedName, type SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
 
 /** Options of {@link kyselyTransactions}. */
@@ -70,22 +69,10 @@ async function preparedOnPg(
   return executor.provideConnection(async (connection) => {
     if ((connection as object | null)?.constructor?.name !== 'PostgresConnection') return undefined
     const text = compiled.sql
-    const named: NamedQuery = { name: statementName(text), text, toString: () => text }
+    const named: NamedQuery = { name: preparedName('kysely', text), text, toString: () => text }
     const query = { ...compiled, sql: named as unknown as string }
     return (connection as { executeQuery(query: CompiledQuery): Promise<{ rows: unknown[] }> }).executeQuery(query)
   })
-}
-
-const names = new Map<string, string>()
-
-/** A prepared-statement name that follows from the text, so two texts never share one. */
-function statementName(sql: string): string {
-  let name = names.get(sql)
-  if (name === undefined) {
-    name = `idemkey_kysely_${createHash('sha1').update(sql).digest('hex').slice(0, 24)}`
-    names.set(sql, name)
-  }
-  return name
 }
 
 function dialectOf(db: object): 'postgres' | 'mysql' {

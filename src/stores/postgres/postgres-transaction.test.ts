@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
+import { paused } from '../../../test/helpers/paused-store.js'
 import { serviceSkipReason } from '../../../test/helpers/services.js'
 import { Ledger } from '../../core/ledger.js'
-import type { TransactionalStore } from '../../core/store.js'
 import { isTransientTransactionError } from './postgres-errors.js'
 import { PostgresStore } from './postgres-store.js'
 
@@ -12,25 +12,6 @@ const suffix = randomUUID().slice(0, 8)
 const table = `idemkey_tx_${suffix}`
 const orders = `idemkey_tx_orders_${suffix}`
 const accounts = `idemkey_tx_accounts_${suffix}`
-
-/** The same store, except that its renewals never reach the server: a holder paused (GC, partition) past its lease. */
-function paused(store: PostgresStore<pg.PoolClient>): TransactionalStore<pg.PoolClient> {
-  return {
-    name: store.name,
-    serverClock: true,
-    acquire: (...args) => store.acquire(...args),
-    renew: async () => true,
-    complete: (...args) => store.complete(...args),
-    release: (...args) => store.release(...args),
-    get: (...args) => store.get(...args),
-    list: (...args) => store.list(...args),
-    purgeExpired: (...args) => store.purgeExpired(...args),
-    evict: (...args) => store.evict(...args),
-    close: async () => {},
-    transaction: (fn) => store.transaction(fn),
-    completeInTransaction: (...args) => store.completeInTransaction(...args),
-  }
-}
 
 describe.skipIf(skip !== undefined)('PostgresStore transactions (SPEC §6)', () => {
   const pool = new pg.Pool({ connectionString: URL, max: 8 })
