@@ -11,7 +11,7 @@ import { join } from 'node:path'
 import pg from 'pg'
 import { PgBoss } from 'pg-boss'
 import { Ledger } from '../src/core/ledger.js'
-import { idempotentHandler } from '../src/jobs/pg-boss/index.js'
+import { idempotentHandler, type PgBossDb, pgBossTransactions } from '../src/jobs/pg-boss/index.js'
 import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
 import { serviceSkipReason } from './helpers/services.js'
 
@@ -130,8 +130,92 @@ describe.skipIf(skip !== undefined)('idemkey/pg-boss on a real PostgreSQL', () =
     expect((await pool.query(`SELECT count(*)::int AS n FROM orders_${run}`)).rows[0]).toEqual({ n: 1 })
   })
 
+  describe("pgBossTransactions(): the run joins the transactional worker's own transaction", () => {
+    let joined: Ledger<PostgresStore<pg.PoolClient, PgBossDb>>
+    beforeAll(async () => {
+      joined = new Ledger({ store: new PostgresStore({ pool, table, transactions: pgBossTransactions() }), lease: 1_000 })
+      await pool.query(
+        `CREATE TABLE joined_orders_${run} (id text NOT NULL, xid text NOT NULL);
+         CREATE TABLE joined_parents_${run} (id int PRIMARY KEY);
+         CREATE TABLE joined_deferred_${run} (parent int REFERENCES joined_parents_${run} (id) DEFERRABLE INITIALLY DEFERRED)`,
+      )
+    })
+    afterAll(async () => {
+      await pool.query(`DROP TABLE IF EXISTS joined_orders_${run}, joined_deferred_${run}, joined_parents_${run}`)
+    })
+
+    const xminOf = async (sql: string, values: unknown[]) => ((await pool.query(sql, values)).rows[0] as { xmin: string } | undefined)?.xmin
+
+    it("the handler's row, the record's completion and pg-boss's completion of the job are written by one transaction, pg-boss's", async () => {
+      const queue = `joined-${run}`
+      await boss.createQueue(queue)
+      await boss.work<{ order: string }>(
+        queue,
+        { pollingIntervalSeconds: 0.5, transactional: true },
+        idempotentHandler<{ order: string }, string, PgBossDb>(
+          async (job, ctx) => {
+            await ctx.tx.executeSql(`INSERT INTO joined_orders_${run} (id, xid) VALUES ($1, pg_current_xact_id()::xid::text)`, [
+              job.data.order,
+            ])
+            return job.data.order
+          },
+          { ledger: joined, key: (job) => job.data.order, transactional: true },
+        ),
+      )
+      const ids = [(await boss.send(queue, { order: 'j-1' })) as string, (await boss.send(queue, { order: 'j-1' })) as string]
+      expect(await settled(queue, ids)).toEqual([
+        { state: 'completed', output: { value: 'j-1' } },
+        { state: 'completed', output: { value: 'j-1' } },
+      ])
+      const { rows } = await pool.query(`SELECT xid, xmin::text AS xmin FROM joined_orders_${run} WHERE id = 'j-1'`)
+      expect(rows.length).toBe(1)
+      const order = rows[0] as { xid: string; xmin: string }
+      // The run writes in a savepoint of the handler's transaction: the row and the record's completion
+      // carry that subtransaction's id; pg-boss completes the job in the transaction itself.
+      expect(await xminOf(`SELECT xmin::text AS xmin FROM ${table} WHERE key = $1`, ['j-1'])).toBe(order.xmin)
+      expect(await xminOf(`SELECT xmin::text AS xmin FROM ${schema}.job WHERE id = $1`, [ids[0]])).toBe(order.xid)
+    })
+
+    it("a commit that fails after the run takes back the row, the record's completion and the job's completion together; the retried job runs once", async () => {
+      const queue = `joined-commit-${run}`
+      await boss.createQueue(queue)
+      let attempts = 0
+      await boss.work<{ order: string }>(
+        queue,
+        { pollingIntervalSeconds: 0.5, transactional: true },
+        idempotentHandler<{ order: string }, string, PgBossDb>(
+          async (job, ctx) => {
+            await ctx.tx.executeSql(`INSERT INTO joined_orders_${run} (id, xid) VALUES ($1, 'x')`, [job.data.order])
+            // A deferred foreign key that fails only at COMMIT, after the run and pg-boss's completion.
+            if (++attempts === 1) await ctx.tx.executeSql(`INSERT INTO joined_deferred_${run} (parent) VALUES (1)`)
+            return `${job.data.order} attempt ${attempts}`
+          },
+          { ledger: joined, key: (job) => job.data.order, transactional: true },
+        ),
+      )
+      const id = (await boss.send(queue, { order: 'j-2' }, { retryLimit: 1, retryDelay: 0 })) as string
+      // The first attempt's completion rolled back: the retry finds its record still in progress, takes
+      // it over once the lease ends (1 s), and runs the work; a completion that had committed would replay.
+      expect(await settled(queue, [id])).toEqual([{ state: 'completed', output: { value: 'j-2 attempt 2' } }])
+      expect(attempts).toBe(2)
+      expect((await boss.getJobById(queue, id))?.retryCount).toBe(1)
+      expect((await pool.query(`SELECT count(*)::int AS n FROM joined_orders_${run} WHERE id = 'j-2'`)).rows[0]).toEqual({ n: 1 })
+      expect((await pool.query(`SELECT count(*)::int AS n FROM joined_deferred_${run}`)).rows[0]).toEqual({ n: 0 })
+    })
+
+    it('refuses a run outside a transactional pg-boss handler with a clear error, and releases its record', async () => {
+      let ran = 0
+      await expect(joined.runInTransaction({ key: `outside-${run}`, payload: 1 }, async () => ++ran)).rejects.toThrow(
+        /pgBossTransactions\(\) joins pg-boss's handler transaction, and there is none here/,
+      )
+      expect(ran).toBe(0)
+      // Released, not left in progress: the same key runs at once on a store of its own.
+      expect(await ledger.run({ key: `outside-${run}`, payload: 1 }, async () => ++ran)).toMatchObject({ kind: 'executed', value: 1 })
+    })
+  })
+
   /** Starts a worker process (test/fixtures/pg-boss/worker.ts) on the queue; resolves once it works it. */
-  const start = (queue: string, mode: 'steps' | 'tx', crash: boolean) =>
+  const start = (queue: string, mode: 'steps' | 'tx' | 'joined', crash: boolean) =>
     new Promise<ChildProcess>((resolve, reject) => {
       const child = spawn(process.execPath, ['--import', 'tsx', WORKER, schema, queue, table, run, mode], {
         env: { ...process.env, CRASH: crash ? '1' : '0' },
@@ -148,7 +232,7 @@ describe.skipIf(skip !== undefined)('idemkey/pg-boss on a real PostgreSQL', () =
    * them (expireInSeconds) and retries them; two other worker processes take them, and the same work sent
    * again meanwhile replays. Resolves with the jobs' final states and the highest retry count.
    */
-  async function crashAndRecover(queue: string, mode: 'steps' | 'tx', orders: string[]) {
+  async function crashAndRecover(queue: string, mode: 'steps' | 'tx' | 'joined', orders: string[]) {
     await boss.createQueue(queue, { expireInSeconds: 2, retryLimit: 5, retryDelay: 0 })
     const crasher = await start(queue, mode, true)
     const died = new Promise((resolve) => crasher.once('exit', (_code, signal) => resolve(signal)))
@@ -182,7 +266,20 @@ describe.skipIf(skip !== undefined)('idemkey/pg-boss on a real PostgreSQL', () =
     const { states, maxRetry } = await crashAndRecover(`crash-tx-${run}`, 'tx', orders)
     expect(states).toEqual(orders.map(() => 'completed').concat('completed'))
     expect(maxRetry).toBeGreaterThanOrEqual(1)
-    const { rows } = await pool.query(`SELECT order_id, count(*)::int AS n FROM crash_orders_${run} GROUP BY 1 ORDER BY 1`)
+    const { rows } = await pool.query(
+      `SELECT order_id, count(*)::int AS n FROM crash_orders_${run} WHERE order_id LIKE 'tx-crash-%' GROUP BY 1 ORDER BY 1`,
+    )
+    expect(rows).toEqual([...orders].sort().map((order) => ({ order_id: order, n: 1 })))
+  }, 45_000)
+
+  it("with pgBossTransactions(), a worker process SIGKILLed after the record's completion but before pg-boss's commit: row, completion and job roll back together, the retried job writes the row once; every job completes", async () => {
+    const orders = Array.from({ length: 6 }, (_, i) => `joined-crash-${i}`)
+    const { states, maxRetry } = await crashAndRecover(`crash-joined-${run}`, 'joined', orders)
+    expect(states).toEqual(orders.map(() => 'completed').concat('completed'))
+    expect(maxRetry).toBeGreaterThanOrEqual(1)
+    const { rows } = await pool.query(
+      `SELECT order_id, count(*)::int AS n FROM crash_orders_${run} WHERE order_id LIKE 'joined-%' GROUP BY 1 ORDER BY 1`,
+    )
     expect(rows).toEqual([...orders].sort().map((order) => ({ order_id: order, n: 1 })))
   }, 45_000)
 })

@@ -266,7 +266,7 @@ export async function describeToolTransactions(tool: ToolName, dialect: Dialect)
       },
     )
 
-    it.skipIf(!(dialect === 'postgres' && (tool === 'knex' || tool === 'kysely')))(
+    it.skipIf(!(dialect === 'postgres' && (tool === 'knex' || tool === 'kysely' || tool === 'mikro-orm')))(
       `sends the store's statements through ${tool} as named prepared statements on the transaction's connection`,
       async () => {
         const { transactions } = setup.harness

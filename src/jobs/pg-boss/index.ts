@@ -1,11 +1,72 @@
 /**
  * pg-boss jobs whose effect runs once per logical key (docs/jobs.md): `idempotentHandler` wraps a
  * `boss.work(...)` handler. With `transactional: true` (a PostgresStore), the handler's business writes
- * and the job's record commit in one transaction: a crash before the commit leaves neither.
+ * and the job's record commit in one transaction: a crash before the commit leaves neither. With a
+ * transactional pg-boss worker and a store made with `pgBossTransactions()`, that transaction is
+ * pg-boss's own, and the job's completion commits in it too.
  */
+import { AsyncLocalStorage } from 'node:async_hooks'
 import type { Duration } from '../../core/duration.js'
 import type { IntentContext, Ledger, RunResult, TransactionContext } from '../../core/ledger.js'
+import type { SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
+
+/**
+ * pg-boss's handler transaction: the `tx` that `boss.work(name, { transactional: true }, (jobs, tx) => …)`
+ * hands its handler (pg-boss's `IDatabase`), in which pg-boss also completes the jobs.
+ */
+export interface PgBossDb {
+  executeSql(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>
+}
+
+/** The transaction of the pg-boss batch being handled, set by {@link idempotentHandler} for {@link pgBossTransactions}. */
+const batchTransaction = new AsyncLocalStorage<PgBossDb>()
+
+/**
+ * Transactions for a `PostgresStore` on pg-boss's database (its `transactions` option) that join the
+ * transaction of a transactional pg-boss worker: the record's completion, the handler's writes (through
+ * `ctx.tx`, pg-boss's own `tx`) and pg-boss's completion of the job commit together, or not at all.
+ * Each run takes a savepoint in that transaction, so a run that rolls back (its work threw, or its lease
+ * was lost) takes back only its own writes. Only inside `boss.work(name, { transactional: true }, …)` with
+ * `idempotentHandler(…, { transactional: true })`; elsewhere the store's transactions refuse with a
+ * clear error, so give other code its own store (the same pool and table).
+ *
+ * @example
+ * const store = new PostgresStore({ pool, table, transactions: pgBossTransactions() })
+ * await boss.work('invoices', { transactional: true }, idempotentHandler(work, { ledger: new Ledger({ store }), key, transactional: true }))
+ */
+export function pgBossTransactions(): SqlTransactions<PgBossDb> {
+  let savepoints = 0
+  return {
+    tool: 'pg-boss',
+    dialect: 'postgres',
+    async transaction(fn) {
+      const db = batchTransaction.getStore()
+      if (!db) {
+        throw new IdempotencyError(
+          'INVALID_OPTION',
+          "pgBossTransactions() joins pg-boss's handler transaction, and there is none here: use this store's ledger only in boss.work(name, { transactional: true }, idempotentHandler(…, { transactional: true })), and give other code a PostgresStore of its own on the same pool and table.",
+        )
+      }
+      const savepoint = `idemkey_run_${++savepoints}`
+      await db.executeSql(`SAVEPOINT ${savepoint}`)
+      let value: Awaited<ReturnType<typeof fn>>
+      try {
+        value = await fn(db)
+      } catch (error) {
+        // Back to before this run, in a transaction that goes on: pg-boss then fails (and rolls back) the batch.
+        await db.executeSql(`ROLLBACK TO SAVEPOINT ${savepoint}`).catch(() => {})
+        throw error
+      }
+      await db.executeSql(`RELEASE SAVEPOINT ${savepoint}`)
+      return value
+    },
+    async execute(db, sql, values) {
+      // Every statement the PostgreSQL store sends through a tool returns its rows.
+      return { count: (await db.executeSql(sql, [...values])).rows.length }
+    },
+  }
+}
 
 /** The part of a pg-boss `Job` the wrapper reads (structural: any pg-boss 10+ fits). */
 export interface PgBossJobLike<D> {
@@ -56,15 +117,15 @@ export class PgBossKeyReusedError extends IdempotencyError {
 export function idempotentHandler<D, R>(
   handler: (job: PgBossJobLike<D>, ctx: IntentContext) => Promise<R> | R,
   options: PgBossIdempotencyOptions<D>,
-): (jobs: Array<PgBossJobLike<D>>) => Promise<R | R[]>
+): (jobs: Array<PgBossJobLike<D>>, tx?: PgBossDb) => Promise<R | R[]>
 export function idempotentHandler<D, R, Tx = unknown>(
   handler: (job: PgBossJobLike<D>, ctx: TransactionContext<Tx>) => Promise<R> | R,
   options: PgBossTransactionalOptions<D>,
-): (jobs: Array<PgBossJobLike<D>>) => Promise<R | R[]>
+): (jobs: Array<PgBossJobLike<D>>, tx?: PgBossDb) => Promise<R | R[]>
 export function idempotentHandler<D, R>(
   handler: (job: PgBossJobLike<D>, ctx: never) => Promise<R> | R,
   options: PgBossIdempotencyOptions<D> | PgBossTransactionalOptions<D>,
-): (jobs: Array<PgBossJobLike<D>>) => Promise<R | R[]> {
+): (jobs: Array<PgBossJobLike<D>>, tx?: PgBossDb) => Promise<R | R[]> {
   const ledger = options?.ledger
   if (!ledger || typeof ledger.run !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'idempotentHandler(handler, { ledger, key }) needs a Ledger: new Ledger({ store }).')
@@ -101,9 +162,12 @@ export function idempotentHandler<D, R>(
         )
     }
   }
-  return async (jobs) => {
+  const all = async (jobs: Array<PgBossJobLike<D>>) => {
     const values: R[] = []
     for (const job of jobs) values.push(await one(job))
     return jobs.length === 1 ? (values[0] as R) : values
   }
+  return (jobs, tx) =>
+    // A transactional worker's transaction, for a store made with pgBossTransactions() to join.
+    options.transactional && tx !== undefined ? batchTransaction.run(tx, () => all(jobs)) : all(jobs)
 }

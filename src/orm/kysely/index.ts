@@ -11,8 +11,9 @@
  * })
  */
 import { CompiledQuery, type Kysely, MysqlAdapter, PostgresAdapter, type Transaction } from 'kysely'
-import { preparedName, type SqlTransactions } from '../../core/sql-transactions.js'
+import type { SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
+import { preparedOnKyselyPg } from '../kysely-prepared.js'
 
 /** Options of {@link kyselyTransactions}. */
 export interface KyselyTransactionsOptions {
@@ -24,7 +25,8 @@ export interface KyselyTransactionsOptions {
 
 /**
  * Transactions of a Kysely instance (PostgresDialect or MysqlDialect): each statement of the store runs
- * as `trx.executeQuery(CompiledQuery.raw(sql, values))`.
+ * as `trx.executeQuery(CompiledQuery.raw(sql, values))`, or, on Kysely's own pg driver, as a named
+ * prepared statement on the transaction's connection.
  *
  * @example new MySqlStore({ pool, transactions: kyselyTransactions(db) })
  */
@@ -38,41 +40,11 @@ export function kyselyTransactions<DB>(db: Kysely<DB>, options: KyselyTransactio
       return (options.isolationLevel ? builder.setIsolationLevel(options.isolationLevel) : builder).execute(fn)
     },
     async execute(trx, sql, values) {
-      const compiled = CompiledQuery.raw(sql, [...values])
-      const prepared = dialect === 'postgres' ? await preparedOnPg(trx, compiled) : undefined
-      const result = prepared ?? (await trx.executeQuery(compiled))
+      const prepared = dialect === 'postgres' ? await preparedOnKyselyPg(trx, 'kysely', sql, values) : undefined
+      const result = prepared ?? (await trx.executeQuery(CompiledQuery.raw(sql, [...values])))
       return { count: dialect === 'postgres' ? result.rows.length : Number(result.numAffectedRows ?? 0n) }
     },
   }
-}
-
-/** A pg query config, passed where Kysely's pg connection passes its SQL text on to `client.query`. */
-interface NamedQuery {
-  name: string
-  text: string
-  toString(): string
-}
-
-/**
- * On Kysely's own PostgreSQL driver, sends the statement to the transaction's connection as a named
- * prepared statement: that connection hands its SQL straight to node-postgres's `client.query`, which
- * takes a `{ name, text }` config in place of the text. Parsing and planning the store's statements on
- * every transaction costs more than running them. Any other driver (or a Kysely that stops passing the
- * text through unchanged, which test/orm-kysely.test.ts would show) gets the plain statement.
- */
-async function preparedOnPg(
-  trx: { getExecutor?: () => { provideConnection<T>(consumer: (connection: unknown) => Promise<T>): Promise<T> } },
-  compiled: CompiledQuery,
-): Promise<{ rows: unknown[]; numAffectedRows?: bigint } | undefined> {
-  const executor = trx.getExecutor?.()
-  if (!executor) return undefined
-  return executor.provideConnection(async (connection) => {
-    if ((connection as object | null)?.constructor?.name !== 'PostgresConnection') return undefined
-    const text = compiled.sql
-    const named: NamedQuery = { name: preparedName('kysely', text), text, toString: () => text }
-    const query = { ...compiled, sql: named as unknown as string }
-    return (connection as { executeQuery(query: CompiledQuery): Promise<{ rows: unknown[] }> }).executeQuery(query)
-  })
 }
 
 function dialectOf(db: object): 'postgres' | 'mysql' {

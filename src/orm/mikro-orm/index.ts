@@ -13,6 +13,7 @@
  */
 import { positional, type SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
+import { type KyselyTransactionLike, preparedOnKyselyPg } from '../kysely-prepared.js'
 
 /** What idemkey needs of a MikroORM SQL `EntityManager` (`@mikro-orm/postgresql`, `@mikro-orm/mysql`, `@mikro-orm/mariadb`). */
 export interface MikroOrmEntityManagerLike {
@@ -21,6 +22,8 @@ export interface MikroOrmEntityManagerLike {
   // biome-ignore lint/suspicious/noExplicitAny: raw results are rows or a result header.
   execute(query: string, params?: any[], method?: 'all' | 'get' | 'run'): Promise<any>
   getPlatform(): object
+  /** The transaction inside `transactional`: a Kysely transaction in MikroORM 7. */
+  getTransactionContext?(): unknown
 }
 
 /** Options of {@link mikroOrmTransactions}. */
@@ -34,7 +37,8 @@ export interface MikroOrmTransactionsOptions {
 
 /**
  * Transactions of a MikroORM `EntityManager` on PostgreSQL, MySQL or MariaDB: `em.transactional`, with
- * each statement of the store run as `em.execute(sql, values)` on the transaction's fork. MikroORM
+ * each statement of the store run as `em.execute(sql, values)` on the transaction's fork (on PostgreSQL
+ * with MikroORM's pg driver: as a named prepared statement on the transaction's connection). MikroORM
  * flushes the fork's unit of work before it commits, so entities the work persisted commit with the record.
  *
  * @example new MySqlStore({ pool, transactions: mikroOrmTransactions(orm.em) })
@@ -49,7 +53,15 @@ export function mikroOrmTransactions<Em extends MikroOrmEntityManagerLike>(
     dialect,
     transaction: (fn) => em.transactional((fork: Em) => fn(fork), options.config),
     async execute(fork, sql, values) {
-      // MikroORM binds `?` placeholders (it formats them into the statement, escaped by the platform).
+      if (dialect === 'postgres') {
+        // On MikroORM's pg driver (Kysely's PostgresConnection), the statement goes to the transaction's
+        // connection as a named prepared statement: parsed and planned once per connection, not formatted
+        // into a new text on every transaction.
+        const context = fork.getTransactionContext?.() as KyselyTransactionLike | undefined
+        const prepared = context ? await preparedOnKyselyPg(context, 'mikro-orm', sql, values) : undefined
+        if (prepared) return { count: prepared.rows.length }
+      }
+      // Elsewhere MikroORM binds `?` placeholders (it formats them into the statement, escaped by the platform).
       const bound = dialect === 'postgres' ? positional(sql, values) : { sql, values: [...values] }
       const result = await fork.execute(bound.sql, bound.values, dialect === 'postgres' ? 'all' : 'run')
       if (dialect === 'postgres') return { count: Array.isArray(result) ? result.length : 0 }
