@@ -42,7 +42,9 @@ const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
  * Leases and expiry are decided by the server's clock (`clock_timestamp()`). Acquire is one
  * statement (a read of the live record, or an `INSERT … ON CONFLICT … DO UPDATE … WHERE` that takes
  * the row only when no live record holds it), so a first request costs two round trips (acquire,
- * complete) and a replay one. Waiters are woken by LISTEN/NOTIFY on one shared connection, and poll
+ * complete) and a replay one. Concurrent callers share: operations of one kind issued while one
+ * is in flight go out together when it returns, as one statement and one commit (`groupCommit`,
+ * on by default; never inside your transaction). Waiters are woken by LISTEN/NOTIFY on one shared connection, and poll
  * as well. With `ledger.runInTransaction`, the work's writes and the completion commit together, and
  * a fenced-out holder's writes roll back. Create the table once with {@link PostgresStore.migrate}
  * (or `idemkey migrate`).
