@@ -1,15 +1,18 @@
 /**
  * PostgresStore benchmark, all measured side by side in one run on one pool:
- *  - acquire+complete cycles/s and replays/s at 1, 10 and 50 concurrent callers, beside
- *    "raw pg, same SQL" (the store's two statements sent straight through pg, prepared the same way:
- *    the gap is the library's own cost) and "raw pg, minimal SQL" (a plain INSERT and UPDATE per
- *    cycle, one SELECT by primary key per replay, none of the guarantees: the gap is the design's);
+ *  - acquire+complete cycles/s and replays/s at 1, 10 and 50 concurrent callers, with group commit
+ *    (the default) and without (`groupCommit: false`), beside "raw pg, same SQL" (the store's two
+ *    single statements sent straight through pg, prepared the same way, one operation at a time: the
+ *    gap is the library's own cost, or its batching's gain) and "raw pg, minimal SQL" (a plain
+ *    INSERT and UPDATE per cycle, one SELECT by primary key per replay, none of the guarantees);
  *  - wake-up latency: a waiting Ledger on a second pool, from the holder's complete() to the waiter's
  *    answer (LISTEN/NOTIFY);
  *  - bytes per stored row (heap, TOAST and indexes) for a typical small JSON response;
  *  - optional (`--rows N`, e.g. 10000000): acquire p50/p99 on a table of N rows beside an empty one.
  * Needs PostgreSQL on 127.0.0.1:5432 (user root, database test), or PG_URL.
  * Run alone: npx tsx bench/postgres.bench.ts [--ms 1500] [--rows 10000000]
+ * Throughput only, at chosen callers, in under a minute (written to docs/benchmarks/postgres-throughput.md):
+ *   npx tsx bench/postgres.bench.ts --throughput-only --callers 50 --ms 3000
  */
 import pg from 'pg'
 import { fingerprintOf } from '../src/core/fingerprint.js'
@@ -21,6 +24,14 @@ import { fmt, numberArg, opsPerSecond, percentile, report, table } from './lib.j
 
 const MS = numberArg('--ms', 1_500)
 const BIG_ROWS = numberArg('--rows', 0)
+const THROUGHPUT_ONLY = process.argv.includes('--throughput-only')
+const callersAt = process.argv.indexOf('--callers')
+const CALLERS =
+  callersAt > 0
+    ? String(process.argv[callersAt + 1])
+        .split(',')
+        .map(Number)
+    : [1, 10, 50]
 const URL = process.env.PG_URL ?? 'postgres://root@127.0.0.1:5432/test'
 const TABLE = `idemkey_bench_${process.pid}`
 const BIG = `idemkey_bench_big_${process.pid}`
@@ -33,6 +44,8 @@ const headers = JSON.stringify(outcome.response.headers)
 
 const pool = new pg.Pool({ connectionString: URL, max: 20 })
 const store = new PostgresStore({ pool, table: TABLE })
+/** The same table through a store that sends one statement per operation. */
+const single = new PostgresStore({ pool, table: TABLE, groupCommit: false })
 const sql = statements('public', TABLE)
 const q = (s: { name: string; text: string }, values: unknown[]) => pool.query({ name: s.name, text: s.text, values })
 
@@ -64,40 +77,50 @@ async function rawMinimalCycle(scope: string, key: string): Promise<void> {
 async function measure(concurrency: number, ms = MS): Promise<{ rows: Array<Array<string | number>>; ratios: string[] }> {
   const scope = `bench-${Date.now()}-${concurrency}`
   let round = 0
-  const cycle = async (i: number) => {
-    const key = `c-${round}-${i}`
-    const acquired = await store.acquire(scope, key, fp, 30_000)
+  const cycle = (on: PostgresStore, prefix: string) => async (i: number) => {
+    const key = `${prefix}-${round}-${i}`
+    const acquired = await on.acquire(scope, key, fp, 30_000)
     if (acquired.kind !== 'acquired') throw new Error(`expected acquired, got ${acquired.kind}`)
-    if (!(await store.complete(scope, key, acquired.token, outcome, 3_600_000))) throw new Error('complete refused')
+    if (!(await on.complete(scope, key, acquired.token, outcome, 3_600_000))) throw new Error('complete refused')
   }
-  const replay = async () => {
-    const answer = await store.acquire(scope, 'c-0', fp, 30_000)
+  const replay = (on: PostgresStore) => async () => {
+    const answer = await on.acquire(scope, 'c-0', fp, 30_000)
     if (answer.kind !== 'replay') throw new Error(`expected replay, got ${answer.kind}`)
   }
   const rawReplay = () => q(sql.acquire, [scope, 'c-0', fp, 30_000, RETENTION_MS, false])
   // Store and raw alternate in short rounds, so a busy neighbour hurts both alike.
   const ROUNDS = 4
   const slice = ms / ROUNDS
-  let [storeCycles, sameCycles, storeReplays, sameReplays] = [0, 0, 0, 0]
+  let [storeCycles, singleCycles, sameCycles, storeReplays, singleReplays, sameReplays] = [0, 0, 0, 0, 0, 0]
   // The replay target: one completed key.
   const first = (await store.acquire(scope, 'c-0', fp, 30_000)) as { token: number }
   await store.complete(scope, 'c-0', first.token, outcome, 3_600_000)
   for (round = 0; round < ROUNDS; round++) {
-    // Which goes first alternates too.
-    const pair = async (a: () => Promise<number>, b: () => Promise<number>) =>
-      round % 2 === 0 ? [await a(), await b()] : [await b(), await a()].reverse()
-    const [c1, c2] = await pair(
-      () => opsPerSecond(cycle, slice, concurrency),
+    // Which goes first rotates too.
+    const rotated = async (runs: Array<() => Promise<number>>) => {
+      const out: number[] = []
+      for (let k = 0; k < runs.length; k++) {
+        const at = (k + round) % runs.length
+        out[at] = await (runs[at] as () => Promise<number>)()
+      }
+      return out as [number, number, number]
+    }
+    const [c1, c2, c3] = await rotated([
+      () => opsPerSecond(cycle(store, 'c'), slice, concurrency),
+      () => opsPerSecond(cycle(single, 'o'), slice, concurrency),
       () => opsPerSecond((i) => rawSameCycle(scope, `s-${round}-${i}`), slice, concurrency),
-    )
-    const [r1, r2] = await pair(
-      () => opsPerSecond(replay, slice, concurrency),
+    ])
+    const [r1, r2, r3] = await rotated([
+      () => opsPerSecond(replay(store), slice, concurrency),
+      () => opsPerSecond(replay(single), slice, concurrency),
       () => opsPerSecond(rawReplay, slice, concurrency),
-    )
-    storeCycles += (c1 as number) / ROUNDS
-    sameCycles += (c2 as number) / ROUNDS
-    storeReplays += (r1 as number) / ROUNDS
-    sameReplays += (r2 as number) / ROUNDS
+    ])
+    storeCycles += c1 / ROUNDS
+    singleCycles += c2 / ROUNDS
+    sameCycles += c3 / ROUNDS
+    storeReplays += r1 / ROUNDS
+    singleReplays += r2 / ROUNDS
+    sameReplays += r3 / ROUNDS
   }
   const ledger = new Ledger({ store })
   const ledgerCycles = await opsPerSecond(
@@ -111,13 +134,23 @@ async function measure(concurrency: number, ms = MS): Promise<{ rows: Array<Arra
   const minimalCycles = await opsPerSecond((i) => rawMinimalCycle(scope, `m-${i}`), ms, concurrency)
   const minimalReplays = await opsPerSecond(() => pool.query({ ...MINIMAL_SELECT, values: [scope, 'c-0'] }), ms, concurrency)
   const pct = (a: number, b: number) => `${fmt((100 * a) / b)}%`
+  const x = (a: number, b: number) => `${fmt(a / b, 2)}x`
   return {
     rows: [
       ['PostgresStore', concurrency, fmt(storeCycles), fmt(storeReplays), fmt(ledgerCycles)],
+      ['PostgresStore, groupCommit: false', concurrency, fmt(singleCycles), fmt(singleReplays), '-'],
       ['raw pg, same SQL', concurrency, fmt(sameCycles), fmt(sameReplays), '-'],
       ['raw pg, minimal SQL', concurrency, fmt(minimalCycles), fmt(minimalReplays), '-'],
     ],
-    ratios: [String(concurrency), pct(storeCycles, sameCycles), pct(storeReplays, sameReplays)],
+    ratios: [
+      String(concurrency),
+      pct(storeCycles, sameCycles),
+      pct(storeReplays, sameReplays),
+      pct(singleCycles, sameCycles),
+      pct(singleReplays, sameReplays),
+      x(storeCycles, singleCycles),
+      x(storeReplays, singleReplays),
+    ],
   }
 }
 
@@ -231,27 +264,37 @@ try {
   await measure(10, 400)
   const rows: Array<Array<string | number>> = []
   const ratios: string[][] = []
-  for (const concurrency of [1, 10, 50]) {
+  for (const concurrency of CALLERS) {
     const result = await measure(concurrency)
     rows.push(...result.rows)
     ratios.push(result.ratios)
   }
-  const wake = await wakeUps(150)
-  const perRow = await bytesPerRow(100_000)
-  const big = BIG_ROWS > 0 ? await bigTable(BIG_ROWS) : 'Not run (add `--rows 10000000` to measure acquire on a 10M-row table).'
-  report(
-    'postgres',
-    'PostgresStore (PostgreSQL over loopback)',
-    `npx tsx bench/postgres.bench.ts${BIG_ROWS ? ` --rows ${BIG_ROWS}` : ''}`,
-    `Server: ${String(info[0].v).split(' on ')[0]}, synchronous_commit=${info[0].sync}, on the same machine; pool of 20 connections.
+  const server = `Server: ${String(info[0].v).split(' on ')[0]}, synchronous_commit=${info[0].sync}, on the same machine; pool of 20 connections.`
+  const throughput = `${table(['path', 'callers', 'acquire+complete cycles/s', 'replays/s', 'Ledger.run cycles/s'], rows)}
 
-${table(['path', 'callers', 'acquire+complete cycles/s', 'replays/s', 'Ledger.run cycles/s'], rows)}
+PostgresStore as a share of "raw pg, same SQL" (target: at least 85%; the issue's target for group commit at 50 callers: cycles at least 150%), with group commit (the default) and without, and group commit on / off:
 
-PostgresStore as a share of "raw pg, same SQL" (target: at least 85%):
+${table(['callers', 'cycles', 'replays', 'cycles, off', 'replays, off', 'cycles on / off', 'replays on / off'], ratios)}
 
-${table(['callers', 'cycles', 'replays'], ratios)}
+A cycle is one \`acquire\` of a new key and one \`complete\` of it: two round trips, two commits for one caller alone. A replay is one round trip and a plain read. With group commit (the default), the acquires (and the completes, and the replays' reads) that concurrent callers issue while one of their kind is in flight go out together when it returns, as one statement and one commit; \`groupCommit: false\` sends one statement per operation. "raw pg, same SQL" sends the store's two single statements through \`pool.query\` as the same named prepared statements, one operation at a time, in four rounds that rotate with both stores (which goes first rotates too), so the gap to it is the library's own cost (or, with group commit, its gain); "raw pg, minimal SQL" is a plain INSERT and UPDATE per cycle and a SELECT by primary key per replay, with none of the guarantees (no server clock, no fencing, no NOTIFY). The server shares the 2-core machine with the benchmark (and, on the recording machine, with other sessions' work): compare rows of one run, not runs; the figures are indicative.`
+  if (THROUGHPUT_ONLY) {
+    report(
+      'postgres-throughput',
+      'PostgresStore throughput, group commit on and off',
+      `npx tsx bench/postgres.bench.ts --throughput-only --callers ${CALLERS.join(',')} --ms ${MS}`,
+      `${server}\n\n${throughput}`,
+    )
+  } else {
+    const wake = await wakeUps(150)
+    const perRow = await bytesPerRow(100_000)
+    const big = BIG_ROWS > 0 ? await bigTable(BIG_ROWS) : 'Not run (add `--rows 10000000` to measure acquire on a 10M-row table).'
+    report(
+      'postgres',
+      'PostgresStore (PostgreSQL over loopback)',
+      `npx tsx bench/postgres.bench.ts${BIG_ROWS ? ` --rows ${BIG_ROWS}` : ''}`,
+      `${server}
 
-A cycle is one \`acquire\` of a new key and one \`complete\` of it: two round trips, two commits. A replay is one round trip and a plain read. "raw pg, same SQL" sends the store's two statements through \`pool.query\` as the same named prepared statements, alternating with the store in four rounds (which goes first alternates too), so the gap to it is the library's own cost; "raw pg, minimal SQL" is a plain INSERT and UPDATE per cycle and a SELECT by primary key per replay, with none of the guarantees (no server clock, no fencing, no NOTIFY). The server shares the 2-core machine with the benchmark: compare rows of one run, not runs.
+${throughput}
 
 ### Wake-up latency
 
@@ -264,9 +307,11 @@ A completed record with a UUID key, JSON headers and a ${body.byteLength}-byte b
 ### Acquire on a large table
 
 ${big}`,
-  )
+    )
+  }
 } finally {
   await pool.query(`DROP TABLE IF EXISTS "${TABLE}", "${BIG}", "${FRESH}", "${TABLE}_size"`)
   await store.close()
+  await single.close()
   await pool.end()
 }

@@ -50,6 +50,14 @@ export interface PostgresStoreCommonOptions {
   preparedStatements?: boolean
   /** Run a purge loop in this process (timers are unref'd; `close()` stops it). @default false */
   gc?: boolean | PostgresGcOptions
+  /**
+   * Group commit: operations of one kind (acquire, complete, renew, release, get) issued by
+   * concurrent callers while one of that kind is in flight go out together when it returns, as one
+   * statement and one commit, each caller answered as its own statement would have answered it. A
+   * caller alone pays nothing (no timer). Statements inside your transaction are never batched.
+   * `false`: one statement per operation. @default true
+   */
+  groupCommit?: boolean
 }
 
 /**

@@ -1,6 +1,6 @@
 import { parseDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
-import { assertRecordStep, stepsFromJson } from '../../core/steps-store.js'
+import { assertRecordStep } from '../../core/steps-store.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
@@ -13,12 +13,23 @@ import {
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { assertOutcome, encodeHeaders } from '../shared.js'
+import { batchStatements } from './batch-statements.js'
+import {
+  type AcquireInput,
+  type CompleteInput,
+  type FencedInput,
+  type GroupCommits,
+  groupCommits,
+  type KeyInput,
+  lostRaces,
+  type RenewInput,
+} from './batches.js'
 import { channelName, openPool } from './connect.js'
 import { Listener } from './listener.js'
 import type { PostgresStoreOptions, PostgresStoreTransactionsOption } from './options.js'
 import type { PgClientLike, PgPoolLike, PgQueryable, PgQueryResult } from './pool.js'
 import { toStoreError } from './postgres-errors.js'
-import { type AcquireRow, type Row, toRecord } from './rows.js'
+import { type AcquireRow, acquireAnswer, type Row, toRecord } from './rows.js'
 import { migrate } from './schema.js'
 import { COLUMNS, NOW_MS, qualified, type Statement, type Statements, statements } from './statements.js'
 import { PostgresTasks } from './tasks.js'
@@ -31,7 +42,9 @@ const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
  * Leases and expiry are decided by the server's clock (`clock_timestamp()`). Acquire is one
  * statement (a read of the live record, or an `INSERT … ON CONFLICT … DO UPDATE … WHERE` that takes
  * the row only when no live record holds it), so a first request costs two round trips (acquire,
- * complete) and a replay one. Waiters are woken by LISTEN/NOTIFY on one shared connection, and poll
+ * complete) and a replay one. Concurrent callers share: operations of one kind issued while one
+ * is in flight go out together when it returns, as one statement and one commit (`groupCommit`,
+ * on by default; never inside your transaction). Waiters are woken by LISTEN/NOTIFY on one shared connection, and poll
  * as well. With `ledger.runInTransaction`, the work's writes and the completion commit together, and
  * a fenced-out holder's writes roll back. Create the table once with {@link PostgresStore.migrate}
  * (or `idemkey migrate`).
@@ -71,6 +84,8 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   readonly #opening: Promise<PgPoolLike<Client>> | undefined
   /** The user's data layer, when `transactions` was given: `transaction()` runs in it. */
   readonly #tool: SqlTransactions<Tx> | undefined
+  /** Group commit of the pool path (absent with `groupCommit: false`). */
+  readonly #groups: GroupCommits | undefined
 
   constructor(options: PostgresStoreOptions<Client> & PostgresStoreTransactionsOption<Tx>) {
     const schema = options?.schema ?? 'public'
@@ -130,6 +145,21 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
       this.watch = (scope, key, onChange) => listener.watch(`${scope}\n${key}`, onChange)
     }
     this.#tasks = new PostgresTasks(this, options.gc)
+    if (options.groupCommit ?? true) {
+      this.#groups = groupCommits({
+        sql: batchStatements(schema, table),
+        retentionMs: this.#retentionMs,
+        channel: this.channel,
+        query: (operation, statement, values) => this.#query(operation, statement, values),
+        one: {
+          acquire: (input) => this.#acquireOne(input),
+          get: (input) => this.#getOne(input),
+          renew: (input) => this.#renewOne(input),
+          complete: (input) => this.#completeOne(input),
+          release: (input) => this.#releaseOne(input),
+        },
+      })
+    }
   }
 
   /** Creates the table and its indexes if needed; safe to call on every start, from many processes at once. */
@@ -143,30 +173,31 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     assertPositiveInteger(leaseMs, 'leaseMs')
     // A watch registered before the record existed could not flag it: flag it as it is created.
     const watched = this.#listener?.watches(`${scope}\n${key}`) ?? false
+    const input = { scope, key, fingerprint, leaseMs, watched }
+    return this.#groups ? this.#groups.acquire.run(input) : this.#acquireOne(input)
+  }
+
+  async #acquireOne({ scope, key, fingerprint, leaseMs, watched }: AcquireInput): Promise<AcquireResult> {
     const values = [scope, key, fingerprint, leaseMs, this.#retentionMs, watched]
     // Neither a token nor a live record comes back only when another caller changed the row between
     // this statement's snapshot and its insert: run it again, with a fresh snapshot.
     for (let round = 0; round < 100; round++) {
       const row = (await this.#query('acquire', this.#sql.acquire, values)).rows[0] as AcquireRow | undefined
       if (!row) throw new IdempotencyError('STORE_SCHEMA', 'postgres: acquire returned no row; is the table an idemkey table?')
-      if (row.taken !== null) {
-        const steps = stepsFromJson(row.taken_steps)
-        return steps ? { kind: 'acquired', token: Number(row.taken), steps } : { kind: 'acquired', token: Number(row.taken) }
-      }
-      if (row.status === null) continue
-      if (row.fingerprint !== fingerprint) return { kind: 'mismatch' }
-      if (row.status === 'in_progress') return { kind: 'in_progress', lockedUntilMs: Number(row.locked_until) }
-      return { kind: 'replay', record: toRecord({ ...row, scope, key } as Row) }
+      const answer = acquireAnswer(row, scope, key, fingerprint)
+      if (answer) return answer
     }
-    throw new IdempotencyError(
-      'STORE_UNAVAILABLE',
-      `postgres: acquire of ${JSON.stringify(key)} lost 100 races in a row to writers that kept changing it. Retry later.`,
-    )
+    throw lostRaces({ scope, key })
   }
 
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
     assertIdentity(scope, key)
     assertPositiveInteger(leaseMs, 'leaseMs')
+    const input = { scope, key, token, leaseMs }
+    return this.#groups ? this.#groups.renew.run(input) : this.#renewOne(input)
+  }
+
+  async #renewOne({ scope, key, token, leaseMs }: RenewInput): Promise<boolean> {
     const result = await this.#query('renew', this.#sql.renew, [scope, key, token, leaseMs, this.#retentionMs])
     return result.rowCount === 1
   }
@@ -197,12 +228,21 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
 
   async release(scope: string, key: string, token: number): Promise<boolean> {
     assertIdentity(scope, key)
+    const input = { scope, key, token }
+    return this.#groups ? this.#groups.release.run(input) : this.#releaseOne(input)
+  }
+
+  async #releaseOne({ scope, key, token }: FencedInput): Promise<boolean> {
     const result = await this.#query('release', this.#sql.release, [scope, key, this.channel, token, this.#retentionMs])
     return result.rowCount === 1
   }
 
   async get(scope: string, key: string): Promise<StoredRecord | null> {
     assertIdentity(scope, key)
+    return this.#groups ? this.#groups.get.run({ scope, key }) : this.#getOne({ scope, key })
+  }
+
+  async #getOne({ scope, key }: KeyInput): Promise<StoredRecord | null> {
     const row = (await this.#query('get', this.#sql.get, [scope, key])).rows[0] as Row | undefined
     return row ? toRecord(row) : null
   }
@@ -306,18 +346,25 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     assertPositiveInteger(ttlMs, 'ttlMs')
     assertOutcome(outcome)
     const body = outcome.response.body
-    const values = [
+    const input: CompleteInput = {
       scope,
       key,
-      this.channel,
       token,
-      outcome.status,
-      outcome.response.status,
-      encodeHeaders(outcome.response.headers),
-      Buffer.from(body.buffer, body.byteOffset, body.byteLength),
-      outcome.resourceId ?? null,
+      status: outcome.status,
+      responseStatus: outcome.response.status,
+      headers: encodeHeaders(outcome.response.headers),
+      body: Buffer.from(body.buffer, body.byteOffset, body.byteLength),
+      resourceId: outcome.resourceId ?? null,
       ttlMs,
-    ]
+    }
+    // Inside a caller's transaction, the statement is the transaction's own: never batched with others.
+    if (tx !== undefined) return this.#completeOne(input, tx)
+    return this.#groups ? this.#groups.complete.run(input) : this.#completeOne(input)
+  }
+
+  async #completeOne(input: CompleteInput, tx?: Tx): Promise<boolean> {
+    const { scope, key, token, status, responseStatus, headers, body, resourceId, ttlMs } = input
+    const values = [scope, key, this.channel, token, status, responseStatus, headers, body, resourceId, ttlMs]
     const result = await this.#query('complete', this.#sql.complete, values, tx)
     return result.rowCount === 1
   }

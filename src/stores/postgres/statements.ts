@@ -21,7 +21,7 @@ export interface Statement {
   text: string
 }
 
-function statement(text: string): Statement {
+export function statement(text: string): Statement {
   const compact = text.replace(/\s+/g, ' ').trim()
   // The name follows from the text, so stores on different tables never share a prepared statement.
   return { name: `idemkey_${createHash('sha1').update(compact).digest('hex').slice(0, 24)}`, text: compact }
@@ -31,6 +31,35 @@ function statement(text: string): Statement {
 export function qualified(schema: string, table: string): string {
   return `"${schema}"."${table}"`
 }
+
+/**
+ * Whether the row `r` is a live record for a request of `fingerprint` at `now.ms`: one that stops an
+ * acquire (stored, or in progress under a lease, or ended with steps of another request).
+ */
+export function live(fingerprint: string): string {
+  return `r.expires_at > now.ms AND (r.status <> 'in_progress' OR r.locked_until > now.ms
+    OR (r.fingerprint <> ${fingerprint} AND r.steps IS NOT NULL AND r.steps <> '{}'::jsonb))`
+}
+
+/**
+ * The conflict clause of acquire (single and batched): on a row of the same (scope, key), take it
+ * only if it is expired, or in progress with its lease ended (by another fingerprint only when the
+ * ended attempt left no steps); a stored row keeps counting its token, so a zombie stays fenced out.
+ */
+export const TAKEOVER = `ON CONFLICT (scope, "key") DO UPDATE SET
+      fingerprint = EXCLUDED.fingerprint,
+      status = 'in_progress',
+      token = r.token + 1,
+      locked_until = EXCLUDED.locked_until,
+      response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = NULL,
+      attempts = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN 1 ELSE r.attempts + 1 END,
+      created_at = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.created_at ELSE r.created_at END,
+      updated_at = EXCLUDED.updated_at,
+      expires_at = EXCLUDED.expires_at,
+      waiters = EXCLUDED.waiters OR (r.waiters AND r.expires_at > EXCLUDED.created_at),
+      steps = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL ELSE r.steps END
+    WHERE r.expires_at <= EXCLUDED.created_at OR (r.status = 'in_progress' AND r.locked_until <= EXCLUDED.created_at
+      AND (r.fingerprint = EXCLUDED.fingerprint OR r.steps IS NULL OR r.steps = '{}'::jsonb))`
 
 /**
  * Builds the statements for one table. Every value is a `$n` parameter: no input is ever part of the
@@ -67,29 +96,14 @@ export function statements(schema: string, table: string) {
           CASE WHEN r.fingerprint = $3 THEN r.response_body END AS response_body,
           r.resource_id, r.attempts, r.created_at, r.updated_at, r.expires_at
         FROM ${t} r, now
-        WHERE r.scope = $1 AND r."key" = $2 AND r.expires_at > now.ms
-          AND (r.status <> 'in_progress' OR r.locked_until > now.ms
-            OR (r.fingerprint <> $3 AND r.steps IS NOT NULL AND r.steps <> '{}'::jsonb))
+        WHERE r.scope = $1 AND r."key" = $2 AND ${live('$3')}
       ),
       ins AS (
         INSERT INTO ${t} AS r (scope, "key", fingerprint, status, token, locked_until, attempts, created_at, updated_at, expires_at,
           waiters)
         SELECT $1, $2, $3, 'in_progress', 1, now.ms + $4::bigint, 1, now.ms, now.ms, now.ms + $4::bigint + $5::bigint, $6::boolean
         FROM now WHERE NOT EXISTS (SELECT 1 FROM cur)
-        ON CONFLICT (scope, "key") DO UPDATE SET
-          fingerprint = EXCLUDED.fingerprint,
-          status = 'in_progress',
-          token = r.token + 1,
-          locked_until = EXCLUDED.locked_until,
-          response_status = NULL, response_headers = NULL, response_body = NULL, resource_id = NULL,
-          attempts = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN 1 ELSE r.attempts + 1 END,
-          created_at = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN EXCLUDED.created_at ELSE r.created_at END,
-          updated_at = EXCLUDED.updated_at,
-          expires_at = EXCLUDED.expires_at,
-          waiters = EXCLUDED.waiters OR (r.waiters AND r.expires_at > EXCLUDED.created_at),
-          steps = CASE WHEN r.expires_at <= EXCLUDED.created_at THEN NULL ELSE r.steps END
-        WHERE r.expires_at <= EXCLUDED.created_at OR (r.status = 'in_progress' AND r.locked_until <= EXCLUDED.created_at
-          AND (r.fingerprint = EXCLUDED.fingerprint OR r.steps IS NULL OR r.steps = '{}'::jsonb))
+        ${TAKEOVER}
         RETURNING r.token, r.steps
       )
       SELECT (SELECT token FROM ins) AS taken, (SELECT steps::text FROM ins) AS taken_steps, cur.*, now.ms AS now_ms
