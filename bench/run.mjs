@@ -10,7 +10,20 @@ import { join } from 'node:path'
 const root = join(import.meta.dirname, '..')
 const collectOnly = process.argv.includes('--collect-only')
 const only = process.argv.slice(2).filter((arg) => !arg.startsWith('--'))
-const order = ['ledger', 'postgres', 'postgres-throughput', 'redis', 'dynamodb', 'http', 'proxy', 'relay', 'consumers', 'jobs', 'orm']
+const order = [
+  'ledger',
+  'postgres',
+  'postgres-throughput',
+  'redis',
+  'dynamodb',
+  'http',
+  'proxy',
+  'relay',
+  'consumers',
+  'jobs',
+  'orm',
+  'record-size',
+]
 const benches = readdirSync(join(root, 'bench'))
   .filter((name) => name.endsWith('.bench.ts'))
   .map((name) => name.replace(/\.bench\.ts$/, ''))

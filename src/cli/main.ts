@@ -8,6 +8,7 @@ import { registerList } from './list.js'
 import { registerMigrate } from './migrate.js'
 import { registerProxy } from './proxy.js'
 import { describeFailure } from './run.js'
+import { registerSize } from './size.js'
 
 function version(): string {
   try {
@@ -34,6 +35,7 @@ Examples:
   idemkey proxy --upstream http://127.0.0.1:3000 --port 8080
   idemkey list --status in_progress --older-than 5m
   idemkey gc --store postgres://app@127.0.0.1:5432/app
+  idemkey size --writes 5000 --window 24h       storage a write rate and window need, per store
 
 Store URLs: memory:, sqlite:PATH (default sqlite:idemkey.db), postgres://…, mysql://…, redis://…`,
     )
@@ -45,6 +47,7 @@ Store URLs: memory:, sqlite:PATH (default sqlite:idemkey.db), postgres://…, my
   registerList(program)
   registerGc(program)
   registerEvict(program)
+  registerSize(program)
   return program
 }
 
