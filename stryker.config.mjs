@@ -10,6 +10,10 @@ export default {
   plugins: ['@stryker-mutator/vitest-runner'],
   mutate: [
     'src/core/ledger.ts',
+    'src/core/run-core.ts',
+    'src/core/attempt.ts',
+    'src/core/renewal.ts',
+    'src/core/waiter.ts',
     'src/core/fingerprint.ts',
     'src/core/canonical-json.ts',
     'src/http/engine.ts',
