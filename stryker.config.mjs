@@ -17,6 +17,9 @@ export default {
     'src/core/fingerprint.ts',
     'src/core/canonical-json.ts',
     'src/http/engine.ts',
+    'src/http/engine-config.ts',
+    'src/http/engine-answers.ts',
+    'src/http/engine-transaction.ts',
     // acquire, renew, complete and release (line ranges: move them with the methods)
     'src/stores/memory/memory-store.ts:48-134',
     'src/stores/sqlite/sqlite-store.ts:107-179',

@@ -1,0 +1,98 @@
+/**
+ * The engine's options, resolved once (src/http/engine.ts): checked, defaulted, and turned into what
+ * every request uses (the scope rule, the fingerprint, the ledger's run options).
+ */
+import { parseDuration } from '../core/duration.js'
+import type { Ledger, RunOptions } from '../core/ledger.js'
+import { classifyStatus } from '../core/outcome.js'
+import { isTransactionalStore } from '../core/store.js'
+import { IdempotencyError } from '../errors.js'
+import { keyHeaderName } from './key-header.js'
+import { DEFAULT_PROBLEM_BASE } from './problem.js'
+import { credentialScope, functionScope, resolveScopeSecret } from './scope.js'
+import { fromStored, requestFingerprint, storedHeaderSet, toStored } from './stored.js'
+import type { EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike } from './types.js'
+
+const MiB = 1024 * 1024
+
+/** What idemkey's own front ends (the proxy) set beyond the public options. */
+export interface EngineInternals {
+  /** Replaces the scope rule with one that namespaces its own scopes (e.g. the proxy's trusted header). */
+  scopeOf?: (req: HttpRequestLike) => string
+  /** Run options of one request on top of the engine's (a Lambda invocation's deadline). */
+  runOptionsOf?: (req: HttpRequestLike) => Partial<RunOptions<HttpResponseLike>>
+}
+
+/** The resolved options. */
+export interface EngineConfig {
+  ledger: Ledger
+  methods: Set<string>
+  /** The key header as the user spelled it (for messages), and lower-cased (for lookups). */
+  header: string
+  keyHeader: string
+  required: boolean
+  failOpen: boolean
+  transactional: boolean
+  maxRequestBody: number
+  /** The base of problem types. */
+  base: string
+  scopeOf: (req: HttpRequestLike) => string | Promise<string>
+  fingerprintOf: NonNullable<EngineOptions['fingerprint']>
+  runOptions: RunOptions<HttpResponseLike>
+  runOptionsOf: EngineInternals['runOptionsOf']
+  onReplay: EngineOptions['onReplay']
+  onEvent: ((event: EngineEvent) => void) | undefined
+}
+
+export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals: EngineInternals): EngineConfig {
+  if (!options?.ledger || typeof options.ledger.begin !== 'function' || typeof options.ledger.run !== 'function') {
+    throw new IdempotencyError('INVALID_OPTION', 'idempotency({ ledger }) needs a Ledger: new Ledger({ store }).')
+  }
+  const ledger: Ledger = options.ledger
+  if (options.transactional && !isTransactionalStore(ledger.store)) {
+    // Said once at start-up, not as a failure of every request.
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `transactional: true needs a store that runs transactions (PostgresStore, MySqlStore); ${ledger.store.name} does not. Drop the option or change the store.`,
+    )
+  }
+  const { name: header, lower: keyHeader } = keyHeaderName(options.keyHeader)
+  const allow = storedHeaderSet(options.storedHeaders)
+  const maxStoredBody = options.maxStoredBody ?? MiB
+  const base = options.problemBaseUrl ?? DEFAULT_PROBLEM_BASE
+  const classify = options.classify ?? classifyStatus
+  const scopeFn = options.scope
+  // Only the default scope needs the secret, so only it warns when none is set.
+  const secret = scopeFn || internals.scopeOf ? undefined : resolveScopeSecret(options.scopeSecret)
+  const onEvent = options.onEvent as ((event: EngineEvent) => void) | undefined
+  return {
+    ledger,
+    methods: new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase())),
+    header,
+    keyHeader,
+    required: options.required === true,
+    failOpen: options.failOpen === true,
+    transactional: options.transactional === true,
+    maxRequestBody: options.maxRequestBody ?? MiB,
+    base,
+    scopeOf: internals.scopeOf
+      ? internals.scopeOf
+      : scopeFn
+        ? async (req: HttpRequestLike) => functionScope(await scopeFn((req.native ?? req) as Req))
+        : (req: HttpRequestLike) => credentialScope(req.headers, secret as string | Uint8Array),
+    fingerprintOf: options.fingerprint ?? requestFingerprint,
+    runOptions: {
+      encode: (response) => toStored(response, allow, maxStoredBody),
+      decode: (stored) => fromStored(stored, base),
+      classify: (response) => classify(response.status),
+      wait: options.wait === undefined ? undefined : parseDuration(options.wait, 'wait'),
+      lease: options.lease === undefined ? undefined : parseDuration(options.lease, 'lease'),
+      ttl: options.ttl === undefined ? undefined : parseDuration(options.ttl, 'ttl'),
+      onEvent,
+      reconcile: options.reconcile,
+    },
+    runOptionsOf: internals.runOptionsOf,
+    onReplay: options.onReplay,
+    onEvent,
+  }
+}
