@@ -14,6 +14,7 @@
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { cp } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, posix } from 'node:path'
 import pg from 'pg'
@@ -368,7 +369,8 @@ describe('the idemkey command in a project with nothing but idemkey', () => {
 
   it('migrates PostgreSQL with only pg installed beside it', { skip: pgSkip !== undefined }, async () => {
     const withPg = join(work, 'with-pg')
-    cpSync(bare, withPg, { recursive: true, verbatimSymlinks: true })
+    // Asynchronously: a node_modules tree copied synchronously can block this worker past vitest's RPC deadline.
+    await cp(bare, withPg, { recursive: true, verbatimSymlinks: true })
     await npmInstall(withPg, [`pg@${installedVersion('pg')}`], {})
     const table = `consumer_${randomBytes(6).toString('hex')}`
     dropTables.push(table)

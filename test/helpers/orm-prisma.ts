@@ -4,11 +4,12 @@
  * engine download). Its schema engine cannot be downloaded here and is not needed to generate; any
  * executable stands in for it (PRISMA_SCHEMA_ENGINE_BINARY), see docs/orm.md.
  */
-import { execFileSync } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import { PrismaMariaDb } from '@prisma/adapter-mariadb'
 import { PrismaPg } from '@prisma/adapter-pg'
 import { prismaTransactions } from '../../src/orm/prisma/index.js'
@@ -20,15 +21,18 @@ const require = createRequire(import.meta.url)
 /** The tables the Prisma schemas map their models to (Prisma's models name fixed tables). */
 export const PRISMA_TABLES: BusinessTables = { orders: 'idemkey_prisma_orders', accounts: 'idemkey_prisma_accounts' }
 
-/** Generates the client of one schema unless it is there. */
-export function generatePrismaClient(dialect: Dialect): string {
+/**
+ * Generates the client of one schema unless it is there. Asynchronously: `prisma generate` can take a
+ * minute on a loaded machine, and a test worker whose event loop is blocked that long misses its RPC
+ * deadline with vitest's main process ("Timeout calling onTaskUpdate"), failing a run whose tests passed.
+ */
+export async function generatePrismaClient(dialect: Dialect): Promise<string> {
   const name = dialect === 'postgres' ? 'pg' : 'mysql'
   const output = join(FIXTURES, 'generated', name)
   if (!existsSync(join(output, 'client.ts'))) {
     const cli = require.resolve('prisma/build/index.js')
-    execFileSync(process.execPath, [cli, 'generate', '--schema', join(FIXTURES, `${name}.prisma`)], {
+    await promisify(execFile)(process.execPath, [cli, 'generate', '--schema', join(FIXTURES, `${name}.prisma`)], {
       env: { ...process.env, PRISMA_SCHEMA_ENGINE_BINARY: '/bin/true', PRISMA_HIDE_UPDATE_MESSAGE: '1' },
-      stdio: 'pipe',
     })
   }
   return join(output, 'client.ts')
@@ -38,7 +42,7 @@ export async function prismaHarness(dialect: Dialect, tables: BusinessTables, po
   if (tables.orders !== PRISMA_TABLES.orders || tables.accounts !== PRISMA_TABLES.accounts) {
     throw new Error(`the Prisma schema maps its models to ${JSON.stringify(PRISMA_TABLES)}`)
   }
-  const { PrismaClient } = (await import(generatePrismaClient(dialect))) as {
+  const { PrismaClient } = (await import(await generatePrismaClient(dialect))) as {
     PrismaClient: new (options: { adapter: unknown }) => PrismaLike
   }
   const adapter =
