@@ -202,7 +202,7 @@ for (const database of databases) {
           expect(await harness.outstanding()).toBe(0)
         })
 
-        it('acks only after the commit: a message whose commit fails is not acked, comes back and is applied once', async () => {
+        it(`acks only after the commit: a message whose ${database.dialect === 'postgres' ? 'commit' : 'transaction'} fails is not acked, comes back and is applied once`, async () => {
           const name = `${broker}_ack_${randomUUID().slice(0, 8)}`
           const inbox = db.inbox({ consumer: 'ack', table: db.table(name) })
           await inbox.migrate()
