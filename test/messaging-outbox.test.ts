@@ -688,6 +688,46 @@ describe.skipIf(mysqlDatabase?.skip !== undefined)(
       for (const make of bad) expect(make).toThrow(expect.objectContaining({ name: 'IdempotencyError', code: 'INVALID_OPTION' }))
     })
 
+    it('claims at the session isolation level when the server refuses writes at READ COMMITTED (binlog_format = STATEMENT, 1665)', async () => {
+      const table = `${prefix}_binlog`
+      await new MySqlOutbox({ pool, table }).migrate()
+      // Fault injection in front of the real server: a write after SET TRANSACTION … READ COMMITTED fails
+      // as a statement-logging server answers it.
+      let readCommittedSets = 0
+      const statementLogging = {
+        query: pool.query.bind(pool),
+        execute: pool.execute.bind(pool),
+        async getConnection() {
+          const connection = await pool.getConnection()
+          let readCommitted = false
+          return {
+            execute: connection.execute.bind(connection),
+            release: () => connection.release(),
+            async query(sql: string, values?: unknown[]) {
+              if (sql.includes('READ COMMITTED')) {
+                readCommittedSets++
+                readCommitted = true
+              }
+              if (/^\s*(COMMIT|ROLLBACK)/.test(sql)) readCommitted = false
+              if (readCommitted && /^\s*UPDATE/.test(sql)) {
+                throw Object.assign(new Error('Binary logging not possible. Transaction level READ-COMMITTED is unsafe for STATEMENT'), {
+                  errno: 1665,
+                })
+              }
+              return connection.query(sql, values as never[])
+            },
+          }
+        },
+      }
+      const outbox = new MySqlOutbox({ pool: statementLogging as never, table })
+      await inTx((tx) => outbox.add(tx, { id: 'one', topic: 't', payload: 1 }))
+      await inTx((tx) => outbox.add(tx, { id: 'two', topic: 't', payload: 2 }))
+      const storage = outbox.storage()
+      expect((await storage.claim('r', 1, 60_000)).map((m) => m.id)).toEqual(['one'])
+      expect((await storage.claim('r', 1, 60_000)).map((m) => m.id)).toEqual(['two'])
+      expect(readCommittedSets).toBe(1)
+    })
+
     it('adds and records through a `transactions` adapter: the event and the message ID commit with the business write, or roll back with it', async () => {
       const transactions = rawTransactions(pool)
       const outbox = new MySqlOutbox({ pool, table: `${prefix}_tool`, transactions })

@@ -146,6 +146,37 @@ export async function migrateMySql(
   }
 }
 
+/**
+ * Whether a server version (`SELECT VERSION()`) has `FOR UPDATE SKIP LOCKED`, which the relay's claims
+ * use: MySQL 8.0.1+ and MariaDB 10.6+.
+ *
+ * @example supportsSkipLocked('10.11.19-MariaDB-0+deb12u1') // true
+ */
+export function supportsSkipLocked(version: string): boolean {
+  const match = /^(\d+)\.(\d+)\.(\d+)/.exec(version)
+  if (!match) return true // an unknown format: let the server answer for itself
+  const [major, minor, patch] = match.slice(1).map(Number) as [number, number, number]
+  const at = (a: number, b: number, c: number) => major > a || (major === a && (minor > b || (minor === b && patch >= c)))
+  return /mariadb/i.test(version) ? at(10, 6, 0) : at(8, 0, 1)
+}
+
+/** Refuses, with what to do, a server whose claims could not skip locked rows. */
+export async function assertSkipLocked(pool: MySqlPoolLike, component: string): Promise<void> {
+  let version: string
+  try {
+    const [rows] = await pool.query('SELECT VERSION() AS version')
+    version = String((rows as Array<{ version: unknown }>)[0]?.version ?? '')
+  } catch (error) {
+    throw storeUnavailable(component, 'migrate (reading the server version)', error)
+  }
+  if (!supportsSkipLocked(version)) {
+    throw new IdempotencyError(
+      'STORE_SCHEMA',
+      `${component} needs MySQL 8.0.1+ or MariaDB 10.6+ (the relay claims rows with FOR UPDATE SKIP LOCKED), but the server is ${version}. Upgrade the server, or keep the outbox on PostgreSQL.`,
+    )
+  }
+}
+
 /** `values.length` placeholders, for an `IN (…)` list. */
 export function placeholders(count: number): string {
   return Array.from({ length: count }, () => '?').join(', ')

@@ -3,6 +3,7 @@ import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-tran
 import { IdempotencyError } from '../../errors.js'
 import { purgeBatchSize } from '../message.js'
 import {
+  assertSkipLocked,
   executeIn,
   type MySqlConnectionLike,
   type MySqlPoolLike,
@@ -127,8 +128,12 @@ export class MySqlOutbox<Tx = MySqlConnectionLike> {
       VALUES (?, ?, ?, ?, ?, ?, ${NOW_MS}, ${NOW_MS})`
   }
 
-  /** Creates the table, its indexes and `<table>_meta`. Idempotent; safe to run from several processes at once. */
+  /**
+   * Creates the table, its indexes and `<table>_meta`. Idempotent; safe to run from several processes at
+   * once. Refuses (`STORE_SCHEMA`) a server older than MySQL 8.0.1 or MariaDB 10.6, which cannot skip locked rows.
+   */
   async migrate(): Promise<void> {
+    await assertSkipLocked(this.#pool, 'MySqlOutbox')
     await migrateMySql(this.#pool, 'MySqlOutbox', this.#table, MIGRATIONS(this.#table))
   }
 

@@ -45,6 +45,8 @@ const LOCK_RETRIES = 3
  * `SELECT … ORDER BY seq LIMIT n FOR UPDATE SKIP LOCKED` and one UPDATE that leases what it read.
  */
 export class MySqlRelayStorage implements RelayStorage {
+  #readCommitted = true
+
   constructor(
     private readonly pool: MySqlPoolLike,
     private readonly table: MySqlTableName,
@@ -52,6 +54,18 @@ export class MySqlRelayStorage implements RelayStorage {
   ) {}
 
   async claim(relayId: string, limit: number, leaseMs: number): Promise<OutboxMessage[]> {
+    try {
+      return await this.#claim(relayId, limit, leaseMs)
+    } catch (error) {
+      // A server logging statements (binlog_format = STATEMENT) refuses writes at READ COMMITTED (1665):
+      // claims then run at the session's level, where their short range locks may briefly hold inserts.
+      if ((error as { cause?: { errno?: number } }).cause?.errno !== 1665 || !this.#readCommitted) throw error
+      this.#readCommitted = false
+      return this.#claim(relayId, limit, leaseMs)
+    }
+  }
+
+  async #claim(relayId: string, limit: number, leaseMs: number): Promise<OutboxMessage[]> {
     const t = this.table.sql
     let connection: MySqlConnectionLike
     try {
@@ -61,7 +75,7 @@ export class MySqlRelayStorage implements RelayStorage {
     }
     try {
       // Applies to the next transaction only: the pool's connection keeps its own default.
-      await connection.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED')
+      if (this.#readCommitted) await connection.query('SET TRANSACTION ISOLATION LEVEL READ COMMITTED')
       await connection.query('START TRANSACTION')
       try {
         let blocked: Buffer[] = []
