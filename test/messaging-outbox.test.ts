@@ -310,6 +310,54 @@ for (const database of databases) {
       }
     })
 
+    it('stops after the batch in hand: that batch is marked sent, unclaimed rows stay pending for the next relay, nothing is lost or sent twice', async () => {
+      await db.inTransaction(async (tx) => {
+        for (let i = 0; i < 40; i++) await outbox.add(tx, { topic: nats.subject('stop'), payload: { i } })
+      })
+      const real = new NatsPublisher({ connection: nats.connection })
+      let release = () => {}
+      const held = new Promise<void>((resolve) => {
+        release = resolve
+      })
+      let inPublish = () => {}
+      const publishing = new Promise<void>((resolve) => {
+        inPublish = resolve
+      })
+      const published = new Map<string, number>()
+      const count = (messages: readonly OutboxMessage[]) => {
+        for (const m of messages) published.set(m.id, (published.get(m.id) ?? 0) + 1)
+      }
+      const heldOnce: Publisher = {
+        name: 'held-nats',
+        async publish(messages) {
+          inPublish()
+          await held
+          count(messages)
+          return real.publish(messages)
+        },
+      }
+      const first = new OutboxRelay({ outbox, publisher: heldOnce, batchSize: 10 })
+      first.start()
+      await publishing
+      const stopping = first.stop()
+      release()
+      await stopping
+      expect(await outbox.stats()).toEqual({ pending: 30, sent: 10, dead: 0 })
+      const counting: Publisher = {
+        name: 'counting-nats',
+        async publish(messages) {
+          count(messages)
+          return real.publish(messages)
+        },
+      }
+      const second = new OutboxRelay({ outbox, publisher: counting, batchSize: 10 })
+      for (let n = await second.runOnce(); n > 0; n = await second.runOnce()) {}
+      expect(await outbox.stats()).toEqual({ pending: 0, sent: 40, dead: 0 })
+      expect(published.size).toBe(40)
+      expect([...published.values()].every((n) => n === 1)).toBe(true)
+      expect(await nats.count()).toBe(40)
+    })
+
     it('applies a message once: a redelivery is skipped, the same ID with another payload is flagged, a failed effect leaves no trace', async () => {
       const ledger = db.table('ledger')
       await db.query(`CREATE TABLE IF NOT EXISTS ${ledger} (message_id varchar(255), amount int)`)
