@@ -413,6 +413,21 @@ for (const database of databases) {
       })
     })
 
+    it('handles two batches of the same IDs in opposite orders at once without a deadlock: each ID applied once', async () => {
+      const inbox = db.inbox({ consumer: 'batches', table: db.table('inbox_batches') })
+      await inbox.migrate()
+      const messages = Array.from({ length: 60 }, (_, i) => ({ id: `id-${String(i).padStart(2, '0')}`, payload: `${i}` }))
+      const applied: string[] = []
+      const effect = async (_tx: unknown, m: { id: string }) => {
+        applied.push(m.id)
+      }
+      const results = await Promise.all([inbox.handleBatch?.(messages, effect), inbox.handleBatch?.([...messages].reverse(), effect)])
+      expect(applied.sort()).toEqual(messages.map((m) => m.id))
+      const statuses = results.flatMap((batch) => batch?.map((r) => r.status) ?? [])
+      expect(statuses.filter((s) => s === 'applied')).toHaveLength(60)
+      expect(statuses.filter((s) => s === 'duplicate')).toHaveLength(60)
+    })
+
     it("records a message ID inside the caller's own transaction: new once, duplicate after commit, new again after a rollback", async () => {
       const inbox = db.inbox({ consumer: 'own-tx', table: db.table('inbox_own') })
       await inbox.migrate()

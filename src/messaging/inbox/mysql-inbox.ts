@@ -158,7 +158,8 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
 
   /**
    * Several messages in one transaction (what the consumer helpers use under load): each ID recorded
-   * in turn, then each new message's effect in the given order, then one COMMIT. A message seen before
+   * (in sorted order, so concurrent batches lock alike), then each new message's effect in the given
+   * order, then one COMMIT. A message seen before
    * is `duplicate`, or `mismatch` with another payload (reported, not thrown); an ID twice in the
    * batch is applied once. Any error rolls the whole batch back and is thrown (retry the messages one
    * by one with {@link MySqlInbox.handle}). Events are reported after the commit.
@@ -171,19 +172,30 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
     const hashes = messages.map((m) => payloadHash(m.payload))
     const { results, events } = await this.#transaction(`handleBatch of ${messages.length}`, async (connection, runEffect) => {
       const run = (sql: string, values: readonly (string | Buffer)[]) => executeIn(undefined, connection, sql, values)
-      // The hash each ID was taken under by its first copy in this batch; other copies compare with it.
+      // Each ID's first copy is recorded first, in one order whatever the batch's, so two consumers'
+      // batches take their row locks in the same order and cannot deadlock on each other.
+      const firstIndex = new Map<string, number>()
+      for (const [i, message] of messages.entries()) if (!firstIndex.has(message.id)) firstIndex.set(message.id, i)
+      const verdicts: Array<'apply' | 'duplicate' | 'mismatch' | undefined> = messages.map(() => undefined)
+      // The hash each new ID was taken under by its first copy; its other copies compare with it.
       const taken = new Map<string, string>()
-      const verdicts: Array<'apply' | 'duplicate' | 'mismatch'> = []
+      for (const id of [...firstIndex.keys()].sort()) {
+        const i = firstIndex.get(id) as number
+        const verdict = await this.#record(run, id, hashes[i] as string)
+        if (verdict === 'new') taken.set(id, hashes[i] as string)
+        verdicts[i] = verdict === 'new' ? 'apply' : verdict
+      }
       for (const [i, message] of messages.entries()) {
-        const hash = hashes[i] as string
+        if (verdicts[i] !== undefined) continue
         const first = taken.get(message.id)
-        if (first !== undefined) {
-          verdicts.push(first === hash ? 'duplicate' : 'mismatch')
-          continue
+        const hash = hashes[i] as string
+        if (first !== undefined) verdicts[i] = first === hash ? 'duplicate' : 'mismatch'
+        else {
+          // Its first copy was known before the batch: this copy's own payload decides.
+          const verdict = await this.#record(run, message.id, hash)
+          if (verdict === 'new') taken.set(message.id, hash)
+          verdicts[i] = verdict === 'new' ? 'apply' : verdict
         }
-        const verdict = await this.#record(run, message.id, hash)
-        if (verdict === 'new') taken.set(message.id, hash)
-        verdicts.push(verdict === 'new' ? 'apply' : verdict)
       }
       const results: Array<InboxBatchResult<T>> = []
       const events: InboxEvent[] = []
