@@ -11,7 +11,8 @@
  * - blocks marked `run=…` are also run with tsx (`node --import tsx`, the same paths) against the local
  *   servers they name, and must exit 0 within RUN_TIMEOUT_MS. A server that is down skips them loudly
  *   (a failure under CI=true). Each run starts from nothing: PostgreSQL examples get a new database
- *   (DATABASE_URL), dropped afterwards, and the JetStream streams a run creates are deleted after it.
+ *   (DATABASE_URL), MySQL examples a new MariaDB database (MYSQL_URL), both dropped afterwards, and the
+ *   JetStream streams a run creates are deleted after it.
  *
  * Keep a copy of the generated files with IDEMKEY_KEEP_DOCS_EXAMPLES=1.
  */
@@ -20,6 +21,7 @@ import { randomUUID } from 'node:crypto'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import mysql from 'mysql2/promise'
 import { connect } from 'nats'
 import pg from 'pg'
 import ts from 'typescript'
@@ -40,6 +42,7 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const WORLD = join(ROOT, WORLD_DIR)
 const RUN_TIMEOUT_MS = 30_000
 const PG_ADMIN_URL = process.env.IDEMKEY_PG_URL ?? 'postgres://root@127.0.0.1:5432/test'
+const MYSQL_ADMIN_URL = process.env.IDEMKEY_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test'
 const NATS_SERVER = '127.0.0.1:4222'
 
 const { examples, problems } = extractExamples(ROOT, docFiles(ROOT))
@@ -151,6 +154,23 @@ async function freshPostgresDatabase(): Promise<{ url: string; drop: () => Promi
   const url = new URL(PG_ADMIN_URL)
   url.pathname = `/${database}`
   return { url: url.toString(), drop: () => admin(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`) }
+}
+
+/** A new, empty MySQL/MariaDB database, and the way to drop it. */
+async function freshMysqlDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+  const database = `idemkey_docs_${randomUUID().replaceAll('-', '').slice(0, 12)}`
+  const admin = async (sql: string) => {
+    const connection = await mysql.createConnection({ uri: MYSQL_ADMIN_URL })
+    try {
+      await connection.query(sql)
+    } finally {
+      await connection.end()
+    }
+  }
+  await admin(`CREATE DATABASE \`${database}\``)
+  const url = new URL(MYSQL_ADMIN_URL)
+  url.pathname = `/${database}`
+  return { url: url.toString(), drop: () => admin(`DROP DATABASE IF EXISTS \`${database}\``) }
 }
 
 /**
@@ -352,6 +372,11 @@ describe('docs examples', () => {
         if (example.run?.includes('postgres')) {
           const fresh = await freshPostgresDatabase()
           env.DATABASE_URL = fresh.url
+          cleanups.push(fresh.drop)
+        }
+        if (example.run?.includes('mysql')) {
+          const fresh = await freshMysqlDatabase()
+          env.MYSQL_URL = fresh.url
           cleanups.push(fresh.drop)
         }
         if (example.run?.includes('nats')) cleanups.push(await deleteNewNatsStreams())

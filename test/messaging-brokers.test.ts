@@ -6,26 +6,19 @@ import { randomUUID } from 'node:crypto'
 import amqp from 'amqplib'
 import { Redis } from 'ioredis'
 import { connect } from 'nats'
-import { PgInbox } from '../src/messaging/inbox/index.js'
-import {
-  type OutboxMessage,
-  OutboxRelay,
-  PgOutbox,
-  PublishError,
-  PublishMismatchError,
-  type RelayEvent,
-} from '../src/messaging/outbox/index.js'
+import { type OutboxMessage, OutboxRelay, PublishError, PublishMismatchError, type RelayEvent } from '../src/messaging/outbox/index.js'
 import { NatsPublisher } from '../src/messaging/publishers/nats/index.js'
 import { consumeRabbitMq, RabbitMqPublisher } from '../src/messaging/publishers/rabbitmq/index.js'
 import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/publishers/redis-streams/index.js'
 import { createStream } from './fixtures/messaging/nats.js'
-import { createSchema, eventually, inTransaction, type TestSchema } from './fixtures/messaging/pg.js'
+import { eventually } from './fixtures/messaging/pg.js'
+import { sqlDatabases, type TestDb } from './fixtures/messaging/sql.js'
 import { serviceSkipReason } from './helpers/services.js'
 
-const pgSkip = await serviceSkipReason('PostgreSQL', 5432)
-const rabbitSkip = pgSkip ?? (await serviceSkipReason('RabbitMQ', 5672))
-const redisSkip = pgSkip ?? (await serviceSkipReason('Redis', 6379))
-const natsSkip = pgSkip ?? (await serviceSkipReason('NATS', 4222))
+const databases = await sqlDatabases()
+const rabbitSkip = await serviceSkipReason('RabbitMQ', 5672)
+const redisSkip = await serviceSkipReason('Redis', 6379)
+const natsSkip = await serviceSkipReason('NATS', 4222)
 const AMQP = 'amqp://guest:guest@127.0.0.1:5672'
 
 function message(overrides: Partial<OutboxMessage> = {}): OutboxMessage {
@@ -43,13 +36,20 @@ function message(overrides: Partial<OutboxMessage> = {}): OutboxMessage {
   }
 }
 
-let db: TestSchema
+const dbs = new Map<string, TestDb>()
 beforeAll(async () => {
-  if (!pgSkip) db = await createSchema('brokers')
+  for (const database of databases) if (database.skip === undefined) dbs.set(database.name, await database.open('brokers'))
 })
 afterAll(async () => {
-  await db?.drop()
+  for (const db of dbs.values()) await db.drop()
 })
+
+/** A case that keeps outbox rows or inbox IDs: run once per SQL database (PostgreSQL, MariaDB). */
+function itOnEachDatabase(name: string, fn: (db: TestDb) => Promise<void>): void {
+  for (const database of databases) {
+    it.skipIf(database.skip !== undefined)(`${name} (${database.name})`, () => fn(dbs.get(database.name) as TestDb))
+  }
+}
 
 describe.skipIf(rabbitSkip !== undefined)('RabbitMQ publisher and consumer', () => {
   let connection: amqp.ChannelModel
@@ -93,39 +93,42 @@ describe.skipIf(rabbitSkip !== undefined)('RabbitMQ publisher and consumer', () 
     expect(results[0]?.ok === false && results[0].error).toBeInstanceOf(PublishError)
   })
 
-  it('reports a message the broker nacks (a full queue that rejects publishes) as nacked, and keeps its outbox row', async () => {
-    const full = `idemkey.full.${randomUUID()}`
-    const ch = await connection.createChannel()
-    await ch.assertQueue(full, { durable: false, arguments: { 'x-max-length': 1, 'x-overflow': 'reject-publish' } })
-    try {
-      const outbox = new PgOutbox({ pool: db.pool, table: db.table('rabbit_nack_outbox'), ordering: 'none' })
-      await outbox.migrate()
-      await inTransaction(db.pool, async (tx) => {
-        for (let i = 0; i < 2; i++) await outbox.add(tx, { topic: full, payload: { i } })
-      })
-      const failures: Error[] = []
-      const relay = new OutboxRelay({
-        outbox,
-        publisher: new RabbitMqPublisher({ channel: await connection.createConfirmChannel() }),
-        onEvent: (e) => {
-          if (e.type === 'failed') failures.push(e.error)
-        },
-      })
-      await relay.runOnce()
-      expect(await outbox.stats()).toEqual({ pending: 1, sent: 1, dead: 0 })
-      expect(failures).toHaveLength(1)
-      expect(failures[0]).toMatchObject({ code: 'STORE_UNAVAILABLE', reason: 'nacked' })
-      expect((await ch.checkQueue(full)).messageCount).toBe(1)
-    } finally {
-      await ch.deleteQueue(full)
-    }
-  })
+  itOnEachDatabase(
+    'reports a message the broker nacks (a full queue that rejects publishes) as nacked, and keeps its outbox row',
+    async (db) => {
+      const full = `idemkey.full.${randomUUID()}`
+      const ch = await connection.createChannel()
+      await ch.assertQueue(full, { durable: false, arguments: { 'x-max-length': 1, 'x-overflow': 'reject-publish' } })
+      try {
+        const outbox = db.outbox({ table: db.table('rabbit_nack_outbox'), ordering: 'none' })
+        await outbox.migrate()
+        await db.inTransaction(async (tx) => {
+          for (let i = 0; i < 2; i++) await outbox.add(tx, { topic: full, payload: { i } })
+        })
+        const failures: Error[] = []
+        const relay = new OutboxRelay({
+          outbox,
+          publisher: new RabbitMqPublisher({ channel: await connection.createConfirmChannel() }),
+          onEvent: (e) => {
+            if (e.type === 'failed') failures.push(e.error)
+          },
+        })
+        await relay.runOnce()
+        expect(await outbox.stats()).toEqual({ pending: 1, sent: 1, dead: 0 })
+        expect(failures).toHaveLength(1)
+        expect(failures[0]).toMatchObject({ code: 'STORE_UNAVAILABLE', reason: 'nacked' })
+        expect((await ch.checkQueue(full)).messageCount).toBe(1)
+      } finally {
+        await ch.deleteQueue(full)
+      }
+    },
+  )
 
-  it('keeps outbox rows pending while the broker returns them, and sends them once a queue exists', async () => {
-    const outbox = new PgOutbox({ pool: db.pool, table: db.table('rabbit_outbox') })
+  itOnEachDatabase('keeps outbox rows pending while the broker returns them, and sends them once a queue exists', async (db) => {
+    const outbox = db.outbox({ table: db.table('rabbit_outbox') })
     await outbox.migrate()
     const late = `idemkey.late.${randomUUID()}`
-    await inTransaction(db.pool, (tx) => outbox.add(tx, { topic: late, payload: { late: true } }))
+    await db.inTransaction((tx) => outbox.add(tx, { topic: late, payload: { late: true } }))
     const relay = new OutboxRelay({
       outbox,
       publisher: new RabbitMqPublisher({ channel: await connection.createConfirmChannel() }),
@@ -141,8 +144,8 @@ describe.skipIf(rabbitSkip !== undefined)('RabbitMQ publisher and consumer', () 
     await ch.deleteQueue(late)
   })
 
-  it('rejects a message whose ID was applied with another payload, reports it, and applies the rest once', async () => {
-    const inbox = new PgInbox({ pool: db.pool, consumer: 'rabbit', table: db.table('rabbit_inbox') })
+  itOnEachDatabase('rejects a message whose ID was applied with another payload, reports it, and applies the rest once', async (db) => {
+    const inbox = db.inbox({ consumer: 'rabbit', table: db.table('rabbit_inbox') })
     await inbox.migrate()
     const publisher = new RabbitMqPublisher({ channel: await connection.createConfirmChannel() })
     const id = `dup-${randomUUID()}`
@@ -208,8 +211,8 @@ describe.skipIf(redisSkip !== undefined)('Redis Streams publisher and consumer',
     down.disconnect()
   })
 
-  it('applies a republished entry once: the second copy with the same ID is skipped by the inbox', async () => {
-    const inbox = new PgInbox({ pool: db.pool, consumer: 'redis', table: db.table('redis_inbox') })
+  itOnEachDatabase('applies a republished entry once: the second copy with the same ID is skipped by the inbox', async (db) => {
+    const inbox = db.inbox({ consumer: 'redis', table: db.table('redis_inbox') })
     await inbox.migrate()
     const publisher = new RedisStreamsPublisher({ redis })
     const sent = message({ topic: stream })
@@ -238,80 +241,86 @@ describe.skipIf(redisSkip !== undefined)('Redis Streams publisher and consumer',
 })
 
 describe.skipIf(natsSkip !== undefined)('NATS publisher faults', () => {
-  it('flags a re-published ID with another payload inside the duplicate window instead of confirming it, and the relay dead-letters it', async () => {
-    const nats = await createStream()
-    try {
-      const publisher = new NatsPublisher({ connection: nats.connection })
-      const first = message({ topic: nats.subject('orders'), payload: Buffer.from('{"amount":5}') })
-      expect(await publisher.publish([first])).toEqual([{ ok: true }])
-      // The same message again (a relay that died before marking it sent): JetStream drops it, and so it is sent.
-      expect(await publisher.publish([{ ...first, seq: 2, attempts: 2 }])).toEqual([{ ok: true }])
-      // Same ID, other payload or content type: JetStream drops it too, but it is not the same event.
-      const [other, binary] = await publisher.publish([
-        { ...first, payload: Buffer.from('{"amount":6}') },
-        { ...first, contentType: 'application/octet-stream' },
-      ])
-      for (const result of [other, binary]) {
-        expect(result).toMatchObject({ ok: false, retryable: false })
-        const error = (result as { error: Error }).error
-        expect(error).toBeInstanceOf(PublishMismatchError)
-        expect(error).toMatchObject({ code: 'FINGERPRINT_MISMATCH', messageId: first.id, broker: 'NATS' })
+  itOnEachDatabase(
+    'flags a re-published ID with another payload inside the duplicate window instead of confirming it, and the relay dead-letters it',
+    async (db) => {
+      const nats = await createStream()
+      try {
+        const publisher = new NatsPublisher({ connection: nats.connection })
+        const first = message({ topic: nats.subject('orders'), payload: Buffer.from('{"amount":5}') })
+        expect(await publisher.publish([first])).toEqual([{ ok: true }])
+        // The same message again (a relay that died before marking it sent): JetStream drops it, and so it is sent.
+        expect(await publisher.publish([{ ...first, seq: 2, attempts: 2 }])).toEqual([{ ok: true }])
+        // Same ID, other payload or content type: JetStream drops it too, but it is not the same event.
+        const [other, binary] = await publisher.publish([
+          { ...first, payload: Buffer.from('{"amount":6}') },
+          { ...first, contentType: 'application/octet-stream' },
+        ])
+        for (const result of [other, binary]) {
+          expect(result).toMatchObject({ ok: false, retryable: false })
+          const error = (result as { error: Error }).error
+          expect(error).toBeInstanceOf(PublishMismatchError)
+          expect(error).toMatchObject({ code: 'FINGERPRINT_MISMATCH', messageId: first.id, broker: 'NATS' })
+        }
+        expect(await nats.count()).toBe(1)
+        // What is not caught: once the stored copy is gone (acked from a work-queue stream, deleted,
+        // past max_age) there is nothing to compare with, and JetStream still drops the new payload.
+        const gone = message({ topic: nats.subject('gone') })
+        expect(await publisher.publish([gone])).toEqual([{ ok: true }])
+        const jsm = await nats.connection.jetstreamManager()
+        await jsm.streams.deleteMessage(nats.stream, 2)
+        expect(await publisher.publish([{ ...gone, payload: Buffer.from('{"amount":8}') }])).toEqual([{ ok: true }])
+        expect(await nats.count()).toBe(1)
+
+        // Through the relay: the row is dead-lettered at once and reported, not retried forever.
+        const outbox = db.outbox({ table: db.table('nats_dup_outbox') })
+        await outbox.migrate()
+        await db.inTransaction((tx) => outbox.add(tx, { id: first.id, topic: nats.subject('orders'), payload: { amount: 7 } }))
+        const failed: RelayEvent[] = []
+        const relay = new OutboxRelay({
+          outbox,
+          publisher,
+          onEvent: (e) => {
+            if (e.type === 'failed') failed.push(e)
+          },
+        })
+        expect(await relay.runOnce()).toBe(1)
+        expect(await outbox.stats()).toEqual({ pending: 0, sent: 0, dead: 1 })
+        expect(failed).toEqual([expect.objectContaining({ dead: true, error: expect.any(PublishMismatchError) })])
+        expect(await relay.runOnce()).toBe(0)
+        expect(await nats.count()).toBe(1)
+      } finally {
+        await nats.drop()
       }
-      expect(await nats.count()).toBe(1)
-      // What is not caught: once the stored copy is gone (acked from a work-queue stream, deleted,
-      // past max_age) there is nothing to compare with, and JetStream still drops the new payload.
-      const gone = message({ topic: nats.subject('gone') })
-      expect(await publisher.publish([gone])).toEqual([{ ok: true }])
-      const jsm = await nats.connection.jetstreamManager()
-      await jsm.streams.deleteMessage(nats.stream, 2)
-      expect(await publisher.publish([{ ...gone, payload: Buffer.from('{"amount":8}') }])).toEqual([{ ok: true }])
-      expect(await nats.count()).toBe(1)
+    },
+  )
 
-      // Through the relay: the row is dead-lettered at once and reported, not retried forever.
-      const outbox = new PgOutbox({ pool: db.pool, table: db.table('nats_dup_outbox') })
-      await outbox.migrate()
-      await inTransaction(db.pool, (tx) => outbox.add(tx, { id: first.id, topic: nats.subject('orders'), payload: { amount: 7 } }))
-      const failed: RelayEvent[] = []
-      const relay = new OutboxRelay({
-        outbox,
-        publisher,
-        onEvent: (e) => {
-          if (e.type === 'failed') failed.push(e)
-        },
-      })
-      expect(await relay.runOnce()).toBe(1)
-      expect(await outbox.stats()).toEqual({ pending: 0, sent: 0, dead: 1 })
-      expect(failed).toEqual([expect.objectContaining({ dead: true, error: expect.any(PublishMismatchError) })])
-      expect(await relay.runOnce()).toBe(0)
-      expect(await nats.count()).toBe(1)
-    } finally {
-      await nats.drop()
-    }
-  })
+  itOnEachDatabase(
+    'dead-letters at once a message larger than the server max_payload, and fails a closed connection without losing rows',
+    async (db) => {
+      const nats = await createStream()
+      try {
+        const outbox = db.outbox({ table: db.table('nats_outbox'), maxPayloadBytes: 4 * 1024 * 1024 })
+        await outbox.migrate()
+        const maxPayload = nats.connection.info?.max_payload ?? 1024 * 1024
+        await db.inTransaction((tx) => outbox.add(tx, { topic: nats.subject('big'), payload: new Uint8Array(maxPayload + 1) }))
+        const relay = new OutboxRelay({ outbox, publisher: new NatsPublisher({ connection: nats.connection }) })
+        await relay.runOnce()
+        expect(await outbox.stats()).toEqual({ pending: 0, sent: 0, dead: 1 })
 
-  it('dead-letters at once a message larger than the server max_payload, and fails a closed connection without losing rows', async () => {
-    const nats = await createStream()
-    try {
-      const outbox = new PgOutbox({ pool: db.pool, table: db.table('nats_outbox'), maxPayloadBytes: 4 * 1024 * 1024 })
-      await outbox.migrate()
-      const maxPayload = nats.connection.info?.max_payload ?? 1024 * 1024
-      await inTransaction(db.pool, (tx) => outbox.add(tx, { topic: nats.subject('big'), payload: new Uint8Array(maxPayload + 1) }))
-      const relay = new OutboxRelay({ outbox, publisher: new NatsPublisher({ connection: nats.connection }) })
-      await relay.runOnce()
-      expect(await outbox.stats()).toEqual({ pending: 0, sent: 0, dead: 1 })
-
-      await inTransaction(db.pool, (tx) => outbox.add(tx, { topic: nats.subject('later'), payload: { ok: 1 } }))
-      const closed = await connect({ servers: '127.0.0.1:4222' })
-      await closed.close()
-      const downRelay = new OutboxRelay({ outbox, publisher: new NatsPublisher({ connection: closed }), backoffInitial: '1ms' })
-      await downRelay.runOnce()
-      expect(await outbox.stats()).toEqual({ pending: 1, sent: 0, dead: 1 })
-      const upRelay = new OutboxRelay({ outbox, publisher: new NatsPublisher({ connection: nats.connection }) })
-      await eventually(async () => (await upRelay.runOnce()) === 1, 'the backoff to end')
-      expect(await outbox.stats()).toEqual({ pending: 0, sent: 1, dead: 1 })
-      expect(await nats.count()).toBe(1)
-    } finally {
-      await nats.drop()
-    }
-  })
+        await db.inTransaction((tx) => outbox.add(tx, { topic: nats.subject('later'), payload: { ok: 1 } }))
+        const closed = await connect({ servers: '127.0.0.1:4222' })
+        await closed.close()
+        const downRelay = new OutboxRelay({ outbox, publisher: new NatsPublisher({ connection: closed }), backoffInitial: '1ms' })
+        await downRelay.runOnce()
+        expect(await outbox.stats()).toEqual({ pending: 1, sent: 0, dead: 1 })
+        const upRelay = new OutboxRelay({ outbox, publisher: new NatsPublisher({ connection: nats.connection }) })
+        await eventually(async () => (await upRelay.runOnce()) === 1, 'the backoff to end')
+        expect(await outbox.stats()).toEqual({ pending: 0, sent: 1, dead: 1 })
+        expect(await nats.count()).toBe(1)
+      } finally {
+        await nats.drop()
+      }
+    },
+  )
 })

@@ -7,7 +7,6 @@
 import { randomUUID } from 'node:crypto'
 import amqp from 'amqplib'
 import { Redis } from 'ioredis'
-import { PgInbox, type PgPoolClient } from '../src/messaging/inbox/index.js'
 import type { InboxMessage } from '../src/messaging/inbox/types.js'
 import type { OutboxMessage } from '../src/messaging/outbox/index.js'
 import { consumeNats, NatsPublisher } from '../src/messaging/publishers/nats/index.js'
@@ -15,17 +14,18 @@ import { consumeRabbitMq, RabbitMqPublisher } from '../src/messaging/publishers/
 import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/publishers/redis-streams/index.js'
 import type { ConsumeOptions, RunningConsumer } from '../src/messaging/publishers/shared.js'
 import { createStream } from './fixtures/messaging/nats.js'
-import { createSchema, eventually, type TestSchema } from './fixtures/messaging/pg.js'
+import { eventually } from './fixtures/messaging/pg.js'
+import { sqlDatabases, type TestDb, type TestInbox } from './fixtures/messaging/sql.js'
 import { serviceSkipReason } from './helpers/services.js'
 
-const pgSkip = await serviceSkipReason('PostgreSQL', 5432)
+const databases = await sqlDatabases()
 const skips = {
-  nats: pgSkip ?? (await serviceSkipReason('NATS', 4222)),
-  redis: pgSkip ?? (await serviceSkipReason('Redis', 6379)),
-  rabbitmq: pgSkip ?? (await serviceSkipReason('RabbitMQ', 5672)),
+  nats: await serviceSkipReason('NATS', 4222),
+  redis: await serviceSkipReason('Redis', 6379),
+  rabbitmq: await serviceSkipReason('RabbitMQ', 5672),
 }
 
-type Options = Omit<ConsumeOptions<PgPoolClient>, 'inbox'> & { inbox: PgInbox }
+type Options = Omit<ConsumeOptions<unknown>, 'inbox'> & { inbox: TestInbox }
 
 /** One broker: publish messages (each with a `key` header), start its helper, say whether anything is left unacked. */
 interface Harness {
@@ -137,176 +137,187 @@ const harnesses: Record<keyof typeof skips, () => Promise<Harness>> = {
   },
 }
 
-let db: TestSchema
-beforeAll(async () => {
-  if (!pgSkip) db = await createSchema('consumers', 12)
-})
-afterAll(async () => {
-  await db?.drop()
-})
+/** A statement that holds the effect's transaction for `seconds`. */
+const sleepSql = (db: TestDb, seconds: number) => (db.dialect === 'postgres' ? `SELECT pg_sleep(${seconds})` : `SELECT SLEEP(${seconds})`)
 
-for (const broker of Object.keys(harnesses) as Array<keyof typeof skips>) {
-  describe.skipIf(skips[broker] !== undefined)(`${broker} consumer helper, concurrently`, () => {
-    let harness: Harness
-    beforeEach(async () => {
-      harness = await harnesses[broker]()
+for (const database of databases) {
+  describe.skipIf(database.skip !== undefined)(`consumer helpers with the inbox on ${database.name}`, () => {
+    let db: TestDb
+    beforeAll(async () => {
+      db = await database.open('consumers')
     })
-    afterEach(async () => {
-      await harness.drop()
+    afterAll(async () => {
+      await db?.drop()
     })
 
-    it('applies the messages of one key in order while keys interleave, with never more than `concurrency` effects at once', async () => {
-      const name = `${broker}_order_${randomUUID().slice(0, 8)}`
-      const inbox = new PgInbox({ pool: db.pool, consumer: 'order', table: db.table(name) })
-      await inbox.migrate()
-      const keys = 8
-      const perKey = 20
-      const messages = Array.from({ length: keys * perKey }, (_, i) => {
-        const key = `k${i % keys}`
-        const n = Math.floor(i / keys)
-        return { id: `${key}-${n}-${randomUUID()}`, key, payload: JSON.stringify({ key, n }) }
-      })
-      await harness.publish(messages)
-      const applied: Array<{ key: string; n: number }> = []
-      let active = 0
-      let maxActive = 0
-      const running = await harness.start({
-        inbox,
-        concurrency: 4,
-        batchSize: 3,
-        async handler(tx, m) {
-          active++
-          maxActive = Math.max(maxActive, active)
-          try {
-            await tx.query('SELECT pg_sleep(0.002)')
-            applied.push(JSON.parse(Buffer.from(m.payload).toString()) as { key: string; n: number })
-          } finally {
-            active--
+    for (const broker of Object.keys(harnesses) as Array<keyof typeof skips>) {
+      describe.skipIf(skips[broker] !== undefined)(`${broker} consumer helper, concurrently`, () => {
+        let harness: Harness
+        beforeEach(async () => {
+          harness = await harnesses[broker]()
+        })
+        afterEach(async () => {
+          await harness.drop()
+        })
+
+        it('applies the messages of one key in order while keys interleave, with never more than `concurrency` effects at once', async () => {
+          const name = `${broker}_order_${randomUUID().slice(0, 8)}`
+          const inbox = db.inbox({ consumer: 'order', table: db.table(name) })
+          await inbox.migrate()
+          const keys = 8
+          const perKey = 20
+          const messages = Array.from({ length: keys * perKey }, (_, i) => {
+            const key = `k${i % keys}`
+            const n = Math.floor(i / keys)
+            return { id: `${key}-${n}-${randomUUID()}`, key, payload: JSON.stringify({ key, n }) }
+          })
+          await harness.publish(messages)
+          const applied: Array<{ key: string; n: number }> = []
+          let active = 0
+          let maxActive = 0
+          const running = await harness.start({
+            inbox,
+            concurrency: 4,
+            batchSize: 3,
+            async handler(tx, m) {
+              active++
+              maxActive = Math.max(maxActive, active)
+              try {
+                await db.exec(tx, sleepSql(db, 0.002))
+                applied.push(JSON.parse(Buffer.from(m.payload).toString()) as { key: string; n: number })
+              } finally {
+                active--
+              }
+            },
+          })
+          await eventually(() => applied.length === messages.length, 'every message to be applied')
+          await running.stop()
+          for (let k = 0; k < keys; k++) {
+            expect(applied.filter((a) => a.key === `k${k}`).map((a) => a.n)).toEqual(Array.from({ length: perKey }, (_, n) => n))
           }
-        },
-      })
-      await eventually(() => applied.length === messages.length, 'every message to be applied')
-      await running.stop()
-      for (let k = 0; k < keys; k++) {
-        expect(applied.filter((a) => a.key === `k${k}`).map((a) => a.n)).toEqual(Array.from({ length: perKey }, (_, n) => n))
-      }
-      expect(maxActive).toBeLessThanOrEqual(4)
-      expect(maxActive).toBeGreaterThan(1)
-      // Keys interleave: the first messages applied are not all of one key.
-      expect(new Set(applied.slice(0, keys).map((a) => a.key)).size).toBeGreaterThan(1)
-      expect(await harness.outstanding()).toBe(0)
-    })
+          expect(maxActive).toBeLessThanOrEqual(4)
+          expect(maxActive).toBeGreaterThan(1)
+          // Keys interleave: the first messages applied are not all of one key.
+          expect(new Set(applied.slice(0, keys).map((a) => a.key)).size).toBeGreaterThan(1)
+          expect(await harness.outstanding()).toBe(0)
+        })
 
-    it('acks only after the commit: a message whose commit fails is not acked, comes back and is applied once', async () => {
-      const name = `${broker}_ack_${randomUUID().slice(0, 8)}`
-      const inbox = new PgInbox({ pool: db.pool, consumer: 'ack', table: db.table(name) })
-      await inbox.migrate()
-      const effects = db.table(`${name}_effects`)
-      // A deferred unique constraint: the effect's INSERT passes, the COMMIT fails.
-      await db.pool.query(`CREATE TABLE ${effects} (id text, UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)`)
-      await db.pool.query(`CREATE TABLE ${effects}_log (id text)`)
-      const messages = Array.from({ length: 30 }, (_, i) => ({ id: `m${i}-${randomUUID()}`, key: `k${i % 3}`, payload: `{"i":${i}}` }))
-      const victim = messages[7]?.id as string
-      await db.pool.query(`INSERT INTO ${effects} (id) VALUES ('poison')`)
-      let victimCalls = 0
-      const errors: unknown[] = []
-      const running = await harness.start({
-        inbox,
-        concurrency: 3,
-        onError: (error) => errors.push(error),
-        async handler(tx, m) {
-          await tx.query(`INSERT INTO ${effects}_log (id) VALUES ($1)`, [m.id])
-          if (m.id === victim && ++victimCalls <= 2) await tx.query(`INSERT INTO ${effects} (id) VALUES ('poison')`)
-          else await tx.query(`INSERT INTO ${effects} (id) VALUES ($1)`, [m.id])
-        },
-      })
-      await harness.publish(messages)
-      await eventually(async () => {
-        const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${effects}`)
-        return rows[0].n === messages.length + 1
-      }, 'every effect to commit')
-      await running.stop()
-      const { rows } = await db.pool.query(`SELECT id, count(*)::int AS n FROM ${effects}_log GROUP BY id`)
-      // Every logged effect committed exactly once (rolled-back attempts left no log row).
-      expect(rows).toHaveLength(messages.length)
-      expect(rows.every((r) => r.n === 1)).toBe(true)
-      expect(victimCalls).toBeGreaterThanOrEqual(3)
-      expect(errors.length).toBeGreaterThanOrEqual(1)
-      expect(await harness.outstanding()).toBe(0)
-    })
+        it(`acks only after the commit: a message whose ${database.dialect === 'postgres' ? 'commit' : 'transaction'} fails is not acked, comes back and is applied once`, async () => {
+          const name = `${broker}_ack_${randomUUID().slice(0, 8)}`
+          const inbox = db.inbox({ consumer: 'ack', table: db.table(name) })
+          await inbox.migrate()
+          const effects = db.table(`${name}_effects`)
+          // PostgreSQL: a deferred unique constraint, so the effect's INSERT passes and the COMMIT fails.
+          // MySQL has no deferred constraints: there the INSERT fails inside the effect, after the log row
+          // was written, and the inbox must roll that row back.
+          const deferred = db.dialect === 'postgres' ? ' DEFERRABLE INITIALLY DEFERRED' : ''
+          await db.query(`CREATE TABLE ${effects} (id varchar(255), UNIQUE (id)${deferred})`)
+          await db.query(`CREATE TABLE ${effects}_log (id varchar(255))`)
+          const messages = Array.from({ length: 30 }, (_, i) => ({ id: `m${i}-${randomUUID()}`, key: `k${i % 3}`, payload: `{"i":${i}}` }))
+          const victim = messages[7]?.id as string
+          await db.query(`INSERT INTO ${effects} (id) VALUES ('poison')`)
+          let victimCalls = 0
+          const errors: unknown[] = []
+          const running = await harness.start({
+            inbox,
+            concurrency: 3,
+            onError: (error) => errors.push(error),
+            async handler(tx, m) {
+              await db.exec(tx, `INSERT INTO ${effects}_log (id) VALUES ($1)`, [m.id])
+              if (m.id === victim && ++victimCalls <= 2) await db.exec(tx, `INSERT INTO ${effects} (id) VALUES ('poison')`)
+              else await db.exec(tx, `INSERT INTO ${effects} (id) VALUES ($1)`, [m.id])
+            },
+          })
+          await harness.publish(messages)
+          await eventually(async () => {
+            const rows = await db.query<{ n: unknown }>(`SELECT count(*) AS n FROM ${effects}`)
+            return Number(rows[0]?.n) === messages.length + 1
+          }, 'every effect to commit')
+          await running.stop()
+          const rows = await db.query<{ n: unknown }>(`SELECT id, count(*) AS n FROM ${effects}_log GROUP BY id`)
+          // Every logged effect committed exactly once (rolled-back attempts left no log row).
+          expect(rows).toHaveLength(messages.length)
+          expect(rows.every((r) => Number(r.n) === 1)).toBe(true)
+          expect(victimCalls).toBeGreaterThanOrEqual(3)
+          expect(errors.length).toBeGreaterThanOrEqual(1)
+          expect(await harness.outstanding()).toBe(0)
+        })
 
-    it('never applies a later message of a key before an earlier one that failed: the key is held until it comes back', async () => {
-      const name = `${broker}_hold_${randomUUID().slice(0, 8)}`
-      const inbox = new PgInbox({ pool: db.pool, consumer: 'hold', table: db.table(name) })
-      await inbox.migrate()
-      const log = db.table(`${name}_log`)
-      // Committed effects only, in commit order per key (one key's effects never overlap).
-      await db.pool.query(`CREATE TABLE ${log} (seq bigserial PRIMARY KEY, key text NOT NULL, n int NOT NULL)`)
-      const keys = 3
-      const perKey = 10
-      const messages = Array.from({ length: keys * perKey }, (_, i) => {
-        const key = `k${i % keys}`
-        const n = Math.floor(i / keys)
-        return { id: `${key}-${n}-${randomUUID()}`, key, payload: JSON.stringify({ key, n }) }
-      })
-      const victim = messages.find((m) => m.key === 'k1' && m.payload.includes('"n":2'))?.id as string
-      let victimCalls = 0
-      await harness.publish(messages)
-      const running = await harness.start({
-        inbox,
-        concurrency: 3,
-        async handler(tx, m) {
-          if (m.id === victim && ++victimCalls <= 2) throw new Error('injected: the effect fails on its first two attempts')
-          const { key, n } = JSON.parse(Buffer.from(m.payload).toString()) as { key: string; n: number }
-          await tx.query(`INSERT INTO ${log} (key, n) VALUES ($1, $2)`, [key, n])
-        },
-      })
-      await eventually(async () => {
-        const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${log}`)
-        return rows[0].n === messages.length
-      }, 'every message to be applied')
-      await running.stop()
-      const { rows } = await db.pool.query<{ key: string; n: number }>(`SELECT key, n FROM ${log} ORDER BY seq`)
-      for (let k = 0; k < keys; k++) {
-        expect(rows.filter((r) => r.key === `k${k}`).map((r) => r.n)).toEqual(Array.from({ length: perKey }, (_, n) => n))
-      }
-      expect(victimCalls).toBe(3)
-      let outstanding = await harness.outstanding()
-      for (let i = 0; i < 20 && outstanding > 0; i++) {
-        await new Promise((resolve) => setTimeout(resolve, 50))
-        outstanding = await harness.outstanding()
-      }
-      expect(outstanding).toBe(0)
-    })
+        it('never applies a later message of a key before an earlier one that failed: the key is held until it comes back', async () => {
+          const name = `${broker}_hold_${randomUUID().slice(0, 8)}`
+          const inbox = db.inbox({ consumer: 'hold', table: db.table(name) })
+          await inbox.migrate()
+          const log = db.table(`${name}_log`)
+          // Committed effects only, in commit order per key (one key's effects never overlap).
+          const serial = db.dialect === 'postgres' ? 'bigserial' : 'bigint AUTO_INCREMENT'
+          await db.query(`CREATE TABLE ${log} (seq ${serial} PRIMARY KEY, k varchar(16) NOT NULL, n int NOT NULL)`)
+          const keys = 3
+          const perKey = 10
+          const messages = Array.from({ length: keys * perKey }, (_, i) => {
+            const key = `k${i % keys}`
+            const n = Math.floor(i / keys)
+            return { id: `${key}-${n}-${randomUUID()}`, key, payload: JSON.stringify({ key, n }) }
+          })
+          const victim = messages.find((m) => m.key === 'k1' && m.payload.includes('"n":2'))?.id as string
+          let victimCalls = 0
+          await harness.publish(messages)
+          const running = await harness.start({
+            inbox,
+            concurrency: 3,
+            async handler(tx, m) {
+              if (m.id === victim && ++victimCalls <= 2) throw new Error('injected: the effect fails on its first two attempts')
+              const { key, n } = JSON.parse(Buffer.from(m.payload).toString()) as { key: string; n: number }
+              await db.exec(tx, `INSERT INTO ${log} (k, n) VALUES ($1, $2)`, [key, n])
+            },
+          })
+          await eventually(async () => {
+            const rows = await db.query<{ n: unknown }>(`SELECT count(*) AS n FROM ${log}`)
+            return Number(rows[0]?.n) === messages.length
+          }, 'every message to be applied')
+          await running.stop()
+          const rows = await db.query<{ k: string; n: number }>(`SELECT k, n FROM ${log} ORDER BY seq`)
+          for (let k = 0; k < keys; k++) {
+            expect(rows.filter((r) => r.k === `k${k}`).map((r) => r.n)).toEqual(Array.from({ length: perKey }, (_, n) => n))
+          }
+          expect(victimCalls).toBe(3)
+          let outstanding = await harness.outstanding()
+          for (let i = 0; i < 20 && outstanding > 0; i++) {
+            await new Promise((resolve) => setTimeout(resolve, 50))
+            outstanding = await harness.outstanding()
+          }
+          expect(outstanding).toBe(0)
+        })
 
-    it('stop() waits for the effects in hand, which commit and are acked', async () => {
-      const name = `${broker}_stop_${randomUUID().slice(0, 8)}`
-      const inbox = new PgInbox({ pool: db.pool, consumer: 'stop', table: db.table(name) })
-      await inbox.migrate()
-      const messages = Array.from({ length: 6 }, (_, i) => ({ id: `s${i}-${randomUUID()}`, key: `k${i}`, payload: `{"i":${i}}` }))
-      let started = 0
-      let finished = 0
-      const running = await harness.start({
-        inbox,
-        concurrency: 6,
-        batchSize: 1,
-        async handler(tx) {
-          started++
-          await tx.query('SELECT pg_sleep(0.3)')
-          finished++
-        },
+        it('stop() waits for the effects in hand, which commit and are acked', async () => {
+          const name = `${broker}_stop_${randomUUID().slice(0, 8)}`
+          const inbox = db.inbox({ consumer: 'stop', table: db.table(name) })
+          await inbox.migrate()
+          const messages = Array.from({ length: 6 }, (_, i) => ({ id: `s${i}-${randomUUID()}`, key: `k${i}`, payload: `{"i":${i}}` }))
+          let started = 0
+          let finished = 0
+          const running = await harness.start({
+            inbox,
+            concurrency: 6,
+            batchSize: 1,
+            async handler(tx) {
+              started++
+              await db.exec(tx, sleepSql(db, 0.3))
+              finished++
+            },
+          })
+          await harness.publish(messages)
+          await eventually(() => started === messages.length, 'every effect to start')
+          await running.stop()
+          expect(finished).toBe(messages.length)
+          // The server applies acks it received asynchronously: give its bookkeeping a moment to show them.
+          let outstanding = await harness.outstanding()
+          for (let i = 0; i < 20 && outstanding > 0; i++) {
+            await new Promise((resolve) => setTimeout(resolve, 50))
+            outstanding = await harness.outstanding()
+          }
+          expect(outstanding).toBe(0)
+        })
       })
-      await harness.publish(messages)
-      await eventually(() => started === messages.length, 'every effect to start')
-      await running.stop()
-      expect(finished).toBe(messages.length)
-      // The server applies acks it received asynchronously: give its bookkeeping a moment to show them.
-      let outstanding = await harness.outstanding()
-      for (let i = 0; i < 20 && outstanding > 0; i++) {
-        await new Promise((resolve) => setTimeout(resolve, 50))
-        outstanding = await harness.outstanding()
-      }
-      expect(outstanding).toBe(0)
-    })
+    }
   })
 }

@@ -11,8 +11,8 @@ import mysql from 'mysql2/promise'
 import pg from 'pg'
 import { Ledger } from '../../src/core/ledger.js'
 import type { TransactionalStore } from '../../src/core/store.js'
-import { InboxMismatchError, PgInbox } from '../../src/messaging/inbox/index.js'
-import { PgOutbox } from '../../src/messaging/outbox/index.js'
+import { InboxMismatchError, MySqlInbox, PgInbox } from '../../src/messaging/inbox/index.js'
+import { MySqlOutbox, PgOutbox } from '../../src/messaging/outbox/index.js'
 import { isTransientTransactionError as isTransientMySql, MySqlStore } from '../../src/stores/mysql/index.js'
 import { isTransientTransactionError as isTransientPg, PostgresStore } from '../../src/stores/postgres/index.js'
 import { PRISMA_TABLES } from './orm-prisma.js'
@@ -279,49 +279,58 @@ export async function describeToolTransactions(tool: ToolName, dialect: Dialect)
       },
     )
 
-    it.skipIf(dialect !== 'postgres')(
-      "outbox.add and inbox.record take the tool's transaction: they commit with the business write, and roll back with it",
-      async () => {
-        const pool = new pg.Pool({ connectionString: PG_URL, max: 2 })
-        const outbox = new PgOutbox({ pool, table: `${table}_outbox`, transactions: setup.harness.transactions })
-        const inbox = new PgInbox({ pool, consumer: 'billing', table: `${table}_inbox`, transactions: setup.harness.transactions })
-        try {
-          await outbox.migrate()
-          await inbox.migrate()
-          const ledger = new Ledger({ store: setup.store })
-          const [kept, dropped] = [`order-${randomUUID()}`, `order-${randomUUID()}`]
-          const work = (key: string, fail: boolean) =>
-            ledger.runInTransaction({ key, payload: 1 }, async ({ tx }) => {
-              expect(await inbox.record(tx, { id: `msg-${key}`, payload: 'p' })).toBe('new')
-              await setup.harness.insertOrder(tx, key, 'with-event')
-              const added = await outbox.add(tx, { topic: 'orders.created', payload: { key }, idempotencyKey: key })
-              if (fail) throw new Error('rolled back on purpose')
-              return added
-            })
-          expect(await work(kept, false)).toMatchObject({ kind: 'executed', value: { created: true } })
-          await expect(work(dropped, true)).rejects.toThrow('on purpose')
-          expect(await orderRows(kept)).toEqual(['with-event'])
-          expect(await orderRows(dropped)).toEqual([])
-          expect(await outbox.stats()).toMatchObject({ pending: 1 })
-          // The kept message is known (a redelivery is a duplicate, another payload a mismatch); the dropped one is not.
-          const { transactions } = setup.harness
-          await transactions.transaction(async (tx) => {
-            expect(await inbox.record(tx, { id: `msg-${kept}`, payload: 'p' })).toBe('duplicate')
+    it("outbox.add and inbox.record take the tool's transaction: they commit with the business write, and roll back with it", async () => {
+      const { transactions } = setup.harness
+      const names = { outbox: `${table}_outbox`, inbox: `${table}_inbox` }
+      const pgPool = dialect === 'postgres' ? new pg.Pool({ connectionString: PG_URL, max: 2 }) : undefined
+      const myPool = dialect === 'mysql' ? mysql.createPool({ uri: MYSQL_URL, connectionLimit: 2 }) : undefined
+      const outbox = pgPool
+        ? new PgOutbox({ pool: pgPool, table: names.outbox, transactions })
+        : new MySqlOutbox({ pool: myPool as mysql.Pool, table: names.outbox, transactions })
+      const inbox = pgPool
+        ? new PgInbox({ pool: pgPool, consumer: 'billing', table: names.inbox, transactions })
+        : new MySqlInbox({ pool: myPool as mysql.Pool, consumer: 'billing', table: names.inbox, transactions })
+      try {
+        await outbox.migrate()
+        await inbox.migrate()
+        const ledger = new Ledger({ store: setup.store })
+        const [kept, dropped] = [`order-${randomUUID()}`, `order-${randomUUID()}`]
+        const work = (key: string, fail: boolean) =>
+          ledger.runInTransaction({ key, payload: 1 }, async ({ tx }) => {
+            expect(await inbox.record(tx, { id: `msg-${key}`, payload: 'p' })).toBe('new')
+            await setup.harness.insertOrder(tx, key, 'with-event')
+            const added = await outbox.add(tx, { topic: 'orders.created', payload: { key }, idempotencyKey: key })
+            if (fail) throw new Error('rolled back on purpose')
+            return added
           })
-          await expect(transactions.transaction((tx) => inbox.record(tx, { id: `msg-${kept}`, payload: 'other' }))).rejects.toBeInstanceOf(
-            InboxMismatchError,
-          )
-          const unknown = transactions.transaction(async (tx) => {
-            expect(await inbox.record(tx, { id: `msg-${dropped}`, payload: 'p' })).toBe('new')
-            throw new Error('leave nothing behind')
-          })
-          await expect(unknown).rejects.toThrow('leave nothing behind')
-        } finally {
-          await setup.rows(`DROP TABLE IF EXISTS "${table}_outbox", "${table}_inbox"`, [])
-          await pool.end()
+        expect(await work(kept, false)).toMatchObject({ kind: 'executed', value: { created: true } })
+        await expect(work(dropped, true)).rejects.toThrow('on purpose')
+        expect(await orderRows(kept)).toEqual(['with-event'])
+        expect(await orderRows(dropped)).toEqual([])
+        expect(await outbox.stats()).toMatchObject({ pending: 1 })
+        // The kept message is known (a redelivery is a duplicate, another payload a mismatch); the dropped one is not.
+        await transactions.transaction(async (tx) => {
+          expect(await inbox.record(tx, { id: `msg-${kept}`, payload: 'p' })).toBe('duplicate')
+        })
+        await expect(transactions.transaction((tx) => inbox.record(tx, { id: `msg-${kept}`, payload: 'other' }))).rejects.toBeInstanceOf(
+          InboxMismatchError,
+        )
+        const unknown = transactions.transaction(async (tx) => {
+          expect(await inbox.record(tx, { id: `msg-${dropped}`, payload: 'p' })).toBe('new')
+          throw new Error('leave nothing behind')
+        })
+        await expect(unknown).rejects.toThrow('leave nothing behind')
+      } finally {
+        if (pgPool) {
+          await setup.rows(`DROP TABLE IF EXISTS "${names.outbox}", "${names.inbox}"`, [])
+          await pgPool.end()
+        } else {
+          const all = [names.outbox, `${names.outbox}_meta`, names.inbox, `${names.inbox}_meta`]
+          await setup.rows(`DROP TABLE IF EXISTS ${all.map((name) => `\`${name}\``).join(', ')}`, [])
+          await myPool?.end()
         }
-      },
-    )
+      }
+    })
 
     it('a process SIGKILLed after its business write and before commit leaves neither the row nor a completed record; the takeover runs once', async () => {
       const key = `order-${randomUUID()}`

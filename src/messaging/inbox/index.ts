@@ -3,11 +3,13 @@
  * The broker consumer helpers live in `idemkey/publishers/<broker>`.
  *
  * @example
- * import { PgInbox } from 'idemkey/inbox'
- * const inbox = new PgInbox({ pool, consumer: 'billing' })
+ * import { MySqlInbox, PgInbox } from 'idemkey/inbox'
+ * const inbox = new PgInbox({ pool, consumer: 'billing' }) // or new MySqlInbox({ pool, consumer }) on mysql2
  */
 export { InboxMismatchError } from '../message.js'
+export type { MySqlConnectionLike, MySqlPoolLike } from '../mysql.js'
 export type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
+export { MySqlInbox, type MySqlInboxOptions } from './mysql-inbox.js'
 export { PgInbox, type PgInboxOptions, payloadHash } from './pg-inbox.js'
 export { SqliteInbox, type SqliteInboxOptions } from './sqlite-inbox.js'
 export type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxResult } from './types.js'

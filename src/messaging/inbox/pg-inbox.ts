@@ -32,6 +32,10 @@ export function payloadHash(payload: Uint8Array | string): string {
   return sha256Hex(payload)
 }
 
+function compareIds(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0
+}
+
 function assertMessageId(message: InboxMessage): void {
   if (typeof message?.id !== 'string' || message.id.length === 0) {
     throw new IdempotencyError('INVALID_ARGUMENT', 'inbox: the message has no ID. Producers must set one (the outbox always does).')
@@ -127,7 +131,7 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
 
   /**
    * Several messages in one transaction (what the consumer helpers use under load): one INSERT of all
-   * their IDs, then each new message's effect in the given order, then one COMMIT. A message seen
+   * their IDs (in sorted order, so concurrent batches lock alike), then each new message's effect in the given order, then one COMMIT. A message seen
    * before is `duplicate`, or `mismatch` with another payload (reported, not thrown); an ID twice in
    * the batch is applied once. Any error rolls the whole batch back and is thrown (retry the messages
    * one by one with {@link PgInbox.handle}). Events are reported after the commit.
@@ -138,12 +142,16 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
   ): Promise<Array<InboxBatchResult<T>>> {
     for (const message of messages) assertMessageId(message)
     const hashes = messages.map((m) => payloadHash(m.payload))
+    // The IDs go in sorted (a stable sort: an ID's copies keep their batch order, so its first copy is
+    // the one inserted), so two consumers' batches of the same IDs lock them in one order and cannot
+    // deadlock on each other.
+    const sorted = messages.map((_, i) => i).sort((a, b) => compareIds((messages[a] as InboxMessage).id, (messages[b] as InboxMessage).id))
     const { results, events } = await this.#transaction(`handleBatch of ${messages.length}`, async (client, runEffect) => {
       const inserted = await client.query<{ message_id: string }>(
         `INSERT INTO ${this.#table} (consumer, message_id, payload_hash)
-         SELECT $1, id, hash FROM unnest($2::text[], $3::text[]) AS m(id, hash)
+         SELECT $1, id, hash FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS m(id, hash, n) ORDER BY n
          ON CONFLICT DO NOTHING RETURNING message_id`,
-        [this.consumer, messages.map((m) => m.id), hashes],
+        [this.consumer, sorted.map((i) => (messages[i] as InboxMessage).id), sorted.map((i) => hashes[i] as string)],
       )
       const fresh = new Set(inserted.rows.map((r) => r.message_id))
       // The hash each ID is known under: stored before this batch, or taken by its first copy here.

@@ -3,8 +3,8 @@
  * with a relay (docs/messaging.md). Publishers live in `idemkey/publishers/<broker>`.
  *
  * @example
- * import { OutboxRelay, PgOutbox } from 'idemkey/outbox'
- * const outbox = new PgOutbox({ pool })
+ * import { MySqlOutbox, OutboxRelay, PgOutbox } from 'idemkey/outbox'
+ * const outbox = new PgOutbox({ pool }) // or new MySqlOutbox({ pool }) on a mysql2/promise pool
  */
 export {
   type MessageHeaders,
@@ -15,7 +15,9 @@ export {
   PublishMismatchError,
   type PublishResult,
 } from '../message.js'
+export type { MySqlConnectionLike, MySqlPoolLike } from '../mysql.js'
 export type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
+export { MySqlOutbox, type MySqlOutboxOptions } from './mysql-outbox.js'
 export { PgOutbox, type PgOutboxOptions } from './pg-outbox.js'
 export { OutboxRelay, type OutboxRelayOptions, type RelayEvent } from './relay.js'
 export { SqliteOutbox, type SqliteOutboxOptions } from './sqlite-outbox.js'

@@ -16,7 +16,7 @@ export type RelayEvent =
 
 /** Options of {@link OutboxRelay}. */
 export interface OutboxRelayOptions {
-  /** The outbox to drain: a `PgOutbox`, a `SqliteOutbox`, or any {@link RelayStorage}. */
+  /** The outbox to drain: a `PgOutbox`, a `MySqlOutbox`, a `SqliteOutbox`, or any {@link RelayStorage}. */
   outbox: { storage(): RelayStorage } | RelayStorage
   publisher: Publisher
   /** Rows claimed per batch. @default 256 */

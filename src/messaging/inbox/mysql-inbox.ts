@@ -1,0 +1,348 @@
+import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
+import { IdempotencyError } from '../../errors.js'
+import { InboxMismatchError, purgeBatchSize } from '../message.js'
+import {
+  executeIn,
+  type MySqlConnectionLike,
+  type MySqlPoolLike,
+  type MySqlTableName,
+  migrateMySql,
+  mysqlMessagingError,
+  mysqlTableName,
+  NOW_MS,
+} from '../mysql.js'
+import { payloadHash } from './pg-inbox.js'
+import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxResult } from './types.js'
+
+/** Options of {@link MySqlInbox}. */
+export interface MySqlInboxOptions<Tx = MySqlConnectionLike> {
+  /** The user's mysql2 promise pool; each message runs in a transaction on one of its connections. */
+  pool: MySqlPoolLike
+  /** This consumer's name (at most 255 bytes): the same message ID is processed once per consumer name. */
+  consumer: string
+  /** Table name, optionally `database.table`. @default 'idemkey_inbox' */
+  table?: string
+  /**
+   * How long a processed ID is remembered by {@link MySqlInbox.purge}. Must exceed the longest time
+   * after which a broker (or a relay) may still deliver a copy: see docs/messaging.md. @default '7d'
+   */
+  retention?: Duration
+  onEvent?: (event: InboxEvent) => void
+  /**
+   * Your data layer (docs/orm.md): `record(tx, …)` then takes the tool's own transaction object of a
+   * MySQL connection. @example new MySqlInbox({ pool, consumer: 'billing', transactions: knexTransactions(db) })
+   */
+  transactions?: SqlTransactions<Tx>
+}
+
+/** Longest message ID and consumer name, in UTF-8 bytes (the key columns are VARBINARY). */
+const MAX_ID_BYTES = 1020
+const MAX_CONSUMER_BYTES = 255
+
+/**
+ * Identity columns are VARBINARY (every text collation folds case or pads spaces). `mismatches` is
+ * what the probe for "same ID, other payload" bumps: an UPDATE that changes the row it matches, so
+ * `affectedRows` tells the answer with or without CLIENT_FOUND_ROWS, and through any data-layer tool
+ * (which reports only affected rows on MySQL). It commits only with a batch that reports the mismatch.
+ */
+const MIGRATIONS = (t: MySqlTableName): string[][] => [
+  [
+    `CREATE TABLE IF NOT EXISTS ${t.sql} (
+      consumer VARBINARY(255) NOT NULL,
+      message_id VARBINARY(1020) NOT NULL,
+      payload_hash CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+      processed_at BIGINT NOT NULL,
+      mismatches INT NOT NULL DEFAULT 0,
+      PRIMARY KEY (consumer, message_id),
+      KEY inbox_processed_at (consumer, processed_at)
+    ) ENGINE = InnoDB`,
+  ],
+]
+
+function assertMessageId(message: InboxMessage): void {
+  if (typeof message?.id !== 'string' || message.id.length === 0) {
+    throw new IdempotencyError('INVALID_ARGUMENT', 'inbox: the message has no ID. Producers must set one (the outbox always does).')
+  }
+  if (Buffer.byteLength(message.id) > MAX_ID_BYTES) {
+    throw new IdempotencyError(
+      'INVALID_ARGUMENT',
+      `inbox: message ID "${message.id.slice(0, 40)}…" is ${Buffer.byteLength(message.id)} bytes; MySqlInbox keeps IDs of at most ${MAX_ID_BYTES}. Have the producer use shorter IDs (the outbox's are at most 255 characters).`,
+    )
+  }
+}
+
+/**
+ * The inbox on MySQL 8 or MariaDB 10.6+: records each message ID in the same transaction as the
+ * effect, so the effect is applied once however often the broker redelivers. A redelivered ID is
+ * reported as `duplicate` (acknowledge it); the same ID with another payload throws
+ * {@link InboxMismatchError}. Two consumers handling the same ID at once: the second waits on the
+ * row lock and then sees a duplicate.
+ *
+ * @example
+ * const inbox = new MySqlInbox({ pool, consumer: 'billing' })
+ * await inbox.migrate()
+ * const result = await inbox.handle({ id, payload }, async (tx) => {
+ *   await tx.execute('UPDATE accounts SET balance = balance + ? WHERE id = ?', [amount, account])
+ * })
+ * ack() // applied or duplicate: either way the broker may forget it
+ */
+export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnectionLike> {
+  readonly consumer: string
+  readonly #pool: MySqlPoolLike
+  readonly #tool: SqlTransactions<Tx> | undefined
+  readonly #table: MySqlTableName
+  readonly #retentionMs: number
+  readonly #onEvent: (event: InboxEvent) => void
+  readonly #consumerBytes: Buffer
+  readonly #insert: string
+  readonly #probe: string
+
+  /** How long processed IDs are kept (the dedup window). */
+  get retentionMs(): number {
+    return this.#retentionMs
+  }
+
+  constructor(options: MySqlInboxOptions<Tx>) {
+    if (typeof options?.pool?.getConnection !== 'function' || typeof options.pool.query !== 'function') {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        'MySqlInbox needs { pool }: a mysql2/promise pool (mysql.createPool(...) from "mysql2/promise"), or anything with query(), execute() and getConnection().',
+      )
+    }
+    if (typeof options.consumer !== 'string' || options.consumer.length === 0 || Buffer.byteLength(options.consumer) > MAX_CONSUMER_BYTES) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        `MySqlInbox needs { consumer }: a non-empty name for this consumer of at most ${MAX_CONSUMER_BYTES} bytes, e.g. "billing".`,
+      )
+    }
+    this.#pool = options.pool
+    if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'MySqlInbox', 'mysql')
+    this.#tool = options.transactions
+    this.consumer = options.consumer
+    this.#consumerBytes = Buffer.from(options.consumer, 'utf8')
+    this.#table = mysqlTableName(options.table ?? 'idemkey_inbox', 'MySqlInbox table')
+    this.#retentionMs = parseDuration(options.retention ?? '7d', 'retention')
+    this.#onEvent = options.onEvent ?? (() => {})
+    // INSERT IGNORE: 0 rows for a known ID whatever CLIENT_FOUND_ROWS says; lengths are checked first.
+    this.#insert = `INSERT IGNORE INTO ${this.#table.sql} (consumer, message_id, payload_hash, processed_at) VALUES (?, ?, ?, ${NOW_MS})`
+    this.#probe = `UPDATE ${this.#table.sql} SET mismatches = mismatches + 1 WHERE consumer = ? AND message_id = ? AND payload_hash <> ?`
+  }
+
+  /** Creates the table. Idempotent; safe to run from several processes at once. */
+  async migrate(): Promise<void> {
+    await migrateMySql(this.#pool, 'MySqlInbox', this.#table, MIGRATIONS(this.#table))
+  }
+
+  /**
+   * Runs `effect` in a transaction that also records the message ID, unless the ID was processed
+   * already. The effect gets the transaction's mysql2 connection. An error from `effect` rolls both
+   * back and is rethrown (do not ack: let the broker redeliver). Database errors become `STORE_UNAVAILABLE`.
+   */
+  async handle<T>(
+    message: InboxMessage,
+    effect: (tx: MySqlConnectionLike, message: InboxMessage) => Promise<T> | T,
+  ): Promise<InboxResult<T>> {
+    assertMessageId(message)
+    const hash = payloadHash(message.payload)
+    type Outcome = { seen: 'duplicate' | 'mismatch' } | { applied: Awaited<T> }
+    const outcome = await this.#transaction<Outcome>(`handle ${message.id}`, async (connection, runEffect) => {
+      const seen = await this.#record((sql, values) => executeIn(undefined, connection, sql, values), message.id, hash)
+      if (seen !== 'new') return { rollback: true, value: { seen } }
+      return { value: { applied: await runEffect(() => effect(connection, message)) } }
+    })
+    if ('seen' in outcome) return this.#seenBefore(outcome.seen, message.id)
+    this.#emit({ type: 'applied', consumer: this.consumer, messageId: message.id })
+    return { status: 'applied', value: outcome.applied }
+  }
+
+  /**
+   * Several messages in one transaction (what the consumer helpers use under load): each ID recorded
+   * (in sorted order, so concurrent batches lock alike), then each new message's effect in the given
+   * order, then one COMMIT. A message seen before
+   * is `duplicate`, or `mismatch` with another payload (reported, not thrown); an ID twice in the
+   * batch is applied once. Any error rolls the whole batch back and is thrown (retry the messages one
+   * by one with {@link MySqlInbox.handle}). Events are reported after the commit.
+   */
+  async handleBatch<T>(
+    messages: readonly InboxMessage[],
+    effect: (tx: MySqlConnectionLike, message: InboxMessage) => Promise<T> | T,
+  ): Promise<Array<InboxBatchResult<T>>> {
+    for (const message of messages) assertMessageId(message)
+    const hashes = messages.map((m) => payloadHash(m.payload))
+    const { results, events } = await this.#transaction(`handleBatch of ${messages.length}`, async (connection, runEffect) => {
+      const run = (sql: string, values: readonly (string | Buffer)[]) => executeIn(undefined, connection, sql, values)
+      // Each ID's first copy is recorded first, in one order whatever the batch's, so two consumers'
+      // batches take their row locks in the same order and cannot deadlock on each other.
+      const firstIndex = new Map<string, number>()
+      for (const [i, message] of messages.entries()) if (!firstIndex.has(message.id)) firstIndex.set(message.id, i)
+      const verdicts: Array<'apply' | 'duplicate' | 'mismatch' | undefined> = messages.map(() => undefined)
+      // The hash each new ID was taken under by its first copy; its other copies compare with it.
+      const taken = new Map<string, string>()
+      for (const id of [...firstIndex.keys()].sort()) {
+        const i = firstIndex.get(id) as number
+        const verdict = await this.#record(run, id, hashes[i] as string)
+        if (verdict === 'new') taken.set(id, hashes[i] as string)
+        verdicts[i] = verdict === 'new' ? 'apply' : verdict
+      }
+      for (const [i, message] of messages.entries()) {
+        if (verdicts[i] !== undefined) continue
+        const first = taken.get(message.id)
+        const hash = hashes[i] as string
+        if (first !== undefined) verdicts[i] = first === hash ? 'duplicate' : 'mismatch'
+        else {
+          // Its first copy was known before the batch: this copy's own payload decides.
+          const verdict = await this.#record(run, message.id, hash)
+          if (verdict === 'new') taken.set(message.id, hash)
+          verdicts[i] = verdict === 'new' ? 'apply' : verdict
+        }
+      }
+      const results: Array<InboxBatchResult<T>> = []
+      const events: InboxEvent[] = []
+      for (const [i, message] of messages.entries()) {
+        const verdict = verdicts[i]
+        if (verdict === 'apply') {
+          results.push({ status: 'applied', value: await runEffect(() => effect(connection, message)) })
+          events.push({ type: 'applied', consumer: this.consumer, messageId: message.id })
+        } else if (verdict === 'mismatch') {
+          results.push({ status: 'mismatch', error: new InboxMismatchError(this.consumer, message.id) })
+          events.push({ type: 'mismatch', consumer: this.consumer, messageId: message.id })
+        } else {
+          results.push({ status: 'duplicate' })
+          events.push({ type: 'duplicate', consumer: this.consumer, messageId: message.id })
+        }
+      }
+      return { value: { results, events } }
+    })
+    for (const event of events) this.#emit(event)
+    return results
+  }
+
+  /**
+   * Records the message ID inside a transaction *you* run (your `START TRANSACTION`, your effect, your
+   * `COMMIT`): pass its mysql2 connection, or your tool's transaction object with the `transactions`
+   * option. Returns `new` (apply the effect, then commit) or `duplicate` (skip the effect; rolling back
+   * or committing is the same). Throws {@link InboxMismatchError} for the same ID with another payload.
+   *
+   * @example
+   * await conn.query('START TRANSACTION')
+   * if ((await inbox.record(conn, message)) === 'new') await applyEffect(conn)
+   * await conn.query('COMMIT')
+   */
+  async record(tx: Tx, message: InboxMessage): Promise<'new' | 'duplicate'> {
+    assertMessageId(message)
+    const hash = payloadHash(message.payload)
+    let seen: 'new' | 'duplicate' | 'mismatch'
+    try {
+      seen = await this.#record((sql, values) => executeIn(this.#tool, tx, sql, values), message.id, hash)
+    } catch (error) {
+      const through = this.#tool ? ` (through ${this.#tool.tool})` : ''
+      throw mysqlMessagingError('MySqlInbox', `record ${message.id}${through}`, error, this.#table)
+    }
+    if (seen === 'new') {
+      this.#emit({ type: 'recorded', consumer: this.consumer, messageId: message.id })
+      return 'new'
+    }
+    this.#seenBefore(seen, message.id)
+    return 'duplicate'
+  }
+
+  /**
+   * The ID's INSERT, then for a known ID the probe: an UPDATE that matches only a row with another
+   * payload. Both read the latest committed row (an INSERT waits on a concurrent insert of the same
+   * key), whatever snapshot the caller's transaction holds.
+   */
+  async #record(
+    run: (sql: string, values: readonly (string | Buffer)[]) => Promise<number>,
+    messageId: string,
+    hash: string,
+  ): Promise<'new' | 'duplicate' | 'mismatch'> {
+    const id = Buffer.from(messageId, 'utf8')
+    if ((await run(this.#insert, [this.#consumerBytes, id, hash])) === 1) return 'new'
+    return (await run(this.#probe, [this.#consumerBytes, id, hash])) > 0 ? 'mismatch' : 'duplicate'
+  }
+
+  /**
+   * One transaction on a pooled connection, shared by `handle` and `handleBatch`. The caller's effects
+   * run through `runEffect`, so their errors are rethrown as they are, while the database's become
+   * `STORE_UNAVAILABLE`; either rolls back. `rollback: true` ends it without a commit.
+   */
+  async #transaction<R>(
+    label: string,
+    work: (
+      connection: MySqlConnectionLike,
+      runEffect: <T>(effect: () => Promise<T> | T) => Promise<T>,
+    ) => Promise<{ value: R; rollback?: boolean }>,
+  ): Promise<R> {
+    let connection: MySqlConnectionLike
+    try {
+      connection = await this.#pool.getConnection()
+    } catch (error) {
+      throw mysqlMessagingError('MySqlInbox', 'connect', error, this.#table)
+    }
+    let inTransaction = false
+    let inEffect = false
+    const runEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
+      inEffect = true
+      const value = await effect()
+      inEffect = false
+      return value
+    }
+    try {
+      await connection.query('START TRANSACTION')
+      inTransaction = true
+      const { value, rollback } = await work(connection, runEffect)
+      await connection.query(rollback ? 'ROLLBACK' : 'COMMIT')
+      inTransaction = false
+      return value
+    } catch (error) {
+      if (inTransaction) await connection.query('ROLLBACK').catch(() => {})
+      // The effect's own errors are the caller's; ours mean the database is in trouble.
+      if (inEffect || error instanceof IdempotencyError) throw error
+      throw mysqlMessagingError('MySqlInbox', label, error, this.#table)
+    } finally {
+      connection.release()
+    }
+  }
+
+  /** Reports a known ID: `duplicate`, or throws for a mismatch. */
+  #seenBefore(seen: 'duplicate' | 'mismatch', messageId: string): { status: 'duplicate' } {
+    if (seen === 'mismatch') {
+      this.#emit({ type: 'mismatch', consumer: this.consumer, messageId })
+      throw new InboxMismatchError(this.consumer, messageId)
+    }
+    this.#emit({ type: 'duplicate', consumer: this.consumer, messageId })
+    return { status: 'duplicate' }
+  }
+
+  /**
+   * Deletes IDs processed longer ago than the retention, in batches of `batchSize` rows, each its own
+   * short statement. Returns how many. Run it periodically.
+   */
+  async purge(options: { batchSize?: number } = {}): Promise<number> {
+    const batchSize = purgeBatchSize(options)
+    let total = 0
+    for (;;) {
+      let deleted: number
+      try {
+        const [result] = await this.#pool.query(
+          `DELETE FROM ${this.#table.sql} WHERE consumer = ? AND processed_at < ${NOW_MS} - ? ORDER BY processed_at LIMIT ${batchSize}`,
+          [this.#consumerBytes, this.#retentionMs],
+        )
+        deleted = (result as { affectedRows: number }).affectedRows
+      } catch (error) {
+        throw mysqlMessagingError('MySqlInbox', 'purge', error, this.#table)
+      }
+      total += deleted
+      if (deleted < batchSize) return total
+    }
+  }
+
+  #emit(event: InboxEvent): void {
+    try {
+      this.#onEvent(event)
+    } catch {
+      // A throwing metrics hook must not change the outcome.
+    }
+  }
+}
