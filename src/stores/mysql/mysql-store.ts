@@ -58,6 +58,9 @@ export interface MySqlStoreOptions<Tx = MySqlTransaction> {
  * first (a live record answers at once); a new key is taken by a plain INSERT, anything else by one
  * `INSERT … ON DUPLICATE KEY UPDATE` that takes the row only when no live record holds it, then a
  * read of the row: atomic under any concurrency, no transaction held open across round trips.
+ * Concurrent callers share: operations of one kind issued while one is in flight go out together
+ * when it returns, one statement per kind and one commit (`groupCommit`, on by default; never inside
+ * your transaction).
  * Implements `TransactionalStore` too: `ledger.runInTransaction` commits business writes and the
  * record together.
  * Create the table once with {@link MySqlStore.migrate} (or `idemkey migrate`).
