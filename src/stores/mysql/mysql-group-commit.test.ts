@@ -5,6 +5,7 @@ import type { Outcome } from '../../core/store.js'
 import { isIdempotencyError } from '../../errors.js'
 import { fp } from '../../testing/shared.js'
 import { batchStatements } from './batch-statements.js'
+import { MAX_BATCHED_BYTES } from './batches.js'
 import { isTransientTransactionError } from './mysql-errors.js'
 import { MySqlStore } from './mysql-store.js'
 import type { MySqlConnectionLike, MySqlPoolLike, MySqlValue } from './pool.js'
@@ -250,6 +251,35 @@ describe.skipIf(skip !== undefined)('MySqlStore group commit', () => {
     expect(Buffer.from(b?.response?.body ?? [])).toEqual(binary)
     expect((await store.get(scope, 'a'))?.response?.headers).toEqual(outcome('').response.headers)
     expect(await store.get(scope, 'zombie')).toMatchObject({ status: 'in_progress', token: 2 })
+  })
+
+  it('sends a complete whose body passes 16 KiB as its single statement, beside a batch of small ones', async () => {
+    const scope = `s-${randomUUID()}`
+    const tokens: Record<string, number> = {}
+    for (const key of ['blocker', 'small1', 'small2', 'large']) {
+      tokens[key] = ((await store.acquire(scope, key, fp('a'), 30_000)) as { token: number }).token
+    }
+    const large = Buffer.alloc(MAX_BATCHED_BYTES + 1, 0xab)
+    gated.sent.length = 0
+    const [, results] = await together(
+      () => store.complete(scope, 'blocker', tokens.blocker as number, outcome('blocker'), 60_000),
+      () =>
+        Promise.all([
+          store.complete(scope, 'small1', tokens.small1 as number, outcome('s1'), 60_000),
+          store.complete(
+            scope,
+            'large',
+            tokens.large as number,
+            { status: 'completed', response: { status: 200, headers: {}, body: large } },
+            60_000,
+          ),
+          store.complete(scope, 'small2', tokens.small2 as number, outcome('s2'), 60_000),
+        ]),
+    )
+    expect(results).toEqual([true, true, true])
+    expect(batchesOf('complete')).toEqual([2])
+    expect(texts().filter((sql) => sql === single.complete.sql)).toHaveLength(2)
+    expect(Buffer.from((await store.get(scope, 'large'))?.response?.body ?? [])).toEqual(large)
   })
 
   it('renews, releases and reads in batches, fenced by each caller token', async () => {

@@ -15,7 +15,7 @@ import {
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { batchStatements } from './batch-statements.js'
-import { type AcquireInput, type FencedInput, type GroupCommits, groupCommits, type KeyInput, lostRaces } from './batches.js'
+import { type AcquireInput, type FencedInput, fitsBatch, type GroupCommits, groupCommits, type KeyInput, lostRaces } from './batches.js'
 import { isRetryable, toStoreError } from './mysql-errors.js'
 import type { MySqlConnectionLike, MySqlPoolLike, MySqlTransaction, MySqlValue, WriteResult } from './pool.js'
 import { completeValues, identity, liveAnswer, type Row, toRecord } from './records.js'
@@ -186,9 +186,9 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
     return this.#fenced('complete', completeValues(scope, key, token, outcome, ttlMs) as FencedInput)
   }
 
-  /** A fenced write on the pool path: batched with concurrent ones of its kind, or its single UPDATE. */
+  /** A fenced write on the pool path: batched with concurrent ones of its kind (when small enough), or its single UPDATE. */
   async #fenced(operation: 'renew' | 'complete' | 'release', input: FencedInput): Promise<boolean> {
-    if (this.#groups) return this.#groups[operation].run(input)
+    if (this.#groups && fitsBatch(input)) return this.#groups[operation].run(input)
     return (await this.#write(operation, this.#sql[operation], input)) === 1
   }
 
