@@ -213,8 +213,9 @@ describe('the packed tarball', () => {
     // The CLI and the demo are ESM only (the bin runs dist/cli/main.js): no CommonJS copy of them.
     expect([...files].filter((f) => /^dist\/cjs\/(cli|demo)\//.test(f) || f === 'dist/cjs/stores/open.js')).toEqual([])
     // A guard, not a target: source maps, sources or tests slipping in would pass it by far (maps alone were 42%).
-    // 460 KB with DynamoDB, Lambda, observability and durable steps in both builds.
-    expect(packed.size, 'packed size in bytes').toBeLessThan(600_000)
+    // 460 KB with DynamoDB, Lambda, observability and durable steps in both builds; 599,708 with group
+    // commit on PostgreSQL, 609,370 with it on MySQL too (issue 27).
+    expect(packed.size, 'packed size in bytes').toBeLessThan(650_000)
     console.info(`idemkey tarball: ${packed.size} bytes packed, ${packed.unpackedSize} unpacked, ${files.size} files`)
   })
 
