@@ -32,12 +32,19 @@ function gatedPool(pool: MySqlPoolLike) {
   let open = () => {}
   /** Fails the next statement whose text is `sql` with `error` (once), as the server would. */
   let failNext: { sql: string; error: unknown } | undefined
+  /** Runs `fn` before the next statement whose text is `sql` goes out (once): another process's write in between. */
+  let beforeNext: { sql: string; fn: () => Promise<unknown> } | undefined
   const through =
     (run: (sql: string, values?: MySqlValue[]) => Promise<[unknown, unknown]>) =>
     async (sql: string, values?: MySqlValue[]): Promise<[unknown, unknown]> => {
       sent.push({ sql, values })
       const held = gate
       if (held) await held
+      if (beforeNext && beforeNext.sql === sql) {
+        const { fn } = beforeNext
+        beforeNext = undefined
+        await fn()
+      }
       if (failNext && failNext.sql === sql) {
         const { error } = failNext
         failNext = undefined
@@ -71,6 +78,9 @@ function gatedPool(pool: MySqlPoolLike) {
     },
     failNext(sql: string, error: unknown) {
       failNext = { sql, error }
+    },
+    beforeNext(sql: string, fn: () => Promise<unknown>) {
+      beforeNext = { sql, fn }
     },
   }
 }
@@ -154,6 +164,24 @@ describe.skipIf(skip !== undefined)('MySqlStore group commit', () => {
     expect(batchesOf('acquire')).toEqual([1])
     expect(batchesOf('acquired')).toEqual([1])
     expect(statements).toHaveLength(6)
+  })
+
+  it('answers a caller whose row another process took between the batch read and its upsert by that record, not as a winner', async () => {
+    const other = new MySqlStore({ pool: raw, table, groupCommit: false })
+    const scope = `s-${randomUUID()}`
+    let taken: unknown
+    gated.beforeNext(batch.acquire(2), async () => {
+      taken = await other.acquire(scope, 'x', fp('b'), 30_000)
+    })
+    const [, answers] = await together(
+      () => store.acquire(scope, 'blocker', fp('a'), 30_000),
+      () => Promise.all([store.acquire(scope, 'x', fp('a'), 30_000), store.acquire(scope, 'y', fp('a'), 30_000)]),
+    )
+    expect(taken).toEqual({ kind: 'acquired', token: 1 })
+    expect(answers).toEqual([{ kind: 'mismatch' }, { kind: 'acquired', token: 1 }])
+    expect(await store.get(scope, 'x')).toMatchObject({ fingerprint: fp('b'), token: 1, status: 'in_progress' })
+    expect(batchesOf('acquire')).toEqual([2])
+    await other.close()
   })
 
   it('takes over ended leases and expired records in a batch exactly as single statements do', async () => {
