@@ -14,8 +14,10 @@ import {
 } from '../../core/store.js'
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
+import { batchStatements } from './batch-statements.js'
+import { type AcquireInput, type FencedInput, fitsBatch, type GroupCommits, groupCommits, type KeyInput, lostRaces } from './batches.js'
 import { isRetryable, toStoreError } from './mysql-errors.js'
-import type { MySqlPoolLike, MySqlTransaction, MySqlValue, WriteResult } from './pool.js'
+import type { MySqlConnectionLike, MySqlPoolLike, MySqlTransaction, MySqlValue, WriteResult } from './pool.js'
 import { completeValues, identity, liveAnswer, type Row, toRecord } from './records.js'
 import { migrate } from './schema.js'
 import { bind, COLUMNS, NOW_MS, type Statement, type Statements, statements } from './statements.js'
@@ -41,6 +43,13 @@ export interface MySqlStoreOptions<Tx = MySqlTransaction> {
    * connection. @example new MySqlStore({ pool, transactions: drizzleTransactions(db) })
    */
   transactions?: SqlTransactions<Tx>
+  /**
+   * Group commit (docs/mysql.md, "Group commit"): acquires, completes, renewals, releases and reads that
+   * concurrent callers issue while one of their kind is in flight go out together when it returns, as
+   * one statement per kind and one commit. A caller alone pays nothing (no timer). Statements inside
+   * your transaction are never batched. `false`: one statement per operation. @default true
+   */
+  groupCommit?: boolean
 }
 
 /**
@@ -49,6 +58,9 @@ export interface MySqlStoreOptions<Tx = MySqlTransaction> {
  * first (a live record answers at once); a new key is taken by a plain INSERT, anything else by one
  * `INSERT … ON DUPLICATE KEY UPDATE` that takes the row only when no live record holds it, then a
  * read of the row: atomic under any concurrency, no transaction held open across round trips.
+ * Concurrent callers share: operations of one kind issued while one is in flight go out together
+ * when it returns, one statement per kind and one commit (`groupCommit`, on by default; never inside
+ * your transaction).
  * Implements `TransactionalStore` too: `ledger.runInTransaction` commits business writes and the
  * record together.
  * Create the table once with {@link MySqlStore.migrate} (or `idemkey migrate`).
@@ -71,6 +83,8 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
   readonly #ownsPool: boolean
   /** The user's data layer, when `transactions` was given: `transaction()` runs in it. */
   readonly #tool: SqlTransactions<Tx> | undefined
+  /** Group commit of the pool path (absent with `groupCommit: false`). */
+  readonly #groups: GroupCommits | undefined
 
   constructor(options: MySqlStoreOptions<Tx>) {
     const table = options?.table ?? 'idemkey_records'
@@ -104,6 +118,20 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
     else this.#opening = openPool(options.uri as string, options.connectionLimit ?? 10)
     // An open that fails is reported by the first operation; never as an unhandled rejection.
     this.#opening?.catch(() => {})
+    if (options.groupCommit ?? true) {
+      this.#groups = groupCommits({
+        sql: batchStatements(table, retentionMs),
+        query: (operation, sql, values) => this.#once(operation, async (pool) => (await pool.query(sql, values))[0]),
+        transaction: (operation, fn) => this.#once(operation, (pool) => batchTransaction(pool, fn)),
+        one: {
+          acquire: (input) => this.#acquireOne(input),
+          get: (input) => this.#getOne(input),
+          renew: async (input) => (await this.#write('renew', this.#sql.renew, input)) === 1,
+          complete: async (input) => (await this.#write('complete', this.#sql.complete, input)) === 1,
+          release: async (input) => (await this.#write('release', this.#sql.release, input)) === 1,
+        },
+      })
+    }
   }
 
   /** Creates the table (or upgrades it) if needed; safe to call on every start, from many processes at once. */
@@ -115,7 +143,11 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
     assertIdentity(scope, key)
     assertFingerprint(fingerprint)
     assertPositiveInteger(leaseMs, 'leaseMs')
-    const id = identity(scope, key)
+    const input = { ...identity(scope, key), fingerprint, leaseMs }
+    return this.#groups ? this.#groups.acquire.run(input) : this.#acquireOne(input)
+  }
+
+  async #acquireOne({ fingerprint, leaseMs, ...id }: AcquireInput): Promise<AcquireResult> {
     // Most acquires meet a live record (a replay, a duplicate in flight) or no record at all, so a
     // plain read comes first: it answers the first kind without a write. For no record, a plain
     // INSERT takes the key (a duplicate-key error means another caller was faster). Otherwise, or
@@ -141,20 +173,23 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
       const answer = liveAnswer(row, fingerprint)
       if (answer) return answer
     }
-    throw new IdempotencyError(
-      'STORE_UNAVAILABLE',
-      `mysql: acquire of ${JSON.stringify(key)} lost 100 races in a row to writers that kept releasing or evicting it. Retry later.`,
-    )
+    throw lostRaces(id.key)
   }
 
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
     assertIdentity(scope, key)
     assertPositiveInteger(leaseMs, 'leaseMs')
-    return (await this.#write('renew', this.#sql.renew, { ...identity(scope, key), token, lease: leaseMs })) === 1
+    return this.#fenced('renew', { ...identity(scope, key), token, lease: leaseMs })
   }
 
   async complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
-    return (await this.#write('complete', this.#sql.complete, completeValues(scope, key, token, outcome, ttlMs))) === 1
+    return this.#fenced('complete', completeValues(scope, key, token, outcome, ttlMs) as FencedInput)
+  }
+
+  /** A fenced write on the pool path: batched with concurrent ones of its kind (when small enough), or its single UPDATE. */
+  async #fenced(operation: 'renew' | 'complete' | 'release', input: FencedInput): Promise<boolean> {
+    if (this.#groups && fitsBatch(input)) return this.#groups[operation].run(input)
+    return (await this.#write(operation, this.#sql[operation], input)) === 1
   }
 
   /**
@@ -199,12 +234,17 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
 
   async release(scope: string, key: string, token: number): Promise<boolean> {
     assertIdentity(scope, key)
-    return (await this.#write('release', this.#sql.release, { ...identity(scope, key), token })) === 1
+    return this.#fenced('release', { ...identity(scope, key), token })
   }
 
   async get(scope: string, key: string): Promise<StoredRecord | null> {
     assertIdentity(scope, key)
-    const row = (await this.#read('get', this.#sql.get, identity(scope, key)))[0]
+    const input = identity(scope, key)
+    return this.#groups ? this.#groups.get.run(input) : this.#getOne(input)
+  }
+
+  async #getOne(input: KeyInput): Promise<StoredRecord | null> {
+    const row = (await this.#read('get', this.#sql.get, { ...input }))[0]
     return row ? toRecord(row) : null
   }
 
@@ -288,6 +328,16 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
     return this.#run(operation, async (pool) => (await pool.execute(statement.sql, bind(statement, values)))[0] as Row[])
   }
 
+  /** Runs one step of a batch, once: a batch that fails is answered by the group commit (docs/mysql.md, "Group commit"). */
+  async #once<R>(operation: string, step: (pool: MySqlPoolLike) => Promise<R>): Promise<R> {
+    const pool = await this.#ready(operation)
+    try {
+      return await step(pool)
+    } catch (error) {
+      throw toStoreError(operation, error, this.table)
+    }
+  }
+
   /**
    * Runs one statement. Each is its own (autocommit) transaction: after a deadlock or a lock wait
    * timeout the server rolled it back, so it is retried, a bounded number of times, after a short
@@ -314,4 +364,24 @@ async function openPool(uri: string, connectionLimit: number): Promise<MySqlPool
     throw new IdempotencyError('INVALID_OPTION', 'MySqlStore({ uri }) needs the mysql2 package: npm install mysql2', { cause: error })
   }
   return mysql.createPool({ uri, connectionLimit, supportBigNumbers: true }) as MySqlPoolLike
+}
+
+/**
+ * A batch's transaction on one pool connection: rolled back when `fn` throws. Errors come back raw,
+ * to be typed for the batch's operation (as its single statement's would be).
+ */
+async function batchTransaction<R>(pool: MySqlPoolLike, fn: (connection: MySqlConnectionLike) => Promise<R>): Promise<R> {
+  const connection = await pool.getConnection()
+  try {
+    await connection.query('START TRANSACTION')
+    const result = await fn(connection)
+    await connection.query('COMMIT')
+    return result
+  } catch (error) {
+    // A failed rollback leaves nothing to undo that the server will not undo when the connection goes.
+    await connection.query('ROLLBACK').catch(() => {})
+    throw error
+  } finally {
+    connection.release()
+  }
 }

@@ -36,19 +36,49 @@ export function bind(statement: Statement, values: Record<string, MySqlValue>): 
 export const COLUMNS = `scope, \`key\`, fingerprint, status, token, locked_until, response_status, response_headers,
   response_body, resource_id, attempts, created_at, updated_at, expires_at`
 
+/** The values an acquire offers for the row: SQL expressions, placeholders or `VALUES(column)` of a multi-row INSERT. */
+export interface Offer {
+  fingerprint: string
+  claim: string
+  lockedUntil: string
+  expiresAt: string
+}
+
+/**
+ * The `ON DUPLICATE KEY UPDATE` of acquire: takes the row only when no live record holds it.
+ * The row is takeable when it is expired, or in progress with its lease ended: by another
+ * fingerprint only if the ended attempt left no steps (they are its own request's partial effects).
+ * MySQL assigns ON DUPLICATE KEY UPDATE columns left to right and later assignments see earlier
+ * ones. So the decision is made once, on the untouched row, into `claim`; every later assignment
+ * asks `claim = <offered claim>` (a random value unique to this call), and `expires_at`, which the
+ * attempts/created_at assignments read, is assigned last. Shared by the single acquire and the batch.
+ */
+export function takeOver(offer: Offer): string {
+  const takeable = `expires_at <= ${NOW_MS} OR (status = 'in_progress' AND locked_until <= ${NOW_MS}
+    AND (fingerprint = ${offer.fingerprint} OR steps IS NULL OR steps = '{}'))`
+  const mine = `claim = ${offer.claim}`
+  return `ON DUPLICATE KEY UPDATE
+        claim = IF(${takeable}, ${offer.claim}, claim),
+        fingerprint = IF(${mine}, ${offer.fingerprint}, fingerprint),
+        token = IF(${mine}, token + 1, token),
+        attempts = IF(${mine}, IF(expires_at <= ${NOW_MS}, 1, attempts + 1), attempts),
+        created_at = IF(${mine}, IF(expires_at <= ${NOW_MS}, ${NOW_MS}, created_at), created_at),
+        steps = IF(${mine}, IF(expires_at <= ${NOW_MS}, NULL, steps), steps),
+        status = IF(${mine}, 'in_progress', status),
+        locked_until = IF(${mine}, ${offer.lockedUntil}, locked_until),
+        response_status = IF(${mine}, NULL, response_status),
+        response_headers = IF(${mine}, NULL, response_headers),
+        response_body = IF(${mine}, NULL, response_body),
+        resource_id = IF(${mine}, NULL, resource_id),
+        updated_at = IF(${mine}, ${NOW_MS}, updated_at),
+        revision = IF(${mine}, revision + 1, revision),
+        expires_at = IF(${mine}, ${offer.expiresAt}, expires_at)`
+}
+
 /** Builds the statements for one table; `retentionMs` is a validated integer, inlined. */
 export function statements(table: string, retentionMs: number) {
   const t = `\`${table}\``
   const lease = 'CAST(:lease AS SIGNED)'
-  // The row is takeable when it is expired, or in progress with its lease ended: by another
-  // fingerprint only if the ended attempt left no steps (they are its own request's partial effects).
-  const takeable = `expires_at <= ${NOW_MS} OR (status = 'in_progress' AND locked_until <= ${NOW_MS}
-    AND (fingerprint = :fingerprint OR steps IS NULL OR steps = '{}'))`
-  // MySQL assigns ON DUPLICATE KEY UPDATE columns left to right and later assignments see earlier
-  // ones. So the decision is made once, on the untouched row, into `claim`; every later assignment
-  // asks `claim = :claim` (a random value unique to this call), and `expires_at`, which the
-  // attempts/created_at assignments read, is assigned last.
-  const mine = 'claim = :claim'
   const values = `VALUES (:scope, :key, :fingerprint, 'in_progress', 1, ${NOW_MS} + ${lease}, 1, ${NOW_MS}, ${NOW_MS},
         ${NOW_MS} + ${lease} + ${retentionMs}, :claim, 1)`
   const insert = `INSERT INTO ${t} (scope, \`key\`, fingerprint, status, token, locked_until, attempts, created_at, updated_at,
@@ -62,24 +92,16 @@ export function statements(table: string, retentionMs: number) {
     insert: compile(insert),
     acquire: compile(`
       ${insert}
-      ON DUPLICATE KEY UPDATE
-        claim = IF(${takeable}, :claim, claim),
-        fingerprint = IF(${mine}, :fingerprint, fingerprint),
-        token = IF(${mine}, token + 1, token),
-        attempts = IF(${mine}, IF(expires_at <= ${NOW_MS}, 1, attempts + 1), attempts),
-        created_at = IF(${mine}, IF(expires_at <= ${NOW_MS}, ${NOW_MS}, created_at), created_at),
-        steps = IF(${mine}, IF(expires_at <= ${NOW_MS}, NULL, steps), steps),
-        status = IF(${mine}, 'in_progress', status),
-        locked_until = IF(${mine}, ${NOW_MS} + ${lease}, locked_until),
-        response_status = IF(${mine}, NULL, response_status),
-        response_headers = IF(${mine}, NULL, response_headers),
-        response_body = IF(${mine}, NULL, response_body),
-        resource_id = IF(${mine}, NULL, resource_id),
-        updated_at = IF(${mine}, ${NOW_MS}, updated_at),
-        revision = IF(${mine}, revision + 1, revision),
-        expires_at = IF(${mine}, ${NOW_MS} + ${lease} + ${retentionMs}, expires_at)`),
+      ${takeOver({
+        fingerprint: ':fingerprint',
+        claim: ':claim',
+        lockedUntil: `${NOW_MS} + ${lease}`,
+        expiresAt: `${NOW_MS} + ${lease} + ${retentionMs}`,
+      })}`),
     /** Reads the row back after `acquire`: `mine` says whether this call's claim holds it. */
-    acquired: compile(`SELECT ${COLUMNS}, steps, ${mine} AS mine, ${NOW_MS} AS now_ms FROM ${t} WHERE scope = :scope AND \`key\` = :key`),
+    acquired: compile(
+      `SELECT ${COLUMNS}, steps, claim = :claim AS mine, ${NOW_MS} AS now_ms FROM ${t} WHERE scope = :scope AND \`key\` = :key`,
+    ),
     /**
      * One step of an in-progress record, fenced by token: JSON_SET for a result (`:result`, JSON text kept
      * as a JSON string), JSON_INSERT for a started marker (`:result` NULL), which never replaces a result.
