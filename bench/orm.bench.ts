@@ -161,7 +161,7 @@ const rawRow: Row = { name: 'raw pg', without: median(rawRates.without), with: m
 report(
   'orm',
   'Data-layer tools: runInTransaction through the tool, against raw pg',
-  'npx tsx bench/orm.bench.ts',
+  `npx tsx bench/orm.bench.ts --rounds ${ROUNDS} --ms ${MS}`,
   `${table(
     [
       'PostgreSQL through',
@@ -194,6 +194,8 @@ report(
     'On this 2-core machine the database and the benchmark share the CPU, and parsing and planning the ' +
     'completion on every transaction shows: the store prepares it wherever the tool lets it (the pg client ' +
     'under Drizzle, TypeORM and Sequelize, Knex query options, Kysely and MikroORM on their pg driver, ' +
-    'postgres.js `prepare`).',
+    "postgres.js `prepare`). One round's figure can be far from the median (the range column): a 2-core machine " +
+    'shared by the database, the benchmark and whatever else runs moves single turns by a factor of two, which is ' +
+    'why the table reports the median of paired rounds and not one turn.',
 )
 process.exit(0)
