@@ -38,6 +38,14 @@ export interface RedisStoreOptions {
   client?: RedisClientLike | NodeRedisClientLike | NodeRedisClusterLike
   /** A `redis://` or `rediss://` URL of one server; the store opens (and closes) its own ioredis client, tuned to fail fast. */
   url?: string
+  /**
+   * With `url`: how long the store's client waits for any reply while a command is outstanding before it
+   * drops the connection and reconnects (the commands in flight fail with `STORE_UNAVAILABLE`). A
+   * half-open connection (a NAT or firewall that forgot it, a Redis host that vanished) is never
+   * closed by the kernel, and would otherwise hang every later command for ever. Keep it above the
+   * ledger's `storeTimeout`. With your own `client`, set ioredis's `socketTimeout` yourself. @default '10s'
+   */
+  socketTimeout?: Duration
   /** Start of every key and channel name the store uses (A-Z a-z 0-9 _ . : -). @default 'idemkey' */
   prefix?: string
   /** How long a record whose lease ended is kept (and its token counted) before Redis drops it. @default '24h' */
@@ -129,7 +137,7 @@ export class RedisStore implements IdempotencyStore {
           ? fromNodeRedis(options.client)
           : options.client
     } else {
-      this.#opening = openClient(options.url as string)
+      this.#opening = openClient(options.url as string, parseDuration(options.socketTimeout ?? '10s', 'socketTimeout'))
       // A failed open is reported by the first operation; never as an unhandled rejection.
       this.#opening.catch(() => {})
     }
