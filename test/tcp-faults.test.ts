@@ -367,3 +367,65 @@ describe.concurrent('TCP faults between the ledger and its store', () => {
     )
   }
 })
+
+/** How long one store call on a half-open connection may take with a bound of HALF_OPEN_TIMEOUT_MS: the bound, plus margin. */
+const HALF_OPEN_TIMEOUT_MS = 500
+const HALF_OPEN_SETTLES_MS = HALF_OPEN_TIMEOUT_MS + 2_500
+
+/**
+ * The same fault with one connection and no ledger: the store itself must end a call on a half-open
+ * connection within its own bound, and its next call must run on a new connection.
+ */
+async function halfOpenAlone(rig: Rig, open: (port: number, id: string) => IdempotencyStore): Promise<void> {
+  const id = `tcpf_${randomUUID().replaceAll('-', '').slice(0, 12)}`
+  const scope = `tcp-faults-${id}`
+  const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: rig.port })
+  const store = open(proxy.port, id)
+  try {
+    await (store as { migrate?: () => Promise<void> }).migrate?.()
+    expect(await store.get(scope, 'k')).toBeNull()
+    proxy.blackhole()
+    proxy.heal({ stalled: 'hang' })
+    expect(proxy.counts().stalled).toBeGreaterThan(0)
+    const at = performance.now()
+    // Settles (an IdempotencyError, or an answer when the client resent it on a new connection): never hangs.
+    const first = await within(
+      store.get(scope, 'k').then(
+        () => 'answered',
+        (error: unknown) => (isIdempotencyError(error) ? error.code : `untyped: ${String(error)}`),
+      ),
+      HALF_OPEN_SETTLES_MS,
+      `${rig.name}: a call on a half-open connection`,
+    )
+    expect(['answered', 'STORE_UNAVAILABLE']).toContain(first)
+    expect(performance.now() - at).toBeGreaterThanOrEqual(HALF_OPEN_TIMEOUT_MS - 50)
+    expect(await within(store.get(scope, 'k'), HALF_OPEN_SETTLES_MS, `${rig.name}: the call after it`)).toBeNull()
+    await within(store.close(), 5_000, `${rig.name}: close() after a half-open connection`)
+  } finally {
+    await proxy.close()
+    await rig.teardown(id)
+  }
+}
+
+describe('a store ends a call on a half-open connection by itself, and its next call reconnects', () => {
+  it.skipIf(skips.get(postgres) !== undefined)('PostgresStore (queryTimeout, a pool of one connection)', () =>
+    halfOpenAlone(
+      postgres,
+      (port, table) =>
+        new PostgresStore({
+          connectionString: `postgres://root@127.0.0.1:${port}/test`,
+          table,
+          max: 1,
+          notifications: false,
+          queryTimeout: HALF_OPEN_TIMEOUT_MS,
+        }),
+    ),
+  )
+  it.skipIf(skips.get(redis) !== undefined)('RedisStore (socketTimeout of the client it opens)', () =>
+    halfOpenAlone(
+      redis,
+      (port, prefix) =>
+        new RedisStore({ url: `redis://127.0.0.1:${port}`, prefix, notifications: false, socketTimeout: HALF_OPEN_TIMEOUT_MS }),
+    ),
+  )
+})
