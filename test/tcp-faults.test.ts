@@ -429,3 +429,58 @@ describe('a store ends a call on a half-open connection by itself, and its next 
     ),
   )
 })
+
+describe('PostgresStore wake-ups after a half-open connection', () => {
+  it.skipIf(skips.get(postgres) !== undefined)(
+    'a LISTEN sent on a half-open connection ends within queryTimeout, and the store listens again on a new one',
+    async () => {
+      const id = `tcpf_${randomUUID().replaceAll('-', '').slice(0, 12)}`
+      const scope = `tcp-faults-${id}`
+      const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: postgres.port })
+      const store = new PostgresStore({
+        connectionString: `postgres://root@127.0.0.1:${proxy.port}/test`,
+        table: id,
+        max: 3,
+        queryTimeout: HALF_OPEN_TIMEOUT_MS,
+      })
+      try {
+        await store.migrate()
+        const acquired = await store.acquire(scope, 'k', 'a'.repeat(64), 60_000)
+        if (acquired.kind !== 'acquired') throw new Error(`expected to acquire, got ${acquired.kind}`)
+        // Two idle connections in the pool (two statements at once), then both go half-open: the first
+        // watch's flag statement takes one, and the listener's first LISTEN goes out on the other.
+        await Promise.all([store.get(scope, 'k'), store.list({ scope })])
+        expect(proxy.counts().open).toBe(2)
+        proxy.blackhole()
+        proxy.heal({ stalled: 'hang' })
+        const unwatchFirst = store.watch?.(scope, 'k', () => {})
+        const deadline = Date.now() + HALF_OPEN_SETTLES_MS + 2_000
+        while (!(await store.listening()) && Date.now() < deadline) await sleep(50)
+        expect(await store.listening(), 'the store listens again within its bound').toBe(true)
+        unwatchFirst?.()
+        // That first watch's flag statement met the other half-open connection (and failed: its waiter
+        // polls). A watch now flags the record on a live connection, and the completion notifies.
+        let woken = 0
+        const unwatch = store.watch?.(scope, 'k', () => {
+          woken++
+        })
+        await sleep(200)
+        woken = 0
+        const outcome = { status: 'completed' as const, response: { status: 200, headers: {}, body: Buffer.from('{}') }, resourceId: null }
+        // Another idle connection of the pool may be half-open too: its statement fails within queryTimeout.
+        let stored = false
+        for (let i = 0; i < 3 && !stored; i++) stored = await store.complete(scope, 'k', acquired.token, outcome, 60_000).catch(() => false)
+        expect(stored).toBe(true)
+        const wokenBy = Date.now() + 2_000
+        while (woken === 0 && Date.now() < wokenBy) await sleep(10)
+        expect(woken, 'the completion woke the watcher').toBeGreaterThan(0)
+        unwatch?.()
+        await within(store.close(), 5_000, 'PostgreSQL: close() after a half-open LISTEN')
+      } finally {
+        await proxy.close()
+        await postgres.teardown(id)
+      }
+    },
+    30_000,
+  )
+})

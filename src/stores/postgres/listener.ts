@@ -18,6 +18,8 @@ export class Listener {
   readonly #channel: string
   readonly #idleMs: number
   readonly #arm: (id: string) => Promise<boolean>
+  /** Bound on the LISTEN statement: one sent on a half-open connection would otherwise never settle. */
+  readonly #queryTimeoutMs: number
   readonly #watchers = new Map<string, Set<() => void>>()
   #client: PgClientLike | undefined
   #connecting = false
@@ -26,8 +28,15 @@ export class Listener {
   #retryTimer: NodeJS.Timeout | undefined
   #idleTimer: NodeJS.Timeout | undefined
 
-  constructor(pool: () => Promise<PgPoolLike>, channel: string, arm: (id: string) => Promise<boolean>, idleMs = 30_000) {
+  constructor(
+    pool: () => Promise<PgPoolLike>,
+    channel: string,
+    arm: (id: string) => Promise<boolean>,
+    queryTimeoutMs: number,
+    idleMs = 30_000,
+  ) {
     this.#pool = pool
+    this.#queryTimeoutMs = queryTimeoutMs
     this.#arm = arm
     this.#channel = channel
     this.#idleMs = idleMs
@@ -103,7 +112,9 @@ export class Listener {
       client.on('error', this.#lost)
       client.on('end', this.#lost)
       client.on('notification', this.#onNotification)
-      await client.query(`LISTEN "${this.#channel}"`)
+      // Unbounded, a LISTEN on a half-open connection kept this listener connecting (and its pool slot
+      // taken) for ever: waiters were left to polling for the life of the store.
+      await client.query({ text: `LISTEN "${this.#channel}"`, query_timeout: this.#queryTimeoutMs })
       if (this.#closed) {
         client.release(true)
         return

@@ -143,7 +143,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
         const result = await this.#query('watch', this.#sql.flagWaiter, [id.slice(0, cut), id.slice(cut + 1)])
         return Number((result.rows[0] as { seen: string | number }).seen) > 0
       }
-      const listener = new Listener(() => this.#ready('watch'), this.channel, arm)
+      const listener = new Listener(() => this.#ready('watch'), this.channel, arm, this.#queryTimeoutMs)
       this.#listener = listener
       this.watch = (scope, key, onChange) => listener.watch(`${scope}\n${key}`, onChange)
     }
