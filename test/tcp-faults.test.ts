@@ -484,3 +484,46 @@ describe('PostgresStore wake-ups after a half-open connection', () => {
     30_000,
   )
 })
+
+describe('PostgresStore wake-ups when its LISTEN connection goes half-open', () => {
+  it.skipIf(skips.get(postgres) !== undefined)(
+    'the listener finds out within twice queryTimeout, wakes its waiters and listens on a new connection',
+    async () => {
+      const id = `tcpf_${randomUUID().replaceAll('-', '').slice(0, 12)}`
+      const scope = `tcp-faults-${id}`
+      const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: postgres.port })
+      const store = new PostgresStore({
+        connectionString: `postgres://root@127.0.0.1:${proxy.port}/test`,
+        table: id,
+        queryTimeout: HALF_OPEN_TIMEOUT_MS,
+      })
+      try {
+        await store.migrate()
+        const acquired = await store.acquire(scope, 'k', 'a'.repeat(64), 60_000)
+        if (acquired.kind !== 'acquired') throw new Error(`expected to acquire, got ${acquired.kind}`)
+        let woken = 0
+        const unwatch = store.watch?.(scope, 'k', () => {
+          woken++
+        })
+        expect(await store.listening()).toBe(true)
+        await sleep(200)
+        woken = 0
+        // Every connection goes half-open, the listening one too: no notice can reach it any more.
+        proxy.blackhole()
+        proxy.heal({ stalled: 'hang' })
+        const stalledAt = Date.now()
+        while (woken === 0 && Date.now() - stalledAt < 2 * HALF_OPEN_TIMEOUT_MS + 2_000) await sleep(20)
+        expect(woken, 'the waiter was woken when the listening connection was found dead').toBeGreaterThan(0)
+        const deadline = Date.now() + HALF_OPEN_SETTLES_MS
+        while (!(await store.listening()) && Date.now() < deadline) await sleep(50)
+        expect(await store.listening(), 'the store listens again on a new connection').toBe(true)
+        unwatch?.()
+        await within(store.close(), 5_000, 'PostgreSQL: close() after a half-open LISTEN connection')
+      } finally {
+        await proxy.close()
+        await postgres.teardown(id)
+      }
+    },
+    30_000,
+  )
+})

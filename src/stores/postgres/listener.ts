@@ -27,6 +27,7 @@ export class Listener {
   #failures = 0
   #retryTimer: NodeJS.Timeout | undefined
   #idleTimer: NodeJS.Timeout | undefined
+  #probeTimer: NodeJS.Timeout | undefined
 
   constructor(
     pool: () => Promise<PgPoolLike>,
@@ -121,6 +122,7 @@ export class Listener {
       }
       this.#client = client
       this.#failures = 0
+      this.#scheduleProbe(client)
       // Changes made while nobody listened were not announced: every waiter looks again.
       this.#wakeAll()
     } catch {
@@ -155,6 +157,29 @@ export class Listener {
     this.#retryTimer.unref()
   }
 
+  /**
+   * A LISTENing connection only receives: gone half-open, nothing ever fails on it and notices stop
+   * for good. While anyone waits, a `SELECT 1` bounded by queryTimeout, every queryTimeout, finds it
+   * out; the connection is then replaced (and every waiter looks again).
+   */
+  #scheduleProbe(client: PgClientLike): void {
+    clearTimeout(this.#probeTimer)
+    this.#probeTimer = setTimeout(() => {
+      this.#probeTimer = undefined
+      if (this.#client !== client) return
+      if (this.#watchers.size === 0) return this.#scheduleProbe(client)
+      client.query({ text: 'SELECT 1', query_timeout: this.#queryTimeoutMs }).then(
+        () => {
+          if (this.#client === client) this.#scheduleProbe(client)
+        },
+        () => {
+          if (this.#client === client) this.#lost()
+        },
+      )
+    }, this.#queryTimeoutMs)
+    this.#probeTimer.unref()
+  }
+
   #scheduleIdleStop(): void {
     clearTimeout(this.#idleTimer)
     this.#idleTimer = setTimeout(() => {
@@ -167,6 +192,8 @@ export class Listener {
   #drop(): void {
     const client = this.#client
     this.#client = undefined
+    clearTimeout(this.#probeTimer)
+    this.#probeTimer = undefined
     if (!client) return
     client.removeListener?.('notification', this.#onNotification)
     client.removeListener?.('end', this.#lost)
