@@ -528,3 +528,47 @@ describe('PostgresStore wake-ups when its LISTEN connection goes half-open', () 
     30_000,
   )
 })
+
+describe('RedisStore wake-ups when its subscriber connection goes half-open', () => {
+  it.skipIf(skips.get(redis) !== undefined)(
+    'a PING every socketTimeout finds the dead subscriber; it reconnects, and the next completion wakes the waiter',
+    async () => {
+      const id = `tcpf_${randomUUID().replaceAll('-', '').slice(0, 12)}`
+      const scope = `tcp-faults-${id}`
+      const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: redis.port })
+      const store = new RedisStore({ url: `redis://127.0.0.1:${proxy.port}`, prefix: id, socketTimeout: HALF_OPEN_TIMEOUT_MS })
+      try {
+        const acquired = await store.acquire(scope, 'k', 'a'.repeat(64), 60_000)
+        if (acquired.kind !== 'acquired') throw new Error(`expected to acquire, got ${acquired.kind}`)
+        let woken = 0
+        const unwatch = store.watch(scope, 'k', () => {
+          woken++
+        })
+        // Subscribed once the watcher's "may have changed" call came.
+        const subscribedBy = Date.now() + 2_000
+        while (woken === 0 && Date.now() < subscribedBy) await sleep(10)
+        expect(woken, 'subscribed').toBeGreaterThan(0)
+        // Every connection goes half-open, the subscriber too: no message can reach it any more.
+        proxy.blackhole()
+        proxy.heal({ stalled: 'hang' })
+        // A probe, its socketTimeout, the reconnect and the new SUBSCRIBE.
+        await sleep(3 * HALF_OPEN_TIMEOUT_MS + 500)
+        woken = 0
+        const outcome = { status: 'completed' as const, response: { status: 200, headers: {}, body: Buffer.from('{}') }, resourceId: null }
+        // The command connection was half-open too: its first command fails within socketTimeout.
+        let stored = false
+        for (let i = 0; i < 3 && !stored; i++) stored = await store.complete(scope, 'k', acquired.token, outcome, 60_000).catch(() => false)
+        expect(stored).toBe(true)
+        const wokenBy = Date.now() + 2_000
+        while (woken === 0 && Date.now() < wokenBy) await sleep(10)
+        expect(woken, 'the completion woke the waiter through the new subscriber connection').toBeGreaterThan(0)
+        unwatch()
+        await within(store.close(), 5_000, 'Redis: close() after a half-open subscriber')
+      } finally {
+        await proxy.close()
+        await redis.teardown(id)
+      }
+    },
+    30_000,
+  )
+})

@@ -29,6 +29,8 @@ export interface RedisSubscriberLike {
   on(event: 'error', listener: (error: Error) => void): unknown
   quit(): Promise<unknown>
   disconnect(): void
+  /** ioredis answers PING in subscriber mode: the store's own subscriber sends one to find out a dead connection. */
+  ping?(): Promise<unknown>
 }
 
 /**
