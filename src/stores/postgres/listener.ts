@@ -18,6 +18,8 @@ export class Listener {
   readonly #channel: string
   readonly #idleMs: number
   readonly #arm: (id: string) => Promise<boolean>
+  /** Bound on the LISTEN statement: one sent on a half-open connection would otherwise never settle. */
+  readonly #queryTimeoutMs: number
   readonly #watchers = new Map<string, Set<() => void>>()
   #client: PgClientLike | undefined
   #connecting = false
@@ -25,9 +27,17 @@ export class Listener {
   #failures = 0
   #retryTimer: NodeJS.Timeout | undefined
   #idleTimer: NodeJS.Timeout | undefined
+  #probeTimer: NodeJS.Timeout | undefined
 
-  constructor(pool: () => Promise<PgPoolLike>, channel: string, arm: (id: string) => Promise<boolean>, idleMs = 30_000) {
+  constructor(
+    pool: () => Promise<PgPoolLike>,
+    channel: string,
+    arm: (id: string) => Promise<boolean>,
+    queryTimeoutMs: number,
+    idleMs = 30_000,
+  ) {
     this.#pool = pool
+    this.#queryTimeoutMs = queryTimeoutMs
     this.#arm = arm
     this.#channel = channel
     this.#idleMs = idleMs
@@ -103,13 +113,16 @@ export class Listener {
       client.on('error', this.#lost)
       client.on('end', this.#lost)
       client.on('notification', this.#onNotification)
-      await client.query(`LISTEN "${this.#channel}"`)
+      // Unbounded, a LISTEN on a half-open connection kept this listener connecting (and its pool slot
+      // taken) for ever: waiters were left to polling for the life of the store.
+      await client.query({ text: `LISTEN "${this.#channel}"`, query_timeout: this.#queryTimeoutMs })
       if (this.#closed) {
         client.release(true)
         return
       }
       this.#client = client
       this.#failures = 0
+      this.#scheduleProbe(client)
       // Changes made while nobody listened were not announced: every waiter looks again.
       this.#wakeAll()
     } catch {
@@ -144,6 +157,29 @@ export class Listener {
     this.#retryTimer.unref()
   }
 
+  /**
+   * A LISTENing connection only receives: gone half-open, nothing ever fails on it and notices stop
+   * for good. While anyone waits, a `SELECT 1` bounded by queryTimeout, every queryTimeout, finds it
+   * out; the connection is then replaced (and every waiter looks again).
+   */
+  #scheduleProbe(client: PgClientLike): void {
+    clearTimeout(this.#probeTimer)
+    this.#probeTimer = setTimeout(() => {
+      this.#probeTimer = undefined
+      if (this.#client !== client) return
+      if (this.#watchers.size === 0) return this.#scheduleProbe(client)
+      client.query({ text: 'SELECT 1', query_timeout: this.#queryTimeoutMs }).then(
+        () => {
+          if (this.#client === client) this.#scheduleProbe(client)
+        },
+        () => {
+          if (this.#client === client) this.#lost()
+        },
+      )
+    }, this.#queryTimeoutMs)
+    this.#probeTimer.unref()
+  }
+
   #scheduleIdleStop(): void {
     clearTimeout(this.#idleTimer)
     this.#idleTimer = setTimeout(() => {
@@ -156,6 +192,8 @@ export class Listener {
   #drop(): void {
     const client = this.#client
     this.#client = undefined
+    clearTimeout(this.#probeTimer)
+    this.#probeTimer = undefined
     if (!client) return
     client.removeListener?.('notification', this.#onNotification)
     client.removeListener?.('end', this.#lost)

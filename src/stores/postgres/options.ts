@@ -48,6 +48,15 @@ export interface PostgresStoreCommonOptions {
    * transaction mode). @default true
    */
   preparedStatements?: boolean
+  /**
+   * How long a statement the store sends on the pool may go unanswered before node-postgres fails it
+   * (`STORE_UNAVAILABLE`) and the pool drops its connection. A half-open connection (a NAT or firewall
+   * that forgot it, a server host that vanished) is never closed by the kernel: without this bound
+   * each one would hold a pool slot for ever, and a few of them leave the store with no connection at
+   * all. Keep it above the ledger's `storeTimeout`. Statements inside your transaction are not bounded
+   * by it. @default '10s'
+   */
+  queryTimeout?: Duration
   /** Run a purge loop in this process (timers are unref'd; `close()` stops it). @default false */
   gc?: boolean | PostgresGcOptions
   /**

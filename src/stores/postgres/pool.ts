@@ -22,6 +22,8 @@ export interface PgQueryConfig {
   text: string
   values?: unknown[]
   name?: string
+  /** node-postgres: fail the query after this many ms without an answer; a pool then drops its connection. */
+  query_timeout?: number
 }
 
 /**

@@ -76,6 +76,8 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   readonly #sql: Statements
   readonly #retentionMs: number
   readonly #prepared: boolean
+  /** `query_timeout` of every statement sent on the pool (never inside a caller's transaction). */
+  readonly #queryTimeoutMs: number
   readonly #begin: string
   readonly #ownsPool: boolean
   readonly #listener: Listener | undefined
@@ -112,6 +114,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     this.#sql = statements(schema, table)
     this.#retentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
     this.#prepared = options.preparedStatements ?? true
+    this.#queryTimeoutMs = parseDuration(options.queryTimeout ?? '10s', 'queryTimeout')
     const isolation = options.isolationLevel ?? 'read committed'
     if (!['read committed', 'repeatable read', 'serializable'].includes(isolation)) {
       throw new IdempotencyError(
@@ -140,7 +143,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
         const result = await this.#query('watch', this.#sql.flagWaiter, [id.slice(0, cut), id.slice(cut + 1)])
         return Number((result.rows[0] as { seen: string | number }).seen) > 0
       }
-      const listener = new Listener(() => this.#ready('watch'), this.channel, arm)
+      const listener = new Listener(() => this.#ready('watch'), this.channel, arm, this.#queryTimeoutMs)
       this.#listener = listener
       this.watch = (scope, key, onChange) => listener.watch(`${scope}\n${key}`, onChange)
     }
@@ -261,7 +264,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     if (filter.createdBeforeMs !== undefined) where.push(`created_at <= ${param(filter.createdBeforeMs)}`)
     const text = `SELECT ${COLUMNS} FROM ${qualified(this.schema, this.table)} ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
       ORDER BY created_at, scope, "key" LIMIT ${param(limit)}`
-    const result = await this.#run('list', (pool) => pool.query(text, values))
+    const result = await this.#run('list', (pool) => pool.query({ text, values, query_timeout: this.#queryTimeoutMs }))
     return (result.rows as Row[]).map(toRecord)
   }
 
@@ -393,12 +396,16 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
       )
     }
     const on = tx as PgQueryable | undefined
-    const config = this.#prepared ? { name: statement.name, text: statement.text, values } : { text: statement.text, values }
     if (on) {
+      const config = this.#prepared ? { name: statement.name, text: statement.text, values } : { text: statement.text, values }
       return on.query(config).catch((error: unknown) => {
         throw toStoreError(operation, error, this.schema, this.table)
       })
     }
+    const query_timeout = this.#queryTimeoutMs
+    const config = this.#prepared
+      ? { name: statement.name, text: statement.text, values, query_timeout }
+      : { text: statement.text, values, query_timeout }
     return this.#run(operation, (pool) => pool.query(config))
   }
 

@@ -29,14 +29,19 @@ export interface RedisSubscriberLike {
   on(event: 'error', listener: (error: Error) => void): unknown
   quit(): Promise<unknown>
   disconnect(): void
+  /** ioredis answers PING in subscriber mode: the store's own subscriber sends one to find out a dead connection. */
+  ping?(): Promise<unknown>
 }
 
 /**
  * Opens an ioredis client for a `redis://` or `rediss://` URL, tuned to fail fast: a command sent
  * while Redis is unreachable fails after one reconnect attempt instead of waiting in a queue, and
- * a connection attempt gives up after 2 s. The ledger then answers `STORE_UNAVAILABLE`.
+ * a connection attempt gives up after 2 s. The ledger then answers `STORE_UNAVAILABLE`. A connection
+ * that stops answering for `socketTimeoutMs` while a command waits is destroyed and reconnected: a
+ * half-open connection (a NAT or firewall that forgot it, a server host that vanished) would
+ * otherwise hang every command sent on it for ever, since the kernel never closes it.
  */
-export async function openClient(url: string): Promise<RedisClientLike> {
+export async function openClient(url: string, socketTimeoutMs: number): Promise<RedisClientLike> {
   let Redis: typeof import('ioredis').Redis
   try {
     ;({ Redis } = await import('ioredis'))
@@ -48,6 +53,8 @@ export async function openClient(url: string): Promise<RedisClientLike> {
     connectTimeout: 2_000,
     retryStrategy: (attempt: number) => Math.min(attempt * 50, 1_000),
     lazyConnect: false,
+    // Armed only while a command waits for its reply; duplicate() (the subscriber) inherits it.
+    socketTimeout: socketTimeoutMs,
     // Commands of concurrent callers issued in the same tick share one write: fewer syscalls on both sides.
     enableAutoPipelining: true,
   })

@@ -16,9 +16,18 @@ export class Notifier {
   /** channel → listeners */
   readonly #listeners = new Map<string, Set<() => void>>()
   #closed = false
+  readonly #probeMs: number | undefined
+  #probeTimer: NodeJS.Timeout | undefined
 
-  constructor(client: RedisClientLike) {
+  /**
+   * `probeMs`: for the store's own client (whose `socketTimeout` drops a connection that leaves a
+   * command unanswered), a PING on the subscriber that often while anyone waits. A subscribed
+   * connection only receives: gone half-open, nothing fails on it and messages stop for good; the
+   * unanswered PING makes ioredis drop it, reconnect and subscribe again.
+   */
+  constructor(client: RedisClientLike, probeMs?: number) {
     this.#client = client
+    this.#probeMs = probeMs
   }
 
   /**
@@ -42,6 +51,7 @@ export class Notifier {
       )
     }
     listeners.add(onChange)
+    this.#scheduleProbe()
     return () => {
       listeners.delete(onChange)
       if (listeners.size > 0 || this.#listeners.get(channel) !== listeners) return
@@ -50,9 +60,23 @@ export class Notifier {
     }
   }
 
+  #scheduleProbe(): void {
+    if (this.#probeMs === undefined || this.#probeTimer !== undefined || this.#closed) return
+    this.#probeTimer = setTimeout(() => {
+      this.#probeTimer = undefined
+      if (this.#listeners.size === 0 || this.#closed) return
+      // A failed PING means the connection was dropped (and is being replaced): nothing to do here.
+      this.#subscriber?.ping?.().catch(() => {})
+      this.#scheduleProbe()
+    }, this.#probeMs)
+    this.#probeTimer.unref()
+  }
+
   /** Closes the subscriber connection; watchers are dropped. */
   async close(): Promise<void> {
     this.#closed = true
+    clearTimeout(this.#probeTimer)
+    this.#probeTimer = undefined
     this.#listeners.clear()
     const subscriber = this.#subscriber
     this.#subscriber = undefined

@@ -38,6 +38,15 @@ export interface RedisStoreOptions {
   client?: RedisClientLike | NodeRedisClientLike | NodeRedisClusterLike
   /** A `redis://` or `rediss://` URL of one server; the store opens (and closes) its own ioredis client, tuned to fail fast. */
   url?: string
+  /**
+   * With `url`: how long the store's client waits for any reply while a command is outstanding before it
+   * drops the connection and reconnects (the commands in flight fail with `STORE_UNAVAILABLE`). A
+   * half-open connection (a NAT or firewall that forgot it, a Redis host that vanished) is never
+   * closed by the kernel, and would otherwise hang every later command for ever; the subscriber
+   * sends a PING that often while anyone waits, so a dead one is replaced too. Keep it above the
+   * ledger's `storeTimeout`. With your own `client`, set ioredis's `socketTimeout` yourself. @default '10s'
+   */
+  socketTimeout?: Duration
   /** Start of every key and channel name the store uses (A-Z a-z 0-9 _ . : -). @default 'idemkey' */
   prefix?: string
   /** How long a record whose lease ended is kept (and its token counted) before Redis drops it. @default '24h' */
@@ -94,6 +103,8 @@ export class RedisStore implements IdempotencyStore {
   #client: RedisClientLike | undefined
   readonly #opening: Promise<RedisClientLike> | undefined
   #notifier: Notifier | undefined
+  /** The `socketTimeout` of the client the store opened from `url` (unset with the caller's client). */
+  readonly #socketTimeoutMs: number | undefined
   #purgeScan: ResumableScan | undefined
   /** Whether the server takes SET NX GET (Redis 7.0+): a new key is then acquired without a script. */
   #native = true
@@ -129,7 +140,8 @@ export class RedisStore implements IdempotencyStore {
           ? fromNodeRedis(options.client)
           : options.client
     } else {
-      this.#opening = openClient(options.url as string)
+      this.#socketTimeoutMs = parseDuration(options.socketTimeout ?? '10s', 'socketTimeout')
+      this.#opening = openClient(options.url as string, this.#socketTimeoutMs)
       // A failed open is reported by the first operation; never as an unhandled rejection.
       this.#opening.catch(() => {})
     }
@@ -325,7 +337,7 @@ export class RedisStore implements IdempotencyStore {
     assertIdentity(scope, key)
     const client = this.#client
     if (!client) return () => {} // still opening: the waiter polls
-    this.#notifier ??= new Notifier(client)
+    this.#notifier ??= new Notifier(client, this.#socketTimeoutMs)
     const names = this.#names(scope, key)
     // A watcher that comes before its record leaves a marker for as long as an abandoned record lives.
     const flag = () => scripts.watch.run(client, names.key, [Number(this.#retention) + Number(this.#grace)])
