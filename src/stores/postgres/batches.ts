@@ -4,9 +4,9 @@
  */
 import type { AcquireResult, StoredRecord } from '../../core/store.js'
 import { IdempotencyError } from '../../errors.js'
+import { type BatchAnswer, type BatchKind, GroupCommit } from '../group-commit.js'
 import { causes } from '../shared.js'
 import type { BatchStatements } from './batch-statements.js'
-import { type BatchAnswer, type BatchKind, GroupCommit } from '../group-commit.js'
 import type { PgQueryResult } from './pool.js'
 import { type AcquireRow, acquireAnswer, type Row, toRecord } from './rows.js'
 import type { Statement } from './statements.js'
