@@ -30,6 +30,7 @@ import { PostgresStore } from '../src/stores/postgres/index.js'
 import { RedisStore } from '../src/stores/redis/index.js'
 import { SqliteStore } from '../src/stores/sqlite/index.js'
 import { startDynamoDb } from '../test/helpers/dynalite.js'
+import { dropPrefix } from '../test/helpers/redis.js'
 import { fmt, numberArg, report, table } from './lib.js'
 
 const RECORDS = numberArg('--records', 20_000)
@@ -141,12 +142,7 @@ async function redis(): Promise<Measure> {
       await fill(store, bodyBytes)
       return ((await used()) - before) / RECORDS
     } finally {
-      let cursor = '0'
-      do {
-        const [next, keys] = await admin.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
-        cursor = next
-        if (keys.length > 0) await admin.unlink(...keys)
-      } while (cursor !== '0')
+      await dropPrefix('redis://127.0.0.1:6379', prefix)
       await store.close()
     }
   }

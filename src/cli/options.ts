@@ -84,6 +84,18 @@ export function intArg(flag: string, min: number, max = Number.MAX_SAFE_INTEGER)
   }
 }
 
+/** A commander parser for a positive number (`5000`, `12.5`, `5k`). */
+export function positiveArg(flag: string): (value: string) => number {
+  return (value) => {
+    const match = /^(\d+(?:\.\d+)?)(k|m)?$/i.exec(value.trim())
+    const parsed = match ? Number(match[1]) * (match[2]?.toLowerCase() === 'k' ? 1e3 : match[2] ? 1e6 : 1) : Number.NaN
+    if (!(parsed > 0) || !Number.isFinite(parsed)) {
+      throw new InvalidArgumentError(`${flag} expects a positive number such as 5000, 12.5 or 5k, got "${value}".`)
+    }
+    return parsed
+  }
+}
+
 /** A commander parser for a rate: a fraction from 0 to 1 (`0.05`) or a percentage (`5%`). */
 export function rateArg(flag: string): (value: string) => number {
   return (value) => {

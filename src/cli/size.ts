@@ -1,22 +1,10 @@
-import { type Command, InvalidArgumentError, Option } from 'commander'
+import { type Command, Option } from 'commander'
 import { formatDuration } from '../core/duration.js'
-import { durationOption, sizeOption } from './options.js'
+import { durationOption, positiveArg, sizeOption } from './options.js'
 import { printJson, renderTable } from './output.js'
 import { DYNAMODB_PRICES, estimateSize, MEASURED, type SizedStore, STORE_LABELS } from './size-model.js'
 
 const STORES = Object.keys(STORE_LABELS) as SizedStore[]
-
-/** A commander parser for a positive number (`5000`, `12.5`, `5k`). */
-function positiveArg(flag: string): (value: string) => number {
-  return (value) => {
-    const match = /^(\d+(?:\.\d+)?)(k|m)?$/i.exec(value.trim())
-    const parsed = match ? Number(match[1]) * (match[2]?.toLowerCase() === 'k' ? 1e3 : match[2] ? 1e6 : 1) : Number.NaN
-    if (!(parsed > 0) || !Number.isFinite(parsed)) {
-      throw new InvalidArgumentError(`${flag} expects a positive number such as 5000, 12.5 or 5k, got "${value}".`)
-    }
-    return parsed
-  }
-}
 
 const bytes = (n: number) => {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB']
