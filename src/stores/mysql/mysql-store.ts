@@ -16,6 +16,7 @@ import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../
 import { IdempotencyError } from '../../errors.js'
 import { batchStatements } from './batch-statements.js'
 import { type AcquireInput, type FencedInput, fitsBatch, type GroupCommits, groupCommits, type KeyInput, lostRaces } from './batches.js'
+import { BoundedPool } from './bounded.js'
 import { isRetryable, toStoreError } from './mysql-errors.js'
 import type { MySqlConnectionLike, MySqlPoolLike, MySqlTransaction, MySqlValue, WriteResult } from './pool.js'
 import { completeValues, identity, liveAnswer, type Row, toRecord } from './records.js'
@@ -31,6 +32,11 @@ export interface MySqlStoreOptions<Tx = MySqlTransaction> {
   uri?: string
   /** Connections of the pool the store opens from `uri`. @default 10 */
   connectionLimit?: number
+  /**
+   * With `uri`: how long opening a connection may take before `STORE_UNAVAILABLE` (mysql2's
+   * `connectTimeout`, whose own default is 10 s, longer than most leases). @default '5s'
+   */
+  connectionTimeout?: Duration
   /** Table name (a plain identifier); `<table>_meta` holds the schema version. @default 'idemkey_records' */
   table?: string
   /** How long a record whose lease ended is kept before it may be purged. @default '24h' */
@@ -50,6 +56,15 @@ export interface MySqlStoreOptions<Tx = MySqlTransaction> {
    * your transaction are never batched. `false`: one statement per operation. @default true
    */
   groupCommit?: boolean
+  /**
+   * How long a statement the store sends on the pool may go unanswered before it fails
+   * (`STORE_UNAVAILABLE`) and its connection is destroyed, so the pool opens a new one. Bounds a
+   * half-open connection (a NAT or firewall that forgot it, a vanished server host), which would
+   * otherwise hold its pool slot, and every statement queued behind it, for ever. Keep it above the
+   * ledger's `storeTimeout`. Statements inside your transaction, and `migrate()`, are not bounded by it; `0` bounds nothing.
+   * @default '10s'
+   */
+  queryTimeout?: Duration
 }
 
 /**
@@ -78,7 +93,11 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
   readonly table: string
   readonly #sql: Statements
   readonly #lockRetries: number
+  /** The pool as given or opened: your transactions and `migrate()` run on it. */
   #pool: MySqlPoolLike | undefined
+  /** The same pool with every statement bounded by `queryTimeout`: the store's own statements run on it. */
+  #bounded: BoundedPool | undefined
+  readonly #queryTimeoutMs: number
   readonly #opening: Promise<MySqlPoolLike> | undefined
   readonly #ownsPool: boolean
   /** The user's data layer, when `transactions` was given: `transaction()` runs in it. */
@@ -111,11 +130,15 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
         `MySqlStore lockRetries must be a non-negative integer, got ${String(options.lockRetries)}.`,
       )
     }
+    this.#queryTimeoutMs = parseDuration(options.queryTimeout ?? '10s', 'queryTimeout')
     if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'MySqlStore', 'mysql')
     this.#tool = options.transactions
     this.#ownsPool = options.pool === undefined
     if (options.pool) this.#pool = options.pool
-    else this.#opening = openPool(options.uri as string, options.connectionLimit ?? 10)
+    else {
+      const connectTimeout = parseDuration(options.connectionTimeout ?? '5s', 'connectionTimeout')
+      this.#opening = openPool(options.uri as string, options.connectionLimit ?? 10, connectTimeout)
+    }
     // An open that fails is reported by the first operation; never as an unhandled rejection.
     this.#opening?.catch(() => {})
     if (options.groupCommit ?? true) {
@@ -136,7 +159,7 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
 
   /** Creates the table (or upgrades it) if needed; safe to call on every start, from many processes at once. */
   async migrate(): Promise<void> {
-    await migrate(await this.#ready('migrate'), this.table)
+    await migrate(await this.#raw('migrate'), this.table)
   }
 
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
@@ -199,7 +222,7 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
    */
   async transaction<R>(fn: (tx: Tx) => Promise<R>): Promise<R> {
     if (this.#tool) return this.#tool.transaction(fn)
-    return runTransaction(await this.#ready('transaction'), this.table, fn as unknown as (tx: MySqlTransaction) => Promise<R>)
+    return runTransaction(await this.#raw('transaction'), this.table, fn as unknown as (tx: MySqlTransaction) => Promise<R>)
   }
 
   /**
@@ -289,11 +312,15 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
   async close(): Promise<void> {
     if (!this.#ownsPool) return
     const pool = this.#pool ?? (await this.#opening?.catch(() => undefined))
+    const bounded = this.#bounded ?? (pool && new BoundedPool(pool, this.#queryTimeoutMs))
     this.#pool = undefined
-    await pool?.end?.()
+    this.#bounded = undefined
+    // Bounded: connections that never answer the goodbye (half-open ones) are destroyed.
+    await bounded?.end()
   }
 
-  async #ready(operation: string): Promise<MySqlPoolLike> {
+  /** The pool, opened if needed, for your transactions and migrate(). */
+  async #raw(operation: string): Promise<MySqlPoolLike> {
     if (this.#pool) return this.#pool
     try {
       this.#pool = await (this.#opening as Promise<MySqlPoolLike>)
@@ -301,6 +328,14 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
     } catch (error) {
       throw toStoreError(operation, error, this.table)
     }
+  }
+
+  /** The pool with the store's statements bounded by queryTimeout. */
+  async #ready(operation: string): Promise<MySqlPoolLike> {
+    if (this.#bounded) return this.#bounded
+    const pool = await this.#raw(operation)
+    this.#bounded ??= new BoundedPool(pool, this.#queryTimeoutMs)
+    return this.#bounded
   }
 
   async #write(operation: string, statement: Statement, values: Record<string, MySqlValue>): Promise<number> {
@@ -356,14 +391,14 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
   }
 }
 
-async function openPool(uri: string, connectionLimit: number): Promise<MySqlPoolLike> {
+async function openPool(uri: string, connectionLimit: number, connectTimeout: number): Promise<MySqlPoolLike> {
   let mysql: { createPool(options: object): unknown }
   try {
     mysql = ((await import('mysql2/promise')) as unknown as { default: typeof mysql }).default
   } catch (error) {
     throw new IdempotencyError('INVALID_OPTION', 'MySqlStore({ uri }) needs the mysql2 package: npm install mysql2', { cause: error })
   }
-  return mysql.createPool({ uri, connectionLimit, supportBigNumbers: true }) as MySqlPoolLike
+  return mysql.createPool({ uri, connectionLimit, connectTimeout, supportBigNumbers: true }) as MySqlPoolLike
 }
 
 /**
