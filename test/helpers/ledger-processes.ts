@@ -16,7 +16,7 @@ import { expectRaced } from './race-rounds.js'
 const WORKER = join(import.meta.dirname, '..', 'fixtures', 'processes', 'ledger-worker.ts')
 
 /** One line a worker printed, with who printed it and when it arrived. */
-interface Line {
+export interface Line {
   pid: number
   at: number
   words: string[]
@@ -31,8 +31,12 @@ interface Worker {
   line(match: (words: string[]) => boolean): Promise<Line>
 }
 
-function startWorker(config: WorkerConfig, log: Line[]): Worker {
-  const child = spawn(process.execPath, ['--import', 'tsx', WORKER, JSON.stringify(config)], { stdio: ['pipe', 'pipe', 'inherit'] })
+/** Starts one worker process (its lines go to `log` too), with extra environment `env`. */
+export function startWorker(config: WorkerConfig, log: Line[], env?: NodeJS.ProcessEnv): Worker {
+  const child = spawn(process.execPath, ['--import', 'tsx', WORKER, JSON.stringify(config)], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+    ...(env ? { env: { ...process.env, ...env } } : {}),
+  })
   const pid = child.pid as number
   const mine: Line[] = []
   const waiting: Array<{ match: (words: string[]) => boolean; resolve: (line: Line) => void }> = []
@@ -112,14 +116,23 @@ export interface LedgerProcessesOptions {
   crashKeys?: number
   /** Also race processes over the same keys, this many each. */
   race?: { processes: number; keys: number }
+  /**
+   * Extra environment of the `n`th worker a test starts (0, 1, 2, … in the order they start): how the
+   * clock-skew tests give each process its own clock (libfaketime's `FAKETIME`).
+   */
+  env?: (n: number) => NodeJS.ProcessEnv
 }
 
 /** Registers the multi-process tests (in the caller's describe). */
 export function describeLedgerProcesses(options: LedgerProcessesOptions): void {
   const leaseMs = options.leaseMs ?? 1_500
   const children: ChildProcess[] = []
+  // Workers are numbered per test (per log): the first two of a test get different clocks.
+  const started = new WeakMap<Line[], number>()
   const spawnWorker = (config: Omit<WorkerConfig, 'store' | 'leaseMs'>, log: Line[]) => {
-    const worker = startWorker({ store: options.url(), leaseMs, ...config }, log)
+    const n = started.get(log) ?? 0
+    started.set(log, n + 1)
+    const worker = startWorker({ store: options.url(), leaseMs, ...config }, log, options.env?.(n))
     children.push(worker.child)
     return worker
   }
