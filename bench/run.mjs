@@ -15,6 +15,7 @@ const order = [
   'postgres',
   'postgres-throughput',
   'redis',
+  'redis-cluster',
   'dynamodb',
   'http',
   'proxy',
