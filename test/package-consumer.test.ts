@@ -11,13 +11,13 @@
  * `{ "dependencies": { "drizzle-orm": "^1" }, "files": ["test/fixtures/consumer/extras/…/x.ts"] }`;
  * the files (their docs' examples) must type-check there under node16 and bundler resolution.
  */
-import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { cp } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, posix } from 'node:path'
 import pg from 'pg'
+import { ensureBuilt, run, show } from './helpers/packed.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const ROOT = join(import.meta.dirname, '..')
@@ -60,69 +60,6 @@ const PEERS = [
   '@types/koa',
   '@types/amqplib',
 ]
-
-interface Result {
-  code: number | null
-  stdout: string
-  stderr: string
-}
-
-/** The environment of a child: npm's own variables dropped, so an outer `npm test` cannot redirect a nested npm. */
-function childEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {}
-  for (const [name, value] of Object.entries(process.env)) {
-    if (!/^npm_/i.test(name) && name !== 'INIT_CWD' && name !== 'NODE_OPTIONS') env[name] = value
-  }
-  return { ...env, ...extra }
-}
-
-/** Runs a command to its end (a non-zero exit is a result, not a throw); kills it after `timeoutMs`. */
-function run(command: string, args: string[], cwd: string, options: { env?: Record<string, string>; timeoutMs?: number } = {}) {
-  return new Promise<Result>((resolve, reject) => {
-    const child = spawn(command, args, { cwd, env: childEnv(options.env), stdio: ['ignore', 'pipe', 'pipe'] })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (chunk) => (stdout += chunk))
-    child.stderr.on('data', (chunk) => (stderr += chunk))
-    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 120_000)
-    child.once('error', reject)
-    child.once('close', (code) => {
-      clearTimeout(timer)
-      resolve({ code, stdout, stderr })
-    })
-  })
-}
-
-const show = (r: Result) => `exit ${r.code}\n--- stdout\n${r.stdout.slice(-4000)}\n--- stderr\n${r.stderr.slice(-4000)}`
-
-/** Newest modification time of the files under `dir` that `keep` accepts. */
-function newest(dir: string, keep: (path: string) => boolean): number {
-  let latest = 0
-  for (const entry of readdirSync(dir, { withFileTypes: true, recursive: true })) {
-    const path = join(entry.parentPath, entry.name)
-    if (entry.isFile() && keep(path)) latest = Math.max(latest, statSync(path).mtimeMs)
-  }
-  return latest
-}
-
-/**
- * `npm test` builds before vitest starts, so the tarball is packed from that build (rebuilding here
- * would rewrite dist/ under the feet of the CLI suites running beside this one). Run alone after an
- * edit, this file builds first, as `npm pack`'s prepare step would.
- */
-async function ensureBuilt(): Promise<void> {
-  const dist = join(ROOT, 'dist')
-  const sources = Math.max(
-    newest(join(ROOT, 'src'), (p) => /\.(ts|lua)$/.test(p) && !/\.test(-d)?\.ts$/.test(p) && !p.endsWith('lua.generated.ts')),
-    newest(join(ROOT, 'scripts'), () => true),
-    ...readdirSync(ROOT)
-      .filter((name) => /^tsconfig.*\.json$/.test(name))
-      .map((name) => statSync(join(ROOT, name)).mtimeMs),
-  )
-  if (existsSync(join(dist, 'index.js')) && newest(dist, () => true) >= sources) return
-  const build = await run('npm', ['run', 'build'], ROOT, { timeoutMs: 180_000 })
-  if (build.code !== 0) throw new Error(`npm run build failed\n${show(build)}`)
-}
 
 interface Packed {
   filename: string
