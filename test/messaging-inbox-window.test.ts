@@ -7,16 +7,19 @@
 import { randomUUID } from 'node:crypto'
 import { DatabaseSync } from 'node:sqlite'
 import amqp from 'amqplib'
+import { Redis } from 'ioredis'
 import { AckPolicy, connect, nanos } from 'nats'
 import { SqliteInbox } from '../src/messaging/inbox/index.js'
 import { consumeNats } from '../src/messaging/publishers/nats/index.js'
 import { consumeRabbitMq } from '../src/messaging/publishers/rabbitmq/index.js'
 import { readQueueMessageTtl } from '../src/messaging/publishers/rabbitmq/queue-ttl.js'
+import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/publishers/redis-streams/index.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const skip = {
   nats: await serviceSkipReason('NATS', 4222),
   rabbitmq: await serviceSkipReason('RabbitMQ', 5672),
+  redis: await serviceSkipReason('Redis', 6379),
 }
 
 /** Collects the IDEMKEY_INBOX_WINDOW warnings emitted while `run` runs (and one turn after). */
@@ -154,6 +157,86 @@ describe.skipIf(skip.rabbitmq !== undefined)('the inbox window against a RabbitM
       for (const queue of [ttl, quorum, bare]) await admin.deleteQueue(queue).catch(() => {})
       await connection.close()
       db.close()
+    }
+  })
+})
+
+describe.skipIf(skip.redis !== undefined)('the inbox window against a Redis stream trimmed by time', () => {
+  it('warns once, naming the inbox and the stream, when the inbox keeps IDs for less than the maxAge the consumer is given; not when it covers it, nor without one', async () => {
+    const redis = new Redis(6379, '127.0.0.1')
+    const prefix = `h2-window-${randomUUID().slice(0, 8)}`
+    const stream = `${prefix}:orders`
+    const db = new DatabaseSync(':memory:')
+    const clients: Redis[] = []
+    const start = (consumer: string, retention: string, maxAge?: string) => {
+      const client = redis.duplicate()
+      clients.push(client)
+      const inbox = sqliteInbox(db, `${prefix}-${consumer}`, retention)
+      return consumeRedisStreams({
+        redis: client,
+        stream,
+        group: consumer,
+        consumer: 'c1',
+        inbox,
+        handler: () => undefined,
+        blockMs: 50,
+        maxAge,
+      })
+    }
+    try {
+      const warnings = await windowWarnings(async () => {
+        const running = [
+          await start('short', '1h', '2h'),
+          await start('short', '1h', '2h'),
+          await start('covered', '3h', '2h'),
+          await start('untrimmed', '1h'),
+        ]
+        for (const consumer of running) await consumer.stop()
+      })
+      expect(warnings).toEqual([
+        expect.stringMatching(
+          new RegExp(
+            `^Inbox "${prefix}-short" keeps processed message IDs for 1\\.0 h, but Redis stream "${stream}" \\(maxAge\\) can redeliver a message for up to 2\\.0 h`,
+          ),
+        ),
+      ])
+    } finally {
+      for (const client of clients) client.disconnect()
+      await redis.del(stream)
+      redis.disconnect()
+      db.close()
+    }
+  })
+
+  it('the publisher with maxAge trims the stream by time (MINID): entries older than maxAge go, the new ones stay', async () => {
+    const redis = new Redis(6379, '127.0.0.1')
+    const stream = `h2-window-${randomUUID().slice(0, 8)}:trimmed`
+    try {
+      // 150 entries three hours old: more than one stream node (100 entries), which `~` trimming drops whole.
+      const old = Date.now() - 3 * 3_600_000
+      for (let i = 0; i < 150; i++) await redis.xadd(stream, `${old}-${i + 1}`, 'id', `old-${i}`)
+      const publisher = new RedisStreamsPublisher({ redis, stream: () => stream, maxAge: '2h' })
+      const [result] = await publisher.publish([
+        {
+          id: 'fresh',
+          topic: 'orders',
+          payload: new Uint8Array(),
+          contentType: 'application/json',
+          headers: {},
+          partitionKey: null,
+          seq: 1,
+          attempts: 1,
+          createdAtMs: Date.now(),
+        },
+      ])
+      expect(result).toEqual({ ok: true })
+      expect(await redis.xlen(stream)).toBeLessThan(151)
+      const [[, fields] = []] = await redis.xrevrange(stream, '+', '-', 'COUNT', 1)
+      expect(fields?.[1]).toBe('fresh')
+      expect(() => new RedisStreamsPublisher({ redis, maxAge: '2h', maxLen: 10 })).toThrow(/maxLen or maxAge/)
+    } finally {
+      await redis.del(stream)
+      redis.disconnect()
     }
   })
 })
