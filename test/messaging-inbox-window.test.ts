@@ -148,6 +148,11 @@ describe.skipIf(skip.rabbitmq !== undefined)('the inbox window against a RabbitM
       // What the probe reads, and that it creates no queue and breaks no channel but its own.
       expect(await readQueueMessageTtl(admin, quorum)).toBe(2 * 3_600_000)
       expect(await readQueueMessageTtl(admin, bare)).toBeNull()
+      // An exclusive queue of the helper's own connection is read too; a server-named one (amq.gen-…) cannot be declared at all.
+      await admin.assertQueue(`${prefix}-own`, { exclusive: true, arguments: { 'x-message-ttl': 60_000 } })
+      expect(await readQueueMessageTtl(admin, `${prefix}-own`)).toBe(60_000)
+      const named = await admin.assertQueue('', { exclusive: true, arguments: { 'x-message-ttl': 60_000 } })
+      expect(await readQueueMessageTtl(admin, named.queue)).toBeUndefined()
       expect(await readQueueMessageTtl(admin, `${prefix}-missing`)).toBeUndefined()
       const check = await connection.createChannel()
       check.on('error', () => {}) // NOT_FOUND closes it

@@ -8,7 +8,8 @@
  *
  * Limits (docs/messaging.md, "Choosing the inbox retention"): a TTL set by a policy is not an
  * argument and stays invisible; each refusal is a channel error in the broker's log; a user without
- * `configure` permission on the queue is refused outright (then the TTL is unknown).
+ * `configure` permission on the queue is refused outright, and so is a server-named queue (`amq.gen-…`);
+ * then the TTL is unknown.
  */
 import type { Channel } from 'amqplib'
 
@@ -24,6 +25,7 @@ const MAX_PROBES = 8
 interface Declaration {
   durable: boolean
   autoDelete: boolean
+  exclusive: boolean
   arguments: Record<string, unknown>
 }
 
@@ -85,15 +87,24 @@ export async function readQueueMessageTtl(channel: Channel, queue: string): Prom
     if (!probe) return undefined
     // Only an existing queue is probed: a declaration of a missing one would create it.
     await probe.checkQueue(queue)
-    const declaration: Declaration = { durable: true, autoDelete: false, arguments: { 'x-message-ttl': PROBE_TTL_MS } }
+    const declaration: Declaration = { durable: true, autoDelete: false, exclusive: false, arguments: { 'x-message-ttl': PROBE_TTL_MS } }
     for (let attempt = 0; attempt < MAX_PROBES; attempt++) {
       try {
         await probe.assertQueue(queue, declaration)
         // Accepted: the queue's TTL is the one declared (equal arguments are a no-op).
         return PROBE_TTL_MS
       } catch (error) {
-        const difference = parseInequivalence(String((error as Error).message))
-        if (!difference) return undefined
+        const message = String((error as Error).message)
+        const difference = parseInequivalence(message)
+        if (!difference) {
+          // An exclusive queue answers RESOURCE_LOCKED to a non-exclusive declaration: it may be this
+          // connection's own (declared exclusive, the probe gets through); another's stays locked.
+          if (!/RESOURCE_LOCKED/.test(message) || declaration.exclusive) return undefined
+          declaration.exclusive = true
+          probe = await openBeside(channel)
+          if (!probe) return undefined
+          continue
+        }
         if (difference.field === 'x-message-ttl') return difference.current === null ? null : Number(difference.current)
         adopt(declaration, difference)
         probe = await openBeside(channel)
