@@ -12,7 +12,7 @@ import { AckPolicy, connect, nanos } from 'nats'
 import { SqliteInbox } from '../src/messaging/inbox/index.js'
 import { consumeNats } from '../src/messaging/publishers/nats/index.js'
 import { consumeRabbitMq } from '../src/messaging/publishers/rabbitmq/index.js'
-import { readQueueMessageTtl } from '../src/messaging/publishers/rabbitmq/queue-ttl.js'
+import { parseInequivalence, readQueueMessageTtl } from '../src/messaging/publishers/rabbitmq/queue-ttl.js'
 import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/publishers/redis-streams/index.js'
 import { serviceSkipReason } from './helpers/services.js'
 
@@ -243,5 +243,39 @@ describe.skipIf(skip.redis !== undefined)('the inbox window against a Redis stre
       await redis.del(stream)
       redis.disconnect()
     }
+  })
+})
+
+describe("reading RabbitMQ's refusal of an inequivalent queue declaration", () => {
+  it('takes the property and its current value from each wording the broker uses', () => {
+    const refusal = (tail: string) =>
+      `Operation failed: QueueDeclare; 406 (PRECONDITION-FAILED) with message "PRECONDITION_FAILED - ${tail}"`
+    expect(
+      parseInequivalence(
+        refusal(
+          "inequivalent arg 'x-message-ttl' for queue 'q' in vhost '/': received none but current is the value '7200000' of type 'signedint'",
+        ),
+      ),
+    ).toEqual({ field: 'x-message-ttl', current: '7200000', type: 'signedint' })
+    expect(
+      parseInequivalence(refusal("inequivalent arg 'x-message-ttl' for queue 'q' in vhost '/': received '1' but current is '7200000'")),
+    ).toEqual({
+      field: 'x-message-ttl',
+      current: '7200000',
+      type: undefined,
+    })
+    expect(
+      parseInequivalence(
+        refusal("inequivalent arg 'x-message-ttl' for queue 'q' in vhost '/': received the value '1' of type 'byte' but current is none"),
+      ),
+    ).toEqual({ field: 'x-message-ttl', current: null, type: undefined })
+    expect(
+      parseInequivalence(refusal("inequivalent arg 'durable' for queue 'q' in vhost '/': received 'true' but current is 'false'")),
+    ).toEqual({
+      field: 'durable',
+      current: 'false',
+      type: undefined,
+    })
+    expect(parseInequivalence('ACCESS_REFUSED - access to queue q in vhost / refused for user app')).toBeUndefined()
   })
 })
