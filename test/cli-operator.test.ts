@@ -292,3 +292,96 @@ describe('idemkey operator commands on MySQL/MariaDB (mysql:// store URL)', { sk
     expect(cli('inspect', 'order-1', '--scope', scope, '--store', url).code).toBe(1)
   })
 })
+
+const pgSkip = await serviceSkipReason('PostgreSQL', 5432)
+
+/**
+ * `idemkey inspect --inboxes`: each consumer of an inbox table with its oldest kept ID (time, age),
+ * on the three SQL databases an inbox lives in; a consumer's oldest row is the one its class reports.
+ */
+describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kept ID', () => {
+  const hourAgo = Date.now() - 3_600_000
+  type Report = {
+    table: string
+    inboxes: Array<{ consumer: string; oldest: { messageId: string; processedAt: string; ageMs: number } | null }>
+  }
+  const expectReport = (out: ReturnType<typeof cli>, table: string) => {
+    expect(out.code, out.stderr).toBe(0)
+    const report = json<Report>(out.stdout)
+    expect(report.table).toBe(table)
+    expect(report.inboxes.map((i) => [i.consumer, i.oldest?.messageId])).toEqual([
+      ['billing', 'm-old'],
+      ['shipping', 'm-new'],
+    ])
+    const billing = report.inboxes[0]?.oldest
+    expect(Math.abs(Date.parse(billing?.processedAt ?? '') - hourAgo)).toBeLessThan(2_000)
+    expect(billing?.ageMs).toBeGreaterThanOrEqual(3_590_000)
+  }
+
+  it('on SQLite, as a table and as JSON; a store that is not SQL is refused with what to pass', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'idemkey-cli-inbox-'))
+    try {
+      const path = join(dir, 'app.db')
+      const db = new Database(path)
+      db.exec(`CREATE TABLE idemkey_inbox (consumer TEXT NOT NULL, message_id TEXT NOT NULL, payload_hash TEXT NOT NULL,
+        processed_at INTEGER NOT NULL, PRIMARY KEY (consumer, message_id))`)
+      const insert = db.prepare('INSERT INTO idemkey_inbox VALUES (?, ?, ?, ?)')
+      insert.run('billing', 'm-new', 'h', Date.now())
+      insert.run('billing', 'm-old', 'h', hourAgo)
+      insert.run('shipping', 'm-new', 'h', Date.now())
+      db.close()
+      expectReport(cli('inspect', '--inboxes', '--store', `sqlite:${path}`, '--json'), 'idemkey_inbox')
+      const table = cli('inspect', '--inboxes', '--store', `sqlite:${path}`)
+      expect(table.stdout).toMatch(/billing\s+\S+Z\s+1h\S*\s+m-old/)
+      expect(cli('inspect', '--store', `sqlite:${path}`).stderr).toContain('--inboxes')
+      const redis = cli('inspect', '--inboxes', '--store', 'redis://127.0.0.1:6379')
+      expect(redis.code).toBe(2)
+      expect(redis.stderr).toContain('Pass --store with the database your inbox writes to')
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('on PostgreSQL, in a table named with --inbox-table', { skip: pgSkip !== undefined }, async () => {
+    const { default: pg } = await import('pg')
+    const url = 'postgres://root@127.0.0.1:5432/test'
+    const table = `h2_inbox_${randomUUID().slice(0, 8)}`
+    const pool = new pg.Pool({ connectionString: url, max: 1 })
+    try {
+      const { PgInbox } = await import('../src/messaging/inbox/pg-inbox.js')
+      await new PgInbox({ pool, consumer: 'billing', table }).migrate()
+      await pool.query(
+        `INSERT INTO ${table} (consumer, message_id, payload_hash, processed_at) VALUES
+           ('billing', 'm-new', 'h', now()), ('billing', 'm-old', 'h', to_timestamp($1 / 1000.0)), ('shipping', 'm-new', 'h', now())`,
+        [hourAgo],
+      )
+      expectReport(cli('inspect', '--inboxes', '--inbox-table', table, '--store', url, '--json'), table)
+      const missing = cli('inspect', '--inboxes', '--inbox-table', `${table}_none`, '--store', url)
+      expect(missing.code).toBe(1)
+      expect(missing.stderr).toContain(`Could not read the inbox table "${table}_none"`)
+    } finally {
+      await pool.query(`DROP TABLE IF EXISTS ${table}`)
+      await pool.end()
+    }
+  })
+
+  it('on MySQL/MariaDB, in a table named with --inbox-table', { skip: mysqlSkip !== undefined }, async () => {
+    const mysql = await import('mysql2/promise')
+    const url = 'mysql://root@127.0.0.1:3306/test'
+    const table = `h2_inbox_${randomUUID().slice(0, 8)}`
+    const pool = mysql.createPool(url)
+    try {
+      const { MySqlInbox } = await import('../src/messaging/inbox/mysql-inbox.js')
+      await new MySqlInbox({ pool, consumer: 'billing', table }).migrate()
+      const now = Date.now()
+      await pool.query(
+        `INSERT INTO ${table} (consumer, message_id, payload_hash, processed_at) VALUES (?, ?, ?, ?), (?, ?, ?, ?), (?, ?, ?, ?)`,
+        ['billing', 'm-new', 'h', now, 'billing', 'm-old', 'h', hourAgo, 'shipping', 'm-new', 'h', now],
+      )
+      expectReport(cli('inspect', '--inboxes', '--inbox-table', table, '--store', url, '--json'), table)
+    } finally {
+      await pool.query(`DROP TABLE IF EXISTS ${table}`)
+      await pool.end()
+    }
+  })
+})

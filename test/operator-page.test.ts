@@ -3,14 +3,16 @@
  * playwright-core, against the page mounted in Express and in Fastify over a real store's records.
  */
 import { existsSync } from 'node:fs'
-import type { Server } from 'node:http'
+import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { DatabaseSync } from 'node:sqlite'
 import express from 'express'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { type Browser, chromium, type Page } from 'playwright-core'
 import { Ledger } from '../src/core/ledger.js'
 import { operatorPagePlugin } from '../src/http/fastify/index.js'
-import { isLoopback, type OperatorPage, operatorPage } from '../src/observability/index.js'
+import { SqliteInbox } from '../src/messaging/inbox/index.js'
+import { isLoopback, type OperatorPage, type OperatorSummary, operatorPage } from '../src/observability/index.js'
 import { keyHash } from '../src/observability/recorder.js'
 import { SqliteStore } from '../src/stores/sqlite/index.js'
 import { isCI } from './helpers/services.js'
@@ -42,7 +44,13 @@ describe.skipIf(!executablePath)('operator page in headless Chromium', () => {
   beforeAll(async () => {
     browser = await chromium.launch({ executablePath, args: ['--no-sandbox', '--disable-gpu'] })
     store = new SqliteStore({ path: ':memory:' })
-    page = operatorPage({ store })
+    // An inbox whose oldest kept ID is 2 hours old, and one that keeps none yet.
+    const inboxDb = new DatabaseSync(':memory:')
+    const billing = new SqliteInbox({ database: inboxDb, consumer: 'billing', retention: '7d', now: () => Date.now() - 2 * 3_600_000 })
+    billing.migrate()
+    await billing.handle({ id: 'msg-1', payload: '{}' }, () => undefined)
+    const shipping = new SqliteInbox({ database: inboxDb, consumer: 'shipping', retention: '1d' })
+    page = operatorPage({ store, inboxes: [billing, shipping] })
     guarded = operatorPage({ store, token: TOKEN, activity: page.activity })
     ledger = new Ledger({ store, onEvent: page.onEvent })
     // Traffic: 3 executed (2 completed, 1 failed), 2 replays, 1 mismatch, 1 holder gone past its lease.
@@ -104,6 +112,12 @@ describe.skipIf(!executablePath)('operator page in headless Chromium', () => {
       expect(stuck).toHaveLength(1)
       expect(stuck[0]?.slice(0, 4)).toEqual(['tenant-9', 'crashed-holder', keyHash('tenant-9', 'crashed-holder'), '1'])
       expect((await cells(tab, 'mismatches')).map((row) => row[1])).toEqual([keyHash('default', 'order-2')])
+      const inboxes = await cells(tab, 'inboxes')
+      expect(inboxes.map((row) => [row[0], row[1], row[3], row[4]])).toEqual([
+        ['billing', '7.0 d', '2.0 h', 'msg-1'],
+        ['shipping', '1.0 d', '-', '-'],
+      ])
+      expect(inboxes[1]?.[2]).toBe('none kept')
       // One chart per series, each a line over the last 5 minutes; totals as the traffic made them.
       const charts = await tab.$$eval('#charts .chart', (nodes) =>
         nodes.map((n) => ({
@@ -167,5 +181,39 @@ describe.skipIf(!executablePath)('operator page in headless Chromium', () => {
     expect(isLoopback('10.1.2.3')).toBe(false)
     expect(isLoopback('::ffff:192.168.1.4')).toBe(false)
     expect(() => operatorPage({ store, token: 'short' })).toThrow(/at least 16 characters/)
+  })
+})
+
+describe('operator page summary of inboxes (no browser)', () => {
+  it("answers each inbox's retention and oldest kept ID, and an inbox that fails as unavailable, not the whole page", async () => {
+    const store = new SqliteStore({ path: ':memory:' })
+    const db = new DatabaseSync(':memory:')
+    const processedAt = Date.now() - 3_600_000
+    const billing = new SqliteInbox({ database: db, consumer: 'billing', retention: '2h', now: () => processedAt })
+    billing.migrate()
+    await billing.handle({ id: 'msg-old', payload: '{}' }, () => undefined)
+    const broken = {
+      consumer: 'broken',
+      retentionMs: 60_000,
+      oldest: () => Promise.reject(new Error('connection refused')),
+    }
+    const page = operatorPage({ store, inboxes: [billing, broken, { consumer: 'custom' }] })
+    const server = createServer((req, res) => page.handler(req, res))
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      const response = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/api/summary`)
+      expect(response.status).toBe(200)
+      const summary = (await response.json()) as OperatorSummary
+      expect(summary.inboxes).toEqual([
+        { consumer: 'billing', retentionMs: 7_200_000, oldest: { messageId: 'msg-old', processedAtMs: processedAt } },
+        { consumer: 'broken', retentionMs: 60_000, oldest: null, error: 'connection refused' },
+        { consumer: 'custom', retentionMs: null, oldest: null },
+      ])
+      expect(summary.store.up).toBe(true)
+    } finally {
+      server.close()
+      await store.close()
+      db.close()
+    }
   })
 })

@@ -1,21 +1,35 @@
 import type { Command } from 'commander'
 import { DEFAULT_SCOPE } from '../core/ledger.js'
 import type { StoredRecord } from '../core/store.js'
-import { describeStore } from '../stores/open.js'
+import { describeStore, parseStoreUrl } from '../stores/open.js'
+import { DEFAULT_INBOX_TABLE, readInboxes, renderInboxes } from './inbox-report.js'
 import { storeOption } from './options.js'
 import { age, bodyPreview, leaseState, printJson, recordJson, renderPairs } from './output.js'
-import { CliError, withExistingStore } from './run.js'
+import { assertStoreExists, CliError, withExistingStore } from './run.js'
 
 /** The scopes tried when `--scope` is not given: the HTTP layer's default, then the ledger's. */
 const DEFAULT_SCOPES = ['public', DEFAULT_SCOPE]
 
-/** `idemkey inspect KEY`: one record, its status, age, token, attempts, lease and stored response. */
+interface InspectOptions {
+  scope?: string
+  store: string
+  json?: boolean
+  inboxes?: boolean
+  inboxTable: string
+}
+
+/**
+ * `idemkey inspect KEY`: one record, its status, age, token, attempts, lease and stored response.
+ * `idemkey inspect --inboxes`: each inbox consumer's oldest kept message ID instead.
+ */
 export function registerInspect(program: Command): void {
   program
     .command('inspect')
-    .description('show one record: status, age, token, attempts, lease, stored response')
-    .argument('<key>', 'the idempotency key')
+    .description("show one record: status, age, token, attempts, lease, stored response (or, with --inboxes, each inbox's oldest kept ID)")
+    .argument('[key]', 'the idempotency key')
     .option('--scope <scope>', `the key's scope (default: tries ${DEFAULT_SCOPES.map((s) => `"${s}"`).join(', then ')})`)
+    .option('--inboxes', 'instead of a record: each consumer of the inbox table and its oldest kept message ID (age, time)')
+    .option('--inbox-table <name>', 'the inbox table, optionally schema.table (with --inboxes)', DEFAULT_INBOX_TABLE)
     .addOption(storeOption())
     .option('--json', 'print the record as JSON')
     .addHelpText(
@@ -24,9 +38,13 @@ export function registerInspect(program: Command): void {
 Examples:
   idemkey inspect 0193b7e2-8f3a-7c4e-9a1b-3f2d5e6c7a8b
   idemkey inspect order-42 --scope fn:tenant-7 --store postgres://app@127.0.0.1/app --json
+  idemkey inspect --inboxes --store postgres://app@127.0.0.1/app
   Requests with an Authorization header are scoped by a keyed hash of it (cred:…), tenants by fn:… or header:…: find the scope with idemkey list.`,
     )
-    .action(async (key: string, options: { scope?: string; store: string; json?: boolean }) => {
+    .action(async (key: string | undefined, options: InspectOptions) => {
+      if (options.inboxes) return inspectInboxes(options)
+      if (key === undefined)
+        throw new CliError('Give the idempotency key to inspect (idemkey inspect KEY), or --inboxes for the inbox consumers.', 2)
       await withExistingStore(options.store, 'inspect', async ({ store, spec }) => {
         const scopes = options.scope === undefined ? DEFAULT_SCOPES : [options.scope]
         let record: StoredRecord | null = null
@@ -49,6 +67,32 @@ Examples:
         process.stdout.write(`${renderRecord(record, now)}\n`)
       })
     })
+}
+
+/** `--inboxes`: the inbox table of the database `--store` names, one row per consumer. */
+async function inspectInboxes(options: InspectOptions): Promise<void> {
+  const spec = parseStoreUrl(options.store)
+  assertStoreExists(spec, 'inspect')
+  const rows = await readInboxes(spec, options.inboxTable)
+  const now = Date.now()
+  if (options.json) {
+    printJson({
+      table: options.inboxTable,
+      inboxes: rows.map((row) => ({
+        consumer: row.consumer,
+        oldest:
+          row.oldestProcessedAtMs === null
+            ? null
+            : {
+                messageId: row.oldestMessageId,
+                processedAt: new Date(row.oldestProcessedAtMs).toISOString(),
+                ageMs: Math.max(0, now - row.oldestProcessedAtMs),
+              },
+      })),
+    })
+    return
+  }
+  process.stdout.write(`${renderInboxes(rows, options.inboxTable, now)}\n`)
 }
 
 function renderRecord(record: StoredRecord, now: number): string {

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { isIdempotencyError } from '../errors.js'
-import { type OpenedStore, openStore, parseStoreUrl } from '../stores/open.js'
+import { type OpenedStore, openStore, parseStoreUrl, type StoreSpec } from '../stores/open.js'
 
 /** A failure the CLI reports in one line, without a stack trace: bad input, a refused confirmation. */
 export class CliError extends Error {
@@ -34,14 +34,18 @@ export async function withStore<R>(url: string, fn: (opened: OpenedStore) => Pro
  * records" about the wrong file. Server stores are opened as they are.
  */
 export async function withExistingStore<R>(url: string, command: string, fn: (opened: OpenedStore) => Promise<R>): Promise<R> {
-  const spec = parseStoreUrl(url)
+  assertStoreExists(parseStoreUrl(url), command)
+  return withStore(url, fn)
+}
+
+/** Refuses a SQLite file that does not exist (see {@link withExistingStore}); server stores pass. */
+export function assertStoreExists(spec: StoreSpec, command: string): void {
   if (spec.kind === 'sqlite' && spec.path !== ':memory:' && !existsSync(spec.path)) {
     throw new CliError(
       `No store at ${spec.url}: ${resolve(spec.path)} does not exist, and ${command} does not create one. Pass --store with the store your app uses (e.g. --store sqlite:data/idemkey.db or --store postgres://app@127.0.0.1:5432/app), or set IDEMKEY_STORE; idemkey migrate --store … creates a new one.`,
       2,
     )
   }
-  return withStore(url, fn)
 }
 
 /** The one line printed for a failed command: what happened and, where idemkey knows, what to do. */

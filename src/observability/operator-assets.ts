@@ -20,6 +20,7 @@ export const PAGE_HTML = `<!doctype html>
 <section><h2>Rates <small>(per second, 10 s buckets, last 5 minutes)</small></h2><div id="charts"></div></section>
 <section><h2>Holders past their lease without an outcome</h2><p class="hint">Their holder crashed or stalled: the next retry takes the record over and runs the work again.</p><table id="stuck"><thead><tr><th>scope</th><th>key</th><th>key hash</th><th>token</th><th>lease ended</th><th>attempts</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Recent mismatches</h2><p class="hint">A key reused with another request: a client bug, or a key that is not unique enough.</p><table id="mismatches"><thead><tr><th>when</th><th>key hash</th></tr></thead><tbody></tbody></table></section>
+<section id="inbox-section" hidden><h2>Inboxes <small>(oldest kept message ID)</small></h2><p class="hint">How far back each inbox's dedup window reaches. Older than the retention: purge() is not running. The retention must cover the broker's redelivery horizon.</p><table id="inboxes"><thead><tr><th>consumer</th><th>retention</th><th>oldest kept</th><th>age</th><th>message ID</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Look up a record</h2>
 <form id="lookup"><label>scope <input id="lookup-scope" placeholder="default"></label><label>key <input id="lookup-key" required></label><label><input id="lookup-bodies" type="checkbox"> show stored body</label><button>Look up</button></form>
 <pre id="record"></pre></section>
@@ -58,6 +59,7 @@ export const PAGE_JS = `'use strict'
     for (const values of rows) { const tr = body.insertRow(); values.forEach((v) => cell(tr, v)) }
   }
   const when = (ms) => new Date(ms).toISOString().replace('T', ' ').slice(0, 19)
+  const span = (ms) => ms >= 86400000 ? (ms / 86400000).toFixed(1) + ' d' : ms >= 3600000 ? (ms / 3600000).toFixed(1) + ' h' : ms >= 60000 ? (ms / 60000).toFixed(1) + ' min' : Math.round(ms / 1000) + ' s'
   const chart = (name, values, bucketMs) => {
     const rates = values.map((v) => v / (bucketMs / 1000))
     const max = Math.max(...rates, 0.1)
@@ -83,6 +85,10 @@ export const PAGE_JS = `'use strict'
     fill($('counts'), Object.entries(s.counts).map(([state, c]) => [state, (c.capped ? '≥ ' : '') + c.count]), 'store unavailable')
     fill($('stuck'), s.stuck.map((r) => [r.scope, r.key, r.keyHash, r.token, when(r.lockedUntilMs), r.attempts]), 'none')
     fill($('mismatches'), s.activity.mismatches.map((m) => [when(m.atMs), m.keyHash]), 'none')
+    $('inbox-section').hidden = s.inboxes.length === 0
+    fill($('inboxes'), s.inboxes.map((i) => [i.consumer, i.retentionMs === null ? '-' : span(i.retentionMs),
+      i.error ? 'unavailable: ' + i.error : i.oldest ? when(i.oldest.processedAtMs) : 'none kept',
+      i.oldest ? span(Math.max(0, s.generatedAtMs - i.oldest.processedAtMs)) : '-', i.oldest ? i.oldest.messageId : '-']), 'none')
     $('charts').replaceChildren(...Object.keys(LABELS).map((name) => chart(name, s.activity.series[name], s.activity.bucketMs)))
     document.body.dataset.loaded = 'true'
   }

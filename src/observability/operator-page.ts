@@ -2,6 +2,7 @@ import { timingSafeEqual } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { IdempotencyStore, RecordStatus, StoredRecord } from '../core/store.js'
 import type { EngineEvent } from '../http/types.js'
+import type { Inbox } from '../messaging/inbox/types.js'
 import { Activity, type ActivitySnapshot } from './activity.js'
 import { PAGE_CSS, PAGE_HTML, PAGE_JS } from './operator-assets.js'
 import { keyHash } from './recorder.js'
@@ -23,6 +24,11 @@ export interface OperatorPageOptions {
   activity?: Activity
   /** Where time comes from (the store's clock, to tell leases that ended). @default Date.now */
   now?: () => number
+  /**
+   * Inboxes whose oldest kept message ID the page shows (with their retention): how far back each
+   * one's dedup window really reaches. PgInbox, MySqlInbox and SqliteInbox can read it.
+   */
+  inboxes?: ReadonlyArray<Pick<Inbox<unknown>, 'consumer' | 'retentionMs' | 'oldest'>>
 }
 
 /** A mounted operator page: a Node request handler and the event listener that feeds its charts. */
@@ -44,6 +50,13 @@ export interface OperatorSummary {
   counts: Record<RecordStatus, { count: number; capped: boolean }>
   /** In-progress records whose lease ended without an outcome: their holder crashed or stalled. */
   stuck: Array<{ scope: string; key: string; keyHash: string; token: number; lockedUntilMs: number; attempts: number }>
+  /** Each inbox given: its retention and oldest kept ID (`null`: none kept, or it cannot tell; `error`: it failed to answer). */
+  inboxes: Array<{
+    consumer: string
+    retentionMs: number | null
+    oldest: { messageId: string; processedAtMs: number } | null
+    error?: string
+  }>
   activity: ActivitySnapshot
 }
 
@@ -76,6 +89,7 @@ export function operatorPage(options: OperatorPageOptions): OperatorPage {
       store: { name: store.name, up: true },
       counts,
       stuck: [],
+      inboxes: await inboxRows(options.inboxes ?? []),
       activity: activity.snapshot(),
     }
     try {
@@ -160,6 +174,20 @@ export function operatorPage(options: OperatorPageOptions): OperatorPage {
   }
 
   return { handler, onEvent: activity.onEvent, activity }
+}
+
+/** The inboxes' rows of the summary; one inbox failing to answer is shown as such, not the whole page. */
+async function inboxRows(inboxes: NonNullable<OperatorPageOptions['inboxes']>): Promise<OperatorSummary['inboxes']> {
+  return Promise.all(
+    inboxes.map(async (inbox) => {
+      const row = { consumer: inbox.consumer, retentionMs: inbox.retentionMs ?? null }
+      try {
+        return { ...row, oldest: (await inbox.oldest?.()) ?? null }
+      } catch (error) {
+        return { ...row, oldest: null, error: error instanceof Error ? error.message : String(error) }
+      }
+    }),
+  )
 }
 
 function describe(record: StoredRecord, bodies: boolean) {

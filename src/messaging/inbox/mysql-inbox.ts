@@ -13,7 +13,7 @@ import {
   NOW_MS,
 } from '../mysql.js'
 import { payloadHash } from './pg-inbox.js'
-import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxResult } from './types.js'
+import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
 /** Options of {@link MySqlInbox}. */
 export interface MySqlInboxOptions<Tx = MySqlConnectionLike> {
@@ -313,6 +313,20 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
     }
     this.#emit({ type: 'duplicate', consumer: this.consumer, messageId })
     return { status: 'duplicate' }
+  }
+
+  /** This consumer's oldest kept ID (`null`: none), by the (consumer, processed_at) index. */
+  async oldest(): Promise<InboxOldestRecord | null> {
+    try {
+      const [rows] = await this.#pool.query(
+        `SELECT message_id, processed_at FROM ${this.#table.sql} WHERE consumer = ? ORDER BY processed_at LIMIT 1`,
+        [this.#consumerBytes],
+      )
+      const row = (rows as Array<{ message_id: Buffer | string; processed_at: number | string }>)[0]
+      return row ? { messageId: String(row.message_id), processedAtMs: Number(row.processed_at) } : null
+    } catch (error) {
+      throw mysqlMessagingError('MySqlInbox', 'oldest', error, this.#table)
+    }
   }
 
   /**

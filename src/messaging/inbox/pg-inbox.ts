@@ -4,7 +4,7 @@ import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../.
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
-import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxResult } from './types.js'
+import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
 /** Options of {@link PgInbox}. */
 export interface PgInboxOptions<Tx = PgQueryable> {
@@ -286,6 +286,21 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
     }
     this.#emit({ type: 'duplicate', consumer: this.consumer, messageId })
     return { status: 'duplicate' }
+  }
+
+  /** This consumer's oldest kept ID (`null`: none), by the processed_at index. */
+  async oldest(): Promise<InboxOldestRecord | null> {
+    try {
+      const result = await this.#pool.query(
+        `SELECT message_id, (extract(epoch FROM processed_at) * 1000)::float8 AS processed_at_ms
+           FROM ${this.#table} WHERE consumer = $1 ORDER BY processed_at LIMIT 1`,
+        [this.consumer],
+      )
+      const row = result.rows[0] as { message_id: string; processed_at_ms: number } | undefined
+      return row ? { messageId: row.message_id, processedAtMs: Math.round(Number(row.processed_at_ms)) } : null
+    } catch (error) {
+      throw storeUnavailable('PgInbox', 'oldest', error)
+    }
   }
 
   /**

@@ -4,7 +4,7 @@ import { connect, type SqliteConnection } from '../../stores/sqlite/driver.js'
 import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
 import { payloadHash } from './pg-inbox.js'
-import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxResult } from './types.js'
+import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
 /** Options of {@link SqliteInbox}. */
 export interface SqliteInboxOptions {
@@ -135,6 +135,14 @@ export class SqliteInbox implements Inbox<SqliteDb> {
       this.#emit({ type: result.status, consumer: this.consumer, messageId: (messages[i] as InboxMessage).id })
     }
     return results
+  }
+
+  /** This consumer's oldest kept ID (`null`: none). */
+  async oldest(): Promise<InboxOldestRecord | null> {
+    const row = this.#db
+      .prepare(`SELECT message_id, processed_at FROM ${this.#table} WHERE consumer = ? ORDER BY processed_at LIMIT 1`)
+      .get(this.consumer) as { message_id: string; processed_at: number | bigint } | undefined
+    return row ? { messageId: String(row.message_id), processedAtMs: Number(row.processed_at) } : null
   }
 
   /**

@@ -25,6 +25,13 @@ export type InboxEvent =
   | { type: 'duplicate'; consumer: string; messageId: string }
   | { type: 'mismatch'; consumer: string; messageId: string }
 
+/** The oldest processed ID an inbox still keeps (`idemkey inspect --inboxes`, the operator page). */
+export interface InboxOldestRecord {
+  messageId: string
+  /** When it was processed (epoch ms, the database's clock). */
+  processedAtMs: number
+}
+
 /**
  * Any inbox: the broker consumer helpers take one. `Tx` is what the effect receives (a `pg`
  * client inside the transaction, or the better-sqlite3 database).
@@ -36,6 +43,11 @@ export interface Inbox<Tx> {
    * compare it with how long the broker can still redeliver a message, and warn when it is shorter.
    */
   readonly retentionMs?: number
+  /**
+   * Optional: this consumer's oldest kept ID, `null` when it keeps none. Older than the retention:
+   * `purge()` is not running; much younger: the inbox is new or was emptied, and covers less than it says.
+   */
+  oldest?(): Promise<InboxOldestRecord | null>
   handle<T>(message: InboxMessage, effect: (tx: Tx, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>>
   /**
    * Optional: several messages in one transaction, their effects run one after another in the given

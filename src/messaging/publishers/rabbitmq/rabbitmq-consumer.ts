@@ -1,7 +1,9 @@
 import type { Channel, ConsumeMessage } from 'amqplib'
+import { type Duration, parseDuration } from '../../../core/duration.js'
 import type { InboxMessage } from '../../inbox/types.js'
 import {
   type ConsumeOptions,
+  checkInboxWindow,
   consumerConcurrency,
   createDispatcher,
   defaultInHand,
@@ -9,6 +11,7 @@ import {
   type RunningConsumer,
   type Verdict,
 } from '../shared.js'
+import { readQueueMessageTtl } from './queue-ttl.js'
 
 /** Options of {@link consumeRabbitMq}. */
 export interface ConsumeRabbitMqOptions<Tx> extends ConsumeOptions<Tx> {
@@ -22,6 +25,22 @@ export interface ConsumeRabbitMqOptions<Tx> extends ConsumeOptions<Tx> {
   prefetch?: number
   /** Delay before a failed message is requeued, in ms. @default 1000 */
   requeueDelayMs?: number
+  /**
+   * How long after publishing the queue may still deliver a message, when the helper cannot read it:
+   * a message TTL set by a policy, or a dead-letter loop that brings expired messages back (then the
+   * whole loop's). Given, the helper does not probe the queue. The inbox's retention is checked
+   * against it (docs/messaging.md, "Choosing the inbox retention").
+   */
+  redeliveryHorizon?: Duration
+  /**
+   * Read the queue's `x-message-ttl` argument at start, to warn when the inbox forgets IDs sooner
+   * (`IDEMKEY_INBOX_WINDOW`). AMQP has no call for a queue's arguments: the helper re-declares the
+   * queue with a different TTL on a throwaway channel and reads the refusal, which leaves one or two
+   * channel errors ("inequivalent arg") in the broker's log per start and needs `configure`
+   * permission on the queue (without it, nothing is checked). `false` skips it.
+   * @default true
+   */
+  probeMessageTtl?: boolean
 }
 
 /** The inbox view of an AMQP message: ID from `messageId`. */
@@ -50,6 +69,7 @@ export function rabbitMqInboxMessage(msg: ConsumeMessage): InboxMessage {
 export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): Promise<RunningConsumer> {
   const { channel } = options
   const concurrency = consumerConcurrency(options)
+  await checkQueueWindow(options)
   await channel.prefetch(options.prefetch ?? defaultInHand(options, concurrency))
   const dispatcher = createDispatcher(options, concurrency)
   let resolveDone: () => void = () => {}
@@ -101,4 +121,24 @@ export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): 
       resolveDone()
     },
   }
+}
+
+/**
+ * Warns (once, by name) when the inbox forgets IDs before the queue stops delivering a message: a
+ * queue with a message TTL drops (or dead-letters) a message that long after it was enqueued, a
+ * requeued one keeping its first expiry; a queue without one can deliver it at any later time, so
+ * there is no bound to check against.
+ */
+async function checkQueueWindow<Tx>(options: ConsumeRabbitMqOptions<Tx>): Promise<void> {
+  const retentionMs = options.inbox.retentionMs
+  if (options.redeliveryHorizon !== undefined) {
+    const horizonMs = parseDuration(options.redeliveryHorizon, 'redeliveryHorizon')
+    checkInboxWindow(options.inbox.consumer, `RabbitMQ queue "${options.queue}" (redeliveryHorizon)`, retentionMs, horizonMs)
+    return
+  }
+  // No retention to compare (a custom inbox): not worth a channel error in the broker's log.
+  if (retentionMs === undefined || options.probeMessageTtl === false) return
+  const ttlMs = await readQueueMessageTtl(options.channel, options.queue)
+  if (typeof ttlMs === 'number')
+    checkInboxWindow(options.inbox.consumer, `RabbitMQ queue "${options.queue}" (x-message-ttl)`, retentionMs, ttlMs)
 }

@@ -1,7 +1,9 @@
 import type { Redis } from 'ioredis'
+import { type Duration, parseDuration } from '../../../core/duration.js'
 import type { InboxMessage } from '../../inbox/types.js'
 import {
   type ConsumeOptions,
+  checkInboxWindow,
   consumerConcurrency,
   createDispatcher,
   defaultInHand,
@@ -34,6 +36,13 @@ export interface ConsumeRedisStreamsOptions<Tx> extends ConsumeOptions<Tx> {
    * XAUTOCLAIM and processed again. @default 30000
    */
   claimIdleMs?: number
+  /**
+   * The stream's trimming by time: entries older than about this are dropped (the publisher's
+   * `maxAge`, or your own `XTRIM MINID`). Until then a pending entry can be claimed again, so the
+   * inbox must keep IDs at least this long; the helper warns (`IDEMKEY_INBOX_WINDOW`) when it does
+   * not. Redis keeps no retention setting on a stream (its writers trim it), so the helper is told.
+   */
+  maxAge?: Duration
 }
 
 type Entry = [id: Buffer, fields: Buffer[]]
@@ -62,6 +71,10 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
   const concurrency = consumerConcurrency(options)
   const count = options.count ?? defaultInHand(options, concurrency)
   const claimIdleMs = options.claimIdleMs ?? 30_000
+  if (options.maxAge !== undefined) {
+    const maxAgeMs = parseDuration(options.maxAge, 'maxAge')
+    checkInboxWindow(options.inbox.consumer, `Redis stream "${stream}" (maxAge)`, options.inbox.retentionMs, maxAgeMs)
+  }
   try {
     await redis.xgroup('CREATE', stream, group, '0', 'MKSTREAM')
   } catch (error) {

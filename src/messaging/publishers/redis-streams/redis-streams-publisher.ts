@@ -11,6 +11,12 @@ export interface RedisStreamsPublisherOptions {
   stream?: (message: OutboxMessage) => string
   /** Trim each stream to about this many entries (`MAXLEN ~`). Unset: never trim. */
   maxLen?: number
+  /**
+   * Trim each stream by time instead: entries older than about this are dropped (`MINID ~`, from the
+   * entry IDs' millisecond part) at each publish. Give the consumers' helper the same `maxAge`: it
+   * checks the inbox's retention against it. Not with `maxLen` (XADD trims one way).
+   */
+  maxAge?: Duration
   /** How long to wait for the replies of a batch. @default '10s' */
   timeout?: Duration
 }
@@ -29,6 +35,7 @@ export class RedisStreamsPublisher implements Publisher {
   readonly #redis: Redis
   readonly #stream: (message: OutboxMessage) => string
   readonly #maxLen: number | undefined
+  readonly #maxAgeMs: number | undefined
   readonly #timeoutMs: number
 
   constructor(options: RedisStreamsPublisherOptions) {
@@ -37,15 +44,19 @@ export class RedisStreamsPublisher implements Publisher {
     }
     this.#redis = options.redis
     this.#stream = options.stream ?? ((message) => message.topic)
+    if (options.maxLen !== undefined && options.maxAge !== undefined) {
+      throw new IdempotencyError('INVALID_OPTION', 'RedisStreamsPublisher: give maxLen or maxAge, not both (XADD trims by one of them).')
+    }
     this.#maxLen = options.maxLen
+    this.#maxAgeMs = options.maxAge === undefined ? undefined : parseDuration(options.maxAge, 'maxAge')
     this.#timeoutMs = parseDuration(options.timeout ?? '10s', 'timeout')
   }
 
   async publish(messages: readonly OutboxMessage[]): Promise<PublishResult[]> {
     if (messages.length === 0) return []
     const pipeline = this.#redis.pipeline()
+    const trim = this.#trim()
     for (const m of messages) {
-      const trim = this.#maxLen === undefined ? [] : ['MAXLEN', '~', this.#maxLen]
       pipeline.xadd(
         this.#stream(m),
         ...(trim as [string, string, number]),
@@ -72,5 +83,12 @@ export class RedisStreamsPublisher implements Publisher {
     } catch (error) {
       return messages.map((m) => ({ ok: false, error: publishFailed('Redis', m, error), retryable: true }))
     }
+  }
+
+  /** The XADD trimming arguments: by length, by age (the oldest entry ID to keep), or none. */
+  #trim(): Array<string | number> {
+    if (this.#maxLen !== undefined) return ['MAXLEN', '~', this.#maxLen]
+    if (this.#maxAgeMs !== undefined) return ['MINID', '~', `${Math.max(0, Date.now() - this.#maxAgeMs)}-0`]
+    return []
   }
 }

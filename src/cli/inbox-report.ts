@@ -1,0 +1,141 @@
+/**
+ * `idemkey inspect --inboxes`: each consumer of an inbox table with its oldest kept ID, the real
+ * start of its dedup window (docs/messaging.md, "Choosing the inbox retention"). The inboxes live in
+ * the application's SQL database, the one `--store` names; their own classes read the oldest row.
+ */
+import type { Inbox } from '../messaging/inbox/types.js'
+import { quoteName } from '../messaging/message.js'
+import { mysqlTableName } from '../messaging/mysql.js'
+import { describeStore, driverError, type StoreSpec } from '../stores/open.js'
+import { openNodeSqlite } from '../stores/sqlite/driver.js'
+import { age, renderTable } from './output.js'
+import { CliError } from './run.js'
+
+/** The table the inboxes use unless told otherwise. */
+export const DEFAULT_INBOX_TABLE = 'idemkey_inbox'
+
+/** One consumer of the inbox table and its oldest kept ID (`null`s: it keeps none). */
+export interface InboxReportRow {
+  consumer: string
+  oldestMessageId: string | null
+  oldestProcessedAtMs: number | null
+}
+
+/** An inbox table opened for reading: its consumers, an inbox per consumer, and how to close it. */
+interface OpenedInboxTable {
+  consumers(): Promise<string[]>
+  inbox(consumer: string): Inbox<unknown>
+  close(): Promise<void>
+}
+
+/** Reads every consumer of `table` in the database `spec` names, with its oldest kept ID. */
+export async function readInboxes(spec: StoreSpec, table: string): Promise<InboxReportRow[]> {
+  const opened = await openInboxTable(spec, table)
+  try {
+    const rows: InboxReportRow[] = []
+    for (const consumer of await opened.consumers()) {
+      const oldest = await opened.inbox(consumer).oldest?.()
+      rows.push({ consumer, oldestMessageId: oldest?.messageId ?? null, oldestProcessedAtMs: oldest?.processedAtMs ?? null })
+    }
+    return rows
+  } catch (error) {
+    throw new CliError(`Could not read the inbox table "${table}" of ${describeStore(spec)}: ${(error as Error).message}`)
+  } finally {
+    await opened.close()
+  }
+}
+
+/** The report as a table: consumer, oldest kept ID's time and age, its message ID. */
+export function renderInboxes(rows: readonly InboxReportRow[], table: string, nowMs: number): string {
+  if (rows.length === 0) return `inbox table "${table}": no consumer has kept an ID`
+  const body = rows.map((row) =>
+    row.oldestProcessedAtMs === null
+      ? [row.consumer, '-', '-', '- (none kept)']
+      : [row.consumer, new Date(row.oldestProcessedAtMs).toISOString(), age(row.oldestProcessedAtMs, nowMs), row.oldestMessageId ?? ''],
+  )
+  return `inbox table "${table}": each consumer's oldest kept ID (its window reaches back this far)\n${renderTable(['CONSUMER', 'OLDEST', 'AGE', 'MESSAGE ID'], body)}`
+}
+
+async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInboxTable> {
+  switch (spec.kind) {
+    case 'sqlite': {
+      const { SqliteInbox } = await import('../messaging/inbox/sqlite-inbox.js')
+      const db = openNodeSqlite(spec.path, { readOnly: true })
+      const name = quoteName(table, '--inbox-table')
+      return {
+        consumers: async () =>
+          (db.prepare(`SELECT DISTINCT consumer FROM ${name} ORDER BY consumer`).all() as Array<{ consumer: string }>).map(
+            (r) => r.consumer,
+          ),
+        inbox: (consumer) => new SqliteInbox({ database: db.database, consumer, table }),
+        close: async () => db.close(),
+      }
+    }
+    case 'postgres': {
+      type PgModule = { Pool?: PgPoolConstructor; default?: { Pool: PgPoolConstructor } }
+      const pg = await importDriver<PgModule>('postgres', 'pg', 'pg')
+      const { PgInbox } = await import('../messaging/inbox/pg-inbox.js')
+      const Pool = (pg.Pool ?? pg.default?.Pool) as PgPoolConstructor
+      const pool = new Pool({ connectionString: spec.url, max: 1 })
+      const name = quoteName(table, '--inbox-table')
+      return {
+        // A loose index scan over the primary key (consumer, message_id): one probe per consumer, not a table scan.
+        consumers: async () =>
+          (
+            await pool.query(
+              `WITH RECURSIVE c AS (
+                 (SELECT consumer FROM ${name} ORDER BY consumer LIMIT 1)
+                 UNION ALL
+                 SELECT (SELECT consumer FROM ${name} WHERE consumer > c.consumer ORDER BY consumer LIMIT 1) FROM c WHERE c.consumer IS NOT NULL)
+               SELECT consumer FROM c WHERE consumer IS NOT NULL`,
+            )
+          ).rows.map((r) => String(r.consumer)),
+        inbox: (consumer) => new PgInbox({ pool: pool as never, consumer, table }),
+        close: () => pool.end(),
+      }
+    }
+    case 'mysql': {
+      type MySqlModule = { createPool?: (uri: string) => MySqlPoolLike; default?: { createPool: (uri: string) => MySqlPoolLike } }
+      const mysql = await importDriver<MySqlModule>('mysql', 'mysql2', 'mysql2/promise')
+      const { MySqlInbox } = await import('../messaging/inbox/mysql-inbox.js')
+      const createPool = (mysql.createPool ?? mysql.default?.createPool) as (uri: string) => MySqlPoolLike
+      const pool = createPool(spec.url)
+      const name = mysqlTableName(table, '--inbox-table')
+      return {
+        // DISTINCT on the primary key's first column: MySQL and MariaDB read it with a loose index scan.
+        consumers: async () => {
+          const [rows] = await pool.query(`SELECT DISTINCT consumer FROM ${name.sql} ORDER BY consumer`)
+          return (rows as Array<{ consumer: Buffer | string }>).map((r) => String(r.consumer))
+        },
+        inbox: (consumer) => new MySqlInbox({ pool: pool as never, consumer, table }),
+        close: () => pool.end(),
+      }
+    }
+    default:
+      throw new CliError(
+        `Inboxes live in SQL databases (SQLite, PostgreSQL, MySQL/MariaDB); ${describeStore(spec)} has none. Pass --store with the database your inbox writes to.`,
+        2,
+      )
+  }
+}
+
+type PgPoolConstructor = new (options: { connectionString: string; max: number }) => PgPoolLike
+
+interface PgPoolLike {
+  query(sql: string): Promise<{ rows: Array<Record<string, unknown>> }>
+  end(): Promise<void>
+}
+
+interface MySqlPoolLike {
+  query(sql: string): Promise<[unknown, unknown]>
+  end(): Promise<void>
+}
+
+/** Loads a database driver by a computed name (the CLI runs without the optional ones), naming a missing one. */
+async function importDriver<T>(kind: string, driver: string, specifier: string): Promise<T> {
+  try {
+    return (await import(specifier)) as T
+  } catch (error) {
+    throw driverError(kind, driver, error)
+  }
+}
