@@ -11,7 +11,8 @@
  * telemetry is off. About a minute on the 2-core machine, most of it `next build`.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { rm } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -81,11 +82,11 @@ beforeAll(async () => {
   }
 }, 900_000)
 
-afterAll(() => {
+afterAll(async () => {
   // npx runs next in a child of its own: end the whole group.
   if (server?.pid && server.exitCode === null) process.kill(-server.pid, 'SIGKILL')
-  rmSync(work, { recursive: true, force: true })
-})
+  await rm(work, { recursive: true, force: true })
+}, 240_000)
 
 const effects = async () => (await (await fetch(`${base}/api/effects`)).json()) as { route?: number; action?: number }
 

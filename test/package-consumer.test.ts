@@ -12,8 +12,8 @@
  * the files (their docs' examples) must type-check there under node16 and bundler resolution.
  */
 import { randomBytes } from 'node:crypto'
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { cp } from 'node:fs/promises'
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { cp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, posix } from 'node:path'
 import pg from 'pg'
@@ -124,8 +124,9 @@ afterAll(async () => {
     for (const table of dropTables) await client.query(`DROP TABLE IF EXISTS public."${table}"`)
     await client.end()
   }
-  rmSync(work, { recursive: true, force: true })
-})
+  // Asynchronously, with time to spare: removing the installed trees takes long on a machine busy with I/O.
+  await rm(work, { recursive: true, force: true })
+}, 240_000)
 
 describe('the packed tarball', () => {
   it('ships what a user needs: LICENSE, docs the README links to, both builds; no source maps, no sources', () => {
