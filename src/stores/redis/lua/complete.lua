@@ -4,8 +4,9 @@
   ('<status>|<resource id bytes, or -1>|<headers bytes>|' .. resource id .. headers JSON), ARGV[4] body
   (bytes), ARGV[5] ttl ms, ARGV[6] grace ms, ARGV[7] notification channel
   Returns 1 when stored, 0 when fenced out (another token, or no longer in progress)
-  The common path is GET, TIME, SET: PUBLISH only when an in_progress answer or a watch flagged
-  waiters, DEL of the steps only when steps were recorded. ]]
+  The common path is GET, TIME, SET (GET, PEXPIRETIME, PTTL, SET for a fresh record of the native
+  acquire): PUBLISH only when an in_progress answer or a watch flagged waiters, DEL of the steps only
+  when steps were recorded. ]]
 local rk = KEYS[1]
 local v = redis.pcall('GET', rk)
 if type(v) == 'table' then
@@ -26,17 +27,39 @@ if type(v) == 'table' then
   return 1
 end
 if not v or v == 'ik110w' then return 0 end
-v = absolute(rk, v)
-local w, hasSteps, st, tok, lu, att, ca, p = string.match(v, '^ik1([01])([01])([pcf])|(%d+)|(%d+)|(%d+)|(%d+)|%d+|%d+|()')
-if not st then return unparsable(v) end
-if tok ~= ARGV[1] or st ~= 'p' then return 0 end
-local now = now_ms()
+-- The fields the completed record keeps, read straight from the value: this script runs once per
+-- request, and every string it builds, match it captures and helper it calls costs Redis CPU (a fresh
+-- record is not first rewritten in full, as absolute() would). Byte 6 is the status: n or p is held.
+local tok, lu, att, ca, p, now
+local st = string.byte(v, 6)
+if st == 110 then
+  -- A fresh record of the native acquire (token 1, attempt 1): its creation time is the key's expiry
+  -- minus the durations it holds (see absolute() in _lib.lua).
+  local l, r, g, q = string.match(v, '^ik1[01][01]n|(%d+)|(%d+)|(%d+)|()')
+  if not l then return unparsable(v) end
+  if ARGV[1] ~= '1' then return 0 end
+  local et = redis.call('PEXPIRETIME', rk)
+  if et < 0 then return 0 end
+  local at = et - l - r - g
+  tok, lu, att, ca, p = '1', int(at + l), '1', int(at), q
+  -- The server's time from the same expiry: PTTL answers one integer, TIME two strings to convert.
+  now = et - redis.call('PTTL', rk)
+elseif st == 112 then
+  tok, lu, att, ca, p = string.match(v, '^ik1[01][01]p|(%d+)|(%d+)|(%d+)|(%d+)|%d+|%d+|()')
+  if not tok then return unparsable(v) end
+  if tok ~= ARGV[1] then return 0 end
+elseif string.match(v, '^ik1[01][01][cf]|') then
+  return 0 -- completed or failed: no longer in progress
+else
+  return unparsable(v)
+end
+now = now or now_ms()
 local ttl = tonumber(ARGV[5])
--- lu stays (readers ignore it once completed); identity and fingerprint are copied as they are.
-redis.call('SET', rk, 'ik1' .. w .. '0' .. ARGV[2] .. '|' .. tok .. '|' .. lu .. '|' .. att .. '|' .. ca .. '|' ..
-  string.format('%d', now) .. '|' .. string.format('%d', now + ttl) .. '|' .. string.sub(v, p) .. ARGV[3] .. ARGV[4],
-  'PX', string.format('%d', ttl + tonumber(ARGV[6])))
+-- lu stays (readers ignore it once completed); identity and fingerprint are copied as they are; the
+-- steps flag drops (the steps go).
+redis.call('SET', rk, string.sub(v, 1, 4) .. '0' .. ARGV[2] .. '|' .. tok .. '|' .. lu .. '|' .. att .. '|' .. ca .. '|' ..
+  int(now) .. '|' .. int(now + ttl) .. '|' .. string.sub(v, p) .. ARGV[3] .. ARGV[4], 'PX', int(ttl + tonumber(ARGV[6])))
 -- A completed record is never taken over: its steps are no longer needed.
-if hasSteps == '1' then redis.call('DEL', KEYS[2]) end
-if w == '1' then redis.call('PUBLISH', ARGV[7], '1') end
+if string.byte(v, 5) == 49 then redis.call('DEL', KEYS[2]) end
+if string.byte(v, 4) == 49 then redis.call('PUBLISH', ARGV[7], '1') end
 return 1
