@@ -37,7 +37,8 @@ function helpersOf(source) {
 }
 
 const helpers = all.filter((name) => name.startsWith('_')).flatMap((name) => helpersOf(readFileSync(join(dir, name), 'utf8')))
-const calls = (text, name) => new RegExp(`\\b${name}\\(`).test(text)
+/** Whether `text` calls `name` (comments, which may name a helper, do not count). */
+const calls = (text, name) => new RegExp(`\\b${name}\\(`).test(text.replace(/--\[\[[\s\S]*?\]\]/g, '').replace(/--[^\n]*/g, ''))
 
 /** The helpers `script` needs, in their order in the shared files. */
 function needed(script) {

@@ -48,8 +48,8 @@ elseif st == 112 then
   tok, lu, att, ca, p = string.match(v, '^ik1[01][01]p|(%d+)|(%d+)|(%d+)|(%d+)|%d+|%d+|()')
   if not tok then return unparsable(v) end
   if tok ~= ARGV[1] then return 0 end
-elseif string.match(v, '^ik1[01][01][cf]|') then
-  return 0 -- completed or failed: no longer in progress
+elseif string.match(v, '^ik1[01][01][cfCF]|') then
+  return 0 -- completed or failed (C, F: by the native compare-and-set): no longer in progress
 else
   return unparsable(v)
 end
