@@ -125,7 +125,7 @@ async function block(
   const topLevel = script ?? completed.get('set') ?? { calls: 1, usec: 0 }
   const inner = [...completed.entries()]
     .filter(([name]) => name !== 'evalsha' && name !== 'info' && name !== 'config|resetstat')
-    .map(([name, s]) => `${name} ${fmt(s.calls / KEYS, 2)}`)
+    .map(([name, s]) => `${fmt(s.calls / KEYS, 2)} ${name} ${fmt(s.usec / s.calls, 2)}`)
   await raw.flushall()
   return {
     acquire: set.usec / set.calls,
@@ -174,7 +174,13 @@ try {
 const median = (costs: Costs[], pick: (c: Costs) => number) => fmt(percentile(costs.map(pick), 50), 2)
 console.log(
   table(
-    ['', 'acquire, µs per call', 'complete, µs per call', 'complete runs (per request)', 'Redis process CPU per acquire + complete, µs'],
+    [
+      '',
+      'acquire, µs per call',
+      'complete, µs per call',
+      'complete runs (calls per request, µs per call; first round)',
+      'Redis process CPU per acquire + complete, µs',
+    ],
     (['before', 'after'] as const).map((side) => [
       side,
       median(results[side], (c) => c.acquire),

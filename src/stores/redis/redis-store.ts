@@ -332,7 +332,7 @@ export class RedisStore implements IdempotencyStore {
         if (await this.#completeByCompareAndSet(client, names.key, fresh, status, head, body, ttlMs)) return true
       }
     }
-    const args: RedisArg[] = [token, status, head, body, ttlMs, this.#grace, names.channel]
+    const args: RedisArg[] = [token, status, head, body, ttlMs, ttlMs + this.#graceMs, names.channel]
     return (await this.#run('complete', scripts.complete, names, args, true)) === 1
   }
 
