@@ -7,7 +7,9 @@
  * - `before`: the commands the store sent at commit 6462905, by hand: its `SET ... NX GET PX` of a
  *   fresh record, then `EVALSHA` of that commit's complete script (bench/redis-script-cost/), with the
  *   same arguments;
- * - `after`: today's RedisStore on the same server: `acquire` then `complete`.
+ * - `after`: today's RedisStore on the same server: `acquire` then `complete`;
+ * - `peer`: for scale, what @node-idempotency's Redis storage sends for a new key: `SET ... NX PX` of its
+ *   in-progress JSON, then `SET ... PX` of the response's JSON (no fence).
  * Each block resets the statistics, acquires N new keys (N callers' worth in flight at once, auto
  * pipelined like the peers bench's load), reads `usec_per_call` of SET, resets again, completes them,
  * and reads `usec_per_call` of EVALSHA (which includes the `redis.call`s inside) and of any native
@@ -150,6 +152,21 @@ const before = (round: number) =>
       return raw.evalsha(beforeSha, 2, names.key, names.steps, 1, 'c', head, body, TTL, GRACE, names.channel)
     },
   )
+/** What @node-idempotency's Redis storage sends for a new key (its JSON, roughly): two unfenced SETs. */
+const peer = (round: number) =>
+  block(
+    round,
+    (key) => raw.set(`${PREFIX}:peer:${key}`, JSON.stringify({ status: 0, fingerPrint: FINGERPRINT }), 'PX', TTL, 'NX'),
+    (key) => {
+      const body = Buffer.from(OUTCOME.response.body).toString('utf8')
+      const payload = {
+        status: 1,
+        fingerPrint: FINGERPRINT,
+        response: { body, additional: { statusCode: 201, headers: OUTCOME.response.headers } },
+      }
+      return raw.set(`${PREFIX}:peer:${key}`, JSON.stringify(payload), 'PX', TTL)
+    },
+  )
 const after = (round: number) =>
   block(
     round,
@@ -157,12 +174,14 @@ const after = (round: number) =>
     (key) => store.complete(SCOPE, key, 1, OUTCOME, TTL),
   )
 
-const results: Record<'before' | 'after', Costs[]> = { before: [], after: [] }
+const SIDES = ['before', 'after', 'peer'] as const
+const results: Record<(typeof SIDES)[number], Costs[]> = { before: [], after: [], peer: [] }
 try {
   await store.acquire(SCOPE, 'warm-up', FINGERPRINT, LEASE) // opens the store's client
   for (let round = 0; round < ROUNDS; round++) {
     results.before.push(await before(round))
     results.after.push(await after(round))
+    results.peer.push(await peer(round))
   }
 } finally {
   await store.close()
@@ -181,7 +200,7 @@ console.log(
       'complete runs (calls per request, µs per call; first round)',
       'Redis process CPU per acquire + complete, µs',
     ],
-    (['before', 'after'] as const).map((side) => [
+    SIDES.map((side) => [
       side,
       median(results[side], (c) => c.acquire),
       median(results[side], (c) => c.complete),
@@ -192,7 +211,5 @@ console.log(
 )
 console.log(
   `\n${ROUNDS} rounds of ${KEYS} new keys, ${INFLIGHT} in flight, alternating; medians. Rounds: ` +
-    (['before', 'after'] as const)
-      .map((side) => `${side} complete ${results[side].map((c) => fmt(c.complete, 2)).join('/')} µs`)
-      .join('; '),
+    SIDES.map((side) => `${side} complete ${results[side].map((c) => fmt(c.complete, 2)).join('/')} µs`).join('; '),
 )
