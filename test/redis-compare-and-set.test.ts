@@ -178,6 +178,33 @@ describe.skipIf(skip)('RedisStore complete by SET IFEQ: the records it leaves', 
     }
   })
 
+  it('finds out from this server (Redis 7.0, no IFEQ) that it must complete by script, and asks only once', async () => {
+    const s = `s-${randomUUID()}`
+    const own = new Redis(URL, { maxRetriesPerRequest: 1 })
+    const wrapped = withSetIfEq(own)
+    let infos = 0
+    const counting = new Proxy(wrapped.client, {
+      get(target, property) {
+        if (property === 'infoBuffer') return (...args: RedisArg[]) => (infos++, own.callBuffer('info', ...args))
+        return Reflect.get(target, property)
+      },
+    })
+    const detected = new RedisStore({ client: counting, prefix })
+    try {
+      for (const key of ['a', 'b', 'c']) {
+        await detected.acquire(s, key, fp('a'), 60_000)
+        await new Promise((resolve) => setTimeout(resolve, 20))
+        expect(await detected.complete(s, key, 1, outcome('x'), 60_000)).toBe(true)
+        expect(await redis.get(recordNames(prefix, s, key).key)).toMatch(/^ik100c\|/)
+      }
+      expect(wrapped.written()).toBe(0)
+      expect(infos).toBe(1)
+    } finally {
+      await detected.close()
+      own.disconnect()
+    }
+  })
+
   it('starts a new lifecycle, token counting on, once such a record expired; purges it like any other', async () => {
     const s = `s-${randomUUID()}`
     await store.acquire(s, 'k', fp('a'), 60_000)
