@@ -185,8 +185,11 @@ describe.skipIf(skip)('RedisStore complete by SET IFEQ: the records it leaves', 
     let infos = 0
     const counting = new Proxy(wrapped.client, {
       get(target, property) {
-        if (property === 'infoBuffer') return (...args: RedisArg[]) => (infos++, own.callBuffer('info', ...args))
-        return Reflect.get(target, property)
+        if (property !== 'infoBuffer') return Reflect.get(target, property)
+        return (...args: RedisArg[]) => {
+          infos++
+          return own.callBuffer('info', ...args)
+        }
       },
     })
     const detected = new RedisStore({ client: counting, prefix })
