@@ -1,4 +1,4 @@
---[[ Shared by every script: scripts/gen-lua.mjs puts this file in front of each one. ]]
+--[[ Helpers the scripts share: scripts/gen-lua.mjs puts in front of each script the ones it calls. ]]
 local function int(n) return string.format('%d', n) end
 -- The server's clock in epoch ms (one TIME call): leases and expiry never use the caller's.
 local function now_ms()
