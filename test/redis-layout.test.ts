@@ -88,6 +88,39 @@ describe.skipIf(skip)('RedisStore record layout', () => {
     expect(await store.acquire(s, 'k', fp('a'), 60_000)).toMatchObject({ kind: 'replay', record: { token: 1, status: 'completed' } })
   })
 
+  it('completes a fresh record with its creation time from the key expiry, server-clock times, and fences out every other token', async () => {
+    const s = `s-${randomUUID()}`
+    const names = recordNames(prefix, s, 'k')
+    await store.acquire(s, 'k', fp('a'), 60_000)
+    const fresh = await store.get(s, 'k')
+    const untouched = await redis.getBuffer(names.key)
+    expect(await store.complete(s, 'k', 2, outcome('{"id":5}'), 60_000)).toBe(false)
+    expect(await store.complete(s, 'k', 0, outcome('{"id":5}'), 60_000)).toBe(false)
+    expect(await redis.getBuffer(names.key)).toEqual(untouched)
+    const [beforeS, beforeUs] = await redis.time()
+    expect(await store.complete(s, 'k', 1, outcome('{"id":5}', 'r5'), 60_000)).toBe(true)
+    const [afterS, afterUs] = await redis.time()
+    const done = await store.get(s, 'k')
+    expect(done).toMatchObject({ status: 'completed', token: 1, attempts: 1, resourceId: 'r5', createdAtMs: fresh?.createdAtMs })
+    expect(done?.updatedAtMs).toBeGreaterThanOrEqual(Number(beforeS) * 1000 + Math.floor(Number(beforeUs) / 1000))
+    expect(done?.updatedAtMs).toBeLessThanOrEqual(Number(afterS) * 1000 + Math.floor(Number(afterUs) / 1000))
+    expect(done?.expiresAtMs).toBe((done?.updatedAtMs as number) + 60_000)
+    const completed = await redis.getBuffer(names.key)
+    expect(await store.complete(s, 'k', 1, outcome('again'), 60_000)).toBe(false)
+    expect(await redis.getBuffer(names.key)).toEqual(completed)
+  })
+
+  it('answers a damaged fresh record with a fenced-out complete, and a foreign value with STORE_SCHEMA', async () => {
+    const s = `s-${randomUUID()}`
+    const damaged = recordNames(prefix, s, 'damaged').key
+    const foreign = recordNames(prefix, s, 'foreign').key
+    await redis.set(damaged, 'ik100n|x|1|1|', 'PX', 60_000)
+    await redis.set(foreign, 'hello world', 'PX', 60_000)
+    expect(await store.complete(s, 'damaged', 1, outcome('x'), 60_000)).toBe(false)
+    expect(await redis.get(damaged)).toBe('ik100n|x|1|1|')
+    await expect(store.complete(s, 'foreign', 1, outcome('x'), 60_000)).rejects.toMatchObject({ code: 'STORE_SCHEMA' })
+  })
+
   it('replays a completed record far from its expiry from that SET alone, and leaves one near its expiry to the script', async () => {
     const s = `s-${randomUUID()}`
     const names = recordNames(prefix, s, 'k')

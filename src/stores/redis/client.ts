@@ -124,3 +124,17 @@ export function toStoreError(operation: string, key: string, error: unknown): Id
   }
   return storeUnavailable('redis', operation, error)
 }
+
+/**
+ * Whether the server behind an `INFO server` reply takes `SET key value IFEQ old` (a native
+ * compare-and-set): Valkey 8.1 and later (which still reports `redis_version:7.2.4`, so its own
+ * `valkey_version` decides) and Redis 8.4 and later.
+ */
+export function serverHasSetIfEq(info: string): boolean {
+  const field = (name: string) => new RegExp(`^${name}:(\\d+)\\.(\\d+)`, 'm').exec(info)
+  const atLeast = (m: RegExpExecArray | null, major: number, minor: number) =>
+    m !== null && (Number(m[1]) > major || (Number(m[1]) === major && Number(m[2]) >= minor))
+  const valkey = field('valkey_version')
+  if (valkey !== null || /^server_name:valkey/m.test(info)) return atLeast(valkey, 8, 1)
+  return atLeast(field('redis_version'), 8, 4)
+}

@@ -223,3 +223,24 @@ export function packedHead(status: number, resourceId: string | null, headers: s
 export function packedIdentity(scope: string, key: string): string {
   return `${Buffer.byteLength(scope)}|${Buffer.byteLength(key)}|${scope}${key}`
 }
+
+/**
+ * The value a record takes when the native compare-and-set completes it (`SET ... IFEQ <fresh record>`,
+ * no script): `ik100` C (completed) or F (failed) `| ttl | grace | age |` then the fingerprint and
+ * identity (`tail`, as the fresh record held them), the response's head ({@link packedHead}) and the body.
+ * No clock is read: the same SET gives the key its expiry (ttl + grace from the server's time), and the
+ * scripts derive expiresAt, updatedAt and (minus `ageMs`, how long the holder held it) createdAt from it
+ * (`absolute` in _lib.lua). The flags are 0: the SET only replaces a fresh record nobody waits on.
+ */
+export function casCompleted(
+  status: 'c' | 'f',
+  ttlMs: number,
+  graceMs: string,
+  ageMs: number,
+  tail: string,
+  head: string,
+  body: string | Buffer,
+): string | Buffer {
+  const text = `ik100${status === 'c' ? 'C' : 'F'}|${ttlMs}|${graceMs}|${ageMs}|${tail}${head}`
+  return typeof body === 'string' ? text + body : Buffer.concat([Buffer.from(text, 'utf8'), body])
+}

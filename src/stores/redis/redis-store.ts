@@ -13,7 +13,7 @@ import {
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
-import { openClient, type RedisArg, type RedisClientLike, Script, sendBuffer, toStoreError } from './client.js'
+import { openClient, type RedisArg, type RedisClientLike, Script, sendBuffer, serverHasSetIfEq, toStoreError } from './client.js'
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
 import { acquireLua, completeLua, evictLua, purgeLua, readLua, recordStepLua, releaseLua, renewLua, watchLua } from './lua.generated.js'
 import {
@@ -25,7 +25,7 @@ import {
   type NodeRedisClusterLike,
 } from './node-redis.js'
 import { Notifier } from './notifier.js'
-import { fromPacked, packedHead, packedIdentity, stepsFromFields, toMs, toRecord } from './record.js'
+import { casCompleted, fromPacked, packedHead, packedIdentity, stepsFromFields, toMs, toRecord } from './record.js'
 import { ResumableScan, scanAll } from './scan.js'
 
 /** Options of {@link RedisStore}: give it a client, or a URL to open one. */
@@ -61,6 +61,25 @@ export interface RedisStoreOptions {
   notifications?: boolean
   /** Most keys `list` reads (SCAN over every node, then one read per record). @default 100000 */
   listScanLimit?: number
+  /**
+   * Complete a record this store acquired with one native compare-and-set, `SET key <outcome> IFEQ
+   * <the record it wrote> PX <ttl + grace>`, instead of the complete script: Valkey 8.1+ and Redis
+   * 8.4+ have it. By default the store asks the server once (`INFO server`, its version) and uses it
+   * when there; `false` keeps the script. A server that refuses it (an older node after a failover)
+   * turns it off for the store's life; the script then completes every record. See docs/redis.md.
+   * @default detected from the server's version
+   */
+  nativeCompareAndSet?: boolean
+}
+
+/** What the native acquire wrote to a key, kept until its holder completes it with SET ... IFEQ. */
+interface FreshRecord {
+  /** The exact value (the IFEQ comparison). */
+  value: string
+  /** Its fingerprint and identity, which the completed record keeps. */
+  tail: string
+  /** When the acquire's reply came (performance.now()): the record's age at completion. */
+  at: number
 }
 
 const scripts = {
@@ -95,6 +114,7 @@ export class RedisStore implements IdempotencyStore {
   readonly prefix: string
   readonly #retention: string
   readonly #grace: string
+  readonly #graceMs: number
   /** A record key's TTL beyond its lease (abandoned retention + expired grace), in ms. */
   readonly #afterLeaseMs: number
   readonly #listScanLimit: number
@@ -109,6 +129,14 @@ export class RedisStore implements IdempotencyStore {
   /** Whether the server takes SET NX GET (Redis 7.0+): a new key is then acquired without a script. */
   #native = true
   readonly #recentNames = new Map<string, RecordNames>()
+  /**
+   * Whether complete may use SET ... IFEQ: undefined until the server's answer to INFO (asked once, at
+   * the first new key), or as the option says.
+   */
+  #compareAndSet: boolean | undefined
+  #detecting = false
+  /** The fresh records this store's native acquire wrote, by key, for the IFEQ complete (bounded). */
+  readonly #fresh = new Map<string, FreshRecord>()
 
   constructor(options: RedisStoreOptions) {
     if ((options?.client === undefined) === (options?.url === undefined)) {
@@ -121,6 +149,8 @@ export class RedisStore implements IdempotencyStore {
     assertPrefix(this.prefix)
     this.#retention = String(parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention'))
     this.#grace = String(parseDuration(options.expiredGrace ?? '1m', 'expiredGrace'))
+    this.#graceMs = Number(this.#grace)
+    this.#compareAndSet = options.nativeCompareAndSet
     this.#afterLeaseMs = Number(this.#retention) + Number(this.#grace)
     this.#listScanLimit = options.listScanLimit ?? 100_000
     assertPositiveInteger(this.#listScanLimit, 'listScanLimit')
@@ -213,8 +243,60 @@ export class RedisStore implements IdempotencyStore {
       if (/syntax error|WRONGTYPE/i.test(message)) return undefined
       throw toStoreError('acquire', redisKey, error)
     }
-    if (prior === null) return { kind: 'acquired', token: 1 }
+    if (prior === null) {
+      if (this.#compareAndSet !== false) this.#rememberFresh(client, redisKey, fresh, fingerprint + identity)
+      return { kind: 'acquired', token: 1 }
+    }
     return Buffer.isBuffer(prior) ? settledRecord(prior, redisKey, fingerprint, scope, key) : undefined
+  }
+
+  /**
+   * Keeps the fresh record the native acquire just wrote, for its holder's SET ... IFEQ complete, and
+   * asks the server once whether it has that SET (INFO server).
+   */
+  #rememberFresh(client: RedisClientLike, redisKey: string, value: string, tail: string): void {
+    if (this.#fresh.size >= RECENT_NAMES) this.#fresh.clear()
+    this.#fresh.set(redisKey, { value, tail, at: performance.now() })
+    if (this.#compareAndSet !== undefined || this.#detecting) return
+    this.#detecting = true
+    sendBuffer(client, 'info', ['server']).then(
+      (info) => this.#settleCompareAndSet(serverHasSetIfEq(String(info))),
+      // INFO refused (an ACL) or lost: the script, which every server runs, completes every record.
+      () => this.#settleCompareAndSet(false),
+    )
+  }
+
+  #settleCompareAndSet(available: boolean): void {
+    this.#compareAndSet = available
+    if (!available) this.#fresh.clear()
+  }
+
+  /**
+   * Completes with one SET ... IFEQ: it writes only when the key still holds, byte for byte, the fresh
+   * record this store's acquire wrote (token 1, in progress, nobody waiting, no steps, never renewed),
+   * so it is fenced exactly as the script's token check is; true when written. Any other value (another
+   * token, a renewal, a waiter's flag, an expiry) or no key: false, and the script decides.
+   */
+  async #completeByCompareAndSet(
+    client: RedisClientLike,
+    redisKey: string,
+    fresh: FreshRecord,
+    status: 'c' | 'f',
+    head: string,
+    body: string | Buffer,
+    ttlMs: number,
+  ): Promise<boolean> {
+    const age = Math.max(0, Math.round(performance.now() - fresh.at))
+    const value = casCompleted(status, ttlMs, this.#grace, age, fresh.tail, head, body)
+    try {
+      return (await sendBuffer(client, 'set', [redisKey, value, 'IFEQ', fresh.value, 'PX', ttlMs + this.#graceMs])) !== null
+    } catch (error) {
+      const message = (error as Error)?.message ?? ''
+      // A server without IFEQ (a node older than its peers, an option forced on): the script from now on.
+      if (/syntax error/i.test(message)) this.#settleCompareAndSet(false)
+      if (/syntax error|WRONGTYPE/i.test(message)) return false
+      throw toStoreError('complete', redisKey, error)
+    }
   }
 
   /** Stores the step in the record's steps hash, fenced by token (docs/steps.md). */
@@ -229,6 +311,7 @@ export class RedisStore implements IdempotencyStore {
     assertPositiveInteger(leaseMs, 'leaseMs')
     if (!Number.isSafeInteger(token)) return false
     const names = this.#names(scope, key)
+    this.#fresh.delete(names.key) // the script rewrites it: an IFEQ on it would only miss
     return (await this.#run('renew', scripts.renew, names, [token, leaseMs, this.#retention, this.#grace], true)) === 1
   }
 
@@ -238,17 +321,18 @@ export class RedisStore implements IdempotencyStore {
     assertOutcome(outcome)
     if (!Number.isSafeInteger(token)) return false
     const names = this.#names(scope, key)
-    const { body } = outcome.response
-    const resourceId = outcome.resourceId ?? null
-    const args: RedisArg[] = [
-      token,
-      outcome.status === 'completed' ? 'c' : 'f',
-      packedHead(outcome.response.status, resourceId, encodeHeaders(outcome.response.headers)),
-      bodyArg(body),
-      ttlMs,
-      this.#grace,
-      names.channel,
-    ]
+    const status = outcome.status === 'completed' ? 'c' : 'f'
+    const head = packedHead(outcome.response.status, outcome.resourceId ?? null, encodeHeaders(outcome.response.headers))
+    const body = bodyArg(outcome.response.body)
+    const fresh = this.#fresh.get(names.key)
+    if (fresh !== undefined) {
+      this.#fresh.delete(names.key)
+      const client = this.#client
+      if (token === 1 && this.#compareAndSet === true && client !== undefined) {
+        if (await this.#completeByCompareAndSet(client, names.key, fresh, status, head, body, ttlMs)) return true
+      }
+    }
+    const args: RedisArg[] = [token, status, head, body, ttlMs, ttlMs + this.#graceMs, names.channel]
     return (await this.#run('complete', scripts.complete, names, args, true)) === 1
   }
 
@@ -256,6 +340,7 @@ export class RedisStore implements IdempotencyStore {
     assertIdentity(scope, key)
     if (!Number.isSafeInteger(token)) return false
     const names = this.#names(scope, key)
+    this.#fresh.delete(names.key)
     return (await this.#run('release', scripts.release, names, [token, this.#retention, this.#grace, names.channel], true)) === 1
   }
 
@@ -444,7 +529,7 @@ function settledRecord(v: Buffer, redisKey: string, fingerprint: string, scope: 
  * auto-pipelined batch it joins, as Buffers; a string keeps it on ioredis's cheaper string path.
  * Valid UTF-8 decodes and encodes back to the same bytes, so only such bodies go as text.
  */
-function bodyArg(body: Uint8Array): RedisArg {
+function bodyArg(body: Uint8Array): string | Buffer {
   const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength)
   return isUtf8(bytes) ? bytes.toString('utf8') : bytes
 }

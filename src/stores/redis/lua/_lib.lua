@@ -1,4 +1,4 @@
---[[ Shared by every script: scripts/gen-lua.mjs puts this file in front of each one. ]]
+--[[ Helpers the scripts share: scripts/gen-lua.mjs puts in front of each script the ones it calls. ]]
 local function int(n) return string.format('%d', n) end
 -- The server's clock in epoch ms (one TIME call): leases and expiry never use the caller's.
 local function now_ms()
@@ -32,15 +32,22 @@ end
 -- A record written by the native acquire (a plain SET NX, no script: the common new key) holds its lease
 -- as durations, `ik1 <w> <s> n | lease | retention | grace |` and the rest of a fresh record: its
 -- times follow from the key's expiry, which that SET set to its own time plus their sum, on the
--- server's clock. Returns the record as acquire.lua would have written it (token 1, attempt 1);
--- any other value as it is.
+-- server's clock. A record completed by the native compare-and-set (SET ... IFEQ, Valkey 8.1+ and Redis
+-- 8.4+) is `ik1 <w> <s> C|F | ttl | grace | age |` and the rest of a completed record: its expiry is the
+-- key's minus grace, its completion that minus ttl, its creation that minus age (measured by the holder).
+-- Returns the record as acquire.lua or complete.lua would have written it; any other value as it is.
 local function absolute(rk, v)
-  local w, s, l, r, g, rest = string.match(v, '^ik1([01])([01])n|(%d+)|(%d+)|(%d+)|()')
+  local w, s, st, a, b, c, rest = string.match(v, '^ik1([01])([01])([nCF])|(%d+)|(%d+)|(%d+)|()')
   if not w then return v end
-  l, r, g = tonumber(l), tonumber(r), tonumber(g)
   local et = redis.call('PEXPIRETIME', rk)
   if et < 0 then return 'ik1' .. w .. s .. 'n|damaged' end
-  local at = et - l - r - g
-  return 'ik1' .. w .. s .. 'p|1|' .. int(at + l) .. '|1|' .. int(at) .. '|' .. int(at) .. '|' .. int(at + l + r) .. '|' ..
+  if st ~= 'n' then
+    local ea = et - b
+    local ua = ea - a
+    return 'ik1' .. w .. s .. (st == 'C' and 'c' or 'f') .. '|1|' .. int(ua) .. '|1|' .. int(ua - c) .. '|' .. int(ua) .. '|' ..
+      int(ea) .. '|' .. string.sub(v, rest)
+  end
+  local at = et - a - b - c
+  return 'ik1' .. w .. s .. 'p|1|' .. int(at + a) .. '|1|' .. int(at) .. '|' .. int(at) .. '|' .. int(at + a + b) .. '|' ..
     string.sub(v, rest)
 end
