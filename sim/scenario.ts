@@ -312,6 +312,51 @@ class App {
   }
 }
 
+function headerRecord(headers: Headers): Record<string, string> {
+  const record: Record<string, string> = {}
+  headers.forEach((value, name) => {
+    record[name] = value
+  })
+  return record
+}
+
+/**
+ * The response a client receives through the simulated network: what the client and the checks read
+ * of a fetch `Response` (status, headers, the body as text, JSON or bytes, a clone), without the
+ * streams a real one builds, which cost more than the rest of a simulated request.
+ */
+class SimResponse {
+  readonly status: number
+  readonly ok: boolean
+  readonly headers: Headers
+  readonly #bytes: Uint8Array
+  readonly body: { cancel: () => Promise<void> } | null
+
+  constructor(response: HttpResponseLike) {
+    this.status = response.status
+    this.ok = response.status >= 200 && response.status < 300
+    this.headers = new Headers(response.headers as Record<string, string>)
+    this.#bytes = response.body
+    this.body = response.body.byteLength ? { cancel: async () => {} } : null
+  }
+
+  async arrayBuffer(): Promise<ArrayBuffer> {
+    return this.#bytes.slice().buffer as ArrayBuffer
+  }
+
+  async text(): Promise<string> {
+    return decoder.decode(this.#bytes)
+  }
+
+  async json(): Promise<unknown> {
+    return JSON.parse(decoder.decode(this.#bytes))
+  }
+
+  clone(): SimResponse {
+    return this
+  }
+}
+
 export async function runScenario(options: ScenarioOptions): Promise<ScenarioResult> {
   const world = new World(options.seed, { trace: options.trace ?? false })
   const rng = world.rng
@@ -382,12 +427,16 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
     const send = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
       const url = String(input)
       history.requests++
-      const headers = new Headers(init?.headers)
+      // The client's own Headers, read only (a copy only where the defect changes them).
+      let headers = init?.headers as Headers
       const key = headers.get('idempotency-key') as string
       const attempt = (attempts.get(key) ?? 0) + 1
       attempts.set(key, attempt)
       // Defect: a client that makes a new key for each retry.
-      if (defect === 'new-key' && attempt > 1) headers.set('idempotency-key', `${key}.retry${attempt}`)
+      if (defect === 'new-key' && attempt > 1) {
+        headers = new Headers(headers)
+        headers.set('idempotency-key', `${key}.retry${attempt}`)
+      }
       const raw = init?.body
       const body = raw instanceof Uint8Array ? raw : new Uint8Array(await new Response(raw).arrayBuffer())
       if (world.tracing)
@@ -406,7 +455,7 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
           const req: HttpRequestLike = {
             method: 'POST',
             url,
-            headers: Object.fromEntries([...headers].map(([name, value]) => [name, value])),
+            headers: headerRecord(headers),
             body: async () => body,
           }
           // The request runs on the app's process: paused, it waits; crashed, it never answers.
@@ -415,12 +464,7 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
               if (rng.chance(faults.dropReply)) return // answered, reply lost
               world.at(rng.between(min, max), proc, () => {
                 signal?.removeEventListener('abort', abort)
-                resolve(
-                  new Response(response.body.byteLength ? (response.body as Uint8Array<ArrayBuffer>) : null, {
-                    status: response.status,
-                    headers: response.headers as HeadersInit,
-                  }),
-                )
+                resolve(new SimResponse(response) as unknown as Response)
               })
             })
           })
