@@ -5,7 +5,7 @@
  *   npm run sim -- --requests 2000000    another budget
  *   npm run sim -- --minutes 30          a soak: seeds until the time is up
  *   npm run sim -- --seed 1234 --trace   replays one run exactly, printing its schedule
- *   npm run sim -- --defect fence        runs with a deliberate defect (fence, renew, reencode, new-key): must fail
+ *   npm run sim -- --defect fence        runs with a deliberate defect (fence, renew, reencode, new-key, late-complete): must fail
  *
  * A failing seed is printed with the command that replays it, and shrunk: the same seed with fewer
  * clients and intents, as long as it still fails, so the trace to read is short.

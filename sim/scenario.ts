@@ -11,6 +11,7 @@ import { deriveKey } from '../src/client/derive-key.js'
 import { createIdempotentFetch } from '../src/client/idempotent-fetch.js'
 import type { Clock } from '../src/core/clock.js'
 import { Ledger } from '../src/core/ledger.js'
+import { Core } from '../src/core/run-core.js'
 import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
 import { createEngine } from '../src/http/engine.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
@@ -18,7 +19,7 @@ import { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { Proc, type Rng, World } from './world.js'
 
 /** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */
-export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key'] as const
+export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key', 'late-complete'] as const
 export type Defect = (typeof DEFECTS)[number]
 
 export interface ScenarioOptions {
@@ -82,6 +83,19 @@ class History {
    * anyway, loudly (docs/ledger.md, "Store outages"). A later attempt may answer otherwise.
    */
   readonly unrecorded = new Set<string>()
+  /** Each holder's lease as the store server granted it (true time), and its process as it was then. */
+  readonly leases = new Map<string, { endsAtMs: number; proc: Proc; disturbances: number }>()
+  /** The fingerprint each holder acquired with, and the first fingerprint each record (scope/key) saw. */
+  readonly fingerprints = new Map<string, string>()
+  readonly firstFingerprint = new Map<string, string>()
+  /**
+   * Records (scope/key) where the first request left something the store knows of: a recorded step or
+   * an outcome. Until then a key reused with another payload may run (docs/ledger.md: a record whose
+   * attempt stored nothing protects nothing); after, it must be refused.
+   */
+  readonly firstLeftTrace = new Set<string>()
+  /** How many times each holder has sent `complete` so far. */
+  readonly completeTries = new Map<string, number>()
   requests = 0
   constructor(readonly world: World) {}
 
@@ -92,6 +106,10 @@ class History {
 }
 
 const intentId = (scope: string, key: string) => `${scope}/${key}`
+/** The engine stores a tenant's keys under this scope prefix (its `scope` function's value: src/http/scope.ts). */
+const SCOPE_PREFIX = 'fn:'
+/** A client's intent (tenant/key) as the store names its record (scope/key). */
+const storeIntent = (id: string) => `${SCOPE_PREFIX}${id}`
 const holderId = (scope: string, key: string, token: number) => `${scope}/${key}#${token}`
 
 /**
@@ -107,7 +125,10 @@ class StoreServer {
 
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
     const result = await this.inner.acquire(scope, key, fingerprint, leaseMs)
+    const { history } = this
+    if (!history.firstFingerprint.has(intentId(scope, key))) history.firstFingerprint.set(intentId(scope, key), fingerprint)
     if (result.kind === 'acquired') {
+      history.fingerprints.set(holderId(scope, key, result.token), fingerprint)
       const recorded = new Set((result.steps ?? []).filter((s) => s.result !== null).map((s) => s.name))
       this.history.recordedAtAcquire.set(holderId(scope, key, result.token), recorded)
     }
@@ -125,6 +146,14 @@ class StoreServer {
     // Defect: complete without its fence (the store takes the write whatever the token).
     const effective = this.defect === 'fence' && operation === 'complete' && before?.status === 'in_progress' ? before.token : token
     const result = await write(effective)
+    const intent = intentId(scope, key)
+    if (
+      result === true &&
+      (operation === 'complete' || operation === 'recordStep') &&
+      this.history.fingerprints.get(holderId(scope, key, token)) === this.history.firstFingerprint.get(intent)
+    ) {
+      this.history.firstLeftTrace.add(intent)
+    }
     if (result === true && !current) {
       this.history.violation(
         `fenced-out holder ${holderId(scope, key, token)} changed the record with ${operation} (current: ${before?.status} #${before?.token})`,
@@ -139,6 +168,11 @@ class NetworkStore implements IdempotencyStore {
   readonly name = 'sim'
   // A remote store: the ledger times each call (on the process's clock) and trusts the server's time.
   readonly serverClock = true
+  /**
+   * While set, this process is cut off from the store server (a partition or an outage as it sees it):
+   * every call fails fast (`reset`, a refused connection) or is never answered (`lost`, a timeout).
+   */
+  cut: 'reset' | 'lost' | null = null
 
   constructor(
     readonly proc: Proc,
@@ -153,7 +187,11 @@ class NetworkStore implements IdempotencyStore {
     const rng = world.rng
     return new Promise<R>((resolve, reject) => {
       const [min, max] = this.faults.latency
-      if (rng.chance(this.faults.transient)) {
+      if (this.cut === 'lost') {
+        world.log(() => `${this.proc.id} store ${label}: lost (cut off from the store)`)
+        return
+      }
+      if (this.cut === 'reset' || rng.chance(this.faults.transient)) {
         world.log(() => `${this.proc.id} store ${label}: connection reset`)
         world.at(rng.between(min, max), this.proc, () => reject(new NetworkError(`${label}: connection reset`)))
         return
@@ -178,23 +216,59 @@ class NetworkStore implements IdempotencyStore {
     })
   }
 
+  /** Notes, at the store, when the lease of `holder` ends: granted now for `leaseMs`. */
+  #leased(holder: string, leaseMs: number, disturbances: number): void {
+    const { proc } = this
+    const endsAtMs = proc.world.now + leaseMs
+    const lease = this.history.leases.get(holder)
+    if (lease) lease.endsAtMs = endsAtMs
+    else this.history.leases.set(holder, { endsAtMs, proc, disturbances })
+  }
+
   acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
-    return this.#call(`acquire ${scope}/${key}`, () => this.server.acquire(scope, key, fingerprint, leaseMs))
+    // The holder's view of its lease starts when it asks: a pause from then on makes it a zombie.
+    const disturbances = this.proc.disturbances
+    return this.#call(`acquire ${scope}/${key}`, async () => {
+      const result = await this.server.acquire(scope, key, fingerprint, leaseMs)
+      if (result.kind === 'acquired') this.#leased(holderId(scope, key, result.token), leaseMs, disturbances)
+      return result
+    })
   }
 
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
-    const renewed = await this.#call(`renew ${holderId(scope, key, token)}`, () =>
-      this.server.fenced('renew', scope, key, token, (t) => this.server.inner.renew(scope, key, t, leaseMs)),
-    )
+    const holder = holderId(scope, key, token)
+    const renewed = await this.#call(`renew ${holder}`, async () => {
+      const applied = await this.server.fenced('renew', scope, key, token, (t) => this.server.inner.renew(scope, key, t, leaseMs))
+      if (applied) this.#leased(holder, leaseMs, this.proc.disturbances)
+      return applied
+    })
     if (!renewed) this.history.fencedHolders.add(holderId(scope, key, token))
     // Defect: the ledger is told a refused renewal succeeded, so the holder keeps working.
     return this.defect === 'renew' ? true : renewed
   }
 
   complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
-    return this.#call(`complete ${holderId(scope, key, token)}`, () =>
-      this.server.fenced('complete', scope, key, token, (t) => this.server.inner.complete(scope, key, t, outcome, ttlMs)),
-    )
+    const holder = holderId(scope, key, token)
+    const tries = (this.history.completeTries.get(holder) ?? 0) + 1
+    this.history.completeTries.set(holder, tries)
+    return this.#call(`complete ${holder}`, () => {
+      if (tries > 1) this.#checkRetryInLease(holder, tries)
+      return this.server.fenced('complete', scope, key, token, (t) => this.server.inner.complete(scope, key, t, outcome, ttlMs))
+    })
+  }
+
+  /**
+   * The ledger retries `complete` only while its lease protects the record, so that every retry
+   * reaches the store before the lease ends (docs/ledger.md, "Store outages"): past it, another
+   * holder may run the intent again while this one still means to store its outcome. A holder whose
+   * process paused or whose clock jumped meanwhile is exempt: it is a zombie and the fence stops it.
+   * The first try is always made, so only retries are held to it.
+   */
+  #checkRetryInLease(holder: string, tries: number): void {
+    const lease = this.history.leases.get(holder)
+    const nowMs = this.proc.world.now
+    if (lease === undefined || nowMs <= lease.endsAtMs || lease.proc.disturbances !== lease.disturbances) return
+    this.history.violation(`${holder} retried complete (try ${tries}) ${(nowMs - lease.endsAtMs).toFixed(0)}ms after its lease ended`)
   }
 
   release(scope: string, key: string, token: number): Promise<boolean> {
@@ -247,6 +321,7 @@ class Bank {
 /** An app instance: the real Ledger and HTTP engine on the process's clock, with the payments handler. */
 class App {
   readonly proc: Proc
+  readonly store: NetworkStore
   readonly handle: (req: HttpRequestLike) => Promise<HttpResponseLike>
 
   constructor(world: World, id: string, server: StoreServer, bank: Bank, faults: Faults, history: History, defect: Defect | undefined) {
@@ -254,6 +329,7 @@ class App {
     this.proc = new Proc(world, id, rng.between(-300, 300))
     const proc = this.proc
     const store = new NetworkStore(proc, server, faults, history, defect)
+    this.store = store
     const ledger = new Ledger({
       store,
       clock: proc.clock,
@@ -357,7 +433,30 @@ class SimResponse {
   }
 }
 
+/**
+ * Defect late-complete: the ledger's real complete retry, counting to one lease past the lease's end
+ * instead of to shortly before it (src/core/run-core.ts). Undone by the function returned.
+ */
+function completeRetryPastTheLease(): () => void {
+  const complete = Core.prototype.complete
+  Core.prototype.complete = function (this: Core, scope, key, token, outcome, plan, leaseEndsAtMs) {
+    return complete.call(this, scope, key, token, outcome, plan, leaseEndsAtMs + plan.leaseMs)
+  }
+  return () => {
+    Core.prototype.complete = complete
+  }
+}
+
 export async function runScenario(options: ScenarioOptions): Promise<ScenarioResult> {
+  const undo = options.defect === 'late-complete' ? completeRetryPastTheLease() : undefined
+  try {
+    return await simulate(options)
+  } finally {
+    undo?.()
+  }
+}
+
+async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
   const world = new World(options.seed, { trace: options.trace ?? false })
   const rng = world.rng
   const history = new History(world)
@@ -399,10 +498,20 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
         apps[index] = new App(world, `app${index}.${++restarts}`, server, bank, faults, history, defect)
         world.log(() => `CHAOS restart as ${apps[index]?.proc.id}`)
       })
-    } else if (app.proc.state === 'up') {
+    } else if (roll < 0.85 && app.proc.state === 'up') {
       const jump = rng.between(-500, 1_500)
       world.log(() => `CHAOS clock of ${app.proc.id} jumps ${jump.toFixed(0)}ms`)
-      app.proc.skewMs += jump
+      app.proc.jump(jump)
+    } else if (app.store.cut === null) {
+      // Cut off from the store for up to two leases: a holder's outcome waits out the outage or is given up before its lease ends.
+      const forMs = rng.between(LEASE_MS * 0.25, LEASE_MS * 2)
+      const mode = rng.chance(0.5) ? 'reset' : 'lost'
+      world.log(() => `CHAOS ${app.proc.id} cut off from the store (${mode}) for ${forMs.toFixed(0)}ms`)
+      app.store.cut = mode
+      world.at(forMs, null, () => {
+        world.log(() => `CHAOS ${app.proc.id} reaches the store again`)
+        app.store.cut = null
+      })
     }
     if (!finished()) world.at(rng.between(200, 2_000), null, chaos)
   }
@@ -506,7 +615,9 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
       if (!response || response.status >= 300) return
       const text = await response.text()
       const id = intentId(tenant, key)
-      if (!sameRequest) history.violation(`${id} answered ${response.status} to a reused key with another payload`)
+      // A reuse may run only where the first request left nothing behind (no answer, no step, no outcome).
+      if (!sameRequest && (history.successes.has(id) || history.firstLeftTrace.has(storeIntent(id))))
+        history.violation(`${id} answered ${response.status} to a reused key with another payload`)
       let answer: { tenant?: string; intent?: string }
       try {
         answer = JSON.parse(text) as typeof answer
@@ -564,8 +675,8 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
       )
     if ((history.charges.get(intent) ?? 0) !== 1)
       history.violation(`${intent} answered 2xx but charged ${history.charges.get(intent) ?? 0} times`)
-    const [scope, key] = intent.split('/') as [string, string]
-    const record = await server.inner.get(scope, key)
+    const [tenant, key] = intent.split('/') as [string, string]
+    const record = await server.inner.get(`${SCOPE_PREFIX}${tenant}`, key)
     if (
       record?.status === 'completed' &&
       record.response &&

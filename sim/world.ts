@@ -200,6 +200,8 @@ export class World {
  */
 export class Proc {
   state: 'up' | 'paused' | 'crashed' = 'up'
+  /** Pauses and clock jumps so far: work that spans one of them may act late (a zombie), by design. */
+  disturbances = 0
   readonly held: Array<Parameters<World['requeue']>[0]> = []
   /** Offset of this process's clock from true time. */
   skewMs: number
@@ -231,7 +233,15 @@ export class Proc {
   }
 
   pause(): void {
-    if (this.state === 'up') this.state = 'paused'
+    if (this.state !== 'up') return
+    this.state = 'paused'
+    this.disturbances++
+  }
+
+  /** The process's clock jumps by `ms` (backwards when negative). */
+  jump(ms: number): void {
+    this.skewMs += ms
+    this.disturbances++
   }
 
   resume(): void {

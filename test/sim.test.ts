@@ -15,10 +15,11 @@ describe('the deterministic simulator', () => {
 
   // Each defect with the seed the CI-budget search first found it at (npm run sim -- --defect <name>).
   it.each([
-    ['fence', 8, /fenced-out holder .* changed the record with complete/],
-    ['renew', 308, /ran step \w+ after the store refused its renewal/],
+    ['fence', 12, /fenced-out holder .* changed the record with complete/],
+    ['renew', 298, /ran step \w+ after the store refused its renewal/],
     ['reencode', 1, /answered with 2 different bodies/],
     ['new-key', 1, /reused key with another payload|charged 2 times/],
+    ['late-complete', 15, /retried complete \(try \d+\) \d+ms after its lease ended/],
   ] as const)('catches the defect "%s" (seed %i)', async (defect, seed, violation) => {
     const result = await runScenario({ seed, defect })
     expect(result.violations.join('\n')).toMatch(violation)
