@@ -396,6 +396,24 @@ function headerRecord(headers: Headers): Record<string, string> {
   return record
 }
 
+/** What the client reads of a response's headers: `get`, by any case. */
+class SimHeaders {
+  readonly #byName = new Map<string, string>()
+  constructor(headers: HttpResponseLike['headers']) {
+    for (const name in headers) {
+      const value = headers[name] as string | string[]
+      // As a fetch Headers reads a repeated header: its values joined.
+      this.#byName.set(name.toLowerCase(), Array.isArray(value) ? value.join(', ') : value)
+    }
+  }
+  get(name: string): string | null {
+    return this.#byName.get(name.toLowerCase()) ?? null
+  }
+  has(name: string): boolean {
+    return this.#byName.has(name.toLowerCase())
+  }
+}
+
 /**
  * The response a client receives through the simulated network: what the client and the checks read
  * of a fetch `Response` (status, headers, the body as text, JSON or bytes, a clone), without the
@@ -404,14 +422,14 @@ function headerRecord(headers: Headers): Record<string, string> {
 class SimResponse {
   readonly status: number
   readonly ok: boolean
-  readonly headers: Headers
+  readonly headers: SimHeaders
   readonly #bytes: Uint8Array
   readonly body: { cancel: () => Promise<void> } | null
 
   constructor(response: HttpResponseLike) {
     this.status = response.status
     this.ok = response.status >= 200 && response.status < 300
-    this.headers = new Headers(response.headers as Record<string, string>)
+    this.headers = new SimHeaders(response.headers)
     this.#bytes = response.body
     this.body = response.body.byteLength ? { cancel: async () => {} } : null
   }
