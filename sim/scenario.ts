@@ -85,15 +85,14 @@ class History {
   readonly unrecorded = new Set<string>()
   /** Each holder's lease as the store server granted it (true time), and its process as it was then. */
   readonly leases = new Map<string, { endsAtMs: number; proc: Proc; disturbances: number }>()
-  /** The fingerprint each holder acquired with, and the first fingerprint each record (scope/key) saw. */
-  readonly fingerprints = new Map<string, string>()
-  readonly firstFingerprint = new Map<string, string>()
+  /** The amount of the request each holder ran (its payload, as the handler read it). */
+  readonly holderAmounts = new Map<string, number>()
   /**
-   * Records (scope/key) where the first request left something the store knows of: a recorded step or
-   * an outcome. Until then a key reused with another payload may run (docs/ledger.md: a record whose
-   * attempt stored nothing protects nothing); after, it must be refused.
+   * What each payload of a record left that the store knows of, as `scope/key|amount`: a recorded step
+   * or an outcome. A key reused with another payload may run while the first left nothing (docs/ledger.md:
+   * an attempt that stored nothing protects nothing), and must be refused once it left something.
    */
-  readonly firstLeftTrace = new Set<string>()
+  readonly traces = new Set<string>()
   /** How many times each holder has sent `complete` so far. */
   readonly completeTries = new Map<string, number>()
   requests = 0
@@ -125,10 +124,7 @@ class StoreServer {
 
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
     const result = await this.inner.acquire(scope, key, fingerprint, leaseMs)
-    const { history } = this
-    if (!history.firstFingerprint.has(intentId(scope, key))) history.firstFingerprint.set(intentId(scope, key), fingerprint)
     if (result.kind === 'acquired') {
-      history.fingerprints.set(holderId(scope, key, result.token), fingerprint)
       const recorded = new Set((result.steps ?? []).filter((s) => s.result !== null).map((s) => s.name))
       this.history.recordedAtAcquire.set(holderId(scope, key, result.token), recorded)
     }
@@ -146,13 +142,9 @@ class StoreServer {
     // Defect: complete without its fence (the store takes the write whatever the token).
     const effective = this.defect === 'fence' && operation === 'complete' && before?.status === 'in_progress' ? before.token : token
     const result = await write(effective)
-    const intent = intentId(scope, key)
-    if (
-      result === true &&
-      (operation === 'complete' || operation === 'recordStep') &&
-      this.history.fingerprints.get(holderId(scope, key, token)) === this.history.firstFingerprint.get(intent)
-    ) {
-      this.history.firstLeftTrace.add(intent)
+    const amount = this.history.holderAmounts.get(holderId(scope, key, token))
+    if (result === true && (operation === 'complete' || operation === 'recordStep') && amount !== undefined) {
+      this.history.traces.add(`${intentId(scope, key)}|${amount}`)
     }
     if (result === true && !current) {
       this.history.violation(
@@ -351,6 +343,7 @@ class App {
       const input = JSON.parse(decoder.decode(await req.body(1_024))) as { intent: string; amount: number }
       if (!ctx) return { status: 400, headers: {}, body: new Uint8Array(0) }
       const holder = holderId(ctx.scope, ctx.key, ctx.token)
+      history.holderAmounts.set(holder, input.amount)
       const run = async <T>(name: string, fn: () => Promise<T> | T): Promise<T> =>
         ctx.step(name, async () => {
           if (history.recordedAtAcquire.get(holder)?.has(name))
@@ -629,20 +622,28 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
           history.violation(`client${index} waited ${tookMs}ms for ${tenant}/${key}, past maxElapsed + attemptTimeout`)
       }
     }
-    const check = async (key: string, payload: { intent: string }, response: Response | undefined, sameRequest: boolean) => {
+    type Payload = { intent: string; amount: number }
+    /** Checks an answer to `payload`; `first` is the payload the key was first sent with, when this is a reuse. */
+    const check = async (key: string, payload: Payload, response: Response | undefined, first?: Payload) => {
       if (!response || response.status >= 300) return
       const text = await response.text()
       const id = intentId(tenant, key)
-      // A reuse may run only where the first request left nothing behind (no answer, no step, no outcome).
-      if (!sameRequest && (history.successes.has(id) || history.firstLeftTrace.has(storeIntent(id))))
-        history.violation(`${id} answered ${response.status} to a reused key with another payload`)
-      let answer: { tenant?: string; intent?: string }
+      let answer: { tenant?: string; intent?: string; token?: number }
       try {
         answer = JSON.parse(text) as typeof answer
       } catch {
         history.violation(`${id} answered ${response.status} with a body that is not the handler's: ${text.slice(0, 60)}`)
         return
       }
+      // A reuse may run only where the first request left nothing (no answer, no step, no outcome), and
+      // never gets the first's answer.
+      if (
+        first &&
+        (history.successes.has(id) ||
+          history.traces.has(`${storeIntent(id)}|${first.amount}`) ||
+          history.holderAmounts.get(holderId(`${SCOPE_PREFIX}${tenant}`, key, answer.token ?? 0)) !== payload.amount)
+      )
+        history.violation(`${id} answered ${response.status} to a reused key with another payload`)
       if (answer.tenant !== tenant || answer.intent !== payload.intent)
         history.violation(`${id} got another intent's answer: ${text.slice(0, 80)}`)
       const seen = history.successes.get(id) ?? new Set<string>()
@@ -657,16 +658,16 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       if (roll < 0.15) {
         // A double submit: the same request twice at once.
         const [a, b] = await Promise.all([post(key, payload), post(key, payload)])
-        await check(key, payload, a, true)
-        await check(key, payload, b, true)
+        await check(key, payload, a)
+        await check(key, payload, b)
       } else {
-        await check(key, payload, await post(key, payload), true)
+        await check(key, payload, await post(key, payload))
       }
       // Whatever became of the first request (answered, given up, unrecorded): a reuse with another payload is refused.
       if (roll > 0.85) {
         // The key reused with another payload: refused, never run, never answered with the first's result.
         const other = { ...payload, amount: payload.amount + 1 }
-        await check(key, other, await post(key, other), false)
+        await check(key, other, await post(key, other), payload)
       }
       await proc.clock.sleep(rng.between(0, 300))
     }
