@@ -24,7 +24,7 @@ const { values } = parseArgs({
   options: {
     seed: { type: 'string' },
     'first-seed': { type: 'string', default: '1' },
-    requests: { type: 'string', default: '300000' },
+    requests: { type: 'string', default: '1000000' },
     minutes: { type: 'string' },
     defect: { type: 'string' },
     trace: { type: 'boolean', default: false },
