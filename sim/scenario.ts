@@ -16,7 +16,7 @@ import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord
 import { createEngine } from '../src/http/engine.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
-import { Proc, type Rng, World } from './world.js'
+import { Proc, type Rng, type Settle, World } from './world.js'
 
 /** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */
 export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key', 'late-complete'] as const
@@ -29,6 +29,8 @@ export interface ScenarioOptions {
   apps?: number
   defect?: Defect
   trace?: boolean
+  /** How the scheduler settles between events (sim/world.ts); the same runs either way. */
+  settle?: Settle
 }
 
 export interface ScenarioResult {
@@ -468,7 +470,7 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
 }
 
 async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
-  const world = new World(options.seed, { trace: options.trace ?? false })
+  const world = new World(options.seed, { trace: options.trace ?? false, ...(options.settle ? { settle: options.settle } : {}) })
   const rng = world.rng
   const history = new History(world)
   const defect = options.defect

@@ -85,28 +85,20 @@ class EventQueue {
 const before = (a: Event, b: Event) => a.at < b.at || (a.at === b.at && a.seq < b.seq)
 
 /**
- * Calls to `process.nextTick` by the code under simulation since the last settle. The ledger, engine,
- * client and memory store make none, but if some code did, a tick queued behind the settle's own
- * could still be pending when it resolves.
+ * How the scheduler waits, between two events, for every promise continuation the first released (and
+ * those they queue) to run:
+ * - `tick` (the default): on a `process.nextTick`, which Node runs once the whole microtask queue has
+ *   drained. About a quarter of the cost of `loop`, which goes round the event loop (and into the
+ *   kernel) once per event. It relies on the code under simulation queueing no ticks of its own (a tick
+ *   queued behind the settle's could still be pending when it resolves): the ledger, engine, client
+ *   and memory store queue none, and test/sim.test.ts pins that both ways replay the same runs.
+ * - `loop`: on a `setImmediate`, after everything queued, ticks included.
  */
-let foreignTicks = 0
-const nextTick = process.nextTick
-function countingNextTick(this: NodeJS.Process, ...args: Parameters<typeof process.nextTick>): void {
-  foreignTicks++
-  nextTick.apply(this, args)
-}
-let running = 0
+export type Settle = 'tick' | 'loop'
 
-/**
- * Lets every promise continuation queued so far (and those they queue) run before the next event.
- * A tick queued now runs once the whole microtask queue has drained: about a quarter of the cost of
- * `setImmediate`, which goes round the event loop (and into the kernel) once per event. When the
- * code under simulation queued ticks of its own, a turn of the event loop settles those too.
- */
-async function settle(): Promise<void> {
-  await new Promise<void>((resolve) => nextTick(resolve))
-  if (foreignTicks > 0) await new Promise<void>((resolve) => setImmediate(resolve))
-  foreignTicks = 0
+const settlers: Record<Settle, () => Promise<void>> = {
+  tick: () => new Promise<void>((resolve) => process.nextTick(resolve)),
+  loop: () => new Promise<void>((resolve) => setImmediate(resolve)),
 }
 
 export class World {
@@ -118,13 +110,15 @@ export class World {
   readonly #queue = new EventQueue()
   #seq = 0
   readonly #trace: string[] | undefined
+  readonly #settle: () => Promise<void>
 
   constructor(
     readonly seed: number,
-    options: { trace?: boolean } = {},
+    options: { trace?: boolean; settle?: Settle } = {},
   ) {
     this.rng = new Rng(seed)
     this.#trace = options.trace ? [] : undefined
+    this.#settle = settlers[options.settle ?? 'tick']
   }
 
   /** Calls `fire` after `delayMs` of simulated time, unless cancelled, and only while `owner` (if any) is up. */
@@ -160,16 +154,7 @@ export class World {
    * events every continuation they released runs to its end (the processes are quiet when time moves).
    */
   async run(done: () => boolean, untilMs = Number.POSITIVE_INFINITY): Promise<void> {
-    if (running++ === 0) process.nextTick = countingNextTick
-    try {
-      await this.#run(done, untilMs)
-    } finally {
-      if (--running === 0) process.nextTick = nextTick
-    }
-  }
-
-  async #run(done: () => boolean, untilMs: number): Promise<void> {
-    foreignTicks = 0
+    const settle = this.#settle
     await settle()
     while (!done()) {
       const event = this.#queue.pop()
