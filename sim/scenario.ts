@@ -144,9 +144,9 @@ class StoreServer {
     // Defect: complete without its fence (the store takes the write whatever the token).
     const effective = this.defect === 'fence' && operation === 'complete' && before?.status === 'in_progress' ? before.token : token
     const result = await write(effective)
-    const amount = this.history.holderAmounts.get(holderId(scope, key, token))
-    if (result === true && (operation === 'complete' || operation === 'recordStep') && amount !== undefined) {
-      this.history.traces.add(`${intentId(scope, key)}|${amount}`)
+    if (result === true && (operation === 'complete' || operation === 'recordStep')) {
+      const amount = this.history.holderAmounts.get(holderId(scope, key, token))
+      if (amount !== undefined) this.history.traces.add(`${intentId(scope, key)}|${amount}`)
     }
     if (result === true && !current) {
       this.history.violation(
