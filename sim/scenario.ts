@@ -665,9 +665,10 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       } else {
         await check(key, payload, await post(key, payload))
       }
-      // Whatever became of the first request (answered, given up, unrecorded): a reuse with another payload is refused.
+      // Whatever became of the first request (answered, given up, unrecorded), the key reused with another
+      // payload: refused once the first left anything (an answer, a step, an outcome), never answered with
+      // the first's result (check).
       if (roll > 0.85) {
-        // The key reused with another payload: refused, never run, never answered with the first's result.
         const other = { ...payload, amount: payload.amount + 1 }
         await check(key, other, await post(key, other), payload)
       }
