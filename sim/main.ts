@@ -5,25 +5,33 @@
  *   npm run sim -- --requests 2000000    another budget
  *   npm run sim -- --minutes 30          a soak: seeds until the time is up
  *   npm run sim -- --seed 1234 --trace   replays one run exactly, printing its schedule
- *   npm run sim -- --defect fence        runs with a deliberate defect (fence, renew, reencode, new-key): must fail
+ *   npm run sim -- --defect fence        runs with a deliberate defect (fence, renew, reencode, new-key, late-complete): must fail
+ *   npm run sim -- --workers 1           one thread (default: one worker thread per core, at most 2)
+ *
+ * With workers, worker i of n runs the seeds first+i, first+i+n, … until its share of the budget: the
+ * seeds run depend on n only, not on timing. The requests per CPU-second printed count the CPU time of
+ * every thread (process.cpuUsage), so more workers shorten the run, not the figure.
  *
  * A failing seed is printed with the command that replays it, and shrunk: the same seed with fewer
  * clients and intents, as long as it still fails, so the trace to read is short.
  */
+import { availableParallelism } from 'node:os'
 import { parseArgs } from 'node:util'
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads'
 import { DEFECTS, type Defect, runScenario, type ScenarioOptions } from './scenario.js'
 
 const { values } = parseArgs({
   options: {
     seed: { type: 'string' },
     'first-seed': { type: 'string', default: '1' },
-    requests: { type: 'string', default: '300000' },
+    requests: { type: 'string', default: '1000000' },
     minutes: { type: 'string' },
     defect: { type: 'string' },
     trace: { type: 'boolean', default: false },
     clients: { type: 'string' },
     intents: { type: 'string' },
     json: { type: 'boolean', default: false },
+    workers: { type: 'string' },
   },
 })
 
@@ -75,45 +83,111 @@ if (values.seed !== undefined) {
   process.exit(result.violations.length > 0 ? 1 : 0)
 }
 
-const budget = Number(values.requests)
-const deadline = values.minutes ? Date.now() + Number(values.minutes) * 60_000 : undefined
-const started = process.cpuUsage()
-const startedAt = Date.now()
-let passed = 0
-let requests = 0
-let events = 0
-const failures: Array<{ options: ScenarioOptions; violations: string[] }> = []
-for (let seed = Number(values['first-seed']); ; seed++) {
-  if (deadline ? Date.now() >= deadline : requests >= budget) break
-  const options = { ...base, seed }
-  const result = await runScenario(options)
-  requests += result.requests
-  events += result.events
-  if (result.violations.length === 0) passed++
-  else {
-    failures.push({ options, violations: result.violations })
-    if (failures.length >= 3) break
+// The simulated store network and timeouts make thousands of errors per second and nothing prints
+// their stacks; capturing them is a fifth of the run. A replay (--seed) keeps them.
+Error.stackTraceLimit = 0
+
+interface Failure {
+  options: ScenarioOptions
+  violations: string[]
+}
+
+interface Share {
+  firstSeed: number
+  stride: number
+  budget: number
+  deadline: number | undefined
+  /** [failures found by all threads]: a thread stops once there are enough to report. */
+  shared: Int32Array
+}
+
+interface Tally {
+  passed: number
+  requests: number
+  events: number
+  failures: Failure[]
+}
+
+const ENOUGH_FAILURES = 3
+
+/** Runs seeds firstSeed, firstSeed+stride, … until the share's budget (or deadline) is spent. */
+async function runShare(share: Share): Promise<Tally> {
+  const tally: Tally = { passed: 0, requests: 0, events: 0, failures: [] }
+  for (let seed = share.firstSeed; ; seed += share.stride) {
+    if (share.deadline ? Date.now() >= share.deadline : tally.requests >= share.budget) break
+    if (Atomics.load(share.shared, 0) >= ENOUGH_FAILURES) break
+    const options = { ...base, seed }
+    const result = await runScenario(options)
+    tally.requests += result.requests
+    tally.events += result.events
+    if (result.violations.length === 0) tally.passed++
+    else {
+      tally.failures.push({ options, violations: result.violations })
+      Atomics.add(share.shared, 0, 1)
+    }
   }
+  return tally
 }
-const cpu = process.cpuUsage(started)
-const cpuSeconds = (cpu.user + cpu.system) / 1e6
-const summary = {
-  passed,
-  failed: failures.length,
-  requests,
-  events,
-  cpuSeconds: Number(cpuSeconds.toFixed(1)),
-  wallSeconds: Number(((Date.now() - startedAt) / 1000).toFixed(1)),
-  requestsPerCpuSecond: Math.round(requests / cpuSeconds),
+
+if (isMainThread) await main()
+else parentPort?.postMessage(await runShare(workerData as Share))
+
+async function main(): Promise<never> {
+  const budget = Number(values.requests)
+  const deadline = values.minutes ? Date.now() + Number(values.minutes) * 60_000 : undefined
+  const workers = Math.max(1, Number(values.workers ?? Math.min(2, availableParallelism())))
+  const shared = new Int32Array(new SharedArrayBuffer(4))
+  const started = process.cpuUsage()
+  const startedAt = Date.now()
+
+  const shares: Share[] = Array.from({ length: workers }, (_, i) => ({
+    firstSeed: Number(values['first-seed']) + i,
+    stride: workers,
+    budget: Math.ceil(budget / workers),
+    deadline,
+    shared,
+  }))
+  const tallies = workers === 1 ? [await runShare(shares[0] as Share)] : await Promise.all(shares.map(inWorker))
+  const passed = tallies.reduce((sum, t) => sum + t.passed, 0)
+  const requests = tallies.reduce((sum, t) => sum + t.requests, 0)
+  const events = tallies.reduce((sum, t) => sum + t.events, 0)
+  const failures = tallies
+    .flatMap((t) => t.failures)
+    .sort((a, b) => a.options.seed - b.options.seed)
+    .slice(0, ENOUGH_FAILURES)
+  const cpu = process.cpuUsage(started)
+  const cpuSeconds = (cpu.user + cpu.system) / 1e6
+  const summary = {
+    passed,
+    failed: failures.length,
+    requests,
+    events,
+    workers,
+    cpuSeconds: Number(cpuSeconds.toFixed(1)),
+    wallSeconds: Number(((Date.now() - startedAt) / 1000).toFixed(1)),
+    requestsPerCpuSecond: Math.round(requests / cpuSeconds),
+  }
+  Error.stackTraceLimit = 10
+  for (const failure of failures) {
+    const shrunk = await shrink(failure.options)
+    console.log(`\nFAILED seed ${failure.options.seed}${defect ? ` (defect ${defect})` : ''}:`)
+    for (const v of failure.violations.slice(0, 5)) console.log(`  ${v}`)
+    console.log(`  replay: ${replayCommand(shrunk)}`)
+  }
+  if (values.json) console.log(JSON.stringify(summary))
+  console.log(
+    `\nsim: ${passed} passed, ${failures.length} failed; ${requests} simulated requests (${events} events) in ${summary.cpuSeconds} CPU-s ` +
+      `(${summary.wallSeconds} s on ${workers} thread${workers === 1 ? '' : 's'}), ${summary.requestsPerCpuSecond} requests per CPU-second`,
+  )
+  process.exit(failures.length > 0 ? 1 : 0)
 }
-for (const failure of failures) {
-  const shrunk = await shrink(failure.options)
-  console.log(`\nFAILED seed ${failure.options.seed}${defect ? ` (defect ${defect})` : ''}:`)
-  for (const v of failure.violations.slice(0, 5)) console.log(`  ${v}`)
-  console.log(`  replay: ${replayCommand(shrunk)}`)
+
+function inWorker(share: Share): Promise<Tally> {
+  return new Promise((resolve, reject) => {
+    // The same script with the same flags (--import tsx included), so the worker runs what the main thread would.
+    const worker = new Worker(new URL(import.meta.url), { workerData: share, argv: process.argv.slice(2) })
+    worker.once('message', resolve)
+    worker.once('error', reject)
+    worker.once('exit', (code) => reject(new Error(`sim worker exited with ${code} before reporting`)))
+  })
 }
-if (values.json) console.log(JSON.stringify(summary))
-console.log(
-  `\nsim: ${passed} passed, ${failures.length} failed; ${requests} simulated requests (${events} events) in ${summary.cpuSeconds} CPU-s, ${summary.requestsPerCpuSecond} requests per CPU-second`,
-)
-process.exit(failures.length > 0 ? 1 : 0)

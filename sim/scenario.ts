@@ -11,14 +11,15 @@ import { deriveKey } from '../src/client/derive-key.js'
 import { createIdempotentFetch } from '../src/client/idempotent-fetch.js'
 import type { Clock } from '../src/core/clock.js'
 import { Ledger } from '../src/core/ledger.js'
+import { Core } from '../src/core/run-core.js'
 import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
 import { createEngine } from '../src/http/engine.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
-import { Proc, type Rng, World } from './world.js'
+import { Proc, type Rng, type Settle, World } from './world.js'
 
 /** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */
-export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key'] as const
+export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key', 'late-complete'] as const
 export type Defect = (typeof DEFECTS)[number]
 
 export interface ScenarioOptions {
@@ -28,6 +29,8 @@ export interface ScenarioOptions {
   apps?: number
   defect?: Defect
   trace?: boolean
+  /** How the scheduler settles between events (sim/world.ts); the same runs either way. */
+  settle?: Settle
 }
 
 export interface ScenarioResult {
@@ -82,6 +85,18 @@ class History {
    * anyway, loudly (docs/ledger.md, "Store outages"). A later attempt may answer otherwise.
    */
   readonly unrecorded = new Set<string>()
+  /** Each holder's lease as the store server granted it (true time), and its process as it was then. */
+  readonly leases = new Map<string, { endsAtMs: number; proc: Proc; disturbances: number }>()
+  /** The amount of the request each holder ran (its payload, as the handler read it). */
+  readonly holderAmounts = new Map<string, number>()
+  /**
+   * What each payload of a record left that the store knows of, as `scope/key|amount`: a recorded step
+   * or an outcome. A key reused with another payload may run while the first left nothing (docs/ledger.md:
+   * an attempt that stored nothing protects nothing), and must be refused once it left something.
+   */
+  readonly traces = new Set<string>()
+  /** How many times each holder has sent `complete` so far. */
+  readonly completeTries = new Map<string, number>()
   requests = 0
   constructor(readonly world: World) {}
 
@@ -92,6 +107,10 @@ class History {
 }
 
 const intentId = (scope: string, key: string) => `${scope}/${key}`
+/** The engine stores a tenant's keys under this scope prefix (its `scope` function's value: src/http/scope.ts). */
+const SCOPE_PREFIX = 'fn:'
+/** A client's intent (tenant/key) as the store names its record (scope/key). */
+const storeIntent = (id: string) => `${SCOPE_PREFIX}${id}`
 const holderId = (scope: string, key: string, token: number) => `${scope}/${key}#${token}`
 
 /**
@@ -125,6 +144,10 @@ class StoreServer {
     // Defect: complete without its fence (the store takes the write whatever the token).
     const effective = this.defect === 'fence' && operation === 'complete' && before?.status === 'in_progress' ? before.token : token
     const result = await write(effective)
+    if (result === true && (operation === 'complete' || operation === 'recordStep')) {
+      const amount = this.history.holderAmounts.get(holderId(scope, key, token))
+      if (amount !== undefined) this.history.traces.add(`${intentId(scope, key)}|${amount}`)
+    }
     if (result === true && !current) {
       this.history.violation(
         `fenced-out holder ${holderId(scope, key, token)} changed the record with ${operation} (current: ${before?.status} #${before?.token})`,
@@ -139,6 +162,11 @@ class NetworkStore implements IdempotencyStore {
   readonly name = 'sim'
   // A remote store: the ledger times each call (on the process's clock) and trusts the server's time.
   readonly serverClock = true
+  /**
+   * While set, this process is cut off from the store server (a partition or an outage as it sees it):
+   * every call fails fast (`reset`, a refused connection) or is never answered (`lost`, a timeout).
+   */
+  cut: 'reset' | 'lost' | null = null
 
   constructor(
     readonly proc: Proc,
@@ -153,7 +181,11 @@ class NetworkStore implements IdempotencyStore {
     const rng = world.rng
     return new Promise<R>((resolve, reject) => {
       const [min, max] = this.faults.latency
-      if (rng.chance(this.faults.transient)) {
+      if (this.cut === 'lost') {
+        world.log(() => `${this.proc.id} store ${label}: lost (cut off from the store)`)
+        return
+      }
+      if (this.cut === 'reset' || rng.chance(this.faults.transient)) {
         world.log(() => `${this.proc.id} store ${label}: connection reset`)
         world.at(rng.between(min, max), this.proc, () => reject(new NetworkError(`${label}: connection reset`)))
         return
@@ -178,23 +210,59 @@ class NetworkStore implements IdempotencyStore {
     })
   }
 
+  /** Notes, at the store, when the lease of `holder` ends: granted now for `leaseMs`. */
+  #leased(holder: string, leaseMs: number, disturbances: number): void {
+    const { proc } = this
+    const endsAtMs = proc.world.now + leaseMs
+    const lease = this.history.leases.get(holder)
+    if (lease) lease.endsAtMs = endsAtMs
+    else this.history.leases.set(holder, { endsAtMs, proc, disturbances })
+  }
+
   acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
-    return this.#call(`acquire ${scope}/${key}`, () => this.server.acquire(scope, key, fingerprint, leaseMs))
+    // The holder's view of its lease starts when it asks: a pause from then on makes it a zombie.
+    const disturbances = this.proc.disturbances
+    return this.#call(`acquire ${scope}/${key}`, async () => {
+      const result = await this.server.acquire(scope, key, fingerprint, leaseMs)
+      if (result.kind === 'acquired') this.#leased(holderId(scope, key, result.token), leaseMs, disturbances)
+      return result
+    })
   }
 
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
-    const renewed = await this.#call(`renew ${holderId(scope, key, token)}`, () =>
-      this.server.fenced('renew', scope, key, token, (t) => this.server.inner.renew(scope, key, t, leaseMs)),
-    )
+    const holder = holderId(scope, key, token)
+    const renewed = await this.#call(`renew ${holder}`, async () => {
+      const applied = await this.server.fenced('renew', scope, key, token, (t) => this.server.inner.renew(scope, key, t, leaseMs))
+      if (applied) this.#leased(holder, leaseMs, this.proc.disturbances)
+      return applied
+    })
     if (!renewed) this.history.fencedHolders.add(holderId(scope, key, token))
     // Defect: the ledger is told a refused renewal succeeded, so the holder keeps working.
     return this.defect === 'renew' ? true : renewed
   }
 
   complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
-    return this.#call(`complete ${holderId(scope, key, token)}`, () =>
-      this.server.fenced('complete', scope, key, token, (t) => this.server.inner.complete(scope, key, t, outcome, ttlMs)),
-    )
+    const holder = holderId(scope, key, token)
+    const tries = (this.history.completeTries.get(holder) ?? 0) + 1
+    this.history.completeTries.set(holder, tries)
+    return this.#call(`complete ${holder}`, () => {
+      if (tries > 1) this.#checkRetryInLease(holder, tries)
+      return this.server.fenced('complete', scope, key, token, (t) => this.server.inner.complete(scope, key, t, outcome, ttlMs))
+    })
+  }
+
+  /**
+   * The ledger retries `complete` only while its lease protects the record, so that every retry
+   * reaches the store before the lease ends (docs/ledger.md, "Store outages"): past it, another
+   * holder may run the intent again while this one still means to store its outcome. A holder whose
+   * process paused or whose clock jumped meanwhile is exempt: it is a zombie and the fence stops it.
+   * The first try is always made, so only retries are held to it.
+   */
+  #checkRetryInLease(holder: string, tries: number): void {
+    const lease = this.history.leases.get(holder)
+    const nowMs = this.proc.world.now
+    if (lease === undefined || nowMs <= lease.endsAtMs || lease.proc.disturbances !== lease.disturbances) return
+    this.history.violation(`${holder} retried complete (try ${tries}) ${(nowMs - lease.endsAtMs).toFixed(0)}ms after its lease ended`)
   }
 
   release(scope: string, key: string, token: number): Promise<boolean> {
@@ -247,6 +315,7 @@ class Bank {
 /** An app instance: the real Ledger and HTTP engine on the process's clock, with the payments handler. */
 class App {
   readonly proc: Proc
+  readonly store: NetworkStore
   readonly handle: (req: HttpRequestLike) => Promise<HttpResponseLike>
 
   constructor(world: World, id: string, server: StoreServer, bank: Bank, faults: Faults, history: History, defect: Defect | undefined) {
@@ -254,6 +323,7 @@ class App {
     this.proc = new Proc(world, id, rng.between(-300, 300))
     const proc = this.proc
     const store = new NetworkStore(proc, server, faults, history, defect)
+    this.store = store
     const ledger = new Ledger({
       store,
       clock: proc.clock,
@@ -275,6 +345,7 @@ class App {
       const input = JSON.parse(decoder.decode(await req.body(1_024))) as { intent: string; amount: number }
       if (!ctx) return { status: 400, headers: {}, body: new Uint8Array(0) }
       const holder = holderId(ctx.scope, ctx.key, ctx.token)
+      history.holderAmounts.set(holder, input.amount)
       const run = async <T>(name: string, fn: () => Promise<T> | T): Promise<T> =>
         ctx.step(name, async () => {
           if (history.recordedAtAcquire.get(holder)?.has(name))
@@ -312,8 +383,94 @@ class App {
   }
 }
 
+function headerRecord(headers: Headers): Record<string, string> {
+  const record: Record<string, string> = {}
+  headers.forEach((value, name) => {
+    record[name] = value
+  })
+  return record
+}
+
+/** What the client reads of a response's headers: `get`, by any case. */
+class SimHeaders {
+  readonly #byName = new Map<string, string>()
+  constructor(headers: HttpResponseLike['headers']) {
+    for (const name in headers) {
+      const value = headers[name] as string | string[]
+      // As a fetch Headers reads a repeated header: its values joined.
+      this.#byName.set(name.toLowerCase(), Array.isArray(value) ? value.join(', ') : value)
+    }
+  }
+  get(name: string): string | null {
+    return this.#byName.get(name.toLowerCase()) ?? null
+  }
+  has(name: string): boolean {
+    return this.#byName.has(name.toLowerCase())
+  }
+}
+
+/**
+ * The response a client receives through the simulated network: what the client and the checks read
+ * of a fetch `Response` (status, headers, the body as text, JSON or bytes, a clone), without the
+ * streams a real one builds, which cost more than the rest of a simulated request.
+ */
+class SimResponse {
+  readonly status: number
+  readonly ok: boolean
+  readonly headers: SimHeaders
+  readonly #bytes: Uint8Array
+  readonly body: { cancel: () => Promise<void> } | null
+
+  constructor(response: HttpResponseLike) {
+    this.status = response.status
+    this.ok = response.status >= 200 && response.status < 300
+    this.headers = new SimHeaders(response.headers)
+    this.#bytes = response.body
+    this.body = response.body.byteLength ? { cancel: async () => {} } : null
+  }
+
+  async arrayBuffer(): Promise<ArrayBuffer> {
+    return this.#bytes.slice().buffer as ArrayBuffer
+  }
+
+  async text(): Promise<string> {
+    return decoder.decode(this.#bytes)
+  }
+
+  async json(): Promise<unknown> {
+    return JSON.parse(decoder.decode(this.#bytes))
+  }
+
+  clone(): SimResponse {
+    return this
+  }
+}
+
+/**
+ * Defect late-complete: the ledger's real complete retry, counting to one lease past the lease's end
+ * instead of to shortly before it (src/core/run-core.ts). Undone by the function returned.
+ */
+function completeRetryPastTheLease(): () => void {
+  const complete = Core.prototype.complete
+  Core.prototype.complete = function (this: Core, scope, key, token, outcome, plan, leaseEndsAtMs) {
+    return complete.call(this, scope, key, token, outcome, plan, leaseEndsAtMs + plan.leaseMs)
+  }
+  return () => {
+    Core.prototype.complete = complete
+  }
+}
+
 export async function runScenario(options: ScenarioOptions): Promise<ScenarioResult> {
-  const world = new World(options.seed, { trace: options.trace ?? false })
+  const undo = options.defect === 'late-complete' ? completeRetryPastTheLease() : undefined
+  try {
+    return await simulate(options)
+  } finally {
+    undo?.()
+  }
+}
+
+async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
+  const world = new World(options.seed, { trace: options.trace ?? false, ...(options.settle ? { settle: options.settle } : {}) })
   const rng = world.rng
   const history = new History(world)
   const defect = options.defect
@@ -354,10 +511,20 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
         apps[index] = new App(world, `app${index}.${++restarts}`, server, bank, faults, history, defect)
         world.log(() => `CHAOS restart as ${apps[index]?.proc.id}`)
       })
-    } else if (app.proc.state === 'up') {
+    } else if (roll < 0.85 && app.proc.state === 'up') {
       const jump = rng.between(-500, 1_500)
       world.log(() => `CHAOS clock of ${app.proc.id} jumps ${jump.toFixed(0)}ms`)
-      app.proc.skewMs += jump
+      app.proc.jump(jump)
+    } else if (app.store.cut === null) {
+      // Cut off from the store for up to two leases: a holder's outcome waits out the outage or is given up before its lease ends.
+      const forMs = rng.between(LEASE_MS * 0.25, LEASE_MS * 2)
+      const mode = rng.chance(0.5) ? 'reset' : 'lost'
+      world.log(() => `CHAOS ${app.proc.id} cut off from the store (${mode}) for ${forMs.toFixed(0)}ms`)
+      app.store.cut = mode
+      world.at(forMs, null, () => {
+        world.log(() => `CHAOS ${app.proc.id} reaches the store again`)
+        app.store.cut = null
+      })
     }
     if (!finished()) world.at(rng.between(200, 2_000), null, chaos)
   }
@@ -382,12 +549,16 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
     const send = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
       const url = String(input)
       history.requests++
-      const headers = new Headers(init?.headers)
+      // The client's own Headers, read only (a copy only where the defect changes them).
+      let headers = init?.headers as Headers
       const key = headers.get('idempotency-key') as string
       const attempt = (attempts.get(key) ?? 0) + 1
       attempts.set(key, attempt)
       // Defect: a client that makes a new key for each retry.
-      if (defect === 'new-key' && attempt > 1) headers.set('idempotency-key', `${key}.retry${attempt}`)
+      if (defect === 'new-key' && attempt > 1) {
+        headers = new Headers(headers)
+        headers.set('idempotency-key', `${key}.retry${attempt}`)
+      }
       const raw = init?.body
       const body = raw instanceof Uint8Array ? raw : new Uint8Array(await new Response(raw).arrayBuffer())
       if (world.tracing)
@@ -406,7 +577,7 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
           const req: HttpRequestLike = {
             method: 'POST',
             url,
-            headers: Object.fromEntries([...headers].map(([name, value]) => [name, value])),
+            headers: headerRecord(headers),
             body: async () => body,
           }
           // The request runs on the app's process: paused, it waits; crashed, it never answers.
@@ -415,12 +586,7 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
               if (rng.chance(faults.dropReply)) return // answered, reply lost
               world.at(rng.between(min, max), proc, () => {
                 signal?.removeEventListener('abort', abort)
-                resolve(
-                  new Response(response.body.byteLength ? (response.body as Uint8Array<ArrayBuffer>) : null, {
-                    status: response.status,
-                    headers: response.headers as HeadersInit,
-                  }),
-                )
+                resolve(new SimResponse(response) as unknown as Response)
               })
             })
           })
@@ -458,18 +624,28 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
           history.violation(`client${index} waited ${tookMs}ms for ${tenant}/${key}, past maxElapsed + attemptTimeout`)
       }
     }
-    const check = async (key: string, payload: { intent: string }, response: Response | undefined, sameRequest: boolean) => {
+    type Payload = { intent: string; amount: number }
+    /** Checks an answer to `payload`; `first` is the payload the key was first sent with, when this is a reuse. */
+    const check = async (key: string, payload: Payload, response: Response | undefined, first?: Payload) => {
       if (!response || response.status >= 300) return
       const text = await response.text()
       const id = intentId(tenant, key)
-      if (!sameRequest) history.violation(`${id} answered ${response.status} to a reused key with another payload`)
-      let answer: { tenant?: string; intent?: string }
+      let answer: { tenant?: string; intent?: string; token?: number }
       try {
         answer = JSON.parse(text) as typeof answer
       } catch {
         history.violation(`${id} answered ${response.status} with a body that is not the handler's: ${text.slice(0, 60)}`)
         return
       }
+      // A reuse may run only where the first request left nothing (no answer, no step, no outcome), and
+      // never gets the first's answer.
+      if (
+        first &&
+        (history.successes.has(id) ||
+          history.traces.has(`${storeIntent(id)}|${first.amount}`) ||
+          history.holderAmounts.get(holderId(`${SCOPE_PREFIX}${tenant}`, key, answer.token ?? 0)) !== payload.amount)
+      )
+        history.violation(`${id} answered ${response.status} to a reused key with another payload`)
       if (answer.tenant !== tenant || answer.intent !== payload.intent)
         history.violation(`${id} got another intent's answer: ${text.slice(0, 80)}`)
       const seen = history.successes.get(id) ?? new Set<string>()
@@ -484,16 +660,17 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
       if (roll < 0.15) {
         // A double submit: the same request twice at once.
         const [a, b] = await Promise.all([post(key, payload), post(key, payload)])
-        await check(key, payload, a, true)
-        await check(key, payload, b, true)
+        await check(key, payload, a)
+        await check(key, payload, b)
       } else {
-        await check(key, payload, await post(key, payload), true)
+        await check(key, payload, await post(key, payload))
       }
-      // Whatever became of the first request (answered, given up, unrecorded): a reuse with another payload is refused.
+      // Whatever became of the first request (answered, given up, unrecorded), the key reused with another
+      // payload: refused once the first left anything (an answer, a step, an outcome), never answered with
+      // the first's result (check).
       if (roll > 0.85) {
-        // The key reused with another payload: refused, never run, never answered with the first's result.
         const other = { ...payload, amount: payload.amount + 1 }
-        await check(key, other, await post(key, other), false)
+        await check(key, other, await post(key, other), payload)
       }
       await proc.clock.sleep(rng.between(0, 300))
     }
@@ -520,8 +697,8 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
       )
     if ((history.charges.get(intent) ?? 0) !== 1)
       history.violation(`${intent} answered 2xx but charged ${history.charges.get(intent) ?? 0} times`)
-    const [scope, key] = intent.split('/') as [string, string]
-    const record = await server.inner.get(scope, key)
+    const [tenant, key] = intent.split('/') as [string, string]
+    const record = await server.inner.get(`${SCOPE_PREFIX}${tenant}`, key)
     if (
       record?.status === 'completed' &&
       record.response &&

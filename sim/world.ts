@@ -84,8 +84,22 @@ class EventQueue {
 
 const before = (a: Event, b: Event) => a.at < b.at || (a.at === b.at && a.seq < b.seq)
 
-/** Lets every promise continuation queued so far (and those they queue) run before the next event. */
-const settle = () => new Promise<void>((resolve) => setImmediate(resolve))
+/**
+ * How the scheduler waits, between two events, for every promise continuation the first released (and
+ * those they queue) to run:
+ * - `tick` (the default): on a `process.nextTick`, which Node runs once the whole microtask queue has
+ *   drained. About a quarter of the cost of `loop`, which goes round the event loop (and into the
+ *   kernel) once per event. It relies on the code under simulation queueing no ticks of its own (a tick
+ *   queued behind the settle's could still be pending when it resolves): the ledger, engine, client
+ *   and memory store queue none, and test/sim.test.ts pins that both ways replay the same runs.
+ * - `loop`: on a `setImmediate`, after everything queued, ticks included.
+ */
+export type Settle = 'tick' | 'loop'
+
+const settlers: Record<Settle, () => Promise<void>> = {
+  tick: () => new Promise<void>((resolve) => process.nextTick(resolve)),
+  loop: () => new Promise<void>((resolve) => setImmediate(resolve)),
+}
 
 export class World {
   /** Simulated true time, in ms (the store server's clock). */
@@ -96,13 +110,15 @@ export class World {
   readonly #queue = new EventQueue()
   #seq = 0
   readonly #trace: string[] | undefined
+  readonly #settle: () => Promise<void>
 
   constructor(
     readonly seed: number,
-    options: { trace?: boolean } = {},
+    options: { trace?: boolean; settle?: Settle } = {},
   ) {
     this.rng = new Rng(seed)
     this.#trace = options.trace ? [] : undefined
+    this.#settle = settlers[options.settle ?? 'tick']
   }
 
   /** Calls `fire` after `delayMs` of simulated time, unless cancelled, and only while `owner` (if any) is up. */
@@ -138,6 +154,7 @@ export class World {
    * events every continuation they released runs to its end (the processes are quiet when time moves).
    */
   async run(done: () => boolean, untilMs = Number.POSITIVE_INFINITY): Promise<void> {
+    const settle = this.#settle
     await settle()
     while (!done()) {
       const event = this.#queue.pop()
@@ -168,6 +185,8 @@ export class World {
  */
 export class Proc {
   state: 'up' | 'paused' | 'crashed' = 'up'
+  /** Pauses and clock jumps so far: work that spans one of them may act late (a zombie), by design. */
+  disturbances = 0
   readonly held: Array<Parameters<World['requeue']>[0]> = []
   /** Offset of this process's clock from true time. */
   skewMs: number
@@ -199,7 +218,15 @@ export class Proc {
   }
 
   pause(): void {
-    if (this.state === 'up') this.state = 'paused'
+    if (this.state !== 'up') return
+    this.state = 'paused'
+    this.disturbances++
+  }
+
+  /** The process's clock jumps by `ms` (backwards when negative). */
+  jump(ms: number): void {
+    this.skewMs += ms
+    this.disturbances++
   }
 
   resume(): void {
