@@ -22,7 +22,16 @@ export interface Rotation {
   dropped: string[]
 }
 
-/** Runs `fn` in a READ COMMITTED transaction on one connection of the pool. */
+/** Whether the server answered with an error (a SQLSTATE), so the connection is still in step with it. */
+function serverError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)
+}
+
+/**
+ * Runs `fn` in a READ COMMITTED transaction on one connection of the pool (explicitly: a server
+ * default of REPEATABLE READ would take the snapshot at the first statement, before the key locks).
+ */
 export async function inTransaction<R>(pool: PgPoolLike, fn: (tx: PgClientLike) => Promise<R>): Promise<R> {
   const client = await pool.connect()
   let broken = false
@@ -32,9 +41,14 @@ export async function inTransaction<R>(pool: PgPoolLike, fn: (tx: PgClientLike) 
     await client.query('COMMIT')
     return result
   } catch (error) {
-    await client.query('ROLLBACK').catch(() => {
-      broken = true
-    })
+    // A statement that timed out (query_timeout) or a broken connection may still be running on
+    // the server, holding its locks: destroy the connection (which ends the transaction), never pool it.
+    if (!serverError(error)) broken = true
+    else {
+      await client.query('ROLLBACK').catch(() => {
+        broken = true
+      })
+    }
     throw error
   } finally {
     client.release(broken)
