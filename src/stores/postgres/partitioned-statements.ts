@@ -89,6 +89,21 @@ export function partitionedStatements(schema: string, table: string) {
       FROM i LEFT JOIN cur ON cur.n = i.n LEFT JOIN taken ON taken.n = i.n
         LEFT JOIN ins ON i.first AND ins.scope = i.scope AND ins."key" = i."key"`),
     /**
+     * The acquire's read alone, with no lock and no transaction: $1 scopes, $2 keys, $3 fingerprints.
+     * One row per caller whose key has a live record, shaped as `acquire` answers it. A replay or a
+     * duplicate in flight is answered by it in one round trip; only the callers it leaves unanswered
+     * (no live record: the acquire may write) take the key lock. Answering from a snapshot is what the
+     * plain layout's acquire does too when its read finds a live record.
+     */
+    peek: statement(`
+      WITH now AS MATERIALIZED (SELECT ${NOW_MS} AS ms),
+      i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS i(scope, "key", fingerprint, n))
+      SELECT i.n, NULL::bigint AS taken, NULL::text AS taken_steps, r.fingerprint, r.status, r.token, r.locked_until,
+        r.response_status, r.response_headers, CASE WHEN r.fingerprint = i.fingerprint THEN r.response_body END AS response_body,
+        r.resource_id, r.attempts, r.created_at, r.updated_at, r.expires_at
+      FROM i JOIN ${t} r ON r.scope = i.scope AND r."key" = i."key" CROSS JOIN now
+      WHERE ${live('i.fingerprint')}`),
+    /**
      * `purgeExpired` on the partitioned table: the plain statement's `ctid` names a row only within
      * one partition, so rows are picked and deleted by primary key. The store's own task and
      * `idemkey gc` drop whole partitions instead (rotation.ts); this is the contract's row-by-row purge.

@@ -98,9 +98,9 @@ const drivers = [
 ]
 
 /**
- * Each driver on both layouts. The partitioned layout's acquire is one statement for one caller and
- * for many (after the key locks), so there its "single" and "batch" acquire are the same text, and a
- * batch is a statement of it that carried two callers or more.
+ * Each driver on both layouts. The partitioned layout's acquire starts with one read for one caller
+ * and for many (`peek`; the callers it leaves go on under key locks), so there its "single" and
+ * "batch" acquire are that read's text, and a batch is a statement of it that carried two callers or more.
  */
 const cases = drivers.flatMap((driver) => [
   { ...driver, layout: 'plain' as const, prefix: 'idemkey_group' },
@@ -114,17 +114,17 @@ describe.skipIf(skip !== undefined).each(cases)('PostgresStore group commit on $
   const layout = { layout: driver.layout, partitionInterval: '1h' } as const
   const store = new PostgresStore({ pool: gated.pool, table, ...layout })
   const parted = partitionedStatements('public', table)
-  const single = driver.layout === 'plain' ? statements('public', table) : { ...statements('public', table), acquire: parted.acquire }
-  const batch =
-    driver.layout === 'plain' ? batchStatements('public', table) : { ...batchStatements('public', table), acquire: parted.acquire }
+  const single = driver.layout === 'plain' ? statements('public', table) : { ...statements('public', table), acquire: parted.peek }
+  const batch = driver.layout === 'plain' ? batchStatements('public', table) : { ...batchStatements('public', table), acquire: parted.peek }
   const sentOf = (text: string) => gated.sent.filter((config) => config.text === text)
   /** How many callers each batch statement of `text` carried (the length of its first array), single calls of a shared text left out. */
   const callersOf = (text: string) =>
     sentOf(text)
       .map((config) => (config.values?.[0] as string[] | undefined)?.length)
       .filter((callers) => callers === undefined || callers > 1)
-  /** The texts sent, the partitioned layout's key locks left out. */
-  const sentTexts = () => gated.sent.map((config) => config.text).filter((text) => text !== parted.lock.text)
+  /** The texts sent, the partitioned layout's statements under key locks left out. */
+  const sentTexts = () =>
+    gated.sent.map((config) => config.text).filter((text) => text !== parted.lock.text && text !== parted.acquire.text)
   /** Runs `queue` while a first statement of the same kind (from `head`) is held, so `queue`'s calls wait and go out together. */
   async function together<H, Q>(head: () => Promise<H>, queue: () => Promise<Q>): Promise<[H, Q]> {
     gated.pause()

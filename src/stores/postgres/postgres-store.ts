@@ -237,11 +237,45 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   }
 
   /**
-   * The partitioned acquire (partitioned-statements.ts): the keys' advisory locks, then the statement,
-   * in one READ COMMITTED transaction, so the statement's snapshot comes after the locks. An insert
-   * that found no partition for now (a rotation was missed) creates the partitions and runs again.
+   * The partitioned acquire (partitioned-statements.ts), in the batch statement's shape: a lock-free
+   * read answers the callers whose key has a live record (replays, duplicates in flight, mismatches);
+   * the others go on under the key locks.
    */
   async #lockedAcquire(values: unknown[]): Promise<PgQueryResult> {
+    const [scopes, keys, fingerprints, leases, watched] = values as [string[], string[], string[], number[], string[]]
+    const peeked = (await this.#query('acquire', (this.#parted as PartitionedStatements).peek, [scopes, keys, fingerprints]))
+      .rows as Array<{
+      n: string | number
+    }>
+    if (peeked.length === scopes.length) return { rows: peeked, rowCount: peeked.length }
+    // The callers the read left unanswered go on under the key locks, numbered again from 1 (and
+    // the first of each key among them may write); their rows are numbered back as the caller's.
+    const answered = new Set(peeked.map((row) => Number(row.n)))
+    const rest = scopes.map((_, i) => i).filter((i) => !answered.has(i + 1))
+    const pick = <T>(column: T[]) => rest.map((i) => column[i] as T)
+    const first = rest.map((i, j) => j === 0 || scopes[i] !== scopes[rest[j - 1] as number] || keys[i] !== keys[rest[j - 1] as number])
+    const locked = await this.#underKeyLocks([
+      pick(scopes),
+      pick(keys),
+      pick(fingerprints),
+      pick(leases),
+      pick(watched),
+      first.map((flag) => (flag ? 't' : 'f')),
+      values[6],
+    ])
+    const rows = [
+      ...peeked,
+      ...(locked.rows as Array<{ n: string | number }>).map((row) => ({ ...row, n: (rest[Number(row.n) - 1] as number) + 1 })),
+    ]
+    return { rows, rowCount: rows.length }
+  }
+
+  /**
+   * The keys' advisory locks, then the acquire statement, in one READ COMMITTED transaction, so the
+   * statement's snapshot comes after the locks. An insert that found no partition for now (a
+   * rotation was missed) creates the partitions and runs again.
+   */
+  async #underKeyLocks(values: unknown[]): Promise<PgQueryResult> {
     const parted = this.#parted as PartitionedStatements
     const pool = await this.#ready('acquire')
     const named = (statement: Statement, params: unknown[]) =>
