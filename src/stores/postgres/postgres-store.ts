@@ -133,7 +133,10 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
       this.#parted = partitionedStatements(schema, table)
     }
     this.#retentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
-    this.#prepared = options.preparedStatements ?? true
+    // On the partitioned layout every statement is planned when it runs: a plan cached while the
+    // partition of now was new and nearly empty scans it whole once it has filled (a sequential scan
+    // is the cheapest plan for a tiny table, and nothing replans until autovacuum analyzes it).
+    this.#prepared = (options.layout ?? 'plain') === 'plain' && (options.preparedStatements ?? true)
     this.#queryTimeoutMs = parseDuration(options.queryTimeout ?? '10s', 'queryTimeout')
     const isolation = options.isolationLevel ?? 'read committed'
     if (!['read committed', 'repeatable read', 'serializable'].includes(isolation)) {
