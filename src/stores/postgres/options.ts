@@ -45,7 +45,8 @@ export interface PostgresStoreCommonOptions {
   /**
    * Send the store's statements as named prepared statements (parsed and planned once per
    * connection). Turn off behind a pooler that cannot keep them (PgBouncer before 1.21 in
-   * transaction mode). @default true
+   * transaction mode). Always off with `layout: 'partitioned'`, whose statements are planned when
+   * they run (a plan cached while a partition was new would scan it whole once filled). @default true
    */
   preparedStatements?: boolean
   /**
