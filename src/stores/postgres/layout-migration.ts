@@ -48,7 +48,6 @@ async function setIndexesAside(tx: PgQueryable, schema: string, relation: string
  * Privileges granted on the old table are not carried over: grant them again.
  */
 export async function convertLayout(pool: PgPoolLike, schema: string, table: string, to: LayoutChoice): Promise<LayoutConversion> {
-  assertPartitionedName(table)
   const found = await pool
     .query(
       `SELECT c.relkind AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
@@ -65,6 +64,8 @@ export async function convertLayout(pool: PgPoolLike, schema: string, table: str
   const from: PostgresLayout = kind === 'p' ? 'partitioned' : 'plain'
   await migrate(pool, schema, table, { layout: from, intervalMs: to.intervalMs })
   if (from === to.layout) return { from, to: to.layout, records: 0 }
+  // The partitions' names, and the name the old table is set aside under, must fit 63 characters.
+  assertPartitionedName(table)
   if (to.layout === 'partitioned' && !(to.intervalMs > 0)) {
     throw new IdempotencyError('INVALID_OPTION', 'postgres: converting to the partitioned layout needs a partition interval.')
   }

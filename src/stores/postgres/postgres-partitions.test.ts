@@ -167,6 +167,24 @@ describe.skipIf(skip !== undefined)('PostgresStore, partitioned layout', () => {
     expect((await store.rotatePartitions()).dropped).toEqual([])
   })
 
+  it("the store's gc loop rotates partitions on this layout: ended empty partitions are dropped, and new ones made ahead", async () => {
+    const table = `h3_loop_${suffix}`
+    tables.push(table)
+    await new PostgresStore({ pool, table, layout: 'partitioned', partitionInterval: '100ms' }).migrate()
+    const first = (await listPartitions(pool, 'public', table))[0]?.name as string
+    const looping = new PostgresStore({ pool, table, layout: 'partitioned', partitionInterval: '100ms', gc: { interval: '50ms' } })
+    try {
+      // Until the loop has dropped the first partition (ended, no records) and made one past the first three.
+      for (;;) {
+        const names = (await listPartitions(pool, 'public', table)).map((p) => p.name)
+        if (!names.includes(first) && names.length >= 3) break
+        await sleep(25)
+      }
+    } finally {
+      await looping.close()
+    }
+  })
+
   it('an insert past every partition made ahead (a missed rotation) creates the partition it needs', async () => {
     const store = await partitioned('missed', '100ms')
     const made = await listPartitions(pool, 'public', store.table)
