@@ -119,7 +119,11 @@ export function slotOf(ms: number, intervalMs: number): number {
 /**
  * Creates, in the transaction `tx` is in, the partitions for the given slots that do not exist yet.
  * Callers hold the table's partition lock (`lockPartitions`), so two processes never race to
- * create one. Returns the names created.
+ * create one. Each is made as a table of its own and then attached: `CREATE TABLE … PARTITION OF`
+ * takes an ACCESS EXCLUSIVE lock on the parent, which waits for every transaction writing records
+ * (a long `runInTransaction`) and stalls all traffic behind it, while `ATTACH PARTITION` takes a
+ * SHARE UPDATE EXCLUSIVE lock, which lets reads and writes go on (the new table is empty, so its
+ * range check and its indexes cost nothing). Returns the names created.
  */
 export async function createPartitions(
   tx: PgQueryable,
@@ -133,9 +137,10 @@ export async function createPartitions(
   for (const from of [...new Set(slots)].sort((a, b) => a - b)) {
     if (existing.some((p) => p.fromMs < from + intervalMs && p.toMs > from)) continue
     const name = partitionName(table, from)
-    await tx.query(
-      `CREATE TABLE ${qualified(schema, name)} PARTITION OF ${qualified(schema, table)} FOR VALUES FROM (${from}) TO (${from + intervalMs})`,
-    )
+    const p = qualified(schema, name)
+    const t = qualified(schema, table)
+    await tx.query(`CREATE TABLE ${p} (LIKE ${t} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`)
+    await tx.query(`ALTER TABLE ${t} ATTACH PARTITION ${p} FOR VALUES FROM (${from}) TO (${from + intervalMs})`)
     created.push(name)
   }
   return created

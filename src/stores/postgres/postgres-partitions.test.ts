@@ -185,6 +185,24 @@ describe.skipIf(skip !== undefined)('PostgresStore, partitioned layout', () => {
     }
   })
 
+  it('makes partitions ahead while a transaction writing records is open, and leaves a drop for the next round rather than queue traffic', async () => {
+    const store = await partitioned('attach', '100ms')
+    const before = await listPartitions(pool, 'public', store.table)
+    const writer = await pool.connect()
+    try {
+      await writer.query('BEGIN')
+      await writer.query(`LOCK TABLE "${store.table}" IN ROW EXCLUSIVE MODE`) // what a record's write holds until commit
+      while ((await serverNow(pool)) < (before[0]?.toMs as number) + 20) await sleep(20)
+      const rotation = await store.rotatePartitions()
+      expect(rotation.created.length).toBeGreaterThan(0)
+      expect(rotation.dropped).toEqual([])
+      await writer.query('COMMIT')
+    } finally {
+      writer.release()
+    }
+    expect((await store.rotatePartitions()).dropped).toContain(before[0]?.name)
+  })
+
   it('an insert past every partition made ahead (a missed rotation) creates the partition it needs', async () => {
     const store = await partitioned('missed', '100ms')
     const made = await listPartitions(pool, 'public', store.table)

@@ -8,7 +8,7 @@ import type { PgClientLike, PgPoolLike, PgQueryable } from './pool.js'
 import { qualified } from './statements.js'
 
 /**
- * How long a drop may wait for the locks it needs. A waiting ACCESS EXCLUSIVE lock queues every
+ * How long a drop (or an attach) may wait for the locks it needs. A waiting ACCESS EXCLUSIVE lock queues every
  * later statement on the table behind it, so a drop that cannot have its locks at once gives up
  * and the next round tries again, rather than stall traffic behind a long transaction.
  */
@@ -71,6 +71,8 @@ async function tableInterval(db: PgQueryable, schema: string, table: string, fal
  */
 export async function ensurePartitions(pool: PgPoolLike, schema: string, table: string, fallbackIntervalMs: number): Promise<string[]> {
   return inTransaction(pool, async (tx) => {
+    // Attaching waits for no writer, but would for an ALTER or a drop: never queue traffic behind that.
+    await tx.query(`SET LOCAL lock_timeout = '${DROP_LOCK_TIMEOUT}'`)
     await lockPartitions(tx, schema, table)
     const intervalMs = await tableInterval(tx, schema, table, fallbackIntervalMs)
     const current = slotOf(await serverNow(tx), intervalMs)
