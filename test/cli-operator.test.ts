@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
 import { MySqlStore } from '../src/stores/mysql/mysql-store.js'
+import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
 import { SqliteStore } from '../src/stores/sqlite/sqlite-store.js'
 import { serviceSkipReason } from './helpers/services.js'
 
@@ -383,5 +384,55 @@ describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kep
       await pool.query(`DROP TABLE IF EXISTS ${table}`)
       await pool.end()
     }
+  })
+})
+
+const postgresSkip = await serviceSkipReason('PostgreSQL', 5432)
+
+describe('idemkey migrate --layout and gc on a partitioned PostgreSQL table', { skip: postgresSkip !== undefined }, () => {
+  const table = `h3_cli_${randomUUID().slice(0, 8)}`
+  const url = `postgres://root@127.0.0.1:5432/test?table=${table}`
+  const scope = `cli-${randomUUID()}`
+  afterAll(async () => {
+    const pg = (await import('pg')).default
+    const pool = new pg.Pool({ connectionString: 'postgres://root@127.0.0.1:5432/test' })
+    await pool.query(`DROP TABLE IF EXISTS "${table}"`)
+    await pool.end()
+  })
+
+  it('converts a plain table to 200 ms partitions, drops the expired ones with gc, and converts back with the live record kept', async () => {
+    expect(cli('migrate', '--store', url).code).toBe(0)
+    const plain = new PostgresStore({ connectionString: url.replace(/\?.*/, ''), table })
+    const old = await plain.acquire(scope, 'old', FP, 600_000)
+    if (old.kind !== 'acquired') throw new Error(`setup: ${old.kind}`)
+    await plain.complete(scope, 'old', old.token, { status: 'completed', response }, 1)
+    await sleep(450) // "kept" is created in a later 200 ms slot than "old"
+    const kept = await plain.acquire(scope, 'kept', FP, 600_000)
+    if (kept.kind !== 'acquired') throw new Error(`setup: ${kept.kind}`)
+    await plain.complete(scope, 'kept', kept.token, { status: 'completed', response }, 3_600_000)
+    await plain.close()
+    await sleep(250) // both slots have ended
+
+    const converted = cli('migrate', '--store', url, '--layout', 'partitioned', '--partition-interval', '200ms', '--json')
+    expect(converted.code, converted.stderr).toBe(0)
+    expect(json<{ from: string; to: string; records: number }>(converted.stdout)).toMatchObject({
+      from: 'plain',
+      to: 'partitioned',
+      records: 2,
+    })
+    const gc = json<{ layout: string; dropped: string[] }>(cli('gc', '--store', `${url}&layout=partitioned`, '--json').stdout)
+    expect(gc.layout).toBe('partitioned')
+    // Each record went to the partition of its creation: the one of "old" (expired) is dropped with
+    // the empty ones that ended since, and "kept"'s stays.
+    expect(gc.dropped.length).toBeGreaterThanOrEqual(1)
+    const listed = json<Array<{ key: string }>>(cli('list', '--scope', scope, '--store', `${url}&layout=partitioned`, '--json').stdout)
+    expect(listed.map((r) => r.key)).toEqual(['kept'])
+
+    const back = cli('migrate', '--store', url, '--layout', 'plain', '--json')
+    expect(back.code, back.stderr).toBe(0)
+    expect(json<{ from: string; to: string }>(back.stdout)).toMatchObject({ from: 'partitioned', to: 'plain' })
+    const inspected = cli('inspect', 'kept', '--scope', scope, '--store', url, '--json')
+    expect(json<{ record: { status: string } }>(inspected.stdout).record.status).toBe('completed')
+    expect(cli('migrate', '--store', url, '--layout', 'sideways').code).toBe(2)
   })
 })

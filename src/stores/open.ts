@@ -12,6 +12,10 @@ export interface StoreLocation {
   schema?: string
   /** Redis key prefix (`?prefix=`). */
   prefix?: string
+  /** PostgreSQL table layout, `plain` or `partitioned` (`?layout=`; docs/postgres.md, "Time partitions"). */
+  layout?: string
+  /** PostgreSQL partition interval of a partitioned table it creates (`?partitionInterval=1d`). */
+  partitionInterval?: string
 }
 
 /** What the CLI understands of a store URL, before anything is opened. `url` is what the driver gets. */
@@ -26,11 +30,13 @@ export type StoreSpec =
 const EXPECTED =
   'expected memory:, sqlite:PATH (e.g. sqlite:idemkey.db), postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB or redis://HOST:PORT (rediss:// for TLS), each optionally with ?table=NAME (?schema=NAME on PostgreSQL, ?prefix=P on Redis), or dynamodb://TABLE (?region=R, ?endpoint=URL, ?prefix=P)'
 
+const LOCATION_NAMES = ['table', 'schema', 'prefix', 'layout', 'partitionInterval'] as const
+
 /** The location parameters each kind of store takes in its URL's query. */
 const LOCATION_PARAMS: Record<StoreSpec['kind'], Array<keyof StoreLocation>> = {
   memory: [],
   sqlite: ['table'],
-  postgres: ['schema', 'table'],
+  postgres: ['schema', 'table', 'layout', 'partitionInterval'],
   mysql: ['table'],
   redis: ['prefix'],
   dynamodb: ['prefix'],
@@ -74,7 +80,7 @@ export function parseStoreUrl(url: string): StoreSpec {
   else throw invalid(url, EXPECTED)
   const parsed = checkUrl(url, text)
   const location = readLocation(url, kind, parsed.searchParams)
-  for (const name of ['table', 'schema', 'prefix']) parsed.searchParams.delete(name)
+  for (const name of LOCATION_NAMES) parsed.searchParams.delete(name)
   let driverUrl = parsed.toString()
   // mysql2 reads mysql:// URIs; mariadb:// is the same server to a user.
   if (kind === 'mysql') driverUrl = driverUrl.replace(/^mariadb:/, 'mysql:')
@@ -84,7 +90,7 @@ export function parseStoreUrl(url: string): StoreSpec {
 function readLocation(url: string, kind: StoreSpec['kind'], params: URLSearchParams): StoreLocation {
   const location: StoreLocation = {}
   const allowed = LOCATION_PARAMS[kind]
-  for (const name of ['table', 'schema', 'prefix'] as const) {
+  for (const name of LOCATION_NAMES) {
     const value = params.get(name)
     if (value === null) continue
     if (!allowed.includes(name)) {
@@ -169,9 +175,20 @@ async function construct(spec: StoreSpec): Promise<IdempotencyStore> {
     }
     case 'postgres': {
       const mod = (await importStore('./postgres/index.js', spec)) as {
-        PostgresStore: new (options: { connectionString: string; schema?: string; table?: string }) => IdempotencyStore
+        PostgresStore: new (options: {
+          connectionString: string
+          schema?: string
+          table?: string
+          layout?: 'plain' | 'partitioned'
+          partitionInterval?: string
+        }) => IdempotencyStore
       }
-      return new mod.PostgresStore({ connectionString: spec.url, ...location })
+      const { layout, ...rest } = location
+      return new mod.PostgresStore({
+        connectionString: spec.url,
+        ...rest,
+        ...(layout === undefined ? {} : { layout: layout as 'plain' | 'partitioned' }),
+      })
     }
     case 'mysql': {
       const mod = (await importStore('./mysql/index.js', spec)) as {

@@ -1,3 +1,4 @@
+export type { LayoutConversion } from './layout-migration.js'
 export type {
   IsolationLevel,
   PostgresGcOptions,
@@ -6,7 +7,9 @@ export type {
   PostgresStorePoolOptions,
   PostgresStoreUrlOptions,
 } from './options.js'
+export type { PostgresLayout } from './partitions.js'
 export type { PgClientLike, PgNotification, PgPoolLike, PgQueryable, PgQueryConfig, PgQueryResult } from './pool.js'
 export { isTransientTransactionError } from './postgres-errors.js'
 export { PostgresStore } from './postgres-store.js'
+export type { Rotation } from './rotation.js'
 export { SCHEMA_VERSION } from './schema.js'

@@ -45,7 +45,8 @@ export interface PostgresStoreCommonOptions {
   /**
    * Send the store's statements as named prepared statements (parsed and planned once per
    * connection). Turn off behind a pooler that cannot keep them (PgBouncer before 1.21 in
-   * transaction mode). @default true
+   * transaction mode). Always off with `layout: 'partitioned'`, whose statements are planned when
+   * they run (a plan cached while a partition was new would scan it whole once filled). @default true
    */
   preparedStatements?: boolean
   /**
@@ -67,6 +68,22 @@ export interface PostgresStoreCommonOptions {
    * `false`: one statement per operation. @default true
    */
   groupCommit?: boolean
+  /**
+   * How records are laid out (docs/postgres.md, "Time partitions"). `'plain'`: one table, expiry
+   * deletes rows. `'partitioned'`: range partitions by creation time, one per `partitionInterval`;
+   * expiry detaches and drops whole partitions once every record in them has expired (the `gc` loop
+   * and `idemkey gc` do it, and create partitions ahead). An acquire that may write then takes an
+   * advisory lock on its key (one transaction of four round trips instead of one statement), which
+   * keeps exactly one record per (scope, key) across partitions. `migrate()` creates a new table in
+   * this layout and refuses an existing table in the other; `convertLayout()` converts. @default 'plain'
+   */
+  layout?: 'plain' | 'partitioned'
+  /**
+   * The span of one partition, with `layout: 'partitioned'`, for a table `migrate()` creates (an
+   * existing table keeps the interval it was created with). A partition is dropped once all its
+   * records expired: with a 24 h TTL and 1 d partitions, disk holds about three days. @default '1d'
+   */
+  partitionInterval?: Duration
 }
 
 /**

@@ -25,10 +25,14 @@ import {
   type RenewInput,
 } from './batches.js'
 import { channelName, openPool } from './connect.js'
+import { convertLayout, type LayoutConversion } from './layout-migration.js'
 import { Listener } from './listener.js'
 import type { PostgresStoreOptions, PostgresStoreTransactionsOption } from './options.js'
+import { type PartitionedStatements, partitionedStatements } from './partitioned-statements.js'
+import { assertPartitionedName, type PostgresLayout } from './partitions.js'
 import type { PgClientLike, PgPoolLike, PgQueryable, PgQueryResult } from './pool.js'
 import { toStoreError } from './postgres-errors.js'
+import { ensurePartitions, inTransaction, type Rotation, rotate } from './rotation.js'
 import { type AcquireRow, acquireAnswer, type Row, toRecord } from './rows.js'
 import { migrate } from './schema.js'
 import { COLUMNS, NOW_MS, qualified, type Statement, type Statements, statements } from './statements.js'
@@ -66,6 +70,8 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   readonly schema: string
   /** The table this store reads and writes. */
   readonly table: string
+  /** How the table is laid out: one plain table, or time partitions (the `layout` option). */
+  readonly layout: PostgresLayout
   /** The NOTIFY channel completions are announced on (`null` with `notifications: false`). */
   readonly channel: string | null
   /**
@@ -74,6 +80,10 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
    */
   readonly watch?: (scope: string, key: string, onChange: () => void) => Unsubscribe
   readonly #sql: Statements
+  /** The statements of the partitioned layout (absent on the plain one). */
+  readonly #parted: PartitionedStatements | undefined
+  /** The interval a partitioned table `migrate()` creates gets. */
+  readonly #intervalMs: number
   readonly #retentionMs: number
   readonly #prepared: boolean
   /** `query_timeout` of every statement sent on the pool (never inside a caller's transaction). */
@@ -112,8 +122,21 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     this.schema = schema
     this.table = table
     this.#sql = statements(schema, table)
+    const layout = options.layout ?? 'plain'
+    if (layout !== 'plain' && layout !== 'partitioned') {
+      throw new IdempotencyError('INVALID_OPTION', `PostgresStore layout must be 'plain' or 'partitioned', got ${JSON.stringify(layout)}.`)
+    }
+    this.layout = layout
+    this.#intervalMs = parseDuration(options.partitionInterval ?? '1d', 'partitionInterval')
+    if (layout === 'partitioned') {
+      assertPartitionedName(table)
+      this.#parted = partitionedStatements(schema, table)
+    }
     this.#retentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
-    this.#prepared = options.preparedStatements ?? true
+    // On the partitioned layout every statement is planned when it runs: a plan cached while the
+    // partition of now was new and nearly empty scans it whole once it has filled (a sequential scan
+    // is the cheapest plan for a tiny table, and nothing replans until autovacuum analyzes it).
+    this.#prepared = (options.layout ?? 'plain') === 'plain' && (options.preparedStatements ?? true)
     this.#queryTimeoutMs = parseDuration(options.queryTimeout ?? '10s', 'queryTimeout')
     const isolation = options.isolationLevel ?? 'read committed'
     if (!['read committed', 'repeatable read', 'serializable'].includes(isolation)) {
@@ -147,13 +170,16 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
       this.#listener = listener
       this.watch = (scope, key, onChange) => listener.watch(`${scope}\n${key}`, onChange)
     }
-    this.#tasks = new PostgresTasks(this, options.gc)
+    this.#tasks = new PostgresTasks(this, options.gc, this.#parted ? () => this.rotatePartitions() : undefined)
     if (options.groupCommit ?? true) {
+      const batch = batchStatements(schema, table)
+      const parted = this.#parted
       this.#groups = groupCommits({
-        sql: batchStatements(schema, table),
+        sql: parted ? { ...batch, acquire: parted.acquire } : batch,
         retentionMs: this.#retentionMs,
         channel: this.channel,
-        query: (operation, statement, values) => this.#query(operation, statement, values),
+        query: (operation, statement, values) =>
+          parted && statement === parted.acquire ? this.#lockedAcquire(values) : this.#query(operation, statement, values),
         one: {
           acquire: (input) => this.#acquireOne(input),
           get: (input) => this.#getOne(input),
@@ -165,9 +191,114 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     }
   }
 
-  /** Creates the table and its indexes if needed; safe to call on every start, from many processes at once. */
+  /**
+   * Creates the table and its indexes if needed; safe to call on every start, from many processes at once.
+   * On the partitioned layout, also creates the partition of now and those ahead. Refuses a table
+   * of the other layout (see {@link PostgresStore.convertLayout}).
+   */
   async migrate(): Promise<void> {
-    await migrate(await this.#ready('migrate'), this.schema, this.table)
+    const pool = await this.#ready('migrate')
+    await migrate(pool, this.schema, this.table, { layout: this.layout, intervalMs: this.#intervalMs })
+    if (this.#parted) await this.#ensurePartitions('migrate')
+  }
+
+  /**
+   * Rewrites the table in this store's layout, records kept (from plain to partitioned, or back):
+   * one transaction under an exclusive lock, so every store on the table waits for it. Creates the
+   * table if missing; does nothing on a table in this layout already. `idemkey migrate --layout`.
+   */
+  async convertLayout(): Promise<LayoutConversion> {
+    const pool = await this.#ready('convertLayout')
+    return convertLayout(pool, this.schema, this.table, { layout: this.layout, intervalMs: this.#intervalMs })
+  }
+
+  /**
+   * On the partitioned layout: creates the partitions of now and ahead, and detaches and drops each
+   * ended partition whose every record has expired. What the `gc` loop and `idemkey gc` run.
+   */
+  async rotatePartitions(): Promise<Rotation> {
+    if (!this.#parted) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        `postgres: rotatePartitions() needs layout 'partitioned'; table "${this.schema}"."${this.table}" is plain (use purgeExpired).`,
+      )
+    }
+    const pool = await this.#ready('rotatePartitions')
+    try {
+      return await rotate(pool, this.schema, this.table, this.#intervalMs)
+    } catch (error) {
+      throw toStoreError('rotatePartitions', error, this.schema, this.table)
+    }
+  }
+
+  async #ensurePartitions(operation: string): Promise<void> {
+    try {
+      await ensurePartitions(await this.#ready(operation), this.schema, this.table, this.#intervalMs)
+    } catch (error) {
+      throw toStoreError(operation, error, this.schema, this.table)
+    }
+  }
+
+  /**
+   * The partitioned acquire (partitioned-statements.ts), in the batch statement's shape: a lock-free
+   * read answers the callers whose key has a live record (replays, duplicates in flight, mismatches);
+   * the others go on under the key locks.
+   */
+  async #lockedAcquire(values: unknown[]): Promise<PgQueryResult> {
+    const [scopes, keys, fingerprints, leases, watched] = values as [string[], string[], string[], number[], string[]]
+    const peeked = (await this.#query('acquire', (this.#parted as PartitionedStatements).peek, [scopes, keys, fingerprints]))
+      .rows as Array<{
+      n: string | number
+    }>
+    if (peeked.length === scopes.length) return { rows: peeked, rowCount: peeked.length }
+    // The callers the read left unanswered go on under the key locks, numbered again from 1 (and
+    // the first of each key among them may write); their rows are numbered back as the caller's.
+    const answered = new Set(peeked.map((row) => Number(row.n)))
+    const rest = scopes.map((_, i) => i).filter((i) => !answered.has(i + 1))
+    const pick = <T>(column: T[]) => rest.map((i) => column[i] as T)
+    const first = rest.map((i, j) => j === 0 || scopes[i] !== scopes[rest[j - 1] as number] || keys[i] !== keys[rest[j - 1] as number])
+    const locked = await this.#underKeyLocks([
+      pick(scopes),
+      pick(keys),
+      pick(fingerprints),
+      pick(leases),
+      pick(watched),
+      first.map((flag) => (flag ? 't' : 'f')),
+      values[6],
+    ])
+    const rows = [
+      ...peeked,
+      ...(locked.rows as Array<{ n: string | number }>).map((row) => ({ ...row, n: (rest[Number(row.n) - 1] as number) + 1 })),
+    ]
+    return { rows, rowCount: rows.length }
+  }
+
+  /**
+   * The keys' advisory locks, then the acquire statement, in one READ COMMITTED transaction, so the
+   * statement's snapshot comes after the locks. An insert that found no partition for now (a
+   * rotation was missed) creates the partitions and runs again.
+   */
+  async #underKeyLocks(values: unknown[]): Promise<PgQueryResult> {
+    const parted = this.#parted as PartitionedStatements
+    const pool = await this.#ready('acquire')
+    const named = (statement: Statement, params: unknown[]) =>
+      this.#prepared
+        ? { name: statement.name, text: statement.text, values: params, query_timeout: this.#queryTimeoutMs }
+        : { text: statement.text, values: params, query_timeout: this.#queryTimeoutMs }
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await inTransaction(pool, async (tx) => {
+          await tx.query(named(parted.lock, [values[0], values[1], `${this.schema}.${this.table}`]))
+          return tx.query(named(parted.acquire, values))
+        })
+      } catch (error) {
+        if (attempt < 3 && noPartition(error)) {
+          await this.#ensurePartitions('acquire')
+          continue
+        }
+        throw toStoreError('acquire', error, this.schema, this.table)
+      }
+    }
   }
 
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
@@ -181,6 +312,17 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   }
 
   async #acquireOne({ scope, key, fingerprint, leaseMs, watched }: AcquireInput): Promise<AcquireResult> {
+    if (this.#parted) {
+      // The batch statement with one caller: the partitioned layout has no single-key form.
+      const batch = [[scope], [key], [fingerprint], [leaseMs], [watched ? 't' : 'f'], ['t'], this.#retentionMs]
+      for (let round = 0; round < 100; round++) {
+        const row = (await this.#lockedAcquire(batch)).rows[0] as AcquireRow | undefined
+        if (!row) throw new IdempotencyError('STORE_SCHEMA', 'postgres: acquire returned no row; is the table an idemkey table?')
+        const answer = acquireAnswer(row, scope, key, fingerprint)
+        if (answer) return answer
+      }
+      throw lostRaces({ scope, key })
+    }
     const values = [scope, key, fingerprint, leaseMs, this.#retentionMs, watched]
     // Neither a token nor a live record comes back only when another caller changed the row between
     // this statement's snapshot and its insert: run it again, with a fresh snapshot.
@@ -270,7 +412,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
 
   async purgeExpired(limit: number): Promise<number> {
     assertPositiveInteger(limit, 'limit')
-    return (await this.#query('purgeExpired', this.#sql.purge, [limit])).rowCount ?? 0
+    return (await this.#query('purgeExpired', this.#parted?.purge ?? this.#sql.purge, [limit])).rowCount ?? 0
   }
 
   async evict(scope: string, key: string): Promise<boolean> {
@@ -417,4 +559,10 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     if (this.#pool) return step(this.#pool).catch(fail)
     return this.#ready(operation).then((pool) => step(pool).catch(fail))
   }
+}
+
+/** An insert that found no partition for its `created_at` (SQLSTATE 23514, "no partition of relation … found for row"). */
+function noPartition(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: string; message?: string }
+  return code === '23514' && /no partition/.test(message ?? '')
 }

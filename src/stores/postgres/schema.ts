@@ -1,4 +1,5 @@
 import { IdempotencyError } from '../../errors.js'
+import { intervalOf, layoutComment, type PostgresLayout, partitionedTableDdl } from './partitions.js'
 import type { PgClientLike, PgPoolLike } from './pool.js'
 import { toStoreError } from './postgres-errors.js'
 import { ALL_COLUMNS, qualified } from './statements.js'
@@ -58,13 +59,37 @@ const MIGRATIONS: Array<(schema: string, table: string) => string[]> = [
   (schema, table) => [`ALTER TABLE ${qualified(schema, table)} ADD COLUMN IF NOT EXISTS steps jsonb NULL`],
 ]
 
+/** The plain table at the current schema version: every migration in turn. */
+export function plainTableDdl(schema: string, table: string): string[] {
+  return MIGRATIONS.flatMap((migration) => migration(schema, table))
+}
+
+/** The layout the store expects: plain, or partitioned with the interval a new table gets. */
+export interface LayoutChoice {
+  layout: PostgresLayout
+  intervalMs: number
+}
+
+/** What `migrate` found or made. */
+export interface Migrated {
+  layout: PostgresLayout
+  /** The partitioned table's interval (from its comment), when partitioned. */
+  intervalMs?: number
+}
+
 /**
  * Creates or upgrades the schema, idempotently, in one transaction. A transaction-scoped advisory
  * lock makes processes that migrate at the same time take turns (concurrent `CREATE TABLE IF NOT
- * EXISTS` can otherwise fail). Then checks that the table has the columns the store reads and is
- * not UNLOGGED.
+ * EXISTS` can otherwise fail). Then checks that the table has the columns the store reads, is
+ * not UNLOGGED, and has the layout the store was given (converting one is `convertLayout`, never
+ * implicit: it rewrites every row under an exclusive lock).
  */
-export async function migrate(pool: PgPoolLike, schema: string, table: string): Promise<void> {
+export async function migrate(
+  pool: PgPoolLike,
+  schema: string,
+  table: string,
+  choice: LayoutChoice = { layout: 'plain', intervalMs: 0 },
+): Promise<Migrated> {
   let client: PgClientLike
   try {
     client = await pool.connect()
@@ -78,12 +103,27 @@ export async function migrate(pool: PgPoolLike, schema: string, table: string): 
     await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`idemkey:migrate:${schema}.${table}`])
     if (schema !== 'public') await client.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`)
     const found = await client.query(
-      `SELECT c.relpersistence AS persistence, obj_description(c.oid, 'pg_class') AS comment
+      `SELECT c.relpersistence AS persistence, c.relkind AS kind, obj_description(c.oid, 'pg_class') AS comment
        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
       [schema, table],
     )
-    const existing = found.rows[0] as { persistence: string; comment: string | null } | undefined
-    const current = existing ? Number(VERSION_COMMENT.exec(existing.comment ?? '')?.[1] ?? 1) : 0
+    const existing = found.rows[0] as { persistence: string; kind: string; comment: string | null } | undefined
+    const layout: PostgresLayout = existing ? (existing.kind === 'p' ? 'partitioned' : 'plain') : choice.layout
+    if (layout !== choice.layout) {
+      throw new IdempotencyError(
+        'STORE_SCHEMA',
+        `postgres: table ${t} has the ${layout} layout, and the store was given layout '${choice.layout}'. Convert it with \`idemkey migrate --store … --layout ${choice.layout}\` (or store.convertLayout(), which rewrites every row under an exclusive lock), or give the store layout '${layout}'.`,
+      )
+    }
+    const intervalMs = layout === 'partitioned' ? (intervalOf(existing?.comment ?? null) ?? choice.intervalMs) : undefined
+    let current = existing ? Number(VERSION_COMMENT.exec(existing.comment ?? '')?.[1] ?? 1) : 0
+    if (!existing && layout === 'partitioned') {
+      // A new partitioned table is created at the current version (its first partitions come with
+      // the store's rotation, or an insert's on-demand creation).
+      for (const sql of partitionedTableDdl(schema, table)) await client.query(sql)
+      current = SCHEMA_VERSION
+      await client.query(`COMMENT ON TABLE ${t} IS '${layoutComment(SCHEMA_VERSION, layout, choice.intervalMs)}'`)
+    }
     if (current > SCHEMA_VERSION) {
       throw new IdempotencyError(
         'STORE_SCHEMA',
@@ -95,7 +135,7 @@ export async function migrate(pool: PgPoolLike, schema: string, table: string): 
     }
     // Only the owner may comment; an app user with row grants on an up-to-date table never needs to.
     if (current < SCHEMA_VERSION) {
-      await client.query(`COMMENT ON TABLE ${t} IS 'idemkey schema ${SCHEMA_VERSION}: idempotency records (scope, key)'`)
+      await client.query(`COMMENT ON TABLE ${t} IS '${layoutComment(SCHEMA_VERSION, layout, intervalMs ?? 0)}'`)
     }
     // A table that was there before (current = 1 without a comment) may be someone else's: check its shape.
     await client.query(`SELECT ${ALL_COLUMNS} FROM ${t} LIMIT 0`)
@@ -106,6 +146,7 @@ export async function migrate(pool: PgPoolLike, schema: string, table: string): 
       )
     }
     await client.query('COMMIT')
+    return intervalMs === undefined ? { layout } : { layout, intervalMs }
   } catch (error) {
     await client.query('ROLLBACK').catch(() => {
       rollbackFailed = true
