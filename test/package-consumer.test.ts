@@ -153,8 +153,9 @@ describe('the packed tarball', () => {
     expect([...files].filter((f) => /^dist\/cjs\/(cli|demo)\//.test(f) || f === 'dist/cjs/stores/open.js')).toEqual([])
     // A guard, not a target: source maps, sources or tests slipping in would pass it by far (maps alone were 42%).
     // 460 KB with DynamoDB, Lambda, observability and durable steps in both builds; about 612 KB with the
-    // data-layer adapters, the MySQL outbox and inbox, and group commit on PostgreSQL and MySQL.
-    expect(packed.size, 'packed size in bytes').toBeLessThan(680_000)
+    // data-layer adapters, the MySQL outbox and inbox, and group commit on PostgreSQL and MySQL; about
+    // 681 KB with PostgreSQL time partitions, Redis's compare-and-set complete and the inbox reports.
+    expect(packed.size, 'packed size in bytes').toBeLessThan(740_000)
     console.info(`idemkey tarball: ${packed.size} bytes packed, ${packed.unpackedSize} unpacked, ${files.size} files`)
   })
 
