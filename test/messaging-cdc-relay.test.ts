@@ -5,7 +5,11 @@
  * publish; PostgreSQL restarted under load loses nothing. Logical replication needs wal_level =
  * logical, so the file runs its own throwaway PostgreSQL (the shared server stays wal_level = replica).
  */
+import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
+import { Redis } from 'ioredis'
 import pg from 'pg'
 import { PgInbox } from '../src/messaging/inbox/index.js'
 import {
@@ -328,6 +332,84 @@ describe.skipIf(noServer !== undefined)('CDC relay slot health', () => {
       await expect(relay.setup()).rejects.toMatchObject({ code: 'STORE_SCHEMA', message: expect.stringContaining('wal_level = logical') })
     } finally {
       await relay.stop()
+    }
+  })
+})
+
+const BIN = join(import.meta.dirname, '..', 'bin/idemkey.js')
+const redisSkip = noServer ?? (await serviceSkipReason('Redis', BROKER_PORTS.redis))
+
+describe.skipIf(redisSkip !== undefined)('idemkey relay (the built CLI)', () => {
+  beforeAll(() => {
+    if (!existsSync(join(import.meta.dirname, '..', 'dist/cli/main.js'))) {
+      throw new Error('dist/cli/main.js is missing: run `npm run build` first (npm test does).')
+    }
+  })
+
+  it('relays committed outbox rows to Redis Streams, answers /readyz, and stops on SIGTERM', { timeout: 40_000 }, async () => {
+    const pool = new pg.Pool({ connectionString: server.url, max: 2 })
+    const id = randomUUID().replaceAll('-', '').slice(0, 10)
+    const table = `cdc_${id}_cli`
+    const stream = `idemkey:h1cdc:${id}`
+    const outbox = new PgOutbox({ pool, table })
+    await outbox.migrate()
+    const redis = new Redis(BROKER_PORTS.redis, '127.0.0.1')
+    const child = spawn(
+      process.execPath,
+      [BIN, 'relay', '--from', server.url, '--to', 'redis://127.0.0.1:6379', '--table', table, '--health-port', '0'],
+      {
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    )
+    let stderr = ''
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString()
+    })
+    try {
+      await eventually(() => /streaming from slot/.test(stderr), `the relay to stream. stderr:\n${stderr}`)
+      const port = Number(/health on http:\/\/127\.0\.0\.1:(\d+)/.exec(stderr)?.[1])
+      for (let i = 0; i < 3; i++) {
+        const client = await pool.connect()
+        await client.query('BEGIN')
+        await outbox.add(client, { topic: stream, payload: { i } })
+        await client.query('COMMIT')
+        client.release()
+      }
+      await eventually(async () => (await redis.xlen(stream)) === 3, `3 entries on ${stream}. stderr:\n${stderr}`)
+      const ready = await fetch(`http://127.0.0.1:${port}/readyz`)
+      expect(ready.status).toBe(200)
+      expect(await ready.json()).toMatchObject({ status: 'ready', slot: `idemkey_cdc_${table}`, exists: true, active: true })
+      child.kill('SIGTERM')
+      expect(await exited(child)).toBe(null)
+      expect(child.exitCode).toBe(0)
+      expect(stderr).toContain('published 3 messages')
+    } finally {
+      child.kill('SIGKILL')
+      await redis.del(stream)
+      redis.disconnect()
+      await eventually(async () => {
+        const { rows } = await pool.query('SELECT active FROM pg_replication_slots WHERE slot_name = $1', [`idemkey_cdc_${table}`])
+        return rows[0]?.active !== true
+      }, 'the slot to be released')
+      await new PgCdcRelay({ connection: server.url, publisher: { name: 'none', publish: async () => [] }, table }).drop()
+      await pool.end()
+    }
+  })
+
+  it('refuses a server without wal_level = logical with a message that says how to fix it, and exits', { timeout: 30_000 }, async () => {
+    const child = spawn(process.execPath, [BIN, 'relay', '--from', PG_URL, '--to', 'redis://127.0.0.1:6379', '--table', 'h1_cdc_absent'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    })
+    let stderr = ''
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString()
+    })
+    try {
+      expect(await exited(child)).toBe(null)
+      expect(child.exitCode).toBe(1)
+      expect(stderr).toContain('wal_level = logical')
+    } finally {
+      child.kill('SIGKILL')
     }
   })
 })
