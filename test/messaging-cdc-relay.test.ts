@@ -139,6 +139,7 @@ async function setUp(broker: BrokerName) {
       await consumer?.stop().catch(() => {})
       for (const r of relays) await r.stop().catch(() => {})
       await relays[0]?.drop().catch(() => {})
+      await relays[0]?.stop().catch(() => {}) // closes the query connection drop() used
       await close().catch(() => {})
       await resource.teardown().catch(() => {})
       await pool.end().catch(() => {})
