@@ -113,6 +113,8 @@ interface Stream {
   service: LogicalReplicationService
   /** Set when the connection ended: the batch in flight stops retrying, its rows come again from the slot. */
   closed: boolean
+  /** When the server last sent anything (data or keepalive). */
+  heardAt: number
 }
 
 type PgModule = typeof import('pg')
@@ -130,6 +132,8 @@ function bigIntToLsn(value: bigint): string {
 
 const HIGH_WATER_BATCHES = 8
 const STATUS_INTERVAL_MS = 1_000
+/** An idle relay pings every second; a connection that has answered nothing this long is half-open, and replaced. */
+const SILENT_CONNECTION_MS = 30_000
 
 /**
  * Publishes outbox rows from PostgreSQL's logical replication stream: no claim query, no "sent"
@@ -185,7 +189,11 @@ export class PgCdcRelay {
         'PgCdcRelay needs { connection, publisher }: a PostgreSQL URL or pg config, and a publisher.',
       )
     }
-    this.#connection = typeof options.connection === 'string' ? { connectionString: options.connection } : options.connection
+    // A server that does not answer (down, or a black-holed address) fails the attempt instead of hanging it.
+    this.#connection = {
+      connectionTimeoutMillis: 10_000,
+      ...(typeof options.connection === 'string' ? { connectionString: options.connection } : options.connection),
+    }
     this.#publisher = options.publisher
     const table = options.table ?? 'idemkey_outbox'
     this.#table = quoteName(table, 'PgCdcRelay table')
@@ -321,7 +329,7 @@ export class PgCdcRelay {
     const service = new LogicalReplicationService(this.#connection as ConstructorParameters<typeof LogicalReplicationService>[0], {
       acknowledge: { auto: false, timeoutSeconds: 0 },
     })
-    const stream: Stream = { service, closed: false }
+    const stream: Stream = { service, closed: false, heardAt: Date.now() }
     this.#stream = stream
     this.#queue = []
     this.#transaction = undefined
@@ -335,7 +343,7 @@ export class PgCdcRelay {
     const health = await this.health()
     this.#confirmed = health.confirmedLsn ? lsnToBigInt(health.confirmedLsn) : 0n
     const publishing = this.#publishLoop(stream)
-    const status = setInterval(() => this.#sendStatus(stream, this.#idle()), STATUS_INTERVAL_MS)
+    const status = setInterval(() => this.#tick(stream), STATUS_INTERVAL_MS)
     try {
       // '0/0': start at the slot's confirmed position. The library would resume from the last LSN it
       // received, which skips what was received but never confirmed by the broker.
@@ -352,8 +360,29 @@ export class PgCdcRelay {
     }
   }
 
+  /** Every second: tell the server where we stand (asking for a keepalive when idle), and drop a connection gone silent. */
+  #tick(stream: Stream): void {
+    const idle = this.#idle()
+    if (idle && Date.now() - stream.heardAt > SILENT_CONNECTION_MS) {
+      this.#emit({
+        type: 'error',
+        relayId: this.relayId,
+        error: new IdempotencyError(
+          'STORE_UNAVAILABLE',
+          `PgCdcRelay on slot "${this.slot}": the replication connection answered nothing for ${SILENT_CONNECTION_MS / 1000} s; reconnecting.`,
+        ),
+      })
+      stream.closed = true
+      this.#wakeAll()
+      void stream.service.stop().catch(() => {})
+      return
+    }
+    this.#sendStatus(stream, idle)
+  }
+
   #receive(stream: Stream, message: PgoutputMessage): void {
     if (stream.closed) return
+    stream.heardAt = Date.now()
     if (message.tag === 'begin') this.#transaction = []
     else if (message.tag === 'insert' && message.relation.name === this.#tableName) this.#transaction?.push(toMessage(message.new))
     else if (message.tag === 'commit' && message.commitEndLsn) {
@@ -369,6 +398,7 @@ export class PgCdcRelay {
   /** A keepalive: when nothing is buffered or in flight, everything the server sent is done, so its position is confirmed. */
   #heartbeat(stream: Stream, lsn: string, shouldRespond: boolean): void {
     if (stream.closed) return
+    stream.heardAt = Date.now()
     if (this.#idle() && this.#transaction === undefined) this.#advance(stream, lsn)
     else if (shouldRespond) this.#sendStatus(stream, false)
   }
