@@ -2,7 +2,7 @@
 import { createServer, type Server } from 'node:http'
 import type { Publisher } from '../messaging/message.js'
 import { PgCdcRelay, type PgCdcRelayEvent } from '../messaging/outbox/pg-cdc-relay.js'
-import { type BrokerKind, maskPassword, type RelayFlags } from './relay.js'
+import { type BrokerKind, maskPassword, type RelayFlags } from './relay-flags.js'
 import { CliError } from './run.js'
 
 interface OpenedPublisher {

@@ -1,23 +1,6 @@
 import { type Command, InvalidArgumentError } from 'commander'
 import { intArg, sizeOption } from './options.js'
-
-/** The brokers `--to` names, by URL scheme. */
-export type BrokerKind = 'nats' | 'rabbitmq' | 'redis'
-
-/** What `idemkey relay` was asked to do, once its flags are parsed. */
-export interface RelayFlags {
-  from: string
-  to: { kind: BrokerKind; url: string }
-  table: string
-  slot?: string
-  publication?: string
-  batchSize: number
-  maxLag: number
-  exchange: string
-  setup: boolean
-  healthPort?: number
-  healthHost: string
-}
+import { type BrokerKind, maskPassword, type RelayFlags } from './relay-flags.js'
 
 /** `idemkey relay`: the CDC relay (docs/messaging.md, "CDC relay") as a standalone process. */
 export function registerRelay(program: Command): void {
@@ -91,9 +74,4 @@ export function toArg(value: string): RelayFlags['to'] {
     )
   }
   return { kind, url: value }
-}
-
-/** A URL for messages, with its password replaced. */
-export function maskPassword(url: string): string {
-  return url.replace(/(\/\/[^:/@]*:)[^@/]*@/, '$1***@')
 }
