@@ -284,7 +284,7 @@ for (const broker of ['nats', 'rabbitmq', 'redis'] as const) {
   })
 }
 
-describe.skipIf(noServer !== undefined)('CDC relay slot health', () => {
+describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: slot health, order, failures', () => {
   it('reports the WAL a stopped relay leaves behind as lag, and ready() fails past maxLagBytes', async () => {
     const pool = new pg.Pool({ connectionString: server.url, max: 2 })
     const table = `cdc_${randomUUID().replaceAll('-', '').slice(0, 10)}_outbox`
@@ -323,6 +323,70 @@ describe.skipIf(noServer !== undefined)('CDC relay slot health', () => {
     } finally {
       await relay.stop()
       await relay.drop()
+      await relay.stop() // closes the query connection drop() used
+      await pool.end()
+    }
+  })
+
+  it('keeps partition order through a retried publish, and dead-letters a message the broker refuses for good', async () => {
+    const pool = new pg.Pool({ connectionString: server.url, max: 2 })
+    const table = `cdc_${randomUUID().replaceAll('-', '').slice(0, 10)}_outbox`
+    const outbox = new PgOutbox({ pool, table })
+    await outbox.migrate()
+    const confirmed: string[] = []
+    const tries = new Map<string, number>()
+    const publisher: Publisher = {
+      name: 'memory',
+      publish: async (messages) =>
+        messages.map((m) => {
+          const name = (JSON.parse(Buffer.from(m.payload).toString('utf8')) as { name: string }).name
+          const n = (tries.get(name) ?? 0) + 1
+          tries.set(name, n)
+          if (name === 'a1' && n <= 2) return { ok: false as const, error: new Error('broker busy'), retryable: true }
+          if (name === 'poison') return { ok: false as const, error: new Error('too large for the broker'), retryable: false }
+          confirmed.push(name)
+          return { ok: true as const }
+        }),
+    }
+    const events: PgCdcRelayEvent[] = []
+    const relay = new PgCdcRelay({ connection: server.url, publisher, table, backoffInitial: '10ms', onEvent: (e) => events.push(e) })
+    try {
+      await relay.setup()
+      relay.start()
+      const client = await pool.connect()
+      await client.query('BEGIN')
+      for (const [name, key] of [
+        ['a0', 'a'],
+        ['a1', 'a'],
+        ['b0', 'b'],
+        ['a2', 'a'],
+        ['poison', 'c'],
+        ['b1', 'b'],
+        ['c1', 'c'],
+        ['free', undefined],
+      ] as const) {
+        await outbox.add(client, { topic: 't', payload: { name }, partitionKey: key })
+      }
+      await client.query('COMMIT').finally(() => client.release())
+      await eventually(() => confirmed.length === 7, `7 confirmed, got ${confirmed.join(',')}`)
+      const order = (key: string) => confirmed.filter((name) => name.startsWith(key))
+      expect(order('a')).toEqual(['a0', 'a1', 'a2'])
+      expect(order('b')).toEqual(['b0', 'b1'])
+      expect(order('c')).toEqual(['c1'])
+      expect(tries.get('a1')).toBe(3)
+      const failed = events.flatMap((e) => (e.type === 'failed' ? [{ dead: e.dead, attempts: e.message.attempts }] : []))
+      expect(failed).toEqual(
+        expect.arrayContaining([
+          { dead: false, attempts: 1 },
+          { dead: false, attempts: 2 },
+          { dead: true, attempts: 1 },
+        ]),
+      )
+      expect(await outbox.stats()).toEqual({ pending: 7, sent: 0, dead: 1 })
+    } finally {
+      await relay.stop()
+      await relay.drop()
+      await relay.stop()
       await pool.end()
     }
   })

@@ -325,6 +325,10 @@ export class PgCdcRelay {
   /** One replication connection, from open to close: stream into the queue, publish from it. */
   async #streamOnce(): Promise<void> {
     const { LogicalReplicationService, PgoutputPlugin } = await loadReplication()
+    // Start from what the slot already confirmed (another relay may have moved it): a status update
+    // must never report less, or the server would replay more than needed.
+    const slot = await this.health()
+    this.#confirmed = slot.confirmedLsn ? lsnToBigInt(slot.confirmedLsn) : 0n
     // Acknowledgements are ours alone: the library's automatic ones would confirm what the broker has not.
     const service = new LogicalReplicationService(this.#connection as ConstructorParameters<typeof LogicalReplicationService>[0], {
       acknowledge: { auto: false, timeoutSeconds: 0 },
@@ -338,10 +342,6 @@ export class PgCdcRelay {
     service.on('heartbeat', (lsn: string, _time: number, shouldRespond: boolean) => this.#heartbeat(stream, lsn, shouldRespond))
     service.on('start', () => this.#emit({ type: 'streaming', relayId: this.relayId, slot: this.slot }))
     const plugin = new PgoutputPlugin({ protoVersion: 1, publicationNames: [this.publication] })
-    // Start from what the slot already confirmed (another relay may have moved it): a status update
-    // must never report less, or the server would replay more than needed.
-    const health = await this.health()
-    this.#confirmed = health.confirmedLsn ? lsnToBigInt(health.confirmedLsn) : 0n
     const publishing = this.#publishLoop(stream)
     const status = setInterval(() => this.#tick(stream), STATUS_INTERVAL_MS)
     try {
@@ -472,13 +472,14 @@ export class PgCdcRelay {
     const sent: OutboxMessage[] = []
     let retries = 0
     for (;;) {
-      const heads = chains.flatMap((chain) => (chain.length > 0 ? [chain[0] as OutboxMessage] : []))
-      if (heads.length === 0) break
+      const active = chains.filter((chain) => chain.length > 0)
+      if (active.length === 0) break
+      const heads = active.map((chain) => chain[0] as OutboxMessage)
       const results = await this.#publish(heads.map((m) => ({ ...m, attempts: (attempts.get(m.id) ?? 0) + 1 })))
       let failed = false
       for (const [i, message] of heads.entries()) {
         const result = results[i] ?? { ok: false, error: new Error('the publisher returned no result for this message'), retryable: true }
-        const chain = chains.find((c) => c[0] === message) as OutboxMessage[]
+        const chain = active[i] as OutboxMessage[]
         if (result.ok) {
           sent.push(message)
           chain.shift()
