@@ -120,7 +120,11 @@ interface Stream {
 type PgModule = typeof import('pg')
 type PgClient = InstanceType<PgModule['Client']>
 
-/** LSN text (`16/B374D848`) as a number of bytes, for comparing. */
+/**
+ * LSN text (`16/B374D848`) as a number of bytes, for comparing.
+ *
+ * @example lsnToBigInt('1/0') // 4294967296n
+ */
 export function lsnToBigInt(lsn: string): bigint {
   const [high, low] = lsn.split('/')
   return (BigInt(`0x${high}`) << 32n) + BigInt(`0x${low}`)
