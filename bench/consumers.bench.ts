@@ -8,7 +8,11 @@
  * 3. throughput, consumer alone: the same backlog already in the broker, drained by the consumer.
  * The effect is one UPDATE of the event's account row (64 accounts); the partition key is the
  * account, so events of one account are applied in order and accounts run in parallel.
- * Run alone: npx tsx bench/consumers.bench.ts [--events 20000] [--rate 1000] [--seconds 10] [--concurrency 32] [--broker nats,redis,rabbitmq]
+ * Each runs once per relay (`--relay polling,cdc`): the polling OutboxRelay, and PgCdcRelay reading the
+ * logical replication stream. CDC needs wal_level = logical: when the server at IDEMKEY_PG_URL runs
+ * another level and CDC rows are asked for, every row (polling too, so they compare) runs on a
+ * throwaway PostgreSQL 15 started with wal_level = logical and fsync on (test/fixtures/postgres).
+ * Run alone: npx tsx bench/consumers.bench.ts [--events 20000] [--rate 1000] [--seconds 10] [--concurrency 32] [--broker nats,redis,rabbitmq] [--relay polling,cdc]
  */
 import { randomUUID } from 'node:crypto'
 import amqp from 'amqplib'
@@ -18,11 +22,12 @@ import pg from 'pg'
 import { PgInbox, type PgPoolClient } from '../src/messaging/inbox/index.js'
 import type { InboxMessage } from '../src/messaging/inbox/types.js'
 import type { Publisher } from '../src/messaging/message.js'
-import { OutboxRelay, PgOutbox, type RelayEvent } from '../src/messaging/outbox/index.js'
+import { OutboxRelay, PgCdcRelay, PgOutbox, type RelayEvent } from '../src/messaging/outbox/index.js'
 import { consumeNats, NatsPublisher } from '../src/messaging/publishers/nats/index.js'
 import { consumeRabbitMq, RabbitMqPublisher } from '../src/messaging/publishers/rabbitmq/index.js'
 import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/publishers/redis-streams/index.js'
 import type { RunningConsumer } from '../src/messaging/publishers/shared.js'
+import { startThrowaway, type ThrowawayServer } from '../test/fixtures/postgres/throwaway-server.js'
 import { fmt, numberArg, percentile, report, steadyLoad, table } from './lib.js'
 
 const EVENTS = numberArg('events', 20_000)
@@ -31,8 +36,26 @@ const SECONDS = numberArg('seconds', 10)
 const CONCURRENCY = numberArg('concurrency', 16)
 const brokerArg = process.argv.indexOf('--broker')
 const BROKERS = (brokerArg > 0 ? String(process.argv[brokerArg + 1]) : 'nats,redis,rabbitmq').split(',')
+const relayArg = process.argv.indexOf('--relay')
+const RELAYS = (relayArg > 0 ? String(process.argv[relayArg + 1]) : 'polling,cdc').split(',') as Array<'polling' | 'cdc'>
 const ACCOUNTS = 64
-const PG_URL = process.env.IDEMKEY_PG_URL ?? 'postgres://root@127.0.0.1:5432/test'
+const SHARED_PG_URL = process.env.IDEMKEY_PG_URL ?? 'postgres://root@127.0.0.1:5432/test'
+
+/** The server every row runs on: the shared one, or a throwaway with wal_level = logical when CDC needs it and the shared one lacks it. */
+async function chooseServer(): Promise<{ url: string; throwaway?: ThrowawayServer }> {
+  if (!RELAYS.includes('cdc')) return { url: SHARED_PG_URL }
+  const probe = new pg.Client({ connectionString: SHARED_PG_URL })
+  await probe.connect()
+  const { rows } = await probe.query<{ wal_level: string }>('SHOW wal_level')
+  await probe.end()
+  if (rows[0]?.wal_level === 'logical') return { url: SHARED_PG_URL }
+  const throwaway = await startThrowaway({
+    settings: { wal_level: 'logical', fsync: 'on', max_connections: 100, shared_buffers: '256MB', max_wal_size: '2GB' },
+  })
+  return { url: throwaway.url, throwaway }
+}
+const server = await chooseServer()
+const PG_URL = server.url
 
 const tag = randomUUID().replaceAll('-', '').slice(0, 10)
 const schema = `bench_consumers_${tag}`
@@ -108,10 +131,18 @@ async function wire(broker: string, run: string): Promise<Wiring> {
   }
 }
 
+/** A relay of either kind, as the runs drive it. */
+interface BenchRelay {
+  start(): void
+  stop(): Promise<void>
+}
+
 /** Outbox, inbox and effect tables of one run, plus the timestamps. */
-async function setup(broker: string, run: string, ordering: 'partition' | 'none' = 'partition') {
+async function setup(broker: string, run: string, mode: 'polling' | 'cdc', ordering: 'partition' | 'none' = 'partition') {
+  run = `${run}_${mode}`
   const wiring = await wire(broker, run)
-  const outbox = new PgOutbox({ pool, table: `${schema}.outbox_${broker}_${run}`, ordering })
+  const outboxTable = `${schema}.outbox_${broker}_${run}`
+  const outbox = new PgOutbox({ pool, table: outboxTable, ordering })
   await outbox.migrate()
   const appliedAt = new Map<string, number>()
   const inbox = new PgInbox({
@@ -128,8 +159,36 @@ async function setup(broker: string, run: string, ordering: 'partition' | 'none'
   await pool.query(`INSERT INTO ${accounts} (id) SELECT generate_series(0, ${ACCOUNTS - 1})`)
   const handler = (tx: PgPoolClient, m: InboxMessage) =>
     tx.query(`UPDATE ${accounts} SET balance = balance + 1 WHERE id = $1`, [Number(m.headers?.account)])
-  const relay = (onEvent?: (event: RelayEvent) => void) =>
-    new OutboxRelay({ outbox, publisher: wiring.publisher, batchSize: 500, concurrency: 2, ...(onEvent ? { onEvent } : {}) })
+  // The CDC relay's slot exists before the first event is written (a slot streams what commits after it).
+  let cdcEvents: ((event: RelayEvent) => void) | undefined
+  const cdc =
+    mode === 'cdc'
+      ? new PgCdcRelay({
+          connection: PG_URL,
+          publisher: wiring.publisher,
+          table: outboxTable,
+          slot: `bench_${tag}_${broker}_${run}`.toLowerCase(),
+          batchSize: 500,
+          onEvent: (event) => {
+            if (event.type === 'published' || event.type === 'failed' || event.type === 'error') cdcEvents?.(event)
+          },
+        })
+      : undefined
+  if (cdc) {
+    await cdc.setup()
+    cleanups.push(async () => {
+      await cdc.stop()
+      await cdc.drop()
+      await cdc.stop() // closes the query connection drop() used
+    })
+  }
+  const relay = (onEvent?: (event: RelayEvent) => void): BenchRelay => {
+    if (cdc) {
+      cdcEvents = onEvent
+      return cdc
+    }
+    return new OutboxRelay({ outbox, publisher: wiring.publisher, batchSize: 500, concurrency: 2, ...(onEvent ? { onEvent } : {}) })
+  }
   const event = (i: number) => {
     const account = i % ACCOUNTS
     return {
@@ -148,8 +207,8 @@ async function waitFor(done: () => boolean, ms: number): Promise<boolean> {
   return done()
 }
 
-async function latency(broker: string) {
-  const s = await setup(broker, 'latency')
+async function latency(broker: string, mode: 'polling' | 'cdc') {
+  const s = await setup(broker, 'latency', mode)
   const consumer = await s.wiring.consume(s.inbox, s.handler)
   const publishedAt = new Map<string, number>()
   const relay = s.relay((event) => {
@@ -215,8 +274,8 @@ async function addBacklog(s: Awaited<ReturnType<typeof setup>>, n: number): Prom
 }
 
 /** End to end: relay and consumer drain a committed backlog together. */
-async function endToEnd(broker: string, ordering: 'partition' | 'none' = 'partition'): Promise<number> {
-  const s = await setup(broker, `e2e_${ordering}`, ordering)
+async function endToEnd(broker: string, mode: 'polling' | 'cdc', ordering: 'partition' | 'none' = 'partition'): Promise<number> {
+  const s = await setup(broker, `e2e_${ordering}`, mode, ordering)
   await addBacklog(s, EVENTS)
   const started = performance.now()
   const consumer = await s.wiring.consume(s.inbox, s.handler)
@@ -231,16 +290,27 @@ async function endToEnd(broker: string, ordering: 'partition' | 'none' = 'partit
 }
 
 /** Consumer alone: the backlog is in the broker before the consumer starts (the relay alone puts it there, timed too). */
-async function consumerOnly(broker: string): Promise<{ consumer: number; relay: number }> {
-  const s = await setup(broker, 'drain')
+async function consumerOnly(broker: string, mode: 'polling' | 'cdc'): Promise<{ consumer: number; relay: number }> {
+  const s = await setup(broker, 'drain', mode)
   await addBacklog(s, EVENTS)
-  const relay = s.relay()
   const relayStarted = performance.now()
-  await Promise.all(
-    [0, 1].map(async () => {
-      while ((await relay.runOnce()) > 0) {}
-    }),
-  )
+  if (mode === 'polling') {
+    const relay = new OutboxRelay({ outbox: s.outbox, publisher: s.wiring.publisher, batchSize: 500, concurrency: 2 })
+    await Promise.all(
+      [0, 1].map(async () => {
+        while ((await relay.runOnce()) > 0) {}
+      }),
+    )
+  } else {
+    let published = 0
+    const relay = s.relay((event) => {
+      if (event.type === 'published') published += event.messages.length
+    })
+    relay.start()
+    const ok = await waitFor(() => published >= EVENTS, 120_000)
+    await relay.stop()
+    if (!ok) throw new Error(`${broker}: the CDC relay published ${published} of ${EVENTS}`)
+  }
   const relayRate = EVENTS / ((performance.now() - relayStarted) / 1_000)
   const started = performance.now()
   const consumer = await s.wiring.consume(s.inbox, s.handler)
@@ -256,48 +326,53 @@ try {
   await pool.query(`CREATE SCHEMA "${schema}"`)
   const rows: Array<Array<string | number>> = []
   const latencyRows: Array<Array<string | number>> = []
-  for (const broker of BROKERS) {
-    if (process.argv.includes('--drain-only')) {
-      console.log(broker, 'alone', await consumerOnly(broker))
-      continue
+  for (const broker of BROKERS)
+    for (const mode of RELAYS) {
+      if (process.argv.includes('--drain-only')) {
+        console.log(broker, mode, 'alone', await consumerOnly(broker, mode))
+        continue
+      }
+      const lat = await latency(broker, mode)
+      const e2e = await endToEnd(broker, mode)
+      // The CDC relay has no claim to order: the outbox's `ordering` does not apply to it.
+      const e2eNone = mode === 'polling' ? await endToEnd(broker, mode, 'none') : Number.NaN
+      const drain = await consumerOnly(broker, mode)
+      console.log(broker, mode, { ...lat, e2e, e2eNone, drain })
+      latencyRows.push([
+        names[broker] ?? broker,
+        mode === 'cdc' ? 'CDC' : 'polling',
+        `${fmt(RATE)}/s`,
+        `${fmt(lat.achieved)}/s`,
+        `${lat.samples}/${lat.produced}`,
+        fmt(lat.p50, 1),
+        fmt(lat.p99, 1),
+        fmt(lat.max, 1),
+        `${fmt(lat.relayP50, 1)} / ${fmt(lat.relayP99, 1)}`,
+        '50 ms',
+        lat.p99 <= 50 && lat.samples === lat.produced ? 'yes' : 'NO',
+      ])
+      rows.push([
+        names[broker] ?? broker,
+        mode === 'cdc' ? 'CDC' : 'polling',
+        EVENTS,
+        fmt(e2e),
+        Number.isNaN(e2eNone) ? 'n/a' : fmt(e2eNone),
+        fmt(drain.consumer),
+        fmt(drain.relay),
+        '5,000',
+        e2e >= 5_000 ? 'yes' : 'NO',
+        drain.consumer >= 5_000 ? 'yes' : 'NO',
+      ])
     }
-    const lat = await latency(broker)
-    const e2e = await endToEnd(broker)
-    const e2eNone = await endToEnd(broker, 'none')
-    const drain = await consumerOnly(broker)
-    console.log(broker, { ...lat, e2e, e2eNone, drain })
-    latencyRows.push([
-      names[broker] ?? broker,
-      `${fmt(RATE)}/s`,
-      `${fmt(lat.achieved)}/s`,
-      `${lat.samples}/${lat.produced}`,
-      fmt(lat.p50, 1),
-      fmt(lat.p99, 1),
-      fmt(lat.max, 1),
-      `${fmt(lat.relayP50, 1)} / ${fmt(lat.relayP99, 1)}`,
-      '50 ms',
-      lat.p99 <= 50 && lat.samples === lat.produced ? 'yes' : 'NO',
-    ])
-    rows.push([
-      names[broker] ?? broker,
-      EVENTS,
-      fmt(e2e),
-      fmt(e2eNone),
-      fmt(drain.consumer),
-      fmt(drain.relay),
-      '5,000',
-      e2e >= 5_000 ? 'yes' : 'NO',
-      drain.consumer >= 5_000 ? 'yes' : 'NO',
-    ])
-  }
   report(
     'consumers',
     'Consumer helpers: COMMIT → relay → broker → helper → effect committed with PgInbox',
-    `npx tsx bench/consumers.bench.ts --events ${EVENTS} --rate ${RATE} --seconds ${SECONDS} --concurrency ${CONCURRENCY} --broker ${BROKERS.join(',')}`,
-    `Each event goes through a PgOutbox, one OutboxRelay (batch 500, 2 batches in flight, woken by LISTEN/NOTIFY), the broker, and the broker's consumer helper (\`concurrency: ${CONCURRENCY}\`), whose effect (an UPDATE of the event's account row, ${ACCOUNTS} accounts) commits in one PgInbox transaction with the message ID; the ack follows that commit. The partition key is the account: on NATS a subject per account (the helper's default key), on Redis and RabbitMQ \`partitionKey\` reading an \`account\` header. Producers, relay, consumer, PostgreSQL and the brokers share the machine.\n\n` +
+    `npx tsx bench/consumers.bench.ts --events ${EVENTS} --rate ${RATE} --seconds ${SECONDS} --concurrency ${CONCURRENCY} --broker ${BROKERS.join(',')} --relay ${RELAYS.join(',')}`,
+    `${server.throwaway ? `PostgreSQL: a throwaway PostgreSQL 15 with wal_level = logical and fsync on, started by the bench (the server at IDEMKEY_PG_URL does not run wal_level = logical); every row ran on it. ` : ''}Each event goes through a PgOutbox, one relay: the polling OutboxRelay (batch 500, 2 batches in flight, woken by LISTEN/NOTIFY) or the CDC PgCdcRelay (a pgoutput slot read through pg-logical-replication, batch 500), the broker, and the broker's consumer helper (\`concurrency: ${CONCURRENCY}\`), whose effect (an UPDATE of the event's account row, ${ACCOUNTS} accounts) commits in one PgInbox transaction with the message ID; the ack follows that commit. The partition key is the account: on NATS a subject per account (the helper's default key), on Redis and RabbitMQ \`partitionKey\` reading an \`account\` header. Producers, relay, consumer, PostgreSQL and the brokers share the machine.\n\n` +
       `Latency: 8 producers commit one event per transaction at a steady offered rate for ${SECONDS} s; time from the producer's COMMIT returning to the effect's COMMIT (PgInbox \`applied\`). Samples: effects seen / events produced. The relay column is the part up to the broker's confirm (the relay's \`published\` event), to show what binds.\n\n${table(
         [
           'broker',
+          'relay',
           'offered rate',
           'achieved rate',
           'samples',
@@ -313,6 +388,7 @@ try {
       `Throughput: a committed outbox backlog of ${EVENTS} events. End to end: the relay and the consumer start together, timed until the last effect committed. Relay alone: the same backlog published and marked sent by the relay (2 batches in flight) with no consumer running. Consumer alone: then, with the backlog in the broker, timed from the consumer's start to its last effect. The events carry the account as their outbox partition key, with the outbox's default \`ordering: 'partition'\`; the next column repeats the end-to-end run with \`ordering: 'none'\` (the relay then claims without regard to partitions; the consumer still orders per account).\n\n${table(
         [
           'broker',
+          'relay',
           'events',
           'events/s end to end (relay + consumer)',
           "same, outbox `ordering: 'none'`",
@@ -330,6 +406,7 @@ try {
   await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => {})
   await pool.end()
   await inboxPool.end()
+  await server.throwaway?.destroy()
   await nc.close()
   redis.disconnect()
   await amqpConnection.close().catch(() => {})

@@ -181,7 +181,7 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
   })
 
   it('--help shows defaults as they are written (24h, 1mb), not as the numbers they parse to', () => {
-    for (const command of ['demo', 'proxy', 'migrate', 'inspect', 'list', 'gc', 'evict']) {
+    for (const command of ['demo', 'proxy', 'migrate', 'inspect', 'list', 'gc', 'evict', 'relay']) {
       const help = cli(command, '--help').stdout.replace(/\s+/g, ' ')
       // A duration or size option whose default shows as a bare number of milliseconds or bytes.
       expect(help, command).not.toMatch(/<(duration|size)>[^<]*?\(default: \d+\)/)
@@ -227,6 +227,8 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     }
     expect(packages('--version')).toEqual(['commander'])
     expect(packages('proxy', '--help')).toEqual(['commander'])
+    // The relay's broker clients, pg and pg-logical-replication load only when it runs.
+    expect(packages('relay', '--help')).toEqual(['commander'])
     expect(packages('migrate', '--store', 'memory:')).toEqual(['commander'])
     // The embedded store's driver is built in (node:sqlite): nothing to load but the CLI parser.
     expect(packages('list', '--store', store)).toEqual(['commander'])
@@ -242,7 +244,7 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
   })
 
   it('every command has --help with examples', () => {
-    for (const command of ['demo', 'proxy', 'migrate', 'inspect', 'list', 'gc', 'evict']) {
+    for (const command of ['demo', 'proxy', 'migrate', 'inspect', 'list', 'gc', 'evict', 'relay']) {
       const out = cli(command, '--help')
       expect(out.code, command).toBe(0)
       expect(out.stdout, command).toContain('Examples:')

@@ -30,6 +30,7 @@ const PG_URL = 'postgres://root@127.0.0.1:5432/test'
 /** Peer dependencies installed beside idemkey for the import and type checks (the subpaths need them). */
 const PEERS = [
   'pg',
+  'pg-logical-replication',
   'mysql2',
   'ioredis',
   'express',

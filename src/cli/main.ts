@@ -7,6 +7,7 @@ import { registerInspect } from './inspect.js'
 import { registerList } from './list.js'
 import { registerMigrate } from './migrate.js'
 import { registerProxy } from './proxy.js'
+import { registerRelay } from './relay.js'
 import { describeFailure } from './run.js'
 import { registerSize } from './size.js'
 
@@ -36,6 +37,7 @@ Examples:
   idemkey list --status in_progress --older-than 5m
   idemkey gc --store postgres://app@127.0.0.1:5432/app
   idemkey size --writes 5000 --window 24h       storage a write rate and window need, per store
+  idemkey relay --from postgres://… --to nats://127.0.0.1:4222   publish the outbox from the WAL (CDC)
 
 Store URLs: memory:, sqlite:PATH (default sqlite:idemkey.db), postgres://…, mysql://…, redis://…`,
     )
@@ -48,6 +50,7 @@ Store URLs: memory:, sqlite:PATH (default sqlite:idemkey.db), postgres://…, my
   registerGc(program)
   registerEvict(program)
   registerSize(program)
+  registerRelay(program)
   return program
 }
 

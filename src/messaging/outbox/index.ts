@@ -18,6 +18,15 @@ export {
 export type { MySqlConnectionLike, MySqlPoolLike } from '../mysql.js'
 export type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
 export { MySqlOutbox, type MySqlOutboxOptions } from './mysql-outbox.js'
+export {
+  type PgCdcConnectionConfig,
+  PgCdcRelay,
+  type PgCdcRelayEvent,
+  type PgCdcRelayHealth,
+  type PgCdcRelayOptions,
+  ReplicationSlotInUseError,
+  ReplicationSlotLagError,
+} from './pg-cdc-relay.js'
 export { PgOutbox, type PgOutboxOptions } from './pg-outbox.js'
 export { OutboxRelay, type OutboxRelayOptions, type RelayEvent } from './relay.js'
 export { SqliteOutbox, type SqliteOutboxOptions } from './sqlite-outbox.js'

@@ -1,0 +1,24 @@
+/** What `idemkey relay` parses its flags into (shared by the command and its runner, which loads later). */
+
+/** The brokers `--to` names, by URL scheme. */
+export type BrokerKind = 'nats' | 'rabbitmq' | 'redis'
+
+/** What `idemkey relay` was asked to do, once its flags are parsed. */
+export interface RelayFlags {
+  from: string
+  to: { kind: BrokerKind; url: string }
+  table: string
+  slot?: string
+  publication?: string
+  batchSize: number
+  maxLag: number
+  exchange: string
+  setup: boolean
+  healthPort?: number
+  healthHost: string
+}
+
+/** A URL for messages, with its password replaced. */
+export function maskPassword(url: string): string {
+  return url.replace(/(\/\/[^:/@]*:)[^@/]*@/, '$1***@')
+}

@@ -1,0 +1,28 @@
+import { lsnToBigInt, PgCdcRelay } from './pg-cdc-relay.js'
+
+const publisher = { name: 'none', publish: async () => [] }
+
+describe('PgCdcRelay without a server', () => {
+  it('compares LSNs by their 64-bit position, not as text', () => {
+    expect(lsnToBigInt('0/0')).toBe(0n)
+    expect(lsnToBigInt('1/0')).toBe(4_294_967_296n)
+    expect(lsnToBigInt('16/B374D848')).toBe((0x16n << 32n) + 0xb374d848n)
+    // As text "9/FFFFFFFF" sorts after "10/0"; as positions it comes before.
+    expect(lsnToBigInt('9/FFFFFFFF') < lsnToBigInt('10/0')).toBe(true)
+  })
+
+  it('names the slot and the publication after the table, and refuses a slot name PostgreSQL would not take', () => {
+    const relay = new PgCdcRelay({ connection: 'postgres://127.0.0.1/db', publisher, table: 'app.Orders_Outbox' })
+    expect(relay.slot).toBe('idemkey_cdc_app_orders_outbox')
+    expect(relay.publication).toBe(relay.slot)
+    expect(() => new PgCdcRelay({ connection: 'postgres://127.0.0.1/db', publisher, slot: 'Has-Dash' })).toThrow(/lowercase letters/)
+    expect(() => new PgCdcRelay({ connection: 'postgres://127.0.0.1/db', publisher, batchSize: 0 })).toThrow(
+      /batchSize must be a positive integer/,
+    )
+    expect(() => new PgCdcRelay({ connection: 'postgres://127.0.0.1/db', publisher, table: 'a;drop' })).toThrow(/plain SQL identifier/)
+  })
+
+  it('needs a connection and a publisher', () => {
+    expect(() => new PgCdcRelay({} as never)).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
+  })
+})
