@@ -27,3 +27,24 @@ export interface PgPoolClient extends PgQueryable {
 export interface PgPool extends PgQueryable {
   connect(): Promise<PgPoolClient>
 }
+
+/**
+ * Checks a client out of `pool` for `work`, with an `error` listener while it is out: pg emits a
+ * checked-out client's connection errors (a server restart, a cut connection) on the client itself,
+ * and one nobody listens to crashes the process. The pool listens only to idle clients. A client that
+ * failed so is destroyed on release, not returned to the pool.
+ */
+export async function withPoolClient<R>(pool: PgPool, work: (client: PgPoolClient) => Promise<R>): Promise<R> {
+  const client = await pool.connect()
+  let broken: Error | undefined
+  const onError = (error: Error) => {
+    broken ??= error
+  }
+  client.on('error', onError)
+  try {
+    return await work(client)
+  } finally {
+    client.removeListener('error', onError)
+    client.release(broken)
+  }
+}

@@ -3,7 +3,7 @@ import { sha256Hex } from '../../core/fingerprint.js'
 import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
-import type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
+import { type PgPool, type PgPoolClient, type PgQueryable, withPoolClient } from '../pg.js'
 import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
 /** Options of {@link PgInbox}. */
@@ -89,25 +89,26 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
 
   /** Creates the table. Idempotent; safe to run from several processes at once. */
   async migrate(): Promise<void> {
-    const client = await this.#pool.connect()
-    try {
-      await client.query('BEGIN')
-      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`idemkey_inbox:${this.#name}:migrate`])
-      await client.query(`CREATE TABLE IF NOT EXISTS ${this.#table} (
+    await withPoolClient(this.#pool, async (client) => {
+      try {
+        await client.query('BEGIN')
+        await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`idemkey_inbox:${this.#name}:migrate`])
+        await client.query(`CREATE TABLE IF NOT EXISTS ${this.#table} (
         consumer text NOT NULL,
         message_id text NOT NULL,
         payload_hash text NOT NULL,
         processed_at timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (consumer, message_id))`)
-      const index = quoteName(`${this.#name.split('.').pop()}_processed_at`, 'index')
-      await client.query(`CREATE INDEX IF NOT EXISTS ${index} ON ${this.#table} (processed_at)`)
-      await client.query('COMMIT')
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => {})
-      throw new IdempotencyError('STORE_SCHEMA', `PgInbox.migrate on ${this.#name} failed: ${(error as Error).message}.`, { cause: error })
-    } finally {
-      client.release()
-    }
+        const index = quoteName(`${this.#name.split('.').pop()}_processed_at`, 'index')
+        await client.query(`CREATE INDEX IF NOT EXISTS ${index} ON ${this.#table} (processed_at)`)
+        await client.query('COMMIT')
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {})
+        throw new IdempotencyError('STORE_SCHEMA', `PgInbox.migrate on ${this.#name} failed: ${(error as Error).message}.`, {
+          cause: error,
+        })
+      }
+    })
   }
 
   /**
@@ -195,34 +196,38 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
     label: string,
     work: (client: PgPoolClient, runEffect: <T>(effect: () => Promise<T> | T) => Promise<T>) => Promise<{ value: R; rollback?: boolean }>,
   ): Promise<R> {
-    let client: PgPoolClient
+    const transaction = async (client: PgPoolClient): Promise<R> => {
+      let inTransaction = false
+      let inEffect = false
+      const runEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
+        inEffect = true
+        const value = await effect()
+        inEffect = false
+        return value
+      }
+      try {
+        await client.query('BEGIN')
+        inTransaction = true
+        const { value, rollback } = await work(client, runEffect)
+        await client.query(rollback ? 'ROLLBACK' : 'COMMIT')
+        inTransaction = false
+        return value
+      } catch (error) {
+        if (inTransaction) await client.query('ROLLBACK').catch(() => {})
+        // The effect's own errors are the caller's; ours mean the database is in trouble.
+        if (inEffect || error instanceof IdempotencyError) throw error
+        throw storeUnavailable('PgInbox', label, error)
+      }
+    }
+    let connected = false
     try {
-      client = await this.#pool.connect()
+      return await withPoolClient(this.#pool, (client) => {
+        connected = true
+        return transaction(client)
+      })
     } catch (error) {
+      if (connected) throw error
       throw storeUnavailable('PgInbox', 'connect', error)
-    }
-    let inTransaction = false
-    let inEffect = false
-    const runEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
-      inEffect = true
-      const value = await effect()
-      inEffect = false
-      return value
-    }
-    try {
-      await client.query('BEGIN')
-      inTransaction = true
-      const { value, rollback } = await work(client, runEffect)
-      await client.query(rollback ? 'ROLLBACK' : 'COMMIT')
-      inTransaction = false
-      return value
-    } catch (error) {
-      if (inTransaction) await client.query('ROLLBACK').catch(() => {})
-      // The effect's own errors are the caller's; ours mean the database is in trouble.
-      if (inEffect || error instanceof IdempotencyError) throw error
-      throw storeUnavailable('PgInbox', label, error)
-    } finally {
-      client.release()
     }
   }
 
