@@ -60,6 +60,26 @@ export async function fillCompleted(pool: pg.Pool, qualifiedTable: string, rows:
   return (performance.now() - started) / 1_000
 }
 
+const DAY_MS = 86_400_000
+
+/**
+ * A fill of `rows` rows (i from 0) over `days` daily partitions ending with today, as SQL of
+ * `created_at` and `expires_at` in terms of `i`: row i falls on day p = floor(i * days / rows) from
+ * `firstDay` (epoch ms of the oldest day's start), within the part of that day that has elapsed
+ * (`elapsedMs`, so no record is created in the future), and expires (days - 1) days after creation.
+ * So the oldest day has wholly expired (exactly one partition droppable, exactly its rows purgeable)
+ * and every later record is live until today ends.
+ */
+export function dayTimeline(rows: number, days: number, firstDay: number, elapsedMs: number): { createdAt: string; expiresAt: string } {
+  const createdAt = `(${firstDay}::bigint + (i * ${days} / ${rows}) * ${DAY_MS} + ((i * ${days}) % ${rows}) * ${elapsedMs} / ${rows})`
+  return { createdAt, expiresAt: `${createdAt} + ${(days - 1) * DAY_MS}` }
+}
+
+/** The first row of day p in {@link dayTimeline}'s fill. */
+export function firstRowOfDay(p: number, rows: number, days: number): number {
+  return Math.ceil((p * rows) / days)
+}
+
 /** `samples` sequential calls of `op`, each timed (ms). */
 export async function latencies(samples: number, op: (i: number) => Promise<unknown>): Promise<number[]> {
   const out: number[] = []
