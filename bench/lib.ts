@@ -52,13 +52,13 @@ export async function opsPerSecond(op: (i: number) => Promise<unknown>, ms = 2_0
   return done / ((performance.now() - start) / 1_000)
 }
 
-/** The p-th percentile (0-100) of a list of numbers. */
 /** A number given as `--name N` on the command line, or `fallback`. */
 export function numberArg(name: string, fallback: number): number {
   const i = process.argv.indexOf(`--${name.replace(/^--/, '')}`)
   return i > 0 ? Number(process.argv[i + 1]) : fallback
 }
 
+/** The p-th percentile (0-100) of a list of numbers. */
 export function percentile(values: number[], p: number): number {
   if (values.length === 0) return Number.NaN
   const sorted = [...values].sort((a, b) => a - b)

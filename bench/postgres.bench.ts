@@ -21,6 +21,7 @@ import type { Outcome } from '../src/core/store.js'
 import { PostgresStore } from '../src/stores/postgres/index.js'
 import { statements } from '../src/stores/postgres/statements.js'
 import { fmt, numberArg, opsPerSecond, percentile, report, table } from './lib.js'
+import { alternatingBlocks, fillCompleted, latencies } from './pg-fill.js'
 
 const MS = numberArg('--ms', 1_500)
 const BIG_ROWS = numberArg('--rows', 0)
@@ -209,16 +210,10 @@ async function bytesPerRow(rows: number): Promise<number> {
   }
 }
 
-/** Acquire latency of new keys (sequential, one caller) on `table`. */
-async function acquireLatency(on: PostgresStore, samples: number, label: string): Promise<number[]> {
+/** Acquire latency of new keys (sequential, one caller) on `on`, `samples` of them. */
+function acquireLatency(on: PostgresStore, samples: number, label: string): Promise<number[]> {
   const scope = `lat-${label}-${Date.now()}`
-  const out: number[] = []
-  for (let i = 0; i < samples; i++) {
-    const start = performance.now()
-    await on.acquire(scope, `k-${i}`, fp, 30_000)
-    out.push(performance.now() - start)
-  }
-  return out
+  return latencies(samples, (i) => on.acquire(scope, `k-${i}`, fp, 30_000))
 }
 
 /**
@@ -232,30 +227,30 @@ async function bigTable(rows: number): Promise<string> {
   await big.migrate()
   await fresh.migrate()
   const started = performance.now()
-  await pool.query(
-    `INSERT INTO "${BIG}" (scope, "key", fingerprint, status, token, response_status, response_headers, response_body, attempts,
-      created_at, updated_at, expires_at)
-     SELECT 'tenant-' || (i % 1000), md5(i::text), $1, 'completed', 1, 201, $2, $3, 1, 0, 0, 9000000000000 + i
-     FROM generate_series(1, $4) i`,
-    [fp, headers, Buffer.from(body), rows],
-  )
+  await fillCompleted(pool, `"${BIG}"`, {
+    from: 1,
+    to: rows,
+    fingerprint: fp,
+    headers,
+    body,
+    createdAt: '0',
+    expiresAt: '9000000000000 + i',
+  })
   await pool.query(`VACUUM ANALYZE "${BIG}"`)
   const fillS = (performance.now() - started) / 1_000
   const checkpoint = await pool.query('CHECKPOINT').then(
     () => 'then a CHECKPOINT',
     (error: unknown) => `no CHECKPOINT (${(error as Error).message})`,
   )
-  const onFresh: number[] = []
-  const onBig: number[] = []
-  for (let block = 0; block < 6; block++) {
-    onFresh.push(...(await acquireLatency(fresh, 500, `fresh-${block}`)))
-    onBig.push(...(await acquireLatency(big, 500, `big-${block}`)))
-  }
+  const samples = await alternatingBlocks(6, {
+    fresh: (block) => acquireLatency(fresh, 500, `fresh-${block}`),
+    big: (block) => acquireLatency(big, 500, `big-${block}`),
+  })
   const line = (label: string, v: number[]) => [label, fmt(percentile(v, 50), 2), fmt(percentile(v, 99), 2)]
-  return `Acquire of a new key, one caller, 3,000 samples on each table in alternating blocks of 500, on \`${BIG}\` and a fresh table (both dropped after); filling ${fmt(rows)} rows with one INSERT … SELECT generate_series and VACUUM ANALYZE took ${fmt(fillS)} s, ${checkpoint}.\n\n${table(
+  return `Acquire of a new key, one caller, 3,000 samples on each table in alternating blocks of 500, on \`${BIG}\` and a fresh table (both dropped after); filling ${fmt(rows)} rows with one INSERT … SELECT generate_series (bench/pg-fill.ts) and VACUUM ANALYZE took ${fmt(fillS)} s, ${checkpoint}.\n\n${table(
     ['table', 'p50 ms', 'p99 ms'],
-    [line('fresh (empty before the samples)', onFresh), line(`${fmt(rows)} rows`, onBig)],
-  )}\n\np99 ratio (full / fresh): ${fmt(percentile(onBig, 99) / percentile(onFresh, 99), 2)}x (target: at most 1.5x).`
+    [line('fresh (empty before the samples)', samples.fresh), line(`${fmt(rows)} rows`, samples.big)],
+  )}\n\np99 ratio (full / fresh): ${fmt(percentile(samples.big, 99) / percentile(samples.fresh, 99), 2)}x (target: at most 1.5x).`
 }
 
 try {
