@@ -15,7 +15,7 @@
  * and exactly those rows are what the plain table's purge deletes); every later record is live.
  * Records expire (days - 1) days after creation, and each day's rows fall within the part of the day
  * elapsed so far (UTC), so no record is created in the future.
- * Refuses a fill that would leave less than 20 GB free on /work. Tables are named h5_scale_<pid>_*
+ * Refuses a fill that would leave less than 20 GB free on /work. Tables are named idemkey_scale_<pid>_*
  * and dropped at the end, also on failure or Ctrl-C.
  * Needs PostgreSQL on 127.0.0.1:5432 (user root, database test), or PG_URL; `CHECKPOINT` needs a superuser
  * (or pg_checkpoint) and is skipped, said, without.
@@ -52,7 +52,7 @@ const MIN_FREE = 20 * 1024 ** 3
 const URL = process.env.PG_URL ?? 'postgres://root@127.0.0.1:5432/test'
 const COMMAND = `npx tsx bench/scale.bench.ts --rows ${ROWS} --days ${DAYS} --sustain-seconds ${SUSTAIN_S} --rate ${RATE} --samples ${SAMPLES}`
 
-const PREFIX = `h5_scale_${process.pid}`
+const PREFIX = `idemkey_scale_${process.pid}`
 const FILLED = `${PREFIX}_part`
 const EMPTY = `${PREFIX}_empty`
 const PLAIN = `${PREFIX}_plain`
