@@ -254,6 +254,10 @@ for (const broker of ['nats', 'rabbitmq', 'redis'] as const) {
         const events: PgCdcRelayEvent[] = []
         const relay = s.relay(events)
         relay.start()
+        // Streaming before the restart, so that the restart cuts a live stream (on a loaded machine the
+        // first connection can take longer than the producers' first 20 writes).
+        const streaming = () => events.filter((e) => e.type === 'streaming').length
+        await eventually(() => streaming() >= 1, 'the relay to stream')
         let stop = false
         let committedOrFailed = 0
         // Producers keep writing; a transaction cut by the restart either committed or not: the orders table is the truth.
@@ -276,7 +280,7 @@ for (const broker of ['nats', 'rabbitmq', 'redis'] as const) {
         await Promise.all(producers)
         await s.expectExactlyOnce('after the restart')
         // The restart did cut the relay's stream, and it came back on its own.
-        expect(events.filter((e) => e.type === 'streaming').length).toBeGreaterThanOrEqual(2)
+        expect(streaming()).toBeGreaterThanOrEqual(2)
       } finally {
         await s.teardown()
       }
