@@ -143,7 +143,8 @@ describe('idemkey demo (built CLI)', () => {
     // A build without the PostgreSQL store is a broken build, wherever the tests run.
     expect(existsSync(join(ROOT, 'dist/stores/postgres/index.js')), 'dist/stores/postgres/index.js is in the build').toBe(true)
     const out = await runDemo('--intents', '20', '--seed', '11', '--json', '--store', 'postgres://root@127.0.0.1:5432/test', ...FAULTY)
-    expect(out.code, out.stderr).toBe(0)
+    // On a failure, the report says which count was off (stderr holds only the progress lines).
+    expect(out.code, `${out.stderr}\n${out.stdout}`).toBe(0)
     expectProtectedExactlyOnce(JSON.parse(out.stdout) as DemoReport)
   })
 })
