@@ -5,7 +5,7 @@
  */
 import { IdempotencyError } from '../../errors.js'
 import type { PgQueryable } from './pool.js'
-import { NOW_MS, qualified } from './statements.js'
+import { NOW_MS, qualified, RECORD_COLUMNS_V1 } from './statements.js'
 
 /** How records are laid out: one plain table, or range partitions by creation time. */
 export type PostgresLayout = 'plain' | 'partitioned'
@@ -49,21 +49,7 @@ export function partitionedTableDdl(schema: string, table: string): string[] {
   const t = qualified(schema, table)
   return [
     `CREATE TABLE ${t} (
-      scope text COLLATE "C" NOT NULL,
-      "key" text COLLATE "C" NOT NULL,
-      fingerprint text NOT NULL,
-      status text NOT NULL CHECK (status IN ('in_progress', 'completed', 'failed')),
-      token bigint NOT NULL,
-      locked_until bigint NULL,
-      response_status smallint NULL,
-      response_headers text NULL,
-      response_body bytea NULL,
-      resource_id text NULL,
-      attempts integer NOT NULL,
-      created_at bigint NOT NULL,
-      updated_at bigint NOT NULL,
-      expires_at bigint NOT NULL,
-      waiters boolean NOT NULL DEFAULT false,
+      ${RECORD_COLUMNS_V1},
       steps jsonb NULL,
       CONSTRAINT "${table}_pkey" PRIMARY KEY (scope, "key", created_at)
     ) PARTITION BY RANGE (created_at)`,

@@ -2,7 +2,7 @@ import { IdempotencyError } from '../../errors.js'
 import { intervalOf, layoutComment, type PostgresLayout, partitionedTableDdl } from './partitions.js'
 import type { PgClientLike, PgPoolLike } from './pool.js'
 import { toStoreError } from './postgres-errors.js'
-import { ALL_COLUMNS, qualified } from './statements.js'
+import { ALL_COLUMNS, qualified, RECORD_COLUMNS_V1 } from './statements.js'
 
 /**
  * The schema version this release writes, kept in the table's comment (`idemkey schema 1: …`).
@@ -33,21 +33,7 @@ const MIGRATIONS: Array<(schema: string, table: string) => string[]> = [
     const t = qualified(schema, table)
     return [
       `CREATE TABLE IF NOT EXISTS ${t} (
-        scope text COLLATE "C" NOT NULL,
-        "key" text COLLATE "C" NOT NULL,
-        fingerprint text NOT NULL,
-        status text NOT NULL CHECK (status IN ('in_progress', 'completed', 'failed')),
-        token bigint NOT NULL,
-        locked_until bigint NULL,
-        response_status smallint NULL,
-        response_headers text NULL,
-        response_body bytea NULL,
-        resource_id text NULL,
-        attempts integer NOT NULL,
-        created_at bigint NOT NULL,
-        updated_at bigint NOT NULL,
-        expires_at bigint NOT NULL,
-        waiters boolean NOT NULL DEFAULT false,
+        ${RECORD_COLUMNS_V1},
         CONSTRAINT "${table}_pkey" PRIMARY KEY (scope, "key")
       )`,
       `CREATE INDEX IF NOT EXISTS "${table}_expires_at" ON ${t} (expires_at)`,

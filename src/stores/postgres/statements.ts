@@ -191,3 +191,25 @@ export function statements(schema: string, table: string) {
 }
 
 export type Statements = ReturnType<typeof statements>
+
+/**
+ * The record columns of schema version 1, shared by the plain table's first migration and the
+ * partitioned table (which adds `steps` and its own primary key). Never edit it: a change of columns is
+ * a new migration (schema.ts).
+ */
+export const RECORD_COLUMNS_V1 = `
+  scope text COLLATE "C" NOT NULL,
+  "key" text COLLATE "C" NOT NULL,
+  fingerprint text NOT NULL,
+  status text NOT NULL CHECK (status IN ('in_progress', 'completed', 'failed')),
+  token bigint NOT NULL,
+  locked_until bigint NULL,
+  response_status smallint NULL,
+  response_headers text NULL,
+  response_body bytea NULL,
+  resource_id text NULL,
+  attempts integer NOT NULL,
+  created_at bigint NOT NULL,
+  updated_at bigint NOT NULL,
+  expires_at bigint NOT NULL,
+  waiters boolean NOT NULL DEFAULT false`
