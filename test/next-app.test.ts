@@ -13,11 +13,11 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { rm } from 'node:fs/promises'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { childEnv, ensureBuilt, run, show } from './helpers/packed.js'
+import { freePort } from './helpers/services.js'
 
 const ROOT = join(import.meta.dirname, '..')
 /** The Next.js and React the app is built with: bumped on purpose. */
@@ -31,17 +31,6 @@ const env = { NEXT_TELEMETRY_DISABLED: '1', IDEMKEY_NEXT_DB: join(work, 'idemkey
 let server: ChildProcess | undefined
 let base = ''
 let serverLog = ''
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer()
-    probe.once('error', reject)
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address() as { port: number }
-      probe.close(() => resolve(port))
-    })
-  })
-}
 
 beforeAll(async () => {
   await ensureBuilt()

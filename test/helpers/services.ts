@@ -1,4 +1,4 @@
-import { connect } from 'node:net'
+import { connect, createServer } from 'node:net'
 
 /**
  * Whether a service answers on a loopback port. Store tests that need a server use this:
@@ -44,4 +44,16 @@ export async function serviceSkipReason(name: string, port: number, host = '127.
   // Loud in every file that skips, so a missing server is never mistaken for a green run.
   console.warn(`\n!!! SKIPPED (${name} down): ${reason}\n`)
   return reason
+}
+
+/** A loopback port free right now (the OS picks it), for a server a test starts itself. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number }
+      server.close(() => resolve(port))
+    })
+  })
 }
