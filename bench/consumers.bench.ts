@@ -65,7 +65,10 @@ const nc = await connect({ servers: '127.0.0.1:4222' })
 const jsm = await nc.jetstreamManager()
 const redis = new Redis(6379, '127.0.0.1', { enableAutoPipelining: true })
 // noDelay: amqplib leaves Nagle's algorithm on, which holds small frames (publishes, confirms, acks) back by up to 40 ms.
+// Publishing and consuming on separate connections, as RabbitMQ advises: flow control throttles a
+// publishing connection, and one connection is one socket and one reader process in the broker.
 const amqpConnection = await amqp.connect('amqp://guest:guest@127.0.0.1:5672', { noDelay: true })
+const amqpConsumeConnection = await amqp.connect('amqp://guest:guest@127.0.0.1:5672', { noDelay: true })
 const cleanups: Array<() => Promise<unknown>> = []
 
 /** One broker wired end to end: where the relay publishes, and how a consumer helper starts. */
@@ -121,7 +124,7 @@ async function wire(broker: string, run: string): Promise<Wiring> {
     topic: () => name,
     consume: async (inbox, handler) =>
       consumeRabbitMq({
-        channel: await amqpConnection.createChannel(),
+        channel: await amqpConsumeConnection.createChannel(),
         queue: name,
         inbox,
         handler,
@@ -410,4 +413,5 @@ try {
   await nc.close()
   redis.disconnect()
   await amqpConnection.close().catch(() => {})
+  await amqpConsumeConnection.close().catch(() => {})
 }

@@ -172,6 +172,31 @@ describe.skipIf(rabbitSkip !== undefined)('RabbitMQ publisher and consumer', () 
     expect(applied).toEqual(['{"v":1}'])
     expect(errors[0]).toMatchObject({ code: 'FINGERPRINT_MISMATCH', messageId: id })
   })
+
+  itOnEachDatabase('acks messages settled together with multiple acks, and leaves none unacked', async (db) => {
+    const inbox = db.inbox({ consumer: 'rabbit-acks', table: db.table('rabbit_acks_inbox') })
+    await inbox.migrate()
+    const publisher = new RabbitMqPublisher({ channel: await connection.createConfirmChannel() })
+    const sent = Array.from({ length: 300 }, (_, i) => message({ topic: queue, payload: Buffer.from(`{"i":${i}}`) }))
+    expect((await publisher.publish(sent)).every((r) => r.ok)).toBe(true)
+    const channel = await connection.createChannel()
+    const frames = { single: 0, multiple: 0 }
+    const ack = channel.ack.bind(channel)
+    channel.ack = (msg, allUpTo) => {
+      frames[allUpTo ? 'multiple' : 'single']++
+      ack(msg, allUpTo)
+    }
+    let applied = 0
+    const running = await consumeRabbitMq({ channel, queue, inbox, concurrency: 4, partitionKey: null, handler: () => void applied++ })
+    await eventually(async () => applied === 300, 'every message to be applied')
+    await running.stop()
+    // Unacked messages go back to the queue when their channel closes: none may be left.
+    await channel.close()
+    const ch = await connection.createChannel()
+    expect((await ch.checkQueue(queue)).messageCount).toBe(0)
+    expect(frames.multiple).toBeGreaterThan(0)
+    expect(frames.single + frames.multiple).toBeLessThan(300 / 2)
+  })
 })
 
 describe.skipIf(redisSkip !== undefined)('Redis Streams publisher and consumer', () => {

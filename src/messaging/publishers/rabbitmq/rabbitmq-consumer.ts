@@ -11,6 +11,7 @@ import {
   type RunningConsumer,
   type Verdict,
 } from '../shared.js'
+import { type AckEntry, AckWindow } from './ack-window.js'
 import { readQueueMessageTtl } from './queue-ttl.js'
 
 /** Options of {@link consumeRabbitMq}. */
@@ -57,7 +58,8 @@ export function rabbitMqInboxMessage(msg: ConsumeMessage): InboxMessage {
 
 /**
  * Consumes a RabbitMQ queue through an inbox, with manual acks: a message is acked only after its
- * transaction committed (or as a known duplicate); a failed one is requeued after a delay; one that
+ * transaction committed (or as a known duplicate), the acks of messages settled together sent as one
+ * multiple ack; a failed one is requeued after a delay; one that
  * redelivery cannot fix (same ID, other payload; no `messageId`) is rejected without requeue (to
  * the queue's dead-letter exchange, if it has one) and reported.
  * Up to `concurrency` effects run at once; messages of one routing key (or `partitionKey`) run in
@@ -85,12 +87,15 @@ export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): 
       // The channel closed: the broker requeues every unacked message itself.
     }
   }
-  const settleVerdict = (msg: ConsumeMessage, verdict: Verdict) => {
-    if (verdict === 'ack') settle(() => channel.ack(msg))
-    else if (verdict === 'reject') settle(() => channel.nack(msg, false, false))
+  // Acks go out as one multiple ack per run of settled messages (ack-window.ts).
+  const acks = new AckWindow(channel)
+  const settleVerdict = (entry: AckEntry, verdict: Verdict) => {
+    if (verdict === 'ack') settle(() => acks.ack(entry))
+    else if (verdict === 'reject') settle(() => acks.reject(entry))
     else {
+      settle(() => acks.holdForRequeue(entry))
       const requeue = new Promise((resolve) => setTimeout(resolve, options.requeueDelayMs ?? 1000)).then(() =>
-        settle(() => channel.nack(msg, false, true)),
+        settle(() => acks.requeue(entry)),
       )
       requeues.add(requeue)
       void requeue.then(() => requeues.delete(requeue))
@@ -100,14 +105,19 @@ export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): 
     options.queue,
     (msg) => {
       if (msg === null) {
-        void dispatcher.idle().then(resolveDone) // cancelled by the broker
+        // Cancelled by the broker: the messages in hand still settle, their acks go out, then done.
+        void dispatcher.idle().then(() => {
+          settle(() => acks.flush())
+          resolveDone()
+        })
         return
       }
       const message = rabbitMqInboxMessage(msg)
+      const entry = acks.delivered(msg)
       dispatcher.push(
         keyOf(options, message, (m) => m.topic),
         message,
-        (verdict) => settleVerdict(msg, verdict),
+        (verdict) => settleVerdict(entry, verdict),
       )
     },
     { noAck: false },
@@ -118,6 +128,7 @@ export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): 
       await channel.cancel(consumerTag).catch(() => {})
       await dispatcher.idle()
       await Promise.all(requeues)
+      settle(() => acks.flush())
       resolveDone()
     },
   }
