@@ -1,4 +1,3 @@
-import { spawnSync } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { isBuiltin } from 'node:module'
@@ -8,22 +7,19 @@ import Database from 'better-sqlite3'
 import { MySqlStore } from '../src/stores/mysql/mysql-store.js'
 import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
 import { SqliteStore } from '../src/stores/sqlite/sqlite-store.js'
+import { type CliResult, runNode } from './helpers/cli.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const ROOT = join(import.meta.dirname, '..')
 const BIN = join(ROOT, 'bin/idemkey.js')
 
-/** Runs the built CLI as a user would, in `cwd` with `env` added; stdin is not a terminal. */
-function cliIn(cwd: string, env: Record<string, string>, ...args: string[]): { code: number | null; stdout: string; stderr: string } {
+/**
+ * Runs the built CLI as a user would, in `cwd` with `env` added; stdin is not a terminal. Asynchronous:
+ * a worker blocked in spawnSync for long on a loaded machine cannot answer vitest's RPC in time.
+ */
+function cliIn(cwd: string, env: Record<string, string>, ...args: string[]): Promise<CliResult> {
   const { IDEMKEY_STORE: _, ...inherited } = process.env
-  const result = spawnSync(process.execPath, [BIN, ...args], {
-    cwd,
-    env: { ...inherited, ...env },
-    encoding: 'utf8',
-    stdio: ['pipe', 'pipe', 'pipe'],
-    input: '',
-  })
-  return { code: result.status, stdout: result.stdout, stderr: result.stderr }
+  return runNode([BIN, ...args], { cwd, env: { ...inherited, ...env } })
 }
 
 const cli = (...args: string[]) => cliIn(ROOT, {}, ...args)
@@ -60,10 +56,10 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
   })
   afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
-  it('migrate creates the schema in a new SQLite file and is safe to run again', () => {
+  it('migrate creates the schema in a new SQLite file and is safe to run again', async () => {
     const fresh = join(dir, 'fresh.db')
-    expect(cli('migrate', '--store', `sqlite:${fresh}`).code).toBe(0)
-    const again = cli('migrate', '--store', `sqlite:${fresh}`, '--json')
+    expect((await cli('migrate', '--store', `sqlite:${fresh}`)).code).toBe(0)
+    const again = await cli('migrate', '--store', `sqlite:${fresh}`, '--json')
     expect(again.code).toBe(0)
     expect(json<{ result: string }>(again.stdout).result).toContain('up to date')
     const db = new Database(fresh, { readonly: true })
@@ -72,25 +68,25 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     expect(tables.map((t) => t.name)).toContain('idemkey_records')
   })
 
-  it('inspect shows status, token, attempts and the stored response of a record', () => {
-    const out = cli('inspect', 'done-key', '--scope', 'tenant-1', '--store', store, '--json')
+  it('inspect shows status, token, attempts and the stored response of a record', async () => {
+    const out = await cli('inspect', 'done-key', '--scope', 'tenant-1', '--store', store, '--json')
     expect(out.code).toBe(0)
     const { record } = json<{ record: Record<string, unknown> & { response: Record<string, unknown> } }>(out.stdout)
     expect(record).toMatchObject({ key: 'done-key', scope: 'tenant-1', status: 'completed', token: 1, attempts: 1, resourceId: 'ch_1' })
     expect(record.response).toMatchObject({ status: 201, bodyBytes: 13, bodyPreview: '{"id":"ch_1"}' })
-    const table = cli('inspect', 'done-key', '--scope', 'tenant-1', '--store', store)
+    const table = await cli('inspect', 'done-key', '--scope', 'tenant-1', '--store', store)
     expect(table.stdout).toMatch(/status:\s+completed/)
     expect(table.stdout).toMatch(/response:\s+201, 13 bytes/)
   })
 
-  it('inspect of an unknown key exits 1 and says where it looked', () => {
-    const out = cli('inspect', 'nope', '--scope', 'tenant-1', '--store', store)
+  it('inspect of an unknown key exits 1 and says where it looked', async () => {
+    const out = await cli('inspect', 'nope', '--scope', 'tenant-1', '--store', store)
     expect(out.code).toBe(1)
     expect(out.stderr).toContain('No live record for key "nope" in scope "tenant-1"')
   })
 
-  it('list puts stuck intents first and hides expired records', () => {
-    const out = cli('list', '--store', store, '--json')
+  it('list puts stuck intents first and hides expired records', async () => {
+    const out = await cli('list', '--store', store, '--json')
     expect(out.code).toBe(0)
     const records = json<Array<{ key: string; stuck: boolean; status: string; leaseEnded: string | null }>>(out.stdout)
     expect(records.map((r) => r.key)).toEqual(['stuck-key', 'busy-key', 'released-key', 'done-key'])
@@ -100,94 +96,94 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
       [false, 'released'],
       [false, null],
     ])
-    const table = cli('list', '--store', store)
+    const table = await cli('list', '--store', store)
     expect(table.stdout.split('\n')[2]).toMatch(/^STUCK\s+tenant-1\s+stuck-key\s+in_progress/)
   })
 
-  it('list tells a record released after a transient failure from one whose holder crashed', () => {
-    const lines = cli('list', '--status', 'in_progress', '--store', store).stdout.split('\n')
+  it('list tells a record released after a transient failure from one whose holder crashed', async () => {
+    const lines = (await cli('list', '--status', 'in_progress', '--store', store)).stdout.split('\n')
     const line = (key: string) => lines.find((l) => l.includes(key)) ?? ''
     expect(line('stuck-key')).toMatch(/^STUCK\s/)
     expect(line('stuck-key')).toContain('not renewed (holder crashed or hung')
     expect(line('released-key')).toMatch(/^released\s/)
     expect(line('released-key')).toContain('transient failure: the next retry runs afresh')
     expect(line('busy-key')).toMatch(/^\s+tenant-1\s+busy-key/)
-    const inspected = cli('inspect', 'released-key', '--scope', 'tenant-1', '--store', store)
+    const inspected = await cli('inspect', 'released-key', '--scope', 'tenant-1', '--store', store)
     expect(inspected.stdout).toMatch(/lease:\s+released \S+ ago/)
   })
 
-  it('list filters by status and by age', () => {
-    const inProgress = json<Array<{ key: string }>>(cli('list', '--status', 'in_progress', '--store', store, '--json').stdout)
+  it('list filters by status and by age', async () => {
+    const inProgress = json<Array<{ key: string }>>((await cli('list', '--status', 'in_progress', '--store', store, '--json')).stdout)
     expect(inProgress.map((r) => r.key).sort()).toEqual(['busy-key', 'released-key', 'stuck-key'])
-    expect(json<unknown[]>(cli('list', '--older-than', '1h', '--store', store, '--json').stdout)).toEqual([])
-    expect(cli('list', '--older-than', '1h', '--store', store).stdout).toContain('no records match')
+    expect(json<unknown[]>((await cli('list', '--older-than', '1h', '--store', store, '--json')).stdout)).toEqual([])
+    expect((await cli('list', '--older-than', '1h', '--store', store)).stdout).toContain('no records match')
   })
 
-  it('gc purges expired records and prints the count', () => {
-    const first = cli('gc', '--store', store, '--json')
+  it('gc purges expired records and prints the count', async () => {
+    const first = await cli('gc', '--store', store, '--json')
     expect(first.code).toBe(0)
     expect(json<{ purged: number }>(first.stdout).purged).toBe(1)
-    expect(cli('gc', '--store', store).stdout).toContain('purged 0 expired records')
+    expect((await cli('gc', '--store', store)).stdout).toContain('purged 0 expired records')
   })
 
-  it('evict refuses without confirmation when stdin is not a terminal, and deletes with --yes', () => {
-    const refused = cli('evict', 'busy-key', '--scope', 'tenant-1', '--store', store)
+  it('evict refuses without confirmation when stdin is not a terminal, and deletes with --yes', async () => {
+    const refused = await cli('evict', 'busy-key', '--scope', 'tenant-1', '--store', store)
     expect(refused.code).toBe(2)
     expect(refused.stderr).toContain('--yes')
-    expect(cli('inspect', 'busy-key', '--scope', 'tenant-1', '--store', store).code).toBe(0)
-    const done = cli('evict', 'busy-key', '--scope', 'tenant-1', '--store', store, '--yes', '--json')
+    expect((await cli('inspect', 'busy-key', '--scope', 'tenant-1', '--store', store)).code).toBe(0)
+    const done = await cli('evict', 'busy-key', '--scope', 'tenant-1', '--store', store, '--yes', '--json')
     expect(json<{ evicted: boolean }>(done.stdout).evicted).toBe(true)
-    expect(cli('inspect', 'busy-key', '--scope', 'tenant-1', '--store', store).code).toBe(1)
-    expect(cli('evict', 'busy-key', '--scope', 'tenant-1', '--store', store, '--yes').stdout).toContain('nothing to evict')
+    expect((await cli('inspect', 'busy-key', '--scope', 'tenant-1', '--store', store)).code).toBe(1)
+    expect((await cli('evict', 'busy-key', '--scope', 'tenant-1', '--store', store, '--yes')).stdout).toContain('nothing to evict')
   })
 
-  it('list, inspect, gc and evict refuse a SQLite store that does not exist, and create nothing', () => {
+  it('list, inspect, gc and evict refuse a SQLite store that does not exist, and create nothing', async () => {
     const cwd = mkdtempSync(join(tmpdir(), 'idemkey-cli-empty-'))
     try {
       for (const args of [['list'], ['gc'], ['inspect', 'order-1'], ['evict', 'order-1', '--yes'], ['list', '--store', 'sqlite:nope.db']]) {
-        const out = cliIn(cwd, {}, ...args)
+        const out = await cliIn(cwd, {}, ...args)
         expect(out.code, args.join(' ')).toBe(2)
         expect(out.stderr, args.join(' ')).toMatch(/No store at sqlite:\S+: .* does not exist, and \w+ does not create one\. Pass --store/)
       }
       expect(readdirSync(cwd)).toEqual([])
       // migrate is the command that creates a store.
-      expect(cliIn(cwd, {}, 'migrate').code).toBe(0)
-      expect(cliIn(cwd, {}, 'list').stdout).toContain('no records match')
+      expect((await cliIn(cwd, {}, 'migrate')).code).toBe(0)
+      expect((await cliIn(cwd, {}, 'list')).stdout).toContain('no records match')
     } finally {
       rmSync(cwd, { recursive: true, force: true })
     }
   })
 
-  it('takes the store from IDEMKEY_STORE when --store is not given', () => {
-    const out = cliIn(ROOT, { IDEMKEY_STORE: store }, 'list', '--status', 'completed', '--json')
+  it('takes the store from IDEMKEY_STORE when --store is not given', async () => {
+    const out = await cliIn(ROOT, { IDEMKEY_STORE: store }, 'list', '--status', 'completed', '--json')
     expect(out.code, out.stderr).toBe(0)
     expect(json<Array<{ key: string }>>(out.stdout).map((r) => r.key)).toEqual(['done-key'])
   })
 
-  it('reaches a table that is not the default with ?table= in the store URL', () => {
+  it('reaches a table that is not the default with ?table= in the store URL', async () => {
     const path = join(dir, 'custom.db')
-    expect(cli('migrate', '--store', `sqlite:${path}?table=app_keys`).code).toBe(0)
+    expect((await cli('migrate', '--store', `sqlite:${path}?table=app_keys`)).code).toBe(0)
     const db = new Database(path, { readonly: true })
     const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all() as Array<{ name: string }>
     db.close()
     expect(tables.map((t) => t.name)).toContain('app_keys')
     expect(tables.map((t) => t.name)).not.toContain('idemkey_records')
-    expect(cli('list', '--store', `sqlite:${path}?table=app_keys`).stdout).toContain('no records match')
-    expect(cli('list', '--store', `sqlite:${path}?schema=x`).stderr).toContain('a sqlite store takes ?table=, not ?schema=')
-    expect(cli('list', '--store', 'redis://127.0.0.1:6379?table=x').stderr).toContain('a redis store takes ?prefix=, not ?table=')
-    const secret = cli('list', '--store', 'postgres://app:s3cret@127.0.0.1/app?table=')
+    expect((await cli('list', '--store', `sqlite:${path}?table=app_keys`)).stdout).toContain('no records match')
+    expect((await cli('list', '--store', `sqlite:${path}?schema=x`)).stderr).toContain('a sqlite store takes ?table=, not ?schema=')
+    expect((await cli('list', '--store', 'redis://127.0.0.1:6379?table=x')).stderr).toContain('a redis store takes ?prefix=, not ?table=')
+    const secret = await cli('list', '--store', 'postgres://app:s3cret@127.0.0.1/app?table=')
     expect(secret.stderr).toContain('postgres://app:***@127.0.0.1/app?table=')
     expect(secret.stderr).not.toContain('s3cret')
   })
 
-  it('--help shows defaults as they are written (24h, 1mb), not as the numbers they parse to', () => {
+  it('--help shows defaults as they are written (24h, 1mb), not as the numbers they parse to', async () => {
     for (const command of ['demo', 'proxy', 'migrate', 'inspect', 'list', 'gc', 'evict', 'relay']) {
-      const help = cli(command, '--help').stdout.replace(/\s+/g, ' ')
+      const help = (await cli(command, '--help')).stdout.replace(/\s+/g, ' ')
       // A duration or size option whose default shows as a bare number of milliseconds or bytes.
       expect(help, command).not.toMatch(/<(duration|size)>[^<]*?\(default: \d+\)/)
       expect(help, command).not.toMatch(/SPEC/)
     }
-    const proxy = cli('proxy', '--help').stdout.replace(/\s+/g, ' ')
+    const proxy = (await cli('proxy', '--help')).stdout.replace(/\s+/g, ' ')
     for (const shown of [
       '(default: 30s)',
       '(default: 24h)',
@@ -198,12 +194,12 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     ]) {
       expect(proxy).toContain(shown)
     }
-    const demo = cli('demo', '--help').stdout.replace(/\s+/g, ' ')
+    const demo = (await cli('demo', '--help')).stdout.replace(/\s+/g, ' ')
     expect(demo).toContain('(default: 2s)')
     expect(demo).toContain('(default: 1s)')
   })
 
-  it('each command loads only the packages it uses', () => {
+  it('each command loads only the packages it uses', async () => {
     // A module hook that reports every package (bare specifier) the CLI resolves. registerHooks runs
     // in the loading thread, for import and require alike (Node.js 22.15+); the off-thread
     // module.register hooks of earlier releases miss what Node 24's loader resolves synchronously.
@@ -218,51 +214,51 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
         },
       })\n`,
     )
-    const packages = (...args: string[]) => {
-      const out = spawnSync(process.execPath, ['--import', register, BIN, ...args], { encoding: 'utf8', input: '' })
+    const packages = async (...args: string[]) => {
+      const out = await runNode(['--import', register, BIN, ...args])
       // Node's built-ins named without `node:` (require('fs') in a CommonJS package) are not packages.
       return [...new Set([...out.stderr.matchAll(/^PACKAGE (\S+)$/gm)].map((m) => m[1] as string))]
         .filter((name) => !isBuiltin(name))
         .sort()
     }
-    expect(packages('--version')).toEqual(['commander'])
-    expect(packages('proxy', '--help')).toEqual(['commander'])
+    expect(await packages('--version')).toEqual(['commander'])
+    expect(await packages('proxy', '--help')).toEqual(['commander'])
     // The relay's broker clients, pg and pg-logical-replication load only when it runs.
-    expect(packages('relay', '--help')).toEqual(['commander'])
-    expect(packages('migrate', '--store', 'memory:')).toEqual(['commander'])
+    expect(await packages('relay', '--help')).toEqual(['commander'])
+    expect(await packages('migrate', '--store', 'memory:')).toEqual(['commander'])
     // The embedded store's driver is built in (node:sqlite): nothing to load but the CLI parser.
-    expect(packages('list', '--store', store)).toEqual(['commander'])
+    expect(await packages('list', '--store', store)).toEqual(['commander'])
     // Asked for by name, better-sqlite3 is loaded (with what it requires itself), and nothing else.
     const own = Object.keys(
       (JSON.parse(readFileSync(join(ROOT, 'node_modules/better-sqlite3/package.json'), 'utf8')) as { dependencies?: object })
         .dependencies ?? {},
     )
-    expect(packages('list', '--store', `${store}?driver=better-sqlite3`).filter((name) => !own.includes(name as string))).toEqual([
+    expect((await packages('list', '--store', `${store}?driver=better-sqlite3`)).filter((name) => !own.includes(name as string))).toEqual([
       'better-sqlite3',
       'commander',
     ])
   })
 
-  it('every command has --help with examples', () => {
+  it('every command has --help with examples', async () => {
     for (const command of ['demo', 'proxy', 'migrate', 'inspect', 'list', 'gc', 'evict', 'relay']) {
-      const out = cli(command, '--help')
+      const out = await cli(command, '--help')
       expect(out.code, command).toBe(0)
       expect(out.stdout, command).toContain('Examples:')
     }
-    expect(cli('--help').stdout).toContain('Store URLs:')
+    expect((await cli('--help')).stdout).toContain('Store URLs:')
   })
 
-  it('unknown flags, bad durations and bad store URLs fail with what was expected', () => {
-    const flag = cli('list', '--bogus')
+  it('unknown flags, bad durations and bad store URLs fail with what was expected', async () => {
+    const flag = await cli('list', '--bogus')
     expect(flag.code).not.toBe(0)
     expect(flag.stderr).toContain("unknown option '--bogus'")
-    const duration = cli('list', '--older-than', '5 minutes', '--store', store)
+    const duration = await cli('list', '--older-than', '5 minutes', '--store', store)
     expect(duration.code).not.toBe(0)
     expect(duration.stderr).toMatch(/not a duration: use milliseconds or a number with a unit/)
-    const url = cli('list', '--store', 'mysql:/x')
+    const url = await cli('list', '--store', 'mysql:/x')
     expect(url.code).not.toBe(0)
     expect(url.stderr).toContain('expected memory:, sqlite:PATH')
-    const empty = cli('gc', '--store', 'sqlite:')
+    const empty = await cli('gc', '--store', 'sqlite:')
     expect(empty.stderr).toContain('sqlite: needs a file path')
   })
 })
@@ -274,8 +270,8 @@ describe('idemkey operator commands on MySQL/MariaDB (mysql:// store URL)', { sk
   const scope = `cli-${randomUUID()}`
 
   it('migrates, then inspects, lists, purges and evicts a record the store wrote', async () => {
-    expect(cli('migrate', '--store', url).code).toBe(0)
-    expect(json<{ result: string }>(cli('migrate', '--store', url, '--json').stdout).result).toContain('up to date')
+    expect((await cli('migrate', '--store', url)).code).toBe(0)
+    expect(json<{ result: string }>((await cli('migrate', '--store', url, '--json')).stdout).result).toContain('up to date')
     const store = new MySqlStore({ uri: url })
     try {
       const held = await store.acquire(scope, 'order-1', FP, 600_000)
@@ -283,16 +279,18 @@ describe('idemkey operator commands on MySQL/MariaDB (mysql:// store URL)', { sk
     } finally {
       await store.close()
     }
-    const inspected = cli('inspect', 'order-1', '--scope', scope, '--store', url, '--json')
+    const inspected = await cli('inspect', 'order-1', '--scope', scope, '--store', url, '--json')
     expect(inspected.code).toBe(0)
     expect(json<{ record: { status: string; token: number } }>(inspected.stdout).record).toMatchObject({ status: 'in_progress', token: 1 })
-    const listed = json<Array<{ key: string }>>(cli('list', '--status', 'in_progress', '--scope', scope, '--store', url, '--json').stdout)
-    expect(listed.map((r) => r.key)).toEqual(['order-1'])
-    expect(cli('gc', '--store', url).code).toBe(0)
-    expect(json<{ evicted: boolean }>(cli('evict', 'order-1', '--scope', scope, '--store', url, '--yes', '--json').stdout).evicted).toBe(
-      true,
+    const listed = json<Array<{ key: string }>>(
+      (await cli('list', '--status', 'in_progress', '--scope', scope, '--store', url, '--json')).stdout,
     )
-    expect(cli('inspect', 'order-1', '--scope', scope, '--store', url).code).toBe(1)
+    expect(listed.map((r) => r.key)).toEqual(['order-1'])
+    expect((await cli('gc', '--store', url)).code).toBe(0)
+    expect(
+      json<{ evicted: boolean }>((await cli('evict', 'order-1', '--scope', scope, '--store', url, '--yes', '--json')).stdout).evicted,
+    ).toBe(true)
+    expect((await cli('inspect', 'order-1', '--scope', scope, '--store', url)).code).toBe(1)
   })
 })
 
@@ -308,7 +306,7 @@ describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kep
     table: string
     inboxes: Array<{ consumer: string; oldest: { messageId: string; processedAt: string; ageMs: number } | null }>
   }
-  const expectReport = (out: ReturnType<typeof cli>, table: string) => {
+  const expectReport = (out: CliResult, table: string) => {
     expect(out.code, out.stderr).toBe(0)
     const report = json<Report>(out.stdout)
     expect(report.table).toBe(table)
@@ -333,11 +331,11 @@ describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kep
       insert.run('billing', 'm-old', 'h', hourAgo)
       insert.run('shipping', 'm-new', 'h', Date.now())
       db.close()
-      expectReport(cli('inspect', '--inboxes', '--store', `sqlite:${path}`, '--json'), 'idemkey_inbox')
-      const table = cli('inspect', '--inboxes', '--store', `sqlite:${path}`)
+      expectReport(await cli('inspect', '--inboxes', '--store', `sqlite:${path}`, '--json'), 'idemkey_inbox')
+      const table = await cli('inspect', '--inboxes', '--store', `sqlite:${path}`)
       expect(table.stdout).toMatch(/billing\s+\S+Z\s+1h\S*\s+m-old/)
-      expect(cli('inspect', '--store', `sqlite:${path}`).stderr).toContain('--inboxes')
-      const redis = cli('inspect', '--inboxes', '--store', 'redis://127.0.0.1:6379')
+      expect((await cli('inspect', '--store', `sqlite:${path}`)).stderr).toContain('--inboxes')
+      const redis = await cli('inspect', '--inboxes', '--store', 'redis://127.0.0.1:6379')
       expect(redis.code).toBe(2)
       expect(redis.stderr).toContain('Pass --store with the database your inbox writes to')
     } finally {
@@ -358,8 +356,8 @@ describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kep
            ('billing', 'm-new', 'h', now()), ('billing', 'm-old', 'h', to_timestamp($1 / 1000.0)), ('shipping', 'm-new', 'h', now())`,
         [hourAgo],
       )
-      expectReport(cli('inspect', '--inboxes', '--inbox-table', table, '--store', url, '--json'), table)
-      const missing = cli('inspect', '--inboxes', '--inbox-table', `${table}_none`, '--store', url)
+      expectReport(await cli('inspect', '--inboxes', '--inbox-table', table, '--store', url, '--json'), table)
+      const missing = await cli('inspect', '--inboxes', '--inbox-table', `${table}_none`, '--store', url)
       expect(missing.code).toBe(1)
       expect(missing.stderr).toContain(`Could not read the inbox table "${table}_none"`)
     } finally {
@@ -381,7 +379,7 @@ describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kep
         `INSERT INTO ${table} (consumer, message_id, payload_hash, processed_at) VALUES (?, ?, ?, ?), (?, ?, ?, ?), (?, ?, ?, ?)`,
         ['billing', 'm-new', 'h', now, 'billing', 'm-old', 'h', hourAgo, 'shipping', 'm-new', 'h', now],
       )
-      expectReport(cli('inspect', '--inboxes', '--inbox-table', table, '--store', url, '--json'), table)
+      expectReport(await cli('inspect', '--inboxes', '--inbox-table', table, '--store', url, '--json'), table)
     } finally {
       await pool.query(`DROP TABLE IF EXISTS ${table}`)
       await pool.end()
@@ -403,7 +401,7 @@ describe('idemkey migrate --layout and gc on a partitioned PostgreSQL table', { 
   })
 
   it('converts a plain table to 200 ms partitions, drops the expired ones with gc, and converts back with the live record kept', async () => {
-    expect(cli('migrate', '--store', url).code).toBe(0)
+    expect((await cli('migrate', '--store', url)).code).toBe(0)
     const plain = new PostgresStore({ connectionString: url.replace(/\?.*/, ''), table })
     const old = await plain.acquire(scope, 'old', FP, 600_000)
     if (old.kind !== 'acquired') throw new Error(`setup: ${old.kind}`)
@@ -415,26 +413,28 @@ describe('idemkey migrate --layout and gc on a partitioned PostgreSQL table', { 
     await plain.close()
     await sleep(250) // both slots have ended
 
-    const converted = cli('migrate', '--store', url, '--layout', 'partitioned', '--partition-interval', '200ms', '--json')
+    const converted = await cli('migrate', '--store', url, '--layout', 'partitioned', '--partition-interval', '200ms', '--json')
     expect(converted.code, converted.stderr).toBe(0)
     expect(json<{ from: string; to: string; records: number }>(converted.stdout)).toMatchObject({
       from: 'plain',
       to: 'partitioned',
       records: 2,
     })
-    const gc = json<{ layout: string; dropped: string[] }>(cli('gc', '--store', `${url}&layout=partitioned`, '--json').stdout)
+    const gc = json<{ layout: string; dropped: string[] }>((await cli('gc', '--store', `${url}&layout=partitioned`, '--json')).stdout)
     expect(gc.layout).toBe('partitioned')
     // Each record went to the partition of its creation: the one of "old" (expired) is dropped with
     // the empty ones that ended since, and "kept"'s stays.
     expect(gc.dropped.length).toBeGreaterThanOrEqual(1)
-    const listed = json<Array<{ key: string }>>(cli('list', '--scope', scope, '--store', `${url}&layout=partitioned`, '--json').stdout)
+    const listed = json<Array<{ key: string }>>(
+      (await cli('list', '--scope', scope, '--store', `${url}&layout=partitioned`, '--json')).stdout,
+    )
     expect(listed.map((r) => r.key)).toEqual(['kept'])
 
-    const back = cli('migrate', '--store', url, '--layout', 'plain', '--json')
+    const back = await cli('migrate', '--store', url, '--layout', 'plain', '--json')
     expect(back.code, back.stderr).toBe(0)
     expect(json<{ from: string; to: string }>(back.stdout)).toMatchObject({ from: 'partitioned', to: 'plain' })
-    const inspected = cli('inspect', 'kept', '--scope', scope, '--store', url, '--json')
+    const inspected = await cli('inspect', 'kept', '--scope', scope, '--store', url, '--json')
     expect(json<{ record: { status: string } }>(inspected.stdout).record.status).toBe('completed')
-    expect(cli('migrate', '--store', url, '--layout', 'sideways').code).toBe(2)
+    expect((await cli('migrate', '--store', url, '--layout', 'sideways')).code).toBe(2)
   })
 })

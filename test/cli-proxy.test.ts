@@ -1,10 +1,11 @@
-import { type ChildProcess, spawnSync } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { runNode } from './helpers/cli.js'
 import { BIN, type ProxyProcess, startProxy as startHelper } from './helpers/proxy-process.js'
 
 const ROOT = join(import.meta.dirname, '..')
@@ -119,12 +120,12 @@ function raw(
   })
 }
 
-function inspect(
+async function inspect(
   store: string,
   key: string,
-): { status: string; token: number; attempts: number; leaseState: string; leaseEnded: string | null } | null {
-  const out = spawnSync(process.execPath, [BIN, 'inspect', key, '--scope', 'public', '--store', store, '--json'], { encoding: 'utf8' })
-  return out.status === 0 ? (JSON.parse(out.stdout) as { record: never }).record : null
+): Promise<{ status: string; token: number; attempts: number; leaseState: string; leaseEnded: string | null } | null> {
+  const out = await runNode([BIN, 'inspect', key, '--scope', 'public', '--store', store, '--json'])
+  return out.code === 0 ? (JSON.parse(out.stdout) as { record: never }).record : null
 }
 
 describe('idemkey proxy (built CLI) in front of a test upstream', () => {
@@ -279,7 +280,7 @@ describe('idemkey proxy (built CLI) in front of a test upstream', () => {
       upstream.hang = false
     }
     // Released, not abandoned: `idemkey list` does not call it stuck.
-    expect(inspect(store, key)).toMatchObject({ leaseState: expect.stringMatching(/^released /), leaseEnded: 'released' })
+    expect(await inspect(store, key)).toMatchObject({ leaseState: expect.stringMatching(/^released /), leaseEnded: 'released' })
     const retried = await post(proxy.port, '/charges', key)
     expect(retried.status).toBe(201)
     expect(retried.headers.get('idempotent-replayed')).toBeNull()
@@ -338,7 +339,7 @@ describe('idemkey proxy (built CLI) in front of a test upstream', () => {
     const response = await pending
     expect(response.status).toBe(201)
     expect((await draining.exited).code).toBe(0)
-    expect(inspect(drainStore, key)).toMatchObject({ status: 'completed', token: 1 })
+    expect(await inspect(drainStore, key)).toMatchObject({ status: 'completed', token: 1 })
   })
 
   it('shares one store between proxies: a proxy killed mid-request is taken over by another after the lease', async () => {
@@ -370,7 +371,7 @@ describe('idemkey proxy (built CLI) in front of a test upstream', () => {
       response = await post(b.port, slow, key)
     }
     expect(response.status).toBe(201)
-    expect(inspect(shared, key)).toMatchObject({ status: 'completed', token: 2, attempts: 2 })
+    expect(await inspect(shared, key)).toMatchObject({ status: 'completed', token: 2, attempts: 2 })
     // The upstream ran it twice: what a proxy cannot undo when it dies mid-request (docs/proxy.md).
     expect(upstream.runs.get(key)).toBe(2)
     b.child.kill('SIGTERM')

@@ -3,23 +3,20 @@
  * (bench/record-size.bench.ts) at the measured body sizes and linear between them; DynamoDB's write units
  * and month's cost follow from the item size; bad input is refused with what was expected.
  */
-import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
 import { bytesPerRecord, estimateSize, MEASURED } from '../src/cli/size-model.js'
+import { runNode } from './helpers/cli.js'
 
 const BIN = join(import.meta.dirname, '..', 'bin/idemkey.js')
-const cli = (...args: string[]) => {
-  const result = spawnSync(process.execPath, [BIN, 'size', ...args], { encoding: 'utf8' })
-  return { code: result.status, stdout: result.stdout, stderr: result.stderr }
-}
+const cli = (...args: string[]) => runNode([BIN, 'size', ...args])
 
 describe('idemkey size', () => {
-  it("keeps writes/s x window records: the design doc's 5,000/s for 24 h is 4.32 x 10^8", () => {
+  it("keeps writes/s x window records: the design doc's 5,000/s for 24 h is 4.32 x 10^8", async () => {
     expect(estimateSize({ writesPerSecond: 5_000, windowMs: 86_400_000, bodyBytes: 1_024 }, ['postgres']).records).toBe(432_000_000)
     expect(estimateSize({ writesPerSecond: 0.5, windowMs: 3_600_000, bodyBytes: 0 }, ['redis']).records).toBe(1_800)
   })
 
-  it('uses the measured bytes per record at a measured body size, linear between two, along the last slope past the largest', () => {
+  it('uses the measured bytes per record at a measured body size, linear between two, along the last slope past the largest', async () => {
     MEASURED.bodies.forEach((body, i) => {
       expect(bytesPerRecord('postgres', body)).toBe(MEASURED.bytes.postgres[i])
     })
@@ -38,7 +35,7 @@ describe('idemkey size', () => {
     )
   })
 
-  it("charges DynamoDB one write unit for the acquire and one per started KB of the completed item, and bills storage on the items' bytes", () => {
+  it("charges DynamoDB one write unit for the acquire and one per started KB of the completed item, and bills storage on the items' bytes", async () => {
     const small = estimateSize({ writesPerSecond: 100, windowMs: 86_400_000, bodyBytes: 16 }, ['dynamodb'], {
       wruPerMillion: 1,
       storagePerGbMonth: 1,
@@ -52,8 +49,8 @@ describe('idemkey size', () => {
     expect(large.stores[0]?.dynamodb?.wruPerIntent).toBe(1 + Math.ceil(((MEASURED.bytes.dynamodb[3] as number) - 100) / 1024))
   })
 
-  it('prints every store with its figure, total and what it counts, and where the figures come from', () => {
-    const { code, stdout } = cli('--writes', '5000')
+  it('prints every store with its figure, total and what it counts, and where the figures come from', async () => {
+    const { code, stdout } = await cli('--writes', '5000')
     expect(code).toBe(0)
     expect(stdout).toContain('432,000,000 records')
     for (const label of ['PostgreSQL', 'MySQL/MariaDB', 'SQLite', 'Redis', 'DynamoDB']) expect(stdout).toContain(label)
@@ -61,8 +58,8 @@ describe('idemkey size', () => {
     expect(stdout).toMatch(/DynamoDB on demand: \d+ write units per intent/)
   })
 
-  it('answers JSON for one store, with the inputs it used', () => {
-    const { code, stdout } = cli('--writes', '5k', '--window', '7d', '--body', '4kb', '--store', 'postgres', '--json')
+  it('answers JSON for one store, with the inputs it used', async () => {
+    const { code, stdout } = await cli('--writes', '5k', '--window', '7d', '--body', '4kb', '--store', 'postgres', '--json')
     expect(code).toBe(0)
     const out = JSON.parse(stdout) as {
       records: number
@@ -76,14 +73,16 @@ describe('idemkey size', () => {
     expect(out.stores[0]?.totalBytes).toBe((MEASURED.bytes.postgres[3] as number) * out.records)
   })
 
-  it('refuses a missing or bad rate, an unknown store and a bad window with what it expected, exit code 1', () => {
-    expect(cli().stderr).toContain("required option '--writes <per-second>' not specified")
-    const negative = cli('--writes', '-5')
+  it('refuses a missing or bad rate, an unknown store and a bad window with what it expected, exit code 1', async () => {
+    expect((await cli()).stderr).toContain("required option '--writes <per-second>' not specified")
+    const negative = await cli('--writes', '-5')
     expect([negative.code, negative.stderr]).toEqual([
       1,
       expect.stringContaining('--writes expects a positive number such as 5000, 12.5 or 5k, got "-5"'),
     ])
-    expect(cli('--writes', '10', '--store', 'oracle').stderr).toContain('Allowed choices are postgres, mysql, sqlite, redis, dynamodb')
-    expect(cli('--writes', '10', '--window', 'soon').code).toBe(1)
+    expect((await cli('--writes', '10', '--store', 'oracle')).stderr).toContain(
+      'Allowed choices are postgres, mysql, sqlite, redis, dynamodb',
+    )
+    expect((await cli('--writes', '10', '--window', 'soon')).code).toBe(1)
   })
 })

@@ -3,13 +3,14 @@
  * scope, a scope copied from `idemkey list`, a credential whose scheme is spelled in another case,
  * and a store whose error message would leak its address.
  */
-import { type ChildProcess, spawnSync } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
 import { createHash, randomUUID } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { runNode } from './helpers/cli.js'
 import { BIN, type ProxyProcess, startProxy as startHelper } from './helpers/proxy-process.js'
 
 const children: ChildProcess[] = []
@@ -68,7 +69,7 @@ describe('idemkey proxy scopes', () => {
     const proxy = await startProxy(['--store', `sqlite:${db}`, '--scope-header', 'X-Tenant'], { IDEMKEY_SCOPE_SECRET: 's' })
     const key = randomUUID()
     expect((await post(proxy.port, key, { authorization: 'Bearer victim-token' })).status).toBe(201)
-    const listed = spawnSync(process.execPath, [BIN, 'list', '--store', `sqlite:${db}`, '--json'], { encoding: 'utf8' })
+    const listed = await runNode([BIN, 'list', '--store', `sqlite:${db}`, '--json'])
     const scope = (JSON.parse(listed.stdout) as Array<{ key: string; scope: string }>).find((r) => r.key === key)?.scope
     expect(scope).toBeTruthy()
     const attacker = await post(proxy.port, key, { 'x-tenant': scope as string })
@@ -84,7 +85,7 @@ describe('idemkey proxy scopes', () => {
     expect((await post(proxy.port, key, { authorization: credential })).status).toBe(201)
     const again = await post(proxy.port, key, { authorization: credential.replace('Basic', 'BASIC') })
     expect(again.replayed).toBe('true')
-    const listed = spawnSync(process.execPath, [BIN, 'list', '--store', `sqlite:${db}`, '--json'], { encoding: 'utf8' })
+    const listed = await runNode([BIN, 'list', '--store', `sqlite:${db}`, '--json'])
     const scope = (JSON.parse(listed.stdout) as Array<{ key: string; scope: string }>).find((r) => r.key === key)?.scope ?? ''
     // Not the unkeyed SHA-256 an offline dictionary could confirm a password against.
     expect(scope).not.toContain(createHash('sha256').update(credential).digest('hex').slice(0, 32))
