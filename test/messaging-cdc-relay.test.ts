@@ -8,6 +8,8 @@
 import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { existsSync } from 'node:fs'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import pg from 'pg'
@@ -21,6 +23,8 @@ import {
   ReplicationSlotLagError,
 } from '../src/messaging/outbox/index.js'
 import type { RunningConsumer } from '../src/messaging/publishers/shared.js'
+import { type OperatorSummary, operatorPage } from '../src/observability/index.js'
+import { SqliteStore } from '../src/stores/sqlite/index.js'
 import {
   BROKER_PORTS,
   type BrokerName,
@@ -329,6 +333,61 @@ describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: 
       await relay.stop()
       await relay.drop()
       await relay.stop() // closes the query connection drop() used
+      await pool.end()
+    }
+  })
+
+  it("shows a stopped relay's slot lag on the operator page, marked past maxLagBytes, and a slot never set up as missing", async () => {
+    const pool = new pg.Pool({ connectionString: server.url, max: 2 })
+    const table = `cdc_${randomUUID().replaceAll('-', '').slice(0, 10)}_outbox`
+    const outbox = new PgOutbox({ pool, table })
+    await outbox.migrate()
+    const publisher: Publisher = { name: 'none', publish: async (messages) => messages.map(() => ({ ok: true as const })) }
+    const relay = new PgCdcRelay({ connection: server.url, publisher, table, maxLagBytes: 1024 })
+    const neverSetUp = new PgCdcRelay({ connection: server.url, publisher, table, slot: `${relay.slot}_absent` })
+    const store = new SqliteStore({ path: ':memory:' })
+    const page = operatorPage({ store, relays: [relay, neverSetUp] })
+    const http = createServer((req, res) => page.handler(req, res))
+    await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve))
+    try {
+      await relay.setup()
+      // Nobody streams: the events written now stay in the slot's WAL.
+      for (let i = 0; i < 20; i++) {
+        const client = await pool.connect()
+        await client.query('BEGIN')
+        await outbox.add(client, { topic: 't', payload: { i, pad: 'x'.repeat(200) } })
+        await client.query('COMMIT')
+        client.release()
+      }
+      const response = await fetch(`http://127.0.0.1:${(http.address() as AddressInfo).port}/api/summary`)
+      const { relays } = (await response.json()) as OperatorSummary
+      expect(relays).toEqual([
+        {
+          slot: relay.slot,
+          exists: true,
+          active: false,
+          lagBytes: expect.any(Number),
+          maxLagBytes: 1024,
+          walStatus: 'reserved',
+          problem: 'lagging',
+        },
+        {
+          slot: neverSetUp.slot,
+          exists: false,
+          active: false,
+          lagBytes: 0,
+          maxLagBytes: 268_435_456,
+          walStatus: null,
+          problem: 'missing',
+        },
+      ])
+      expect(relays[0]?.lagBytes).toBeGreaterThan(1024)
+    } finally {
+      http.close()
+      await store.close()
+      await relay.drop()
+      await relay.stop()
+      await neverSetUp.stop()
       await pool.end()
     }
   })

@@ -169,6 +169,8 @@ export class PgCdcRelay {
   readonly relayId: string
   readonly slot: string
   readonly publication: string
+  /** `ready()` fails past this lag, in bytes (the option); the operator page marks the slot past it too. */
+  readonly maxLagBytes: number
   readonly #connection: PgCdcConnectionConfig
   readonly #publisher: Publisher
   readonly #table: string
@@ -178,7 +180,6 @@ export class PgCdcRelay {
   readonly #backoffInitialMs: number
   readonly #backoffMaxMs: number
   readonly #standbyRetryMs: number
-  readonly #maxLagBytes: number
   readonly #silentConnectionMs: number
   readonly #onEvent: (event: PgCdcRelayEvent) => void
   #running: Promise<void> | undefined
@@ -230,7 +231,7 @@ export class PgCdcRelay {
           `got ${this.#silentConnectionMs} ms: a shorter one would replace healthy connections.`,
       )
     }
-    this.#maxLagBytes = options.maxLagBytes ?? 256 * 1024 * 1024
+    this.maxLagBytes = options.maxLagBytes ?? 256 * 1024 * 1024
     this.relayId = options.relayId ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
     this.#onEvent = options.onEvent ?? (() => {})
   }
@@ -327,8 +328,8 @@ export class PgCdcRelay {
     if (!health.exists) throw new ReplicationSlotLagError(health, 'does not exist (run relay.setup())')
     if (health.walStatus === 'lost')
       throw new ReplicationSlotLagError(health, 'lost WAL it still needed (max_slot_wal_keep_size cut it off)')
-    if (health.lagBytes > this.#maxLagBytes) {
-      throw new ReplicationSlotLagError(health, `lags ${health.lagBytes} bytes of WAL, more than maxLagBytes (${this.#maxLagBytes})`)
+    if (health.lagBytes > this.maxLagBytes) {
+      throw new ReplicationSlotLagError(health, `lags ${health.lagBytes} bytes of WAL, more than maxLagBytes (${this.maxLagBytes})`)
     }
   }
 
