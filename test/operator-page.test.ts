@@ -12,7 +12,8 @@ import { type Browser, chromium, type Page } from 'playwright-core'
 import { Ledger } from '../src/core/ledger.js'
 import { operatorPagePlugin } from '../src/http/fastify/index.js'
 import { SqliteInbox } from '../src/messaging/inbox/index.js'
-import { isLoopback, type OperatorPage, type OperatorSummary, operatorPage } from '../src/observability/index.js'
+import type { PgCdcRelayHealth } from '../src/messaging/outbox/index.js'
+import { isLoopback, type OperatorPage, type OperatorPageRelay, type OperatorSummary, operatorPage } from '../src/observability/index.js'
 import { keyHash } from '../src/observability/recorder.js'
 import { SqliteStore } from '../src/stores/sqlite/index.js'
 import { isCI } from './helpers/services.js'
@@ -30,6 +31,28 @@ if (!executablePath) {
 }
 
 const TOKEN = 'operator-token-0123456789abcdef'
+
+/** A stand-in for PgCdcRelay's health(): the page only renders what it answers. */
+function fakeRelay(slot: string, health: Partial<PgCdcRelayHealth> | Error, maxLagBytes?: number): OperatorPageRelay {
+  return {
+    slot,
+    maxLagBytes,
+    health: async () => {
+      if (health instanceof Error) throw health
+      return {
+        slot,
+        exists: true,
+        active: true,
+        streaming: true,
+        confirmedLsn: '0/1000',
+        currentLsn: '0/1000',
+        lagBytes: 0,
+        walStatus: 'reserved',
+        ...health,
+      }
+    },
+  }
+}
 
 describe.skipIf(!executablePath)('operator page in headless Chromium', () => {
   let browser: Browser
@@ -50,7 +73,15 @@ describe.skipIf(!executablePath)('operator page in headless Chromium', () => {
     billing.migrate()
     await billing.handle({ id: 'msg-1', payload: '{}' }, () => undefined)
     const shipping = new SqliteInbox({ database: inboxDb, consumer: 'shipping', retention: '1d' })
-    page = operatorPage({ store, inboxes: [billing, shipping] })
+    page = operatorPage({
+      store,
+      inboxes: [billing, shipping],
+      relays: [
+        fakeRelay('orders_cdc', { lagBytes: 2_048 }),
+        fakeRelay('payments_cdc', { lagBytes: 3 * 1_048_576, active: false }, 1_048_576),
+        fakeRelay('audit_cdc', new Error('connection refused')),
+      ],
+    })
     guarded = operatorPage({ store, token: TOKEN, activity: page.activity })
     ledger = new Ledger({ store, onEvent: page.onEvent })
     // Traffic: 3 executed (2 completed, 1 failed), 2 replays, 1 mismatch, 1 holder gone past its lease.
@@ -118,6 +149,15 @@ describe.skipIf(!executablePath)('operator page in headless Chromium', () => {
         ['shipping', '1.0 d', '-', '-'],
       ])
       expect(inboxes[1]?.[2]).toBe('none kept')
+      // CDC relay slots: the one past its maxLagBytes and the one that failed to answer are marked.
+      expect(await cells(tab, 'relays')).toEqual([
+        ['orders_cdc', 'ok', '2.0 KiB', '256.0 MiB', 'yes', 'reserved'],
+        ['payments_cdc', 'lagging', '3.0 MiB', '1.0 MiB', 'no', 'reserved'],
+        ['audit_cdc', 'unavailable: connection refused', '-', '256.0 MiB', '-', '-'],
+      ])
+      const marks = await tab.$$eval('#relays tbody tr td:nth-child(2) .pill', (pills) => pills.map((p) => p.className))
+      expect(marks).toEqual(['pill up', 'pill down', 'pill down'])
+      expect(await tab.isVisible('#relay-section')).toBe(true)
       // One chart per series, each a line over the last 5 minutes; totals as the traffic made them.
       const charts = await tab.$$eval('#charts .chart', (nodes) =>
         nodes.map((n) => ({
@@ -171,6 +211,8 @@ describe.skipIf(!executablePath)('operator page in headless Chromium', () => {
     await tab.click('#login button')
     await tab.waitForSelector('body[data-loaded="true"]')
     expect((await cells(tab, 'counts')).length).toBe(3)
+    // No relays given: no slot table.
+    expect(await tab.isVisible('#relay-section')).toBe(false)
     await tab.close()
   })
 
@@ -214,6 +256,61 @@ describe('operator page summary of inboxes (no browser)', () => {
       server.close()
       await store.close()
       db.close()
+    }
+  })
+})
+
+/** GET api/summary of a page served on a loopback port. */
+async function summaryOf(page: OperatorPage): Promise<OperatorSummary> {
+  const server = createServer((req, res) => page.handler(req, res))
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  try {
+    const response = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/api/summary`)
+    expect(response.status).toBe(200)
+    return (await response.json()) as OperatorSummary
+  } finally {
+    server.close()
+  }
+}
+
+describe('operator page summary of CDC relay slots (no browser)', () => {
+  it("answers each relay slot's lag and marks a slot missing, lost or past maxLagBytes, and a failing relay as unavailable", async () => {
+    const store = new SqliteStore({ path: ':memory:' })
+    const relays = [
+      fakeRelay('healthy', { lagBytes: 100 }),
+      fakeRelay('behind', { lagBytes: 5_000, active: false }, 4_096),
+      fakeRelay('at_limit', { lagBytes: 4_096 }, 4_096),
+      fakeRelay('cut_off', { walStatus: 'lost', lagBytes: 0 }),
+      fakeRelay('dropped', { exists: false, active: false, walStatus: null, confirmedLsn: null }),
+      fakeRelay('unreachable', new Error('connect ECONNREFUSED 127.0.0.1:5432')),
+      { health: () => Promise.reject('not an Error') },
+    ]
+    try {
+      const summary = await summaryOf(operatorPage({ store, relays }))
+      const row = (slot: string | null, rest: Partial<OperatorSummary['relays'][number]>) => ({
+        slot,
+        exists: true,
+        active: true,
+        lagBytes: 0,
+        maxLagBytes: 268_435_456,
+        walStatus: 'reserved',
+        problem: null,
+        ...rest,
+      })
+      const unknown = { exists: null, active: null, lagBytes: null, walStatus: null, problem: 'unavailable' as const }
+      expect(summary.relays).toEqual([
+        row('healthy', { lagBytes: 100 }),
+        row('behind', { lagBytes: 5_000, active: false, maxLagBytes: 4_096, problem: 'lagging' }),
+        row('at_limit', { lagBytes: 4_096, maxLagBytes: 4_096 }),
+        row('cut_off', { walStatus: 'lost', problem: 'lost' }),
+        row('dropped', { exists: false, active: false, walStatus: null, problem: 'missing' }),
+        row('unreachable', { ...unknown, error: 'connect ECONNREFUSED 127.0.0.1:5432' }),
+        row(null, { ...unknown, error: 'not an Error' }),
+      ])
+      expect(summary.store.up).toBe(true)
+      expect((await summaryOf(operatorPage({ store }))).relays).toEqual([])
+    } finally {
+      await store.close()
     }
   })
 })

@@ -7,6 +7,7 @@ export {
   isLoopback,
   type OperatorPage,
   type OperatorPageOptions,
+  type OperatorPageRelay,
   type OperatorSummary,
   operatorPage,
 } from './operator-page.js'

@@ -21,6 +21,7 @@ export const PAGE_HTML = `<!doctype html>
 <section><h2>Holders past their lease without an outcome</h2><p class="hint">Their holder crashed or stalled: the next retry takes the record over and runs the work again.</p><table id="stuck"><thead><tr><th>scope</th><th>key</th><th>key hash</th><th>token</th><th>lease ended</th><th>attempts</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Recent mismatches</h2><p class="hint">A key reused with another request: a client bug, or a key that is not unique enough.</p><table id="mismatches"><thead><tr><th>when</th><th>key hash</th></tr></thead><tbody></tbody></table></section>
 <section id="inbox-section" hidden><h2>Inboxes <small>(oldest kept message ID)</small></h2><p class="hint">How far back each inbox's dedup window reaches. Older than the retention: purge() is not running. The retention must cover the broker's redelivery horizon.</p><table id="inboxes"><thead><tr><th>consumer</th><th>retention</th><th>oldest kept</th><th>age</th><th>message ID</th></tr></thead><tbody></tbody></table></section>
+<section id="relay-section" hidden><h2>CDC relay slots <small>(WAL held for the broker)</small></h2><p class="hint">A slot keeps the WAL its relay has not had confirmed by the broker. Missing, lost or past the relay's maxLagBytes: its ready() (/readyz) fails; see docs/messaging.md, "CDC relay".</p><table id="relays"><thead><tr><th>slot</th><th>state</th><th>lag</th><th>max lag</th><th>read by a relay</th><th>WAL status</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Look up a record</h2>
 <form id="lookup"><label>scope <input id="lookup-scope" placeholder="default"></label><label>key <input id="lookup-key" required></label><label><input id="lookup-bodies" type="checkbox"> show stored body</label><button>Look up</button></form>
 <pre id="record"></pre></section>
@@ -39,7 +40,7 @@ table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:3px 8px;
 .pill{padding:2px 8px;border-radius:10px;background:#5b6472}.up{background:#1f8a4c}.down{background:#c62f2f}
 .hint{color:#5b6472;margin:0 0 8px}.chart{margin-bottom:10px}.chart svg{width:100%;height:70px;background:#fafbfc;border:1px solid #eef0f3}
 .chart .label{display:flex;justify-content:space-between}pre{white-space:pre-wrap;word-break:break-all;background:#fafbfc;padding:8px}
-form label{margin-right:10px}#login{padding:20px}#updated{margin-left:auto;color:#c9ced6}`
+td .pill{color:#fff}#relays td:nth-child(n+3){white-space:nowrap}form label{margin-right:10px}#login{padding:20px}#updated{margin-left:auto;color:#c9ced6}`
 
 export const PAGE_JS = `'use strict'
 ;(() => {
@@ -59,6 +60,7 @@ export const PAGE_JS = `'use strict'
     for (const values of rows) { const tr = body.insertRow(); values.forEach((v) => cell(tr, v)) }
   }
   const when = (ms) => new Date(ms).toISOString().replace('T', ' ').slice(0, 19)
+  const bytes = (n) => n >= 1073741824 ? (n / 1073741824).toFixed(1) + ' GiB' : n >= 1048576 ? (n / 1048576).toFixed(1) + ' MiB' : n >= 1024 ? (n / 1024).toFixed(1) + ' KiB' : n + ' B'
   const span = (ms) => ms >= 86400000 ? (ms / 86400000).toFixed(1) + ' d' : ms >= 3600000 ? (ms / 3600000).toFixed(1) + ' h' : ms >= 60000 ? (ms / 60000).toFixed(1) + ' min' : Math.round(ms / 1000) + ' s'
   const chart = (name, values, bucketMs) => {
     const rates = values.map((v) => v / (bucketMs / 1000))
@@ -89,6 +91,14 @@ export const PAGE_JS = `'use strict'
     fill($('inboxes'), s.inboxes.map((i) => [i.consumer, i.retentionMs === null ? '-' : span(i.retentionMs),
       i.error ? 'unavailable: ' + i.error : i.oldest ? when(i.oldest.processedAtMs) : 'none kept',
       i.oldest ? span(Math.max(0, s.generatedAtMs - i.oldest.processedAtMs)) : '-', i.oldest ? i.oldest.messageId : '-']), 'none')
+    $('relay-section').hidden = s.relays.length === 0
+    fill($('relays'), s.relays.map((r) => [r.slot === null ? '?' : r.slot, r.problem === 'unavailable' ? 'unavailable: ' + r.error : r.problem || 'ok',
+      r.lagBytes === null ? '-' : bytes(r.lagBytes), bytes(r.maxLagBytes), r.active === null ? '-' : r.active ? 'yes' : 'no', r.walStatus || '-']), 'none')
+    s.relays.forEach((r, i) => {
+      const state = $('relays').tBodies[0].rows[i].cells[1]
+      const pill = document.createElement('span'); pill.className = 'pill ' + (r.problem ? 'down' : 'up'); pill.textContent = r.problem || 'ok'
+      state.replaceChildren(pill, r.error ? ': ' + r.error : '')
+    })
     $('charts').replaceChildren(...Object.keys(LABELS).map((name) => chart(name, s.activity.series[name], s.activity.bucketMs)))
     document.body.dataset.loaded = 'true'
   }

@@ -3,6 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { IdempotencyStore, RecordStatus, StoredRecord } from '../core/store.js'
 import type { EngineEvent } from '../http/types.js'
 import type { Inbox } from '../messaging/inbox/types.js'
+import type { PgCdcRelay } from '../messaging/outbox/pg-cdc-relay.js'
 import { Activity, type ActivitySnapshot } from './activity.js'
 import { PAGE_CSS, PAGE_HTML, PAGE_JS } from './operator-assets.js'
 import { keyHash } from './recorder.js'
@@ -29,7 +30,16 @@ export interface OperatorPageOptions {
    * one's dedup window really reaches. PgInbox, MySqlInbox and SqliteInbox can read it.
    */
   inboxes?: ReadonlyArray<Pick<Inbox<unknown>, 'consumer' | 'retentionMs' | 'oldest'>>
+  /**
+   * CDC relays (`PgCdcRelay`) whose replication slot the page shows: whether it exists, is read, how
+   * much WAL it holds. A slot missing, lost, or lagging more than the relay's `maxLagBytes` (256 MiB
+   * when the object has none) is marked, as `ready()` would fail on it.
+   */
+  relays?: ReadonlyArray<OperatorPageRelay>
 }
+
+/** What the page needs of a CDC relay: its `health()` (and, when it has them, its slot name and lag limit). */
+export type OperatorPageRelay = Pick<PgCdcRelay, 'health'> & Partial<Pick<PgCdcRelay, 'slot' | 'maxLagBytes'>>
 
 /** A mounted operator page: a Node request handler and the event listener that feeds its charts. */
 export interface OperatorPage {
@@ -57,8 +67,25 @@ export interface OperatorSummary {
     oldest: { messageId: string; processedAtMs: number } | null
     error?: string
   }>
+  /**
+   * Each CDC relay given: its slot's state (`null` where a relay that failed to answer left it unknown).
+   * `problem` says why `ready()` would fail (`missing`, `lost`, `lagging`), or `unavailable` with `error`.
+   */
+  relays: Array<{
+    slot: string | null
+    exists: boolean | null
+    active: boolean | null
+    lagBytes: number | null
+    maxLagBytes: number
+    walStatus: string | null
+    problem: 'missing' | 'lost' | 'lagging' | 'unavailable' | null
+    error?: string
+  }>
   activity: ActivitySnapshot
 }
+
+/** `PgCdcRelay`'s default `maxLagBytes`, for a relay object that does not say its own. */
+const DEFAULT_MAX_LAG_BYTES = 256 * 1024 * 1024
 
 const STATES: RecordStatus[] = ['in_progress', 'completed', 'failed']
 
@@ -90,6 +117,7 @@ export function operatorPage(options: OperatorPageOptions): OperatorPage {
       counts,
       stuck: [],
       inboxes: await inboxRows(options.inboxes ?? []),
+      relays: await relayRows(options.relays ?? []),
       activity: activity.snapshot(),
     }
     try {
@@ -185,6 +213,31 @@ async function inboxRows(inboxes: NonNullable<OperatorPageOptions['inboxes']>): 
         return { ...row, oldest: (await inbox.oldest?.()) ?? null }
       } catch (error) {
         return { ...row, oldest: null, error: error instanceof Error ? error.message : String(error) }
+      }
+    }),
+  )
+}
+
+/** The relays' rows of the summary; a relay whose health() fails shows the error in its row. */
+async function relayRows(relays: ReadonlyArray<OperatorPageRelay>): Promise<OperatorSummary['relays']> {
+  return Promise.all(
+    relays.map(async (relay) => {
+      const maxLagBytes = relay.maxLagBytes ?? DEFAULT_MAX_LAG_BYTES
+      try {
+        const h = await relay.health()
+        const problem = !h.exists ? 'missing' : h.walStatus === 'lost' ? 'lost' : h.lagBytes > maxLagBytes ? 'lagging' : null
+        return { slot: h.slot, exists: h.exists, active: h.active, lagBytes: h.lagBytes, maxLagBytes, walStatus: h.walStatus, problem }
+      } catch (error) {
+        return {
+          slot: relay.slot ?? null,
+          exists: null,
+          active: null,
+          lagBytes: null,
+          maxLagBytes,
+          walStatus: null,
+          problem: 'unavailable' as const,
+          error: error instanceof Error ? error.message : String(error),
+        }
       }
     }),
   )

@@ -22,6 +22,24 @@ describe('PgCdcRelay without a server', () => {
     expect(() => new PgCdcRelay({ connection: 'postgres://127.0.0.1/db', publisher, table: 'a;drop' })).toThrow(/plain SQL identifier/)
   })
 
+  it('refuses a silentConnectionTimeout that is not a duration, or shorter than two of its 1 s keepalive requests', () => {
+    const relay = (silentConnectionTimeout: unknown) =>
+      new PgCdcRelay({ connection: 'postgres://127.0.0.1/db', publisher, silentConnectionTimeout: silentConnectionTimeout as string })
+    expect(() => relay('1s')).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_OPTION',
+        message: expect.stringMatching(/silentConnectionTimeout must be at least 2000 ms.*got 1000 ms/),
+      }),
+    )
+    expect(() => relay(-5)).toThrow(
+      expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining('silentConnectionTimeout') }),
+    )
+    expect(() => relay('soon')).toThrow(/silentConnectionTimeout "soon" is not a duration/)
+    expect(() => relay(Number.NaN)).toThrow(/silentConnectionTimeout must be a non-negative number/)
+    expect(() => relay('2s')).not.toThrow()
+    expect(() => relay(undefined)).not.toThrow()
+  })
+
   it('needs a connection and a publisher', () => {
     expect(() => new PgCdcRelay({} as never)).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
   })

@@ -4,7 +4,7 @@
  */
 import { hostname } from 'node:os'
 import type { LogicalReplicationService } from 'pg-logical-replication'
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, formatDuration, parseDuration } from '../../core/duration.js'
 import { IdempotencyError } from '../../errors.js'
 import { fitPgName, type OutboxMessage, type Publisher, type PublishResult, quoteName } from '../message.js'
 import type { RelayEvent } from './relay.js'
@@ -52,6 +52,14 @@ export interface PgCdcRelayOptions {
   backoffMax?: Duration
   /** How often a standby relay tries to take the slot, and a lost connection is retried. @default '2s' */
   standbyRetry?: Duration
+  /**
+   * How long a connection may answer nothing before the relay calls it half-open (a peer or network
+   * gone without closing it) and replaces it. An idle relay asks the server for a keepalive every
+   * second, so a healthy replication connection is never silent this long; the relay's own queries
+   * (`health()`, `ready()`, dead-lettering) fail after it instead of hanging. At least `'2s'` (two
+   * pings). @default '30s'
+   */
+  silentConnectionTimeout?: Duration
   /** `ready()` fails when the slot holds more WAL than this, in bytes. @default 268435456 (256 MiB) */
   maxLagBytes?: number
   /** Names this relay in events. @default '<hostname>:<pid>:<random>' */
@@ -136,7 +144,7 @@ function bigIntToLsn(value: bigint): string {
 
 const HIGH_WATER_BATCHES = 8
 const STATUS_INTERVAL_MS = 1_000
-/** An idle relay pings every second; a connection that has answered nothing this long is half-open, and replaced. */
+/** An idle relay pings every second; by default a connection that has answered nothing for 30 s is half-open, and replaced. */
 const SILENT_CONNECTION_MS = 30_000
 
 /**
@@ -161,6 +169,8 @@ export class PgCdcRelay {
   readonly relayId: string
   readonly slot: string
   readonly publication: string
+  /** `ready()` fails past this lag, in bytes (the option); the operator page marks the slot past it too. */
+  readonly maxLagBytes: number
   readonly #connection: PgCdcConnectionConfig
   readonly #publisher: Publisher
   readonly #table: string
@@ -170,7 +180,7 @@ export class PgCdcRelay {
   readonly #backoffInitialMs: number
   readonly #backoffMaxMs: number
   readonly #standbyRetryMs: number
-  readonly #maxLagBytes: number
+  readonly #silentConnectionMs: number
   readonly #onEvent: (event: PgCdcRelayEvent) => void
   #running: Promise<void> | undefined
   #stopping = false
@@ -213,7 +223,15 @@ export class PgCdcRelay {
     this.#backoffInitialMs = parseDuration(options.backoffInitial ?? '200ms', 'backoffInitial')
     this.#backoffMaxMs = parseDuration(options.backoffMax ?? '30s', 'backoffMax')
     this.#standbyRetryMs = parseDuration(options.standbyRetry ?? '2s', 'standbyRetry')
-    this.#maxLagBytes = options.maxLagBytes ?? 256 * 1024 * 1024
+    this.#silentConnectionMs = parseDuration(options.silentConnectionTimeout ?? SILENT_CONNECTION_MS, 'silentConnectionTimeout')
+    if (this.#silentConnectionMs < 2 * STATUS_INTERVAL_MS) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        `PgCdcRelay silentConnectionTimeout must be at least ${2 * STATUS_INTERVAL_MS} ms (two of the relay's 1 s keepalive requests), ` +
+          `got ${this.#silentConnectionMs} ms: a shorter one would replace healthy connections.`,
+      )
+    }
+    this.maxLagBytes = options.maxLagBytes ?? 256 * 1024 * 1024
     this.relayId = options.relayId ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
     this.#onEvent = options.onEvent ?? (() => {})
   }
@@ -236,11 +254,13 @@ export class PgCdcRelay {
     if (publication.rows.length === 0) {
       await this.#query(
         `CREATE PUBLICATION ${quoteName(this.publication, 'publication')} FOR TABLE ${this.#table} WITH (publish = 'insert')`,
+        [],
+        true,
       ).catch(ignoreDuplicate)
     }
     const slot = await this.#query('SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [this.slot])
     if (slot.rows.length === 0) {
-      await this.#query(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, [this.slot]).catch(ignoreDuplicate)
+      await this.#query(`SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, [this.slot], true).catch(ignoreDuplicate)
     }
   }
 
@@ -249,8 +269,8 @@ export class PgCdcRelay {
    * forever. Fails while a relay streams from the slot.
    */
   async drop(): Promise<void> {
-    await this.#query('SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1', [this.slot])
-    await this.#query(`DROP PUBLICATION IF EXISTS ${quoteName(this.publication, 'publication')}`)
+    await this.#query('SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1', [this.slot], true)
+    await this.#query(`DROP PUBLICATION IF EXISTS ${quoteName(this.publication, 'publication')}`, [], true)
   }
 
   /** Starts streaming in the background; connection losses and a busy slot are retried. Errors go to `onEvent`. */
@@ -269,7 +289,7 @@ export class PgCdcRelay {
     this.#running = undefined
     const queries = this.#queries
     this.#queries = undefined
-    await queries?.end().catch(() => {})
+    if (queries) await endWithin(queries, this.#silentConnectionMs)
   }
 
   /** The slot's lag and state (`pg_replication_slots`). */
@@ -308,8 +328,8 @@ export class PgCdcRelay {
     if (!health.exists) throw new ReplicationSlotLagError(health, 'does not exist (run relay.setup())')
     if (health.walStatus === 'lost')
       throw new ReplicationSlotLagError(health, 'lost WAL it still needed (max_slot_wal_keep_size cut it off)')
-    if (health.lagBytes > this.#maxLagBytes) {
-      throw new ReplicationSlotLagError(health, `lags ${health.lagBytes} bytes of WAL, more than maxLagBytes (${this.#maxLagBytes})`)
+    if (health.lagBytes > this.maxLagBytes) {
+      throw new ReplicationSlotLagError(health, `lags ${health.lagBytes} bytes of WAL, more than maxLagBytes (${this.maxLagBytes})`)
     }
   }
 
@@ -334,9 +354,12 @@ export class PgCdcRelay {
     const slot = await this.health()
     this.#confirmed = slot.confirmedLsn ? lsnToBigInt(slot.confirmedLsn) : 0n
     // Acknowledgements are ours alone: the library's automatic ones would confirm what the broker has not.
-    const service = new LogicalReplicationService(this.#connection as ConstructorParameters<typeof LogicalReplicationService>[0], {
-      acknowledge: { auto: false, timeoutSeconds: 0 },
-    })
+    const service = new LogicalReplicationService(
+      this.#replicationConnection() as ConstructorParameters<typeof LogicalReplicationService>[0],
+      {
+        acknowledge: { auto: false, timeoutSeconds: 0 },
+      },
+    )
     const stream: Stream = { service, closed: false, heardAt: Date.now() }
     this.#stream = stream
     this.#queue = []
@@ -364,16 +387,29 @@ export class PgCdcRelay {
     }
   }
 
+  /**
+   * The replication connection's config: the server's `wal_sender_timeout` set to
+   * `silentConnectionTimeout`, so that the server, too, ends a connection gone silent (the relay
+   * sends its status every second). Without it a half-open connection's walsender would hold the slot
+   * until the server's own timeout (60 s by default), and the relay's new connection would stand by.
+   */
+  #replicationConnection(): PgCdcConnectionConfig {
+    const base = typeof this.#connection.options === 'string' ? this.#connection.options : process.env.PGOPTIONS
+    const timeout = `-c wal_sender_timeout=${this.#silentConnectionMs}`
+    return { ...this.#connection, options: base ? `${base} ${timeout}` : timeout }
+  }
+
   /** Every second: tell the server where we stand (asking for a keepalive when idle), and drop a connection gone silent. */
   #tick(stream: Stream): void {
     const idle = this.#idle()
-    if (idle && Date.now() - stream.heardAt > SILENT_CONNECTION_MS) {
+    if (idle && Date.now() - stream.heardAt > this.#silentConnectionMs) {
       this.#emit({
         type: 'error',
         relayId: this.relayId,
         error: new IdempotencyError(
           'STORE_UNAVAILABLE',
-          `PgCdcRelay on slot "${this.slot}": the replication connection answered nothing for ${SILENT_CONNECTION_MS / 1000} s; reconnecting.`,
+          `PgCdcRelay on slot "${this.slot}": the replication connection answered nothing for ${formatDuration(this.#silentConnectionMs)} ` +
+            '(silentConnectionTimeout), so it is taken as half-open; reconnecting.',
         ),
       })
       stream.closed = true
@@ -582,7 +618,16 @@ export class PgCdcRelay {
     return Math.round(ceiling / 2 + (Math.random() * ceiling) / 2)
   }
 
-  async #query<R = Record<string, unknown>>(sql: string, values?: unknown[]): Promise<{ rows: R[]; rowCount: number | null }> {
+  /**
+   * A query on the relay's plain connection. One that gets no answer within `silentConnectionTimeout`
+   * fails and its connection is replaced (a half-open one would hang it, and `stop()` behind it, for
+   * ever); `untimed` is for DDL that may rightly wait (slot creation waits for running transactions).
+   */
+  async #query<R = Record<string, unknown>>(
+    sql: string,
+    values?: unknown[],
+    untimed = false,
+  ): Promise<{ rows: R[]; rowCount: number | null }> {
     try {
       if (!this.#queries) {
         this.#pg ??= loadPg()
@@ -597,17 +642,18 @@ export class PgCdcRelay {
           throw error
         })
       }
-      return (await this.#queries.query(sql, values)) as unknown as { rows: R[]; rowCount: number | null }
+      const query = { text: sql, values, query_timeout: untimed ? undefined : this.#silentConnectionMs }
+      return (await this.#queries.query(query)) as unknown as { rows: R[]; rowCount: number | null }
     } catch (error) {
       const client = this.#queries
       this.#queries = undefined
       await client?.end().catch(() => {})
       if (error instanceof IdempotencyError) throw error
-      throw new IdempotencyError(
-        'STORE_UNAVAILABLE',
-        `PgCdcRelay on slot "${this.slot}": ${sql.split(/\s/)[0]} failed: ${(error as Error).message}.`,
-        { cause: error },
-      )
+      const why =
+        (error as Error)?.message === 'Query read timeout'
+          ? `got no answer within ${formatDuration(this.#silentConnectionMs)} (silentConnectionTimeout); the connection is taken as half-open and replaced`
+          : `failed: ${(error as Error).message}`
+      throw new IdempotencyError('STORE_UNAVAILABLE', `PgCdcRelay on slot "${this.slot}": ${sql.split(/\s/)[0]} ${why}.`, { cause: error })
     }
   }
 
@@ -659,6 +705,25 @@ function slotError(slot: string, error: unknown): unknown {
   const code = (error as { code?: string })?.code
   if (code === '55006' || /is active for PID/i.test(String((error as Error)?.message))) return new ReplicationSlotInUseError(slot, error)
   return error
+}
+
+/**
+ * Ends a client politely, or drops its socket when the server does not see the goodbye through: on a
+ * half-open connection `end()` waits for ever for the server's close.
+ */
+async function endWithin(client: PgClient, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  const ended = await Promise.race([
+    client.end().then(
+      () => true,
+      () => true,
+    ),
+    new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), ms)
+    }),
+  ])
+  clearTimeout(timer)
+  if (!ended) (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy()
 }
 
 /** The replication connection's socket (the library keeps it private), to pause reading while the broker is behind. */
