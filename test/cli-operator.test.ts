@@ -260,6 +260,17 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     expect(url.stderr).toContain('expected memory:, sqlite:PATH')
     const empty = await cli('gc', '--store', 'sqlite:')
     expect(empty.stderr).toContain('sqlite: needs a file path')
+    const silent = await cli(
+      'relay',
+      '--from',
+      'postgres://app@127.0.0.1:1/app',
+      '--to',
+      'nats://127.0.0.1:1',
+      '--silent-connection-timeout',
+      '1s',
+    )
+    expect(silent.code).not.toBe(0)
+    expect(silent.stderr).toContain("option '--silent-connection-timeout <duration>' argument '1s' is invalid. must be at least 2s")
   })
 })
 

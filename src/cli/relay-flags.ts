@@ -12,6 +12,8 @@ export interface RelayFlags {
   publication?: string
   batchSize: number
   maxLag: number
+  /** Milliseconds (parsed by durationOption). */
+  silentConnectionTimeout: number
   exchange: string
   setup: boolean
   healthPort?: number

@@ -22,6 +22,7 @@ export async function runRelay(flags: RelayFlags): Promise<void> {
     publication: flags.publication,
     batchSize: flags.batchSize,
     maxLagBytes: flags.maxLag,
+    silentConnectionTimeout: flags.silentConnectionTimeout,
     onEvent: (event) => {
       if (event.type === 'published') published += event.messages.length
       report(event)

@@ -1,5 +1,5 @@
-import { type Command, InvalidArgumentError } from 'commander'
-import { intArg, sizeOption } from './options.js'
+import { type Command, InvalidArgumentError, Option } from 'commander'
+import { durationArg, intArg, sizeOption } from './options.js'
 import { type BrokerKind, maskPassword, type RelayFlags } from './relay-flags.js'
 
 /** `idemkey relay`: the CDC relay (docs/messaging.md, "CDC relay") as a standalone process. */
@@ -14,6 +14,14 @@ export function registerRelay(program: Command): void {
     .option('--publication <name>', 'publication (default: the slot name)')
     .option('--batch-size <n>', 'messages per broker round trip', intArg('--batch-size', 1, 100_000), 256)
     .addOption(sizeOption('--max-lag <size>', '/readyz answers 503 when the slot holds more WAL than this', '256mb'))
+    .addOption(
+      new Option(
+        '--silent-connection-timeout <duration>',
+        'replace a PostgreSQL connection that answers nothing this long (half-open); at least 2s',
+      )
+        .argParser(silentTimeoutArg)
+        .default(30_000, '30s'),
+    )
     .option('--exchange <name>', 'RabbitMQ exchange to publish to ("" is the default exchange, which routes by queue name)', '')
     .option('--no-setup', 'do not create the publication and slot when missing (they must exist)')
     .option(
@@ -37,6 +45,17 @@ Examples:
       const { runRelay } = await import('./relay-run.js')
       await runRelay(flags)
     })
+}
+
+/** `--silent-connection-timeout`: a duration of at least 2 s (the relay asks for a keepalive every second). */
+function silentTimeoutArg(value: string): number {
+  const ms = durationArg('--silent-connection-timeout')(value)
+  if (ms < 2_000) {
+    throw new InvalidArgumentError(
+      `must be at least 2s (the relay asks the server for a keepalive every second; a shorter limit would replace healthy connections), got "${value}".`,
+    )
+  }
+  return ms
 }
 
 /** `--from`: a PostgreSQL URL, checked now so a typo fails before anything connects. */
