@@ -293,20 +293,32 @@ for (const broker of ['nats', 'rabbitmq', 'redis'] as const) {
   })
 }
 
+/** A pool on the throwaway server and a new outbox table in it (end the pool when done). */
+async function freshOutbox(): Promise<{ pool: pg.Pool; table: string; outbox: PgOutbox }> {
+  const pool = new pg.Pool({ connectionString: server.url, max: 2 })
+  const table = `cdc_${randomUUID().replaceAll('-', '').slice(0, 10)}_outbox`
+  const outbox = new PgOutbox({ pool, table })
+  await outbox.migrate()
+  return { pool, table, outbox }
+}
+
+/** A publisher that confirms every message at once and records the IDs it was given, in order. */
+function memoryPublisher(): { publisher: Publisher; published: string[] } {
+  const published: string[] = []
+  const publisher: Publisher = {
+    name: 'memory',
+    publish: async (messages) => {
+      published.push(...messages.map((m) => m.id))
+      return messages.map(() => ({ ok: true as const }))
+    },
+  }
+  return { publisher, published }
+}
+
 describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: slot health, order, failures', () => {
   it('reports the WAL a stopped relay leaves behind as lag, and ready() fails past maxLagBytes', async () => {
-    const pool = new pg.Pool({ connectionString: server.url, max: 2 })
-    const table = `cdc_${randomUUID().replaceAll('-', '').slice(0, 10)}_outbox`
-    const outbox = new PgOutbox({ pool, table })
-    await outbox.migrate()
-    const published: string[] = []
-    const publisher: Publisher = {
-      name: 'memory',
-      publish: async (messages) => {
-        published.push(...messages.map((m) => m.id))
-        return messages.map(() => ({ ok: true as const }))
-      },
-    }
+    const { pool, table, outbox } = await freshOutbox()
+    const { publisher, published } = memoryPublisher()
     const relay = new PgCdcRelay({ connection: server.url, publisher, table, maxLagBytes: 1024 })
     try {
       await expect(relay.ready()).rejects.toBeInstanceOf(ReplicationSlotLagError)
@@ -338,10 +350,7 @@ describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: 
   })
 
   it("shows a stopped relay's slot lag on the operator page, marked past maxLagBytes, and a slot never set up as missing", async () => {
-    const pool = new pg.Pool({ connectionString: server.url, max: 2 })
-    const table = `cdc_${randomUUID().replaceAll('-', '').slice(0, 10)}_outbox`
-    const outbox = new PgOutbox({ pool, table })
-    await outbox.migrate()
+    const { pool, table, outbox } = await freshOutbox()
     const publisher: Publisher = { name: 'none', publish: async (messages) => messages.map(() => ({ ok: true as const })) }
     const relay = new PgCdcRelay({ connection: server.url, publisher, table, maxLagBytes: 1024 })
     const neverSetUp = new PgCdcRelay({ connection: server.url, publisher, table, slot: `${relay.slot}_absent` })
@@ -393,10 +402,7 @@ describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: 
   })
 
   it('keeps partition order through a retried publish, and dead-letters a message the broker refuses for good', async () => {
-    const pool = new pg.Pool({ connectionString: server.url, max: 2 })
-    const table = `cdc_${randomUUID().replaceAll('-', '').slice(0, 10)}_outbox`
-    const outbox = new PgOutbox({ pool, table })
-    await outbox.migrate()
+    const { pool, table, outbox } = await freshOutbox()
     const confirmed: string[] = []
     const tries = new Map<string, number>()
     const publisher: Publisher = {
@@ -457,18 +463,8 @@ describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: 
 
   it('replaces a replication connection gone half-open after silentConnectionTimeout, and publishes what was written meanwhile', async () => {
     const SILENT_MS = 2_000
-    const pool = new pg.Pool({ connectionString: server.url, max: 2 })
-    const table = `cdc_${randomUUID().replaceAll('-', '').slice(0, 10)}_outbox`
-    const outbox = new PgOutbox({ pool, table })
-    await outbox.migrate()
-    const published: string[] = []
-    const publisher: Publisher = {
-      name: 'memory',
-      publish: async (messages) => {
-        published.push(...messages.map((m) => m.id))
-        return messages.map(() => ({ ok: true as const }))
-      },
-    }
+    const { pool, table, outbox } = await freshOutbox()
+    const { publisher, published } = memoryPublisher()
     const add = async (i: number) => {
       const client = await pool.connect()
       try {
