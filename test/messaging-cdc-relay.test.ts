@@ -302,6 +302,19 @@ async function freshOutbox(): Promise<{ pool: pg.Pool; table: string; outbox: Pg
   return { pool, table, outbox }
 }
 
+/** Commits one outbox event in a transaction of its own; returns its message ID. */
+async function addEvent(pool: pg.Pool, outbox: PgOutbox, payload: unknown): Promise<string> {
+  const client = await pool.connect()
+  try {
+    await client.query('BEGIN')
+    const { id } = await outbox.add(client, { topic: 't', payload })
+    await client.query('COMMIT')
+    return id
+  } finally {
+    client.release()
+  }
+}
+
 /** A publisher that confirms every message at once and records the IDs it was given, in order. */
 function memoryPublisher(): { publisher: Publisher; published: string[] } {
   const published: string[] = []
@@ -326,13 +339,7 @@ describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: 
       await relay.setup() // idempotent
       await relay.ready()
       // Nobody streams: every event written now stays in the slot's WAL.
-      for (let i = 0; i < 20; i++) {
-        const client = await pool.connect()
-        await client.query('BEGIN')
-        await outbox.add(client, { topic: 't', payload: { i, pad: 'x'.repeat(200) } })
-        await client.query('COMMIT')
-        client.release()
-      }
+      for (let i = 0; i < 20; i++) await addEvent(pool, outbox, { i, pad: 'x'.repeat(200) })
       const lagging = await relay.health()
       expect(lagging).toMatchObject({ exists: true, active: false, streaming: false })
       expect(lagging.lagBytes).toBeGreaterThan(1024)
@@ -351,7 +358,7 @@ describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: 
 
   it("shows a stopped relay's slot lag on the operator page, marked past maxLagBytes, and a slot never set up as missing", async () => {
     const { pool, table, outbox } = await freshOutbox()
-    const publisher: Publisher = { name: 'none', publish: async (messages) => messages.map(() => ({ ok: true as const })) }
+    const { publisher } = memoryPublisher()
     const relay = new PgCdcRelay({ connection: server.url, publisher, table, maxLagBytes: 1024 })
     const neverSetUp = new PgCdcRelay({ connection: server.url, publisher, table, slot: `${relay.slot}_absent` })
     const store = new SqliteStore({ path: ':memory:' })
@@ -361,13 +368,7 @@ describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: 
     try {
       await relay.setup()
       // Nobody streams: the events written now stay in the slot's WAL.
-      for (let i = 0; i < 20; i++) {
-        const client = await pool.connect()
-        await client.query('BEGIN')
-        await outbox.add(client, { topic: 't', payload: { i, pad: 'x'.repeat(200) } })
-        await client.query('COMMIT')
-        client.release()
-      }
+      for (let i = 0; i < 20; i++) await addEvent(pool, outbox, { i, pad: 'x'.repeat(200) })
       const response = await fetch(`http://127.0.0.1:${(http.address() as AddressInfo).port}/api/summary`)
       const { relays } = (await response.json()) as OperatorSummary
       expect(relays).toEqual([
@@ -465,17 +466,7 @@ describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: 
     const SILENT_MS = 2_000
     const { pool, table, outbox } = await freshOutbox()
     const { publisher, published } = memoryPublisher()
-    const add = async (i: number) => {
-      const client = await pool.connect()
-      try {
-        await client.query('BEGIN')
-        const { id } = await outbox.add(client, { topic: 't', payload: { i } })
-        await client.query('COMMIT')
-        return id
-      } finally {
-        client.release()
-      }
-    }
+    const add = (i: number) => addEvent(pool, outbox, { i })
     // Both of the relay's connections (replication and queries) go through the proxy, as both would
     // cross the same broken network.
     const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: server.port })
