@@ -4,6 +4,7 @@ import type { IdempotencyStore, RecordStatus, StoredRecord } from '../core/store
 import type { EngineEvent } from '../http/types.js'
 import type { Inbox } from '../messaging/inbox/types.js'
 import type { PgCdcRelay } from '../messaging/outbox/pg-cdc-relay.js'
+import { DEFAULT_MAX_LAG_BYTES, slotProblem } from '../messaging/outbox/slot-health.js'
 import { Activity, type ActivitySnapshot } from './activity.js'
 import { PAGE_CSS, PAGE_HTML, PAGE_JS } from './operator-assets.js'
 import { keyHash } from './recorder.js'
@@ -83,9 +84,6 @@ export interface OperatorSummary {
   }>
   activity: ActivitySnapshot
 }
-
-/** `PgCdcRelay`'s default `maxLagBytes`, for a relay object that does not say its own. */
-const DEFAULT_MAX_LAG_BYTES = 256 * 1024 * 1024
 
 const STATES: RecordStatus[] = ['in_progress', 'completed', 'failed']
 
@@ -225,7 +223,7 @@ async function relayRows(relays: ReadonlyArray<OperatorPageRelay>): Promise<Oper
       const maxLagBytes = relay.maxLagBytes ?? DEFAULT_MAX_LAG_BYTES
       try {
         const h = await relay.health()
-        const problem = !h.exists ? 'missing' : h.walStatus === 'lost' ? 'lost' : h.lagBytes > maxLagBytes ? 'lagging' : null
+        const problem = slotProblem(h, maxLagBytes)
         return { slot: h.slot, exists: h.exists, active: h.active, lagBytes: h.lagBytes, maxLagBytes, walStatus: h.walStatus, problem }
       } catch (error) {
         return {

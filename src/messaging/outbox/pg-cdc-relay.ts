@@ -8,6 +8,7 @@ import { type Duration, formatDuration, parseDuration } from '../../core/duratio
 import { IdempotencyError } from '../../errors.js'
 import { fitPgName, type OutboxMessage, type Publisher, type PublishResult, quoteName } from '../message.js'
 import type { RelayEvent } from './relay.js'
+import { DEFAULT_MAX_LAG_BYTES, slotProblem } from './slot-health.js'
 
 /** What the CDC relay reports: the polling relay's events, plus where it stands on the slot. */
 export type PgCdcRelayEvent =
@@ -231,7 +232,7 @@ export class PgCdcRelay {
           `got ${this.#silentConnectionMs} ms: a shorter one would replace healthy connections.`,
       )
     }
-    this.maxLagBytes = options.maxLagBytes ?? 256 * 1024 * 1024
+    this.maxLagBytes = options.maxLagBytes ?? DEFAULT_MAX_LAG_BYTES
     this.relayId = options.relayId ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
     this.#onEvent = options.onEvent ?? (() => {})
   }
@@ -325,10 +326,10 @@ export class PgCdcRelay {
    */
   async ready(): Promise<void> {
     const health = await this.health()
-    if (!health.exists) throw new ReplicationSlotLagError(health, 'does not exist (run relay.setup())')
-    if (health.walStatus === 'lost')
-      throw new ReplicationSlotLagError(health, 'lost WAL it still needed (max_slot_wal_keep_size cut it off)')
-    if (health.lagBytes > this.maxLagBytes) {
+    const problem = slotProblem(health, this.maxLagBytes)
+    if (problem === 'missing') throw new ReplicationSlotLagError(health, 'does not exist (run relay.setup())')
+    if (problem === 'lost') throw new ReplicationSlotLagError(health, 'lost WAL it still needed (max_slot_wal_keep_size cut it off)')
+    if (problem === 'lagging') {
       throw new ReplicationSlotLagError(health, `lags ${health.lagBytes} bytes of WAL, more than maxLagBytes (${this.maxLagBytes})`)
     }
   }
