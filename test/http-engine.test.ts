@@ -1,7 +1,7 @@
 /** The engine's pieces on their own: key parsing, problems, the stored-header rules, fingerprints. */
 import { canonicalJson } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
-import { isIdempotencyError } from '../src/errors.js'
+import { IdempotencyError, isIdempotencyError } from '../src/errors.js'
 import { createEngine } from '../src/http/engine.js'
 import { parseKeyHeader } from '../src/http/key-header.js'
 import { problem } from '../src/http/problem.js'
@@ -203,6 +203,121 @@ describe('createEngine', () => {
     )
     expect(response.status).toBe(413)
     expect((await store.list({})).length).toBe(0)
+  })
+})
+
+describe('createEngine: how each covered request is answered and reported', () => {
+  type Event = { type: string; key?: string; outcome?: string; status?: number }
+  const run = async () => ({ status: 201, headers: { 'content-type': 'text/plain' }, body: bytes('ran') })
+  const detail = (response: { body: Uint8Array }) => JSON.parse(new TextDecoder().decode(response.body))
+  function watched(options: Partial<Parameters<typeof createEngine>[0]> = {}, store = new MemoryStore()) {
+    const events: Event[] = []
+    const engine = createEngine({
+      ledger: new Ledger({ store }),
+      onEvent: (event) => events.push(event as Event),
+      ...options,
+    })
+    const answered = () => events.filter((e) => e.type === 'answered').map((e) => `${e.key} ${e.outcome} ${e.status}`)
+    return { engine, events, answered, store }
+  }
+
+  it('passes a request without a key through unless the route requires one, which is a 400 naming the method and path', async () => {
+    const optional = watched()
+    expect((await optional.engine.begin(req({ headers: {} }))).kind).toBe('passthrough')
+    expect(optional.answered()).toEqual([])
+
+    const required = watched({ required: true })
+    const response = await required.engine.handle(req({ method: 'post', url: '/orders?draft=1', headers: {} }), run)
+    expect(response.status).toBe(400)
+    expect(detail(response)).toMatchObject({ code: 'KEY_MISSING' })
+    expect(detail(response).detail).toMatch(/^POST \/orders requires an Idempotency-Key header/)
+    // A request whose key did not parse is reported with the key ''.
+    expect(required.answered()).toEqual([' rejected 400'])
+  })
+
+  it('answers 500 INVALID_OPTION and reports it when the scope function is misconfigured, and rethrows its other errors', async () => {
+    const misconfigured = watched({
+      scope: () => {
+        throw new IdempotencyError('INVALID_OPTION', 'scope must return a string')
+      },
+    })
+    const response = await misconfigured.engine.handle(req({ headers: { 'idempotency-key': 'k1' } }), run)
+    expect(response.status).toBe(500)
+    expect(detail(response)).toMatchObject({ code: 'INVALID_OPTION' })
+    expect(misconfigured.events.map((e) => e.type)).toEqual(['config_error', 'answered'])
+    expect(misconfigured.answered()).toEqual(['k1 rejected 500'])
+
+    const broken = watched({
+      scope: async () => {
+        throw new TypeError('the session store is down')
+      },
+    })
+    await expect(broken.engine.begin(req({ headers: { 'idempotency-key': 'k1' } }))).rejects.toThrow('the session store is down')
+  })
+
+  it('awaits an async scope: two tenants with one key are two requests', async () => {
+    const { engine, store } = watched({ scope: async (request) => String((request as HttpRequestLike).headers['x-tenant']) })
+    for (const tenant of ['a', 'b']) {
+      const response = await engine.handle(req({ headers: { 'idempotency-key': 'k1', 'x-tenant': tenant } }), run)
+      expect(response.status).toBe(201)
+      expect(response.headers['idempotent-replayed']).toBeUndefined()
+    }
+    expect((await store.list({})).map((record) => record.scope).sort()).toEqual(['fn:a', 'fn:b'])
+  })
+
+  it('refuses a framework-parsed body by its Content-Length above maxRequestBody, never at it, and never reads the raw body', async () => {
+    const { engine, answered, store } = watched({ maxRequestBody: 10 })
+    let read = 0
+    const parsed = (length: string) =>
+      req({
+        headers: { 'idempotency-key': `k${length}`, 'content-type': 'application/json', 'content-length': length },
+        parsedBody: { amount: 1 },
+        body: async () => {
+          read++
+          return bytes('{"amount":1}')
+        },
+      })
+    const over = await engine.handle(parsed('11'), run)
+    expect(over.status).toBe(413)
+    expect(detail(over)).toMatchObject({ code: 'BODY_TOO_LARGE' })
+    expect(detail(over).detail).toMatch(/larger than 10 bytes/)
+    expect((await engine.handle(parsed('10'), run)).status).toBe(201)
+    expect(read).toBe(0)
+    expect(answered()).toEqual(['k11 rejected 413', 'k10 executed 201'])
+    expect((await store.list({})).length).toBe(1)
+  })
+
+  it('reports a store that is down as store_unavailable with the 503 it answers', async () => {
+    const down = new MemoryStore()
+    down.acquire = async () => {
+      throw new IdempotencyError('STORE_UNAVAILABLE', 'connect ECONNREFUSED 127.0.0.1:5432')
+    }
+    const { engine, answered } = watched({}, down)
+    const response = await engine.handle(req({ headers: { 'idempotency-key': 'k1' } }), run)
+    expect(response.status).toBe(503)
+    expect(answered()).toEqual(['k1 store_unavailable 503'])
+  })
+
+  it("finish returns the handler's response when it was kept, and 409 FENCED_OUT when a takeover's answer counts instead", async () => {
+    const { engine, answered, store } = watched()
+    const first = await engine.begin(req({ headers: { 'idempotency-key': 'k1' } }))
+    if (first.kind !== 'execute') throw new Error(`expected execute, got ${first.kind}`)
+    const kept = await first.finish(await run())
+    expect(kept.status).toBe(201)
+    expect(new TextDecoder().decode(kept.body)).toBe('ran')
+
+    // A holder whose record was taken over: its complete is fenced out, so its own answer is not sent.
+    const stale = await engine.begin(req({ headers: { 'idempotency-key': 'k2' } }))
+    if (stale.kind !== 'execute') throw new Error(`expected execute, got ${stale.kind}`)
+    const record = (await store.list({})).find((r) => r.key === 'k2')
+    // The first attempt of a fresh record holds token 1; releasing it lets the next request take over.
+    expect(await store.release(record?.scope as string, 'k2', 1)).toBe(true)
+    const takeover = await engine.begin(req({ headers: { 'idempotency-key': 'k2' } }))
+    if (takeover.kind !== 'execute') throw new Error(`expected execute, got ${takeover.kind}`)
+    const fenced = await stale.finish(await run())
+    expect(fenced.status).toBe(409)
+    expect(detail(fenced)).toMatchObject({ code: 'FENCED_OUT' })
+    expect(answered()).toEqual(['k1 executed 201', 'k2 executed 409'])
   })
 })
 

@@ -306,6 +306,26 @@ describe('Ledger.run', () => {
     expect(await store.get('default', k)).toMatchObject({ status: 'in_progress' })
   })
 
+  it('keeps the lease through failed renewals while it lasts, and tells the work it is lost when it ends', async () => {
+    const { ledger, store, clock, events } = setup()
+    store.renew = async () => {
+      throw new Error('connection reset')
+    }
+    const startMs = clock.now()
+    let lostAfterMs = -1
+    // Renewals are due every 10 s of the 30 s lease; every one fails from the start.
+    const running = ledger.run({ key: key() }, async ({ signal }) => {
+      while (!signal.aborted) await clock.sleep(1_000)
+      lostAfterMs = clock.now() - startMs
+      return 'stopped'
+    })
+    await drive(clock, running, 500)
+    // The failures at 10 s and 20 s leave the lease in force; the one at 30 s finds it ended.
+    expect(lostAfterMs).toBeGreaterThanOrEqual(30_000)
+    expect(lostAfterMs).toBeLessThan(32_000)
+    expect(events.filter((e) => e.type === 'lease_lost')).toHaveLength(1)
+  })
+
   it('counts the protected time from the last renewal, not from the acquire', async () => {
     const { ledger, store, clock } = setup()
     store.complete = async () => {
