@@ -10,6 +10,8 @@ import type { HttpRequestLike } from '../src/http/types.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 const bytes = (text: string) => new TextEncoder().encode(text)
+/** The JSON of a response's body: a problem's fields. */
+const jsonOf = (response: { body: Uint8Array }) => JSON.parse(new TextDecoder().decode(response.body))
 const req = (over: Partial<HttpRequestLike> = {}): HttpRequestLike => ({
   method: 'POST',
   url: '/orders',
@@ -61,7 +63,7 @@ describe('problem', () => {
     expect(answer.status).toBe(409)
     expect(answer.headers['content-type']).toBe('application/problem+json')
     expect(answer.headers['retry-after']).toBe('3')
-    expect(JSON.parse(new TextDecoder().decode(answer.body))).toEqual({
+    expect(jsonOf(answer)).toEqual({
       type: 'https://example.test/errors#in-progress',
       title: expect.any(String),
       status: 409,
@@ -71,7 +73,7 @@ describe('problem', () => {
   })
 
   it('names the key header as configured in its title', () => {
-    const title = (header?: string) => JSON.parse(new TextDecoder().decode(problem('KEY_MISSING', 'x', undefined, {}, header).body)).title
+    const title = (header?: string) => jsonOf(problem('KEY_MISSING', 'x', undefined, {}, header)).title
     expect(title()).toBe('Idempotency-Key required')
     expect(title('X-Idempotency-Key')).toBe('X-Idempotency-Key required')
   })
@@ -209,7 +211,6 @@ describe('createEngine', () => {
 describe('createEngine: how each covered request is answered and reported', () => {
   type Event = { type: string; key?: string; outcome?: string; status?: number }
   const run = async () => ({ status: 201, headers: { 'content-type': 'text/plain' }, body: bytes('ran') })
-  const detail = (response: { body: Uint8Array }) => JSON.parse(new TextDecoder().decode(response.body))
   function watched(options: Partial<Parameters<typeof createEngine>[0]> = {}, store = new MemoryStore()) {
     const events: Event[] = []
     const engine = createEngine({
@@ -229,8 +230,8 @@ describe('createEngine: how each covered request is answered and reported', () =
     const required = watched({ required: true })
     const response = await required.engine.handle(req({ method: 'post', url: '/orders?draft=1', headers: {} }), run)
     expect(response.status).toBe(400)
-    expect(detail(response)).toMatchObject({ code: 'KEY_MISSING' })
-    expect(detail(response).detail).toMatch(/^POST \/orders requires an Idempotency-Key header/)
+    expect(jsonOf(response)).toMatchObject({ code: 'KEY_MISSING' })
+    expect(jsonOf(response).detail).toMatch(/^POST \/orders requires an Idempotency-Key header/)
     // A request whose key did not parse is reported with the key ''.
     expect(required.answered()).toEqual([' rejected 400'])
   })
@@ -243,7 +244,7 @@ describe('createEngine: how each covered request is answered and reported', () =
     })
     const response = await misconfigured.engine.handle(req({ headers: { 'idempotency-key': 'k1' } }), run)
     expect(response.status).toBe(500)
-    expect(detail(response)).toMatchObject({ code: 'INVALID_OPTION' })
+    expect(jsonOf(response)).toMatchObject({ code: 'INVALID_OPTION' })
     expect(misconfigured.events.map((e) => e.type)).toEqual(['config_error', 'answered'])
     expect(misconfigured.answered()).toEqual(['k1 rejected 500'])
 
@@ -279,8 +280,8 @@ describe('createEngine: how each covered request is answered and reported', () =
       })
     const over = await engine.handle(parsed('11'), run)
     expect(over.status).toBe(413)
-    expect(detail(over)).toMatchObject({ code: 'BODY_TOO_LARGE' })
-    expect(detail(over).detail).toMatch(/larger than 10 bytes/)
+    expect(jsonOf(over)).toMatchObject({ code: 'BODY_TOO_LARGE' })
+    expect(jsonOf(over).detail).toMatch(/larger than 10 bytes/)
     expect((await engine.handle(parsed('10'), run)).status).toBe(201)
     expect(read).toBe(0)
     expect(answered()).toEqual(['k11 rejected 413', 'k10 executed 201'])
@@ -316,7 +317,7 @@ describe('createEngine: how each covered request is answered and reported', () =
     if (takeover.kind !== 'execute') throw new Error(`expected execute, got ${takeover.kind}`)
     const fenced = await stale.finish(await run())
     expect(fenced.status).toBe(409)
-    expect(detail(fenced)).toMatchObject({ code: 'FENCED_OUT' })
+    expect(jsonOf(fenced)).toMatchObject({ code: 'FENCED_OUT' })
     expect(answered()).toEqual(['k1 executed 201', 'k2 executed 409'])
   })
 })
@@ -338,7 +339,7 @@ describe('docs/errors.md', () => {
       'SCOPE_INVALID',
     ] as const
     for (const code of codes) {
-      const type = JSON.parse(new TextDecoder().decode(problem(code, 'x').body)).type as string
+      const type = jsonOf(problem(code, 'x')).type as string
       expect(headings.has(type.split('#')[1])).toBe(true)
     }
   })

@@ -16,6 +16,9 @@ const file = () => join(dir, `setup-${++n}.db`)
 const FP = 'a0'.repeat(32)
 const OUTCOME = { status: 'completed' as const, response: { status: 200, headers: {}, body: new Uint8Array([123, 125]) } }
 
+/** Reads one pragma of a connection. */
+const pragmaOf = (db: DatabaseSync) => (name: string) => Object.values(db.prepare(`PRAGMA ${name}`).get() as object)[0]
+
 /** A store that opens its file through `open`, so the test can read the connection's pragmas. */
 function opened(options: ConstructorParameters<typeof SqliteStore>[0] = {}) {
   let db: DatabaseSync | undefined
@@ -27,8 +30,7 @@ function opened(options: ConstructorParameters<typeof SqliteStore>[0] = {}) {
       return db
     },
   })
-  const pragma = (name: string) => Object.values((db as DatabaseSync).prepare(`PRAGMA ${name}`).get() as object)[0]
-  return { store, pragma }
+  return { store, pragma: pragmaOf(db as DatabaseSync) }
 }
 
 describe('SqliteStore setup', () => {
@@ -52,7 +54,7 @@ describe('SqliteStore setup', () => {
   it('leaves the page size of a database it is given, and leaves that database open on close', async () => {
     const db = new DatabaseSync(file())
     const store = new SqliteStore({ database: db })
-    const pragma = (name: string) => Object.values(db.prepare(`PRAGMA ${name}`).get() as object)[0]
+    const pragma = pragmaOf(db)
     expect(pragma('page_size')).toBe(4_096)
     expect(pragma('journal_mode')).toBe('wal')
     await store.close()
