@@ -8,7 +8,7 @@ import mysql from 'mysql2/promise'
 import type { JsMsg } from 'nats'
 import type { SqlTransactions } from '../src/core/sql-transactions.js'
 import { IdempotencyError } from '../src/errors.js'
-import { InboxMismatchError, MySqlInbox } from '../src/messaging/inbox/index.js'
+import { InboxMismatchError, MySqlInbox, PgInbox } from '../src/messaging/inbox/index.js'
 import { MySqlOutbox, type OutboxMessage, OutboxRelay, PgOutbox, type Publisher, type RelayEvent } from '../src/messaging/outbox/index.js'
 import { consumeNats, NatsPublisher } from '../src/messaging/publishers/nats/index.js'
 import { createStream, type TestStream } from './fixtures/messaging/nats.js'
@@ -413,6 +413,38 @@ for (const database of databases) {
       })
     })
 
+    it('keeps message IDs exactly as given, whatever quotes, backslashes or SQL they hold: applied once, found again as duplicates', async () => {
+      const inbox = db.inbox({ consumer: "it's \\ odd", table: db.table('inbox_quoting') })
+      await inbox.migrate()
+      const ids = ["it's", 'back\\slash', "\\'; DROP TABLE x; --", "E'x'", '$1', '{a,"b"}', 'NULL', 'ünïcödé ✓ 日本']
+      const applied: string[] = []
+      const batch = await inbox.handleBatch?.(
+        ids.slice(0, 6).map((id) => ({ id, payload: id })),
+        (_tx, m) => {
+          applied.push(m.id)
+        },
+      )
+      expect(batch?.map((r) => r.status)).toEqual(Array(6).fill('applied'))
+      for (const id of ids.slice(6))
+        expect(await inbox.handle({ id, payload: id }, (_tx, m) => applied.push(m.id))).toMatchObject({ status: 'applied' })
+      expect(applied).toEqual(ids)
+      for (const id of ids) expect(await inbox.handle({ id, payload: id }, () => applied.push('again'))).toEqual({ status: 'duplicate' })
+      const again = await inbox.handleBatch?.(
+        ids.map((id) => ({ id, payload: id })),
+        () => {
+          applied.push('again')
+        },
+      )
+      expect(again?.map((r) => r.status)).toEqual(Array(ids.length).fill('duplicate'))
+      await expect(inbox.handle({ id: ids[0] as string, payload: 'other' }, () => 0)).rejects.toBeInstanceOf(InboxMismatchError)
+      expect(applied).toEqual(ids)
+      // MySQL keeps the ID as bytes (varbinary): read as UTF-8.
+      const stored = (await db.query(`SELECT message_id FROM ${db.table('inbox_quoting')}`)) as Array<{ message_id: string | Buffer }>
+      expect(stored.map((row) => (Buffer.isBuffer(row.message_id) ? row.message_id.toString('utf8') : row.message_id)).sort()).toEqual(
+        [...ids].sort(),
+      )
+    })
+
     it('handles two batches of the same IDs in opposite orders at once without a deadlock: each ID applied once', async () => {
       const inbox = db.inbox({ consumer: 'batches', table: db.table('inbox_batches') })
       await inbox.migrate()
@@ -548,6 +580,23 @@ describe.skipIf(pgSkip !== undefined)('outbox relay on PostgreSQL: LISTEN/NOTIFY
   })
   afterEach(async () => {
     await nats?.drop()
+  })
+
+  it('refuses a message ID holding a NUL character as invalid (the helpers reject it) rather than as a database outage', async () => {
+    const inbox = new PgInbox({ pool: db.pool, consumer: 'nul', table: db.table('inbox_nul') })
+    await inbox.migrate()
+    const invalid = expect.objectContaining({ name: 'IdempotencyError', code: 'INVALID_ARGUMENT' })
+    await expect(inbox.handle({ id: 'a\0b', payload: 'x' }, () => 0)).rejects.toEqual(invalid)
+    await expect(
+      inbox.handleBatch(
+        [
+          { id: 'ok', payload: 'x' },
+          { id: 'a\0b', payload: 'x' },
+        ],
+        () => 0,
+      ),
+    ).rejects.toEqual(invalid)
+    expect(() => new PgInbox({ pool: db.pool, consumer: 'a\0b' })).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
   })
 
   it('wakes on LISTEN/NOTIFY when a transaction commits, without waiting for its poll', async () => {

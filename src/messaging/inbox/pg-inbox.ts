@@ -40,6 +40,13 @@ function assertMessageId(message: InboxMessage): void {
   if (typeof message?.id !== 'string' || message.id.length === 0) {
     throw new IdempotencyError('INVALID_ARGUMENT', 'inbox: the message has no ID. Producers must set one (the outbox always does).')
   }
+  // PostgreSQL text cannot hold NUL: the INSERT would fail on every redelivery, as if the database were down.
+  if (message.id.includes('\0')) {
+    throw new IdempotencyError(
+      'INVALID_ARGUMENT',
+      'inbox: the message ID holds a NUL character, which PostgreSQL text cannot store. Producers must set IDs without one.',
+    )
+  }
 }
 
 /**
@@ -74,8 +81,11 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
     if (typeof options?.pool?.connect !== 'function') {
       throw new IdempotencyError('INVALID_OPTION', 'PgInbox needs { pool }: a pg.Pool (or anything with query() and connect()).')
     }
-    if (typeof options.consumer !== 'string' || options.consumer.length === 0) {
-      throw new IdempotencyError('INVALID_OPTION', 'PgInbox needs { consumer }: a non-empty name for this consumer, e.g. "billing".')
+    if (typeof options.consumer !== 'string' || options.consumer.length === 0 || options.consumer.includes('\0')) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        'PgInbox needs { consumer }: a non-empty name for this consumer without NUL characters, e.g. "billing".',
+      )
     }
     this.#pool = options.pool
     if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'PgInbox', 'postgres')
