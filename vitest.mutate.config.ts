@@ -12,6 +12,7 @@ export default defineConfig({
       'src/stores/memory/*.test.ts',
       'src/stores/sqlite/*.test.ts',
       'test/http-engine.test.ts',
+      'test/http-engine-parts.test.ts',
       'test/http-conformance.test.ts',
       'test/http-adapters.test.ts',
       'src/http/scope.test.ts',

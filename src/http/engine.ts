@@ -108,10 +108,14 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
     return { kind: 'respond', response, outcome: result.kind }
   }
 
-  /** The ledger failed before the handler ran (the store is down): a 503, or a pass-through with failOpen. */
+  /**
+   * The ledger refused before the handler ran: the store is down (a 503, or a pass-through with failOpen)
+   * or the input is bad (a 400 reported as `rejected`, e.g. a scope the store cannot hold).
+   */
   function failed(key: string, error: unknown, startedAtMs: number): Decision {
     const decision = decisionFromError(config, error)
-    if (decision?.kind === 'respond' && onEvent) reporter.answered(key, 'store_unavailable', decision.response.status, startedAtMs)
+    if (decision?.kind === 'respond' && onEvent)
+      reporter.answered(key, decision.outcome ?? 'store_unavailable', decision.response.status, startedAtMs)
     if (decision) return decision
     throw error
   }
