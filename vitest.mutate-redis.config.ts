@@ -1,0 +1,26 @@
+import { defineConfig } from 'vitest/config'
+
+// The suites `npm run mutate:redis` (stryker.redis.config.mjs) runs for each mutant of the Redis store:
+// its contract and model on a URL, an ioredis client and a node-redis client, and the suites that pin
+// the record's layout, the errors, the notifications and the compare-and-set complete. Each uses its own
+// random prefix on the Redis at 127.0.0.1:6379. Left out: the cluster, crash and multi-process suites
+// (servers of their own, minutes each), and the model's real-time runs (below).
+export default defineConfig({
+  test: {
+    globals: true,
+    include: [
+      'test/redis-store.test.ts',
+      'test/redis-node-redis.test.ts',
+      'test/redis-layout.test.ts',
+      'test/redis-errors.test.ts',
+      'test/redis-notifications.test.ts',
+      'test/redis-compare-and-set.test.ts',
+      'test/redis-compare-and-set-args.test.ts',
+    ],
+    // The real-time model runs (about 11 s each, on the server's clock) would make each mutant cost a minute;
+    // the same model's random command sequences and the contract stay.
+    testNamePattern: '^(?!.*(without hanging|in real time on the server))',
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+  },
+})
