@@ -16,6 +16,10 @@ export default defineConfig({
       'test/redis-notifications.test.ts',
       'test/redis-compare-and-set.test.ts',
       'test/redis-compare-and-set-args.test.ts',
+      'test/redis-store-rules.test.ts',
+      'test/redis-record-format.test.ts',
+      'test/redis-clients.test.ts',
+      'test/redis-keys-scan-notify.test.ts',
     ],
     // The real-time model runs (about 11 s each, on the server's clock) would make each mutant cost a minute;
     // the same model's random command sequences and the contract stay.

@@ -1,5 +1,5 @@
 /**
- * node-redis (`redis` / `@redis/client`, v4 and later) behind the client interface RedisStore uses, so
+ * node-redis (`redis` / `@redis/client`, v5 and later: `withTypeMapping` gives Buffer replies) behind the client interface RedisStore uses, so
  * an app that already holds a node-redis client passes it as it is: `new RedisStore({ client })`.
  * Structural: idemkey does not import node-redis.
  */

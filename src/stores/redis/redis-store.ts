@@ -164,6 +164,7 @@ export class RedisStore implements IdempotencyStore {
       )
     }
     if (options.client) {
+      assertSupportedClient(options.client)
       this.#client = isNodeRedisCluster(options.client)
         ? fromNodeRedisCluster(options.client)
         : isNodeRedisClient(options.client)
@@ -541,4 +542,22 @@ function stepsKeyOf(prefix: string, redisKey: string): string {
 
 function compare(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0
+}
+
+/**
+ * Refuses, at construction, a client the store would only fail on later: one with neither ioredis's
+ * `callBuffer` nor node-redis 5's `withTypeMapping` (node-redis 4, `redis@4` / `@redis/client@1`, has
+ * `sendCommand` but no way to ask for Buffer replies).
+ */
+function assertSupportedClient(client: unknown): void {
+  const c = client as { callBuffer?: unknown; sendCommand?: unknown }
+  if (typeof c.callBuffer === 'function' || isNodeRedisClient(client) || isNodeRedisCluster(client)) return
+  const hint =
+    typeof c.sendCommand === 'function'
+      ? ' This looks like node-redis 4 (redis@4, @redis/client@1), which cannot return replies as bytes: upgrade to redis@5 or later.'
+      : ''
+  throw new IdempotencyError(
+    'INVALID_OPTION',
+    `RedisStore({ client }) takes an ioredis Redis or Cluster, or a node-redis 5+ client or cluster.${hint}`,
+  )
 }
