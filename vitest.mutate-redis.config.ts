@@ -2,9 +2,10 @@ import { defineConfig } from 'vitest/config'
 
 // The suites `npm run mutate:redis` (stryker.redis.config.mjs) runs for each mutant of the Redis store:
 // its contract and model on a URL, an ioredis client and a node-redis client, and the suites that pin
-// the record's layout, the errors, the notifications and the compare-and-set complete. Each uses its own
-// random prefix on the Redis at 127.0.0.1:6379. Left out: the cluster, crash and multi-process suites
-// (servers of their own, minutes each), and the model's real-time runs (below).
+// the record's layout and format, the store's rules, the errors, the clients (one starts a Redis
+// Cluster of its own for the node-redis cluster adapter), key names, scans, notifications and the
+// compare-and-set complete. Each uses its own random prefix on the Redis at 127.0.0.1:6379. Left out:
+// the ioredis cluster, crash and multi-process suites (minutes each), and the model's real-time runs (below).
 export default defineConfig({
   test: {
     globals: true,

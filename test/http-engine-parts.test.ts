@@ -5,11 +5,12 @@
  */
 import { ManualClock } from '../src/core/clock.js'
 import { Ledger } from '../src/core/ledger.js'
-import type { Outcome, TransactionalStore } from '../src/core/store.js'
+import type { Outcome } from '../src/core/store.js'
 import { IdempotencyError, isIdempotencyError } from '../src/errors.js'
 import { createEngine } from '../src/http/engine.js'
 import type { Decision, EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
+import { TxMemoryStore } from './helpers/tx-memory-store.js'
 
 const bytes = (text: string) => new TextEncoder().encode(text)
 const text = (response: HttpResponseLike) => new TextDecoder().decode(response.body)
@@ -76,24 +77,30 @@ function watched(options: Partial<EngineOptions> = {}, store: MemoryStore = new 
 }
 
 /**
- * A memory store that runs transactions: the handler's writes (pushed onto `tx`) are kept only when
+ * The transactional memory store of test/helpers: the handler's writes (pushed onto `tx`) are kept only when
  * the transaction commits. `fenceNext` makes the next completion lose its token check; `failCommit`
  * makes COMMIT itself fail, as a dropped connection would.
  */
-class TxStore extends MemoryStore implements TransactionalStore<string[]> {
-  readonly committed: string[] = []
+class TxStore extends TxMemoryStore {
   fenceNext = false
   failCommit = false
-  async transaction<R>(fn: (tx: string[]) => Promise<R>): Promise<R> {
-    const tx: string[] = []
-    const result = await fn(tx)
-    if (this.failCommit) throw new Error('COMMIT failed: server closed the connection unexpectedly (10.1.2.3:5432)')
-    this.committed.push(...tx)
-    return result
+  override transaction<R>(fn: (tx: string[]) => Promise<R>): Promise<R> {
+    return super.transaction(async (tx) => {
+      const result = await fn(tx)
+      if (this.failCommit) throw new Error('COMMIT failed: server closed the connection unexpectedly (10.1.2.3:5432)')
+      return result
+    })
   }
-  completeInTransaction(_tx: string[], scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+  override completeInTransaction(
+    tx: string[],
+    scope: string,
+    key: string,
+    token: number,
+    outcome: Outcome,
+    ttlMs: number,
+  ): Promise<boolean> {
     if (this.fenceNext) return Promise.resolve(false)
-    return this.complete(scope, key, token, outcome, ttlMs)
+    return super.completeInTransaction(tx, scope, key, token, outcome, ttlMs)
   }
 }
 

@@ -13,7 +13,8 @@ import type { RedisClientLike, RedisSubscriberLike } from '../src/stores/redis/c
 import { serverHasSetIfEq } from '../src/stores/redis/client.js'
 import { isNodeRedisClient, isNodeRedisCluster, RedisStore, recordNames } from '../src/stores/redis/index.js'
 import { freePort, RedisCluster } from './fixtures/redis/servers.js'
-import { dropPrefix } from './helpers/redis.js'
+import { eventually } from './helpers/eventually.js'
+import { connectionsNamed, dropPrefix, subscribers } from './helpers/redis.js'
 import { serviceSkipReason } from './helpers/services.js'
 import { TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
 
@@ -25,13 +26,7 @@ const text = (value: string) => new TextEncoder().encode(value)
 /** Bytes that are not UTF-8: a reply decoded as a string would change them. */
 const BINARY = Uint8Array.from([0xff, 0xfe, 0x00, 0x80, 0xc3, 0x28, 0x0a, 0x41])
 
-async function until(condition: () => Promise<boolean> | boolean, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time')
-    await sleep(20)
-  }
-}
+const until = (condition: () => Promise<boolean> | boolean, timeoutMs = 5_000) => eventually(condition, 'the condition', timeoutMs, 20)
 
 describe('telling node-redis clients from ioredis ones', () => {
   const nodeRedis = createClient({ url: URL })
@@ -107,20 +102,6 @@ describe('serverHasSetIfEq on INFO replies the common ones do not cover', () => 
     expect(serverHasSetIfEq(info)).toBe(expected)
   })
 })
-
-/** The connections the server holds under `name` (CLIENT SETNAME / node-redis `name`), with their flags. */
-async function connectionsNamed(admin: Redis, name: string): Promise<Array<{ id: string; flags: string }>> {
-  const list = (await admin.client('LIST')) as string
-  return list
-    .split('\n')
-    .filter((line) => line.includes(` name=${name} `))
-    .map((line) => ({ id: /(?:^|\s)id=(\d+)/.exec(line)?.[1] ?? '', flags: /\sflags=(\S+)/.exec(line)?.[1] ?? '' }))
-}
-
-async function subscribers(admin: Redis, channel: string): Promise<number> {
-  const [, count] = (await admin.pubsub('NUMSUB', channel)) as [string, number]
-  return Number(count)
-}
 
 /**
  * A node-redis-shaped client with `quit()` but no `close()` (the older way to close, which the adapter

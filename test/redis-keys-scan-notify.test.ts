@@ -3,7 +3,8 @@ import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { RedisStore, recordNames } from '../src/stores/redis/index.js'
 import { Notifier } from '../src/stores/redis/notifier.js'
-import { dropPrefix } from './helpers/redis.js'
+import { eventually } from './helpers/eventually.js'
+import { connectionsNamed, dropPrefix, subscribers } from './helpers/redis.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 // Key names and prefixes (keys.ts), the SCAN behind list and purgeExpired (scan.ts) on a keyspace that
@@ -18,23 +19,10 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 /** The first `bytes` of SHA-256 in base64url: how record names were always cut (the reference, not the fast path). */
 const cut = (text: string, bytes: number) => createHash('sha256').update(text).digest().subarray(0, bytes).toString('base64url')
 
-/** Resolves once `condition()` holds; rejects after `ms`. */
-async function until(condition: () => boolean | Promise<boolean>, what: string, ms = 5_000): Promise<void> {
-  const started = Date.now()
-  while (!(await condition())) {
-    if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`)
-    await sleep(5)
-  }
-}
+const until = (condition: () => boolean | Promise<boolean>, what: string, ms = 5_000) => eventually(condition, what, ms, 5)
 
 /** The addresses of the connections named `name` (the store's client and its subscriber share the name). */
-async function addressesNamed(redis: Redis, name: string): Promise<string[]> {
-  const list = (await redis.client('LIST')) as string
-  return list
-    .split('\n')
-    .filter((line) => line.includes(` name=${name} `))
-    .map((line) => /addr=(\S+)/.exec(line)?.[1] as string)
-}
+const addressesNamed = async (redis: Redis, name: string) => (await connectionsNamed(redis, name)).map((c) => c.addr)
 
 /**
  * A MONITOR connection. ioredis reports a "Command queue state error" for monitored commands that come
@@ -56,12 +44,6 @@ async function openMonitor(redis: Redis): Promise<Redis> {
     monitor.disconnect()
     if (attempt === 5) throw failed
   }
-}
-
-/** How many clients are subscribed to `channel`. */
-async function subscribers(redis: Redis, channel: string): Promise<number> {
-  const [, count] = (await redis.pubsub('NUMSUB', channel)) as [string, number]
-  return Number(count)
 }
 
 describe('record names', () => {

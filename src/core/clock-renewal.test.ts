@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { getEventListeners } from 'node:events'
+import { drive, turn } from '../../test/helpers/manual-clock.js'
 import { isIdempotencyError } from '../errors.js'
 import { MemoryStore } from '../stores/memory/memory-store.js'
 import { ManualClock, systemClock } from './clock.js'
@@ -7,7 +8,6 @@ import { Ledger, type LedgerEvent } from './ledger.js'
 import type { LedgerTelemetry } from './ledger-types.js'
 
 const key = () => `k-${randomUUID()}`
-const turn = () => new Promise<void>((resolve) => setImmediate(resolve))
 const realDelay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 async function turns(n = 5): Promise<void> {
@@ -23,19 +23,6 @@ async function stateOf(promise: Promise<unknown>): Promise<{ state: 'pending' | 
   )
   await turn()
   return seen
-}
-
-/** Moves the clock by `stepMs` whenever the code under test sleeps, until `promise` settles. */
-async function drive<T>(clock: ManualClock, promise: Promise<T>, stepMs: number): Promise<T> {
-  let settled = false
-  const watched = promise.finally(() => {
-    settled = true
-  })
-  for (let i = 0; i < 10_000 && !settled; i++) {
-    await turn()
-    if (!settled && clock.pendingSleeps > 0) clock.advance(stepMs)
-  }
-  return watched
 }
 
 const abortListeners = (signal: AbortSignal) => getEventListeners(signal, 'abort').length

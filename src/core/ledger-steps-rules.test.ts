@@ -6,6 +6,7 @@
  * docs/steps.md).
  */
 import { randomUUID } from 'node:crypto'
+import { drive, turn } from '../../test/helpers/manual-clock.js'
 import { TxMemoryStore } from '../../test/helpers/tx-memory-store.js'
 import { IdempotencyError } from '../errors.js'
 import { MemoryStore } from '../stores/memory/memory-store.js'
@@ -31,22 +32,6 @@ function setup(options: { lease?: string; wait?: number | string } = {}) {
     onEvent: (e) => events.push(e),
   })
   return { clock, store, ledger, events }
-}
-
-/** Lets pending promise callbacks run. */
-const turn = () => new Promise((r) => setImmediate(r))
-
-/** Moves the clock 1 ms at a time whenever the code under test sleeps, until `promise` settles. */
-async function driveByMs<T>(clock: ManualClock, promise: Promise<T>): Promise<T> {
-  let settled = false
-  const watched = promise.finally(() => {
-    settled = true
-  })
-  for (let i = 0; i < 10_000 && !settled; i++) {
-    await turn()
-    if (!settled && clock.pendingSleeps > 0) clock.advance(1)
-  }
-  return watched
 }
 
 /** A holder elsewhere that started step `name` (its marker is stored) and then died: its lease ends at `leaseMs`. */
@@ -248,7 +233,7 @@ describe('Ledger.run: waiting, in_progress and retry-after', () => {
     const startMs = clock.now()
     await store.acquire('default', k, FP, 30_000) // a holder elsewhere
     const lockedUntilMs = startMs + 30_000
-    const result = await driveByMs(
+    const result = await drive(
       clock,
       ledger.run({ key: k }, () => 'dup'),
     )
@@ -277,7 +262,7 @@ describe('Ledger.run: waiting, in_progress and retry-after', () => {
     const k = key()
     await store.acquire('default', k, FP, 30_000)
     expect(
-      await driveByMs(
+      await drive(
         clock,
         ledger.run({ key: k }, () => 'dup'),
       ),

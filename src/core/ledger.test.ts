@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import { drive } from '../../test/helpers/manual-clock.js'
 import { TxMemoryStore } from '../../test/helpers/tx-memory-store.js'
 import { isIdempotencyError } from '../errors.js'
 import { MemoryStore } from '../stores/memory/memory-store.js'
@@ -13,19 +14,6 @@ const key = () => `k-${randomUUID()}`
 async function sleepers(clock: ManualClock, n = 1): Promise<void> {
   for (let i = 0; i < 1_000 && clock.pendingSleeps < n; i++) await new Promise((r) => setImmediate(r))
   expect(clock.pendingSleeps).toBeGreaterThanOrEqual(n)
-}
-
-/** Moves the clock by `stepMs` whenever the code under test sleeps, until `promise` settles. */
-async function drive<T>(clock: ManualClock, promise: Promise<T>, stepMs: number): Promise<T> {
-  let settled = false
-  const watched = promise.finally(() => {
-    settled = true
-  })
-  for (let i = 0; i < 10_000 && !settled; i++) {
-    await new Promise((r) => setImmediate(r))
-    if (!settled && clock.pendingSleeps > 0) clock.advance(stepMs)
-  }
-  return watched
 }
 
 function setup(options: { wait?: number } = {}) {

@@ -164,12 +164,7 @@ export class RedisStore implements IdempotencyStore {
       )
     }
     if (options.client) {
-      assertSupportedClient(options.client)
-      this.#client = isNodeRedisCluster(options.client)
-        ? fromNodeRedisCluster(options.client)
-        : isNodeRedisClient(options.client)
-          ? fromNodeRedis(options.client)
-          : options.client
+      this.#client = adaptClient(options.client)
     } else {
       this.#socketTimeoutMs = parseDuration(options.socketTimeout ?? '10s', 'socketTimeout')
       this.#opening = openClient(options.url as string, this.#socketTimeoutMs)
@@ -545,15 +540,17 @@ function compare(a: string, b: string): number {
 }
 
 /**
- * Refuses, at construction, a client the store would only fail on later: one with neither ioredis's
- * `callBuffer` nor node-redis 5's `withTypeMapping` (node-redis 4, `redis@4` / `@redis/client@1`, has
- * `sendCommand` but no way to ask for Buffer replies).
+ * The client the store sends its commands through: a node-redis 5+ cluster or client behind the adapter,
+ * an ioredis one as it is. Refuses at construction a client the store would only fail on later: one with
+ * neither ioredis's `callBuffer` nor node-redis 5's `withTypeMapping` (node-redis 4, `redis@4` /
+ * `@redis/client@1`, has `sendCommand` but no way to ask for Buffer replies).
  */
-function assertSupportedClient(client: unknown): void {
-  const c = client as { callBuffer?: unknown; sendCommand?: unknown }
-  if (typeof c.callBuffer === 'function' || isNodeRedisClient(client) || isNodeRedisCluster(client)) return
+function adaptClient(client: NonNullable<RedisStoreOptions['client']>): RedisClientLike {
+  if (isNodeRedisCluster(client)) return fromNodeRedisCluster(client)
+  if (isNodeRedisClient(client)) return fromNodeRedis(client)
+  if (typeof (client as { callBuffer?: unknown }).callBuffer === 'function') return client as RedisClientLike
   const hint =
-    typeof c.sendCommand === 'function'
+    typeof (client as { sendCommand?: unknown }).sendCommand === 'function'
       ? ' This looks like node-redis 4 (redis@4, @redis/client@1), which cannot return replies as bytes: upgrade to redis@5 or later.'
       : ''
   throw new IdempotencyError(
