@@ -407,6 +407,31 @@ describe.skipIf(skip !== undefined)('RedisStore wake-ups: watchers, stopping and
     }
   })
 
+  it('opens no subscriber for a watcher that comes after the store closed, on your client', async () => {
+    const name = `ik-${randomUUID()}`
+    const client = new Redis(`${URL}/?connectionName=${name}`)
+    const store = new RedisStore({ client, prefix })
+    try {
+      const s = `s-${randomUUID()}`
+      let calls = 0
+      store.watch(s, 'k', () => calls++)
+      await until(() => calls > 0, 'the "may have changed" call')
+      await store.close()
+      await until(async () => (await addressesNamed(redis, name)).length === 1, 'the subscriber closed')
+      let late = 0
+      const stop = store.watch(s, 'late', () => late++)
+      await sleep(200)
+      expect(late).toBe(0)
+      expect(await subscribers(redis, recordNames(prefix, s, 'late').channel)).toBe(0)
+      expect(await addressesNamed(redis, name)).toHaveLength(1)
+      // Your client still works after the store closed: close() leaves it open.
+      expect(await client.ping()).toBe('PONG')
+      stop()
+    } finally {
+      client.disconnect()
+    }
+  })
+
   it('opens no subscriber for a watcher that comes while the store closes', async () => {
     const name = `ik-${randomUUID()}`
     const client = new Redis(`${URL}/?connectionName=${name}`)

@@ -123,6 +123,8 @@ export class RedisStore implements IdempotencyStore {
   #client: RedisClientLike | undefined
   readonly #opening: Promise<RedisClientLike> | undefined
   #notifier: Notifier | undefined
+  /** Set by `close()`: a later watch opens no subscriber (it would outlive the store); its waiter polls. */
+  #closed = false
   /** The `socketTimeout` of the client the store opened from `url` (unset with the caller's client). */
   readonly #socketTimeoutMs: number | undefined
   #purgeScan: ResumableScan | undefined
@@ -414,7 +416,7 @@ export class RedisStore implements IdempotencyStore {
    * `notifications: false`. Flags the record as waited on (complete and release publish only then).
    */
   watch(scope: string, key: string, onChange: () => void): Unsubscribe {
-    if (!this.#notifications) return () => {}
+    if (!this.#notifications || this.#closed) return () => {}
     assertIdentity(scope, key)
     const client = this.#client
     if (!client) return () => {} // still opening: the waiter polls
@@ -427,6 +429,7 @@ export class RedisStore implements IdempotencyStore {
 
   /** Closes the subscriber, and the client when the store opened it. */
   async close(): Promise<void> {
+    this.#closed = true
     await this.#notifier?.close()
     this.#notifier = undefined
     if (!this.#ownsClient) return
