@@ -12,6 +12,7 @@ import { join } from 'node:path'
 import { createProxyServer, type ProxyServer, type ProxyServerOptions } from '../src/cli/proxy-server.js'
 import { Ledger } from '../src/core/ledger.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
+import { eventually } from './helpers/eventually.js'
 import { type ProxyProcess, startProxy as startHelper } from './helpers/proxy-process.js'
 
 const MiB = 1024 * 1024
@@ -245,13 +246,7 @@ function openSockets(port: number, count: number, partialHeaders: boolean): Prom
   )
 }
 
-async function until(check: () => boolean, ms: number): Promise<void> {
-  const deadline = Date.now() + ms
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time')
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
+const until = (check: () => boolean, ms: number) => eventually(check, 'the condition', ms, 20)
 
 const upstream = new Upstream()
 

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
+import { eventually } from '../../../test/helpers/eventually.js'
 import { serviceSkipReason } from '../../../test/helpers/services.js'
 import { systemClock } from '../../core/clock.js'
 import { Ledger } from '../../core/ledger.js'
@@ -11,13 +12,7 @@ const skip = await serviceSkipReason('PostgreSQL', 5432)
 const table = `idemkey_notify_${randomUUID().slice(0, 8)}`
 
 /** Resolves when `check` turns true, polling every few ms; rejects after `ms`. */
-async function until(check: () => boolean | Promise<boolean>, what: string, ms = 5_000): Promise<void> {
-  const deadline = Date.now() + ms
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 5))
-  }
-}
+const until = (check: () => boolean | Promise<boolean>, what: string, ms = 5_000) => eventually(check, what, ms, 5)
 
 describe.skipIf(skip !== undefined)('PostgresStore wake-ups (LISTEN/NOTIFY)', () => {
   const admin = new pg.Pool({ connectionString: URL, max: 2 })
