@@ -9,7 +9,10 @@ import { describeStoreStepsModel } from './store-steps-model.js'
 
 /** Options of {@link describeStoreModel}. */
 export interface StoreModelOptions extends SuiteOptions {
-  /** How many random command sequences to run. @default 1000 */
+  /**
+   * How many random command sequences to run. `IDEMKEY_MODEL_RUNS` in the environment caps it (a mutation
+   * run, which repeats the suites for every mutant, sets it lower). @default 1000
+   */
   numRuns?: number
   /**
    * How many sequences the real-time model runs on a store whose clock is its server's: each
@@ -19,6 +22,13 @@ export interface StoreModelOptions extends SuiteOptions {
   /** Fixed seed, to replay a failure fast-check printed. */
   seed?: number
   teardown?: () => unknown
+}
+
+/** `numRuns`, capped by `IDEMKEY_MODEL_RUNS` when it is set to a positive whole number. */
+export function modelRuns(numRuns: number | undefined): number {
+  const runs = numRuns ?? 1_000
+  const cap = Number(process.env.IDEMKEY_MODEL_RUNS)
+  return Number.isSafeInteger(cap) && cap > 0 ? Math.min(runs, cap) : runs
 }
 
 /** Lease and TTL on an injected clock, which the sequences move by hand. */
@@ -334,7 +344,7 @@ export function describeStoreModel(name: string, createStore: StoreFactory, opti
         .map((list) => (store.serverClock ? list.filter((c) => c.op !== 'advance' && c.op !== 'purge') : list))
       await fc.assert(
         fc.asyncProperty(commands, (list) => runSequence(store, list, mode)),
-        { numRuns: options.numRuns ?? 1_000, seed: options.seed },
+        { numRuns: modelRuns(options.numRuns), seed: options.seed },
       )
     })
 
@@ -352,6 +362,6 @@ export function describeStoreModel(name: string, createStore: StoreFactory, opti
       },
     )
 
-    describeStoreStepsModel(createStore, harness, options.numRuns ?? 1_000, options.seed)
+    describeStoreStepsModel(createStore, harness, modelRuns(options.numRuns), options.seed)
   })
 }
