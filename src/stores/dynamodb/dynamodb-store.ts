@@ -445,7 +445,9 @@ export class DynamoDbStore implements IdempotencyStore {
 
   /** Destroys the client when the store made it; leaves yours open. */
   async close(): Promise<void> {
-    if (this.#ownsClient) this.#client?.destroy?.()
+    // Your client stays the store's: a later call goes through it, never through one made behind your back.
+    if (!this.#ownsClient) return
+    this.#client?.destroy?.()
     this.#client = undefined
   }
 
