@@ -7,11 +7,11 @@
  * once, each key run to one completion, each key of a race run once. docs/ledger.md, "Clock skew",
  * says how much skew each store absorbs.
  */
-import { execFileSync } from 'node:child_process'
 import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { DynamoDbStore } from '../src/stores/dynamodb/index.js'
+import { runNode } from './helpers/cli.js'
 import { startDynamoDb } from './helpers/dynalite.js'
 import { describeLedgerProcesses, type Line, startWorker } from './helpers/ledger-processes.js'
 import { sqliteUrl, storeOn } from './helpers/sqlite-drivers.js'
@@ -52,10 +52,12 @@ const dynamoDb = skip
 const alternating = (offsetMs: number) => (n: number) => skewed(n % 2 === 0 ? offsetMs : -offsetMs)
 
 describe.skipIf(skip !== undefined)('clock skew between processes (libfaketime)', () => {
-  it('moves a process wall clock by the offset while its timers keep real time', () => {
+  it('moves a process wall clock by the offset while its timers keep real time', async () => {
     const script = `const t0 = Date.now(); const m0 = performance.now(); setTimeout(() => console.log(JSON.stringify({ wall: t0, elapsed: Date.now() - t0, timer: performance.now() - m0 })), 300)`
     const before = Date.now()
-    const out = JSON.parse(execFileSync(process.execPath, ['-e', script], { env: { ...process.env, ...skewed(5_000) } }).toString()) as {
+    const run = await runNode(['-e', script], { env: { ...process.env, ...skewed(5_000) } })
+    expect(run.code, run.stderr).toBe(0)
+    const out = JSON.parse(run.stdout) as {
       wall: number
       elapsed: number
       timer: number

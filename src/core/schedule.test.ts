@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process'
+import { runNode } from '../../test/helpers/cli.js'
 import { ManualClock, systemClock } from './clock.js'
 import { Schedule, type Scheduled } from './schedule.js'
 
@@ -91,7 +91,7 @@ describe('Schedule', () => {
 })
 
 describe('Schedule on the system clock', () => {
-  it('never keeps an idle process alive: a process with an entry a minute away exits at once', () => {
+  it('never keeps an idle process alive: a process with an entry a minute away exits at once', async () => {
     const started = Date.now()
     const script = `
       const { Schedule } = await import(${JSON.stringify(new URL('./schedule.ts', import.meta.url).href)})
@@ -102,9 +102,10 @@ describe('Schedule on the system clock', () => {
       schedule.remove(removed, 60_000)
       schedule.add({ dueAtMs: 0, fire() { process.exitCode = 4 } }, 60_000)
     `
-    const run = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 30_000 })
+    // Awaited, not spawnSync: a worker blocked on a child cannot answer vitest's RPC (docs/testing.md).
+    const run = await runNode(['--import', 'tsx', '--input-type=module', '-e', script])
     expect(run.stderr).toBe('')
-    expect(run.status).toBe(0)
+    expect(run.code).toBe(0)
     expect(Date.now() - started).toBeLessThan(30_000)
   })
 
