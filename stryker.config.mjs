@@ -5,7 +5,7 @@
 // the deterministic simulator included (vitest.mutate.config.ts), never the server-backed or
 // multi-process ones.
 /** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
-export default {
+const config = {
   testRunner: 'vitest',
   vitest: { configFile: 'vitest.mutate.config.ts', related: false },
   plugins: ['@stryker-mutator/vitest-runner'],
@@ -33,4 +33,26 @@ export default {
   tempDirName: '.stryker-tmp',
   ignorePatterns: ['dist', 'bench', '.bench-tmp', 'reports', '*.db', '*.db-wal', '*.db-shm', '.docs-examples'],
   thresholds: { high: 90, low: 80, break: null },
+}
+
+export default config
+
+/**
+ * One server-backed store's run (stryker.<store>.config.mjs): its files, the suites
+ * vitest.mutate-<store>.config.ts lists, and reports and a sandbox of its own, so runs of two stores
+ * never share them.
+ * @param {string} store
+ * @param {string[]} mutate
+ * @returns {import('@stryker-mutator/api/core').PartialStrykerOptions}
+ */
+export function storeRun(store, mutate) {
+  return {
+    ...config,
+    vitest: { configFile: `vitest.mutate-${store}.config.ts`, related: false },
+    mutate,
+    incrementalFile: `reports/mutation-${store}/stryker-incremental.json`,
+    htmlReporter: { fileName: `reports/mutation-${store}/mutation.html` },
+    jsonReporter: { fileName: `reports/mutation-${store}/mutation.json` },
+    tempDirName: `.stryker-tmp-${store}`,
+  }
 }

@@ -3,15 +3,6 @@
 // mutated only as text: a broken statement fails at the server); the tests are the suites
 // vitest.mutate-mysql.config.ts lists, on the server at 127.0.0.1:3306, each on tables of its own, so two
 // test runners share it safely. docs/testing.md records the last score and the survivors accepted, with why.
-import base from './stryker.config.mjs'
+import { storeRun } from './stryker.config.mjs'
 
-/** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
-export default {
-  ...base,
-  vitest: { configFile: 'vitest.mutate-mysql.config.ts', related: false },
-  mutate: ['src/stores/mysql/**/*.ts', '!src/stores/mysql/**/*.test.ts', 'src/stores/group-commit.ts'],
-  incrementalFile: 'reports/mutation-mysql/stryker-incremental.json',
-  htmlReporter: { fileName: 'reports/mutation-mysql/mutation.html' },
-  jsonReporter: { fileName: 'reports/mutation-mysql/mutation.json' },
-  tempDirName: '.stryker-tmp-mysql',
-}
+export default storeRun('mysql', ['src/stores/mysql/**/*.ts', '!src/stores/mysql/**/*.test.ts', 'src/stores/group-commit.ts'])

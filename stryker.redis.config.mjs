@@ -3,23 +3,14 @@
 // are not mutated); the tests are the suites vitest.mutate-redis.config.ts lists, on the server at
 // 127.0.0.1:6379 with a fresh prefix per suite, so two test runners share it safely.
 // docs/testing.md records the last score and the survivors accepted, with why.
-import base from './stryker.config.mjs'
+import { storeRun } from './stryker.config.mjs'
 
-/** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
-export default {
-  ...base,
-  vitest: { configFile: 'vitest.mutate-redis.config.ts', related: false },
-  mutate: [
-    'src/stores/redis/redis-store.ts',
-    'src/stores/redis/record.ts',
-    'src/stores/redis/keys.ts',
-    'src/stores/redis/notifier.ts',
-    'src/stores/redis/client.ts',
-    'src/stores/redis/node-redis.ts',
-    'src/stores/redis/scan.ts',
-  ],
-  incrementalFile: 'reports/mutation-redis/stryker-incremental.json',
-  htmlReporter: { fileName: 'reports/mutation-redis/mutation.html' },
-  jsonReporter: { fileName: 'reports/mutation-redis/mutation.json' },
-  tempDirName: '.stryker-tmp-redis',
-}
+export default storeRun('redis', [
+  'src/stores/redis/redis-store.ts',
+  'src/stores/redis/record.ts',
+  'src/stores/redis/keys.ts',
+  'src/stores/redis/notifier.ts',
+  'src/stores/redis/client.ts',
+  'src/stores/redis/node-redis.ts',
+  'src/stores/redis/scan.ts',
+])
