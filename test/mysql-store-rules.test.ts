@@ -13,7 +13,7 @@ import { batchStatements } from '../src/stores/mysql/batch-statements.js'
 import { fitsBatch, lostRaces, MAX_BATCHED_BYTES } from '../src/stores/mysql/batches.js'
 import { StatementTimeoutError } from '../src/stores/mysql/bounded.js'
 import { isRetryable, isTransientTransactionError, toStoreError } from '../src/stores/mysql/mysql-errors.js'
-import { MySqlStore } from '../src/stores/mysql/mysql-store.js'
+import { MySqlStore, type MySqlStoreOptions } from '../src/stores/mysql/mysql-store.js'
 import type { MySqlConnectionLike, MySqlPoolLike, MySqlValue } from '../src/stores/mysql/pool.js'
 import { completeValues, identity, liveAnswer, type Row, toRecord } from '../src/stores/mysql/records.js'
 import { bind, compile, statements } from '../src/stores/mysql/statements.js'
@@ -597,11 +597,15 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
   describe('queryTimeout against half-open connections', () => {
     const QUERY_TIMEOUT_MS = 400
 
-    it('fails a statement unanswered past queryTimeout with a StatementTimeoutError, and never reuses its connection', async () => {
-      const { table } = await rig()
+    /** A store that reaches MariaDB through a TCP fault proxy, with a short queryTimeout. */
+    async function proxied(table: string, options: Pick<MySqlStoreOptions, 'connectionLimit' | 'groupCommit'> = {}) {
       const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: 3306 })
-      const uri = `mysql://root@127.0.0.1:${proxy.port}/test`
-      const store = new MySqlStore({ uri, table, queryTimeout: QUERY_TIMEOUT_MS, connectionLimit: 1, groupCommit: false })
+      const store = new MySqlStore({ uri: `mysql://root@127.0.0.1:${proxy.port}/test`, table, queryTimeout: QUERY_TIMEOUT_MS, ...options })
+      return { proxy, store }
+    }
+
+    it('fails a statement unanswered past queryTimeout with a StatementTimeoutError, and never reuses its connection', async () => {
+      const { proxy, store } = await proxied((await rig()).table, { connectionLimit: 1, groupCommit: false })
       try {
         expect(await store.get('t', 'k')).toBeNull()
         proxy.blackhole()
@@ -625,10 +629,7 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
     }, 10_000)
 
     it('closes its own pool while a statement hangs on a half-open connection: both settle', async () => {
-      const { table } = await rig()
-      const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: 3306 })
-      const uri = `mysql://root@127.0.0.1:${proxy.port}/test`
-      const store = new MySqlStore({ uri, table, queryTimeout: QUERY_TIMEOUT_MS, connectionLimit: 2, groupCommit: false })
+      const { proxy, store } = await proxied((await rig()).table, { connectionLimit: 2, groupCommit: false })
       try {
         expect(await Promise.all([store.get('t', 'a'), store.get('t', 'b')])).toEqual([null, null])
         proxy.blackhole()
@@ -641,9 +642,7 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
     }, 10_000)
 
     it('closes its own pool when only migrate used it, also with its connection half-open', async () => {
-      const table = newTable()
-      const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: 3306 })
-      const store = new MySqlStore({ uri: `mysql://root@127.0.0.1:${proxy.port}/test`, table, queryTimeout: QUERY_TIMEOUT_MS })
+      const { proxy, store } = await proxied(newTable())
       try {
         await store.migrate()
         proxy.blackhole()

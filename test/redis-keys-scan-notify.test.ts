@@ -407,15 +407,21 @@ describe.skipIf(skip !== undefined)('RedisStore wake-ups: watchers, stopping and
     }
   })
 
-  it('opens no subscriber for a watcher that comes after the store closed, on your client', async () => {
+  /** A store on your named client, its subscriber open (one watcher called): what the two tests below close. */
+  async function watchingOnYourClient() {
     const name = `ik-${randomUUID()}`
     const client = new Redis(`${URL}/?connectionName=${name}`)
     const store = new RedisStore({ client, prefix })
+    const s = `s-${randomUUID()}`
+    let calls = 0
+    store.watch(s, 'k', () => calls++)
+    await until(() => calls > 0, 'the "may have changed" call')
+    return { name, client, store, s }
+  }
+
+  it('opens no subscriber for a watcher that comes after the store closed, on your client', async () => {
+    const { name, client, store, s } = await watchingOnYourClient()
     try {
-      const s = `s-${randomUUID()}`
-      let calls = 0
-      store.watch(s, 'k', () => calls++)
-      await until(() => calls > 0, 'the "may have changed" call')
       await store.close()
       await until(async () => (await addressesNamed(redis, name)).length === 1, 'the subscriber closed')
       let late = 0
@@ -433,14 +439,8 @@ describe.skipIf(skip !== undefined)('RedisStore wake-ups: watchers, stopping and
   })
 
   it('opens no subscriber for a watcher that comes while the store closes', async () => {
-    const name = `ik-${randomUUID()}`
-    const client = new Redis(`${URL}/?connectionName=${name}`)
-    const store = new RedisStore({ client, prefix })
+    const { name, client, store, s } = await watchingOnYourClient()
     try {
-      const s = `s-${randomUUID()}`
-      let calls = 0
-      store.watch(s, 'k', () => calls++)
-      await until(() => calls > 0, 'the "may have changed" call')
       const closing = store.close()
       let late = 0
       const stop = store.watch(s, 'late', () => late++)
