@@ -138,6 +138,7 @@ function renderReport(report: DemoReport): string {
     ['double charges', bare.doubleCharges, guarded.doubleCharges],
     ['lost intents', bare.lostIntents, guarded.lostIntents],
     ['bank repeats refused by key', bare.bankRepeatsRefused, guarded.bankRepeatsRefused],
+    ['stock / mail repeats refused by key', bare.stepRepeatsRefused, guarded.stepRepeatsRefused],
     [
       'double reservations / emails',
       `${bare.doubleReservations} / ${bare.doubleEmails}`,
@@ -167,6 +168,8 @@ function renderReport(report: DemoReport): string {
     `    by key              the lease (${lease}) another worker ran the request again, and the bank refused the repeat:`,
     '                        idemkey passes it a key derived from the Idempotency-Key (deriveKey). The bare API has',
     '                        no key to pass, so its retry charges again.',
+    '  stock / mail repeats  the same for the other two steps: a worker killed after a reservation or an email, before',
+    '    refused by key      its step was recorded (the request it was killed for, or another it was serving then).',
     '  steps resumed         a charge is a checkout of three steps (reserve, charge, email). Behind idemkey each is a',
     '                        durable step (ctx.step): a worker killed between steps leaves them recorded, and the',
     '                        takeover skips them. The bare API runs every step again.',

@@ -11,7 +11,11 @@
  *
  * A charge is a checkout of three steps: reserve the stock, charge the bank, email the receipt. Behind
  * idemkey each is a durable step (`ctx.step`, docs/steps.md): a request taken over after its worker was
- * killed resumes after the last recorded step, and the bank gets the charge step's derived key.
+ * killed resumes after the last recorded step. A step is not a transaction: a worker killed after a
+ * step's effect and before its result was recorded (the request the crash fault aims at, or any other
+ * the worker was serving at that moment) leaves the effect made and the step to run again. So each
+ * downstream gets its step's derived key and keeps one effect per key: the bank one charge, the stock
+ * one reservation, the mailer one email.
  *
  * Faults it obeys (the demo's fault injector sets `x-demo-fault` on the attempt it picks):
  * - `crash`: the process kills itself with SIGKILL, at a point fixed per intent: after the reservation
@@ -61,8 +65,9 @@ export function createChargesTable(path: string): void {
     created_at INTEGER NOT NULL
   );
   CREATE TABLE IF NOT EXISTS bank_repeats (bank_key TEXT NOT NULL, worker INTEGER NOT NULL, created_at INTEGER NOT NULL);
-  CREATE TABLE IF NOT EXISTS reservations (api TEXT NOT NULL, intent TEXT NOT NULL, worker INTEGER NOT NULL, created_at INTEGER NOT NULL);
-  CREATE TABLE IF NOT EXISTS emails (api TEXT NOT NULL, intent TEXT NOT NULL, worker INTEGER NOT NULL, created_at INTEGER NOT NULL);
+  CREATE TABLE IF NOT EXISTS reservations (api TEXT NOT NULL, intent TEXT NOT NULL, step_key TEXT UNIQUE, worker INTEGER NOT NULL, created_at INTEGER NOT NULL);
+  CREATE TABLE IF NOT EXISTS emails (api TEXT NOT NULL, intent TEXT NOT NULL, step_key TEXT UNIQUE, worker INTEGER NOT NULL, created_at INTEGER NOT NULL);
+  CREATE TABLE IF NOT EXISTS step_repeats (step TEXT NOT NULL, step_key TEXT NOT NULL, worker INTEGER NOT NULL, created_at INTEGER NOT NULL);
   CREATE TABLE IF NOT EXISTS step_resumes (intent TEXT NOT NULL, step TEXT NOT NULL, worker INTEGER NOT NULL, created_at INTEGER NOT NULL)`)
   db.close()
 }
@@ -85,8 +90,24 @@ async function main(): Promise<void> {
   )
   const existing = db.prepare('SELECT id FROM charges WHERE bank_key = ?')
   const repeat = db.prepare('INSERT INTO bank_repeats (bank_key, worker, created_at) VALUES (?, ?, ?)')
-  const reserve = db.prepare('INSERT INTO reservations (api, intent, worker, created_at) VALUES (?, ?, ?, ?)')
-  const email = db.prepare('INSERT INTO emails (api, intent, worker, created_at) VALUES (?, ?, ?, ?)')
+  const stepRepeat = db.prepare('INSERT INTO step_repeats (step, step_key, worker, created_at) VALUES (?, ?, ?, ?)')
+  /**
+   * The stock service and the mailer: like the bank, one effect per key (the step's derived key); a
+   * repeat of a key makes none and is counted. The bare API has no key, so each call makes one.
+   */
+  const keyedDownstream = (table: 'reservations' | 'emails') => {
+    const make = db.prepare(
+      `INSERT INTO ${table} (api, intent, step_key, worker, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (step_key) DO NOTHING RETURNING rowid`,
+    )
+    return (api: string, intent: string, stepKey: string | null) =>
+      db.immediate(() => {
+        if (make.get(api, intent, stepKey, process.pid, Date.now())) return true
+        stepRepeat.run(table, stepKey, process.pid, Date.now())
+        return false
+      })
+  }
+  const reserve = keyedDownstream('reservations')
+  const email = keyedDownstream('emails')
   const resumed = db.prepare('INSERT INTO step_resumes (intent, step, worker, created_at) VALUES (?, ?, ?, ?)')
   /** The bank: one charge per bank key; a repeat of a key gets the charge it already made. */
   const bankCharge = (api: string, intent: string, amount: number, key: string | null, bankKey: string | null) =>
@@ -129,21 +150,22 @@ async function main(): Promise<void> {
       if (!ran) resumed.run(intent, name, process.pid, Date.now())
       return value
     }
-    await step('reserve', () => reserve.run(config.mode, intent, process.pid, Date.now()).changes)
+    /** A step's key for a downstream, scoped to this demo run (null when bare: no key to pass). */
+    const downstreamKey = (stepKey: string | null) => (stepKey && ctx ? `${stepKey}:${ctx.scope}` : null)
+    await step('reserve', (stepKey) => reserve(config.mode, intent, downstreamKey(stepKey)))
     if (crashAt === 'after-reserve') await die()
     const key = req.headers['idempotency-key']
     const id = await step('charge', async (stepKey) => {
       // The bank call: 1 to 3 ms (fixed per intent), or late (after the client's timeout).
       await sleep(fault === 'slow' ? config.slowMs : 1 + (hash % 3))
       // The bank keeps one charge per key: the charge step's derived key (scoped to this demo run).
-      const bankKey = stepKey && ctx ? `${stepKey}:${ctx.scope}` : null
-      const made = bankCharge(config.mode, intent, input.amount as number, typeof key === 'string' ? key : null, bankKey)
+      const made = bankCharge(config.mode, intent, input.amount as number, typeof key === 'string' ? key : null, downstreamKey(stepKey))
       // The money moved; the process dies before anyone hears of it.
       if (crashAt === 'in-charge') await die()
       return made
     })
     if (crashAt === 'after-charge') await die()
-    await step('email', () => email.run(config.mode, intent, process.pid, Date.now()).changes)
+    await step('email', (stepKey) => email(config.mode, intent, downstreamKey(stepKey)))
     return json(
       201,
       { id: `ch_${id}`, intent: input.intent, amount: input.amount, currency: input.currency ?? 'eur', status: 'succeeded' },

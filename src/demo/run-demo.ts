@@ -45,6 +45,12 @@ export interface SideReport {
    * between the bank's charge and the recorded outcome (always 0 for the bare API, which has no keys).
    */
   bankRepeatsRefused: number
+  /**
+   * Reservations and receipt emails the stock service and the mailer refused as repeats of a step's key:
+   * a request taken over after its worker was killed between the step's effect and its recorded result
+   * (always 0 for the bare API).
+   */
+  stepRepeatsRefused: number
   /** Checkout steps beyond the first for an intent: reservations and receipt emails made again. */
   doubleReservations: number
   doubleEmails: number
@@ -181,6 +187,7 @@ function count(
   const db = openNodeSqlite(chargesPath, { readOnly: true })
   let perIntent: Map<string, number>
   let bankRepeatsRefused = 0
+  let stepRepeatsRefused = 0
   let stepsResumed = 0
   const repeats = (table: string) =>
     (
@@ -193,6 +200,7 @@ function count(
   try {
     if (api === 'protected') {
       bankRepeatsRefused = (db.prepare('SELECT COUNT(*) AS n FROM bank_repeats').get() as { n: number }).n
+      stepRepeatsRefused = (db.prepare('SELECT COUNT(*) AS n FROM step_repeats').get() as { n: number }).n
       stepsResumed = (db.prepare('SELECT COUNT(*) AS n FROM step_resumes').get() as { n: number }).n
     }
     doubleReservations = repeats('reservations')
@@ -221,6 +229,7 @@ function count(
     doubleCharges,
     lostIntents: results.filter((r) => !perIntent.has(r.id)).length,
     bankRepeatsRefused,
+    stepRepeatsRefused,
     doubleReservations,
     doubleEmails,
     stepsResumed,
@@ -253,11 +262,12 @@ function repeatability(crashes: boolean): DemoReport['repeatability'] {
       'doubleReservations',
       'doubleEmails',
       'bankRepeatsRefused',
+      'stepRepeatsRefused',
       'stepsResumed',
       'workerRestarts',
     ],
     varies:
-      "Timing it cannot fix: latencies and run time vary, and so do HTTP attempts, the bare API's charges, restarts and bank repeats, because which other requests a killed worker takes down with it depends on timing. With --crash-rate 0 the counts repeat.",
+      "Timing it cannot fix: latencies and run time vary, and so do HTTP attempts, the bare API's charges, restarts and repeats refused by key, because which other requests a killed worker takes down with it depends on timing. With --crash-rate 0 the counts repeat.",
   }
 }
 

@@ -175,9 +175,16 @@ export function describeLedgerProcesses(options: LedgerProcessesOptions): void {
     const log: Line[] = []
     const keys = Array.from({ length: crashKeys }, (_, i) => `key-${i}`)
     let kills = 0
+    // The first worker of slot 1 kills itself in its first run; the other slots start once it has
+    // exited, so it surely gets a key to die on (started beside them, it could find every key done).
+    let firstGone!: () => void
+    const firstExited = new Promise<void>((resolve) => {
+      firstGone = resolve
+    })
     // Three worker slots; a killed worker is replaced by a new process, as a supervisor would.
     await Promise.all(
       [1, 2, 3].map(async (slot) => {
+        if (slot !== 1) await firstExited
         for (let life = 0; ; life++) {
           const s = slot * 1_000 + life
           const order = shuffled(keys, s)
@@ -186,6 +193,7 @@ export function describeLedgerProcesses(options: LedgerProcessesOptions): void {
             log,
           )
           const { code, signal } = await worker.exited
+          if (slot === 1 && life === 0) firstGone()
           if (signal === 'SIGKILL') {
             kills++
             continue
