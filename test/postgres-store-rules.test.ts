@@ -1,0 +1,396 @@
+/**
+ * PostgresStore's rules, one by one: option checks and their messages, how driver errors are typed,
+ * the statements it sends (named or not, bounded by queryTimeout), acquire's give-up, list and purge
+ * bounds, filters and order, its own transactions (isolation, COMMIT and ROLLBACK failures), and what
+ * close() leaves open. Against the PostgreSQL at 127.0.0.1:5432, each test on a table of its own.
+ */
+import { randomUUID } from 'node:crypto'
+import pg from 'pg'
+import type { Outcome } from '../src/core/store.js'
+import { IdempotencyError } from '../src/errors.js'
+import type { PgClientLike, PgPoolLike, PgQueryConfig, PgQueryResult } from '../src/stores/postgres/pool.js'
+import { isTransientTransactionError, toStoreError } from '../src/stores/postgres/postgres-errors.js'
+import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
+import { fp } from '../src/testing/index.js'
+import { serviceSkipReason } from './helpers/services.js'
+
+const URL = 'postgres://root@127.0.0.1:5432/test'
+const skip = await serviceSkipReason('PostgreSQL', 5432)
+if (skip) console.warn(`\n!!! SKIPPED: PostgresStore rules against PostgreSQL: ${skip}\n`)
+const suffix = randomUUID().slice(0, 8)
+const LEASE = 30_000
+
+const outcome = (body = 'ok'): Outcome => ({
+  status: 'completed',
+  response: { status: 201, headers: { 'content-type': 'text/plain' }, body: new TextEncoder().encode(body) },
+})
+
+/** A pool that needs no server: every statement fails (for checks that never reach one). */
+const offline: PgPoolLike = {
+  query: (() => Promise.reject(new Error('offline'))) as PgPoolLike['query'],
+  connect: () => Promise.reject(new Error('offline')),
+}
+
+/** What `fn` throws (fails the test when it does not). */
+async function thrown(fn: () => unknown): Promise<IdempotencyError> {
+  try {
+    await fn()
+  } catch (error) {
+    return error as IdempotencyError
+  }
+  throw new Error('expected a throw')
+}
+
+/**
+ * A pool that logs what the store sends (on the pool and on its clients: configs and plain strings)
+ * and can answer a statement itself (`answer`) or fail plain strings on clients (`failClient`).
+ */
+function spyPool(pool: PgPoolLike) {
+  const sent: Array<PgQueryConfig & { on: 'pool' | 'client' }> = []
+  const released: Array<boolean | Error | undefined> = []
+  let answer: ((config: PgQueryConfig) => PgQueryResult | undefined) | undefined
+  let failClient: ((text: string) => unknown) | undefined
+  const wrapped: PgPoolLike = {
+    query: (async (text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> => {
+      const config = typeof text === 'string' ? { text, values } : text
+      sent.push({ ...config, on: 'pool' })
+      const own = answer?.(config)
+      return own ?? pool.query(config)
+    }) as PgPoolLike['query'],
+    connect: async () => {
+      const client = await pool.connect()
+      const query = (async (text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> => {
+        const config = typeof text === 'string' ? { text, values } : text
+        sent.push({ ...config, on: 'client' })
+        const failure = typeof text === 'string' ? failClient?.(text) : undefined
+        if (failure !== undefined) throw failure
+        return client.query(config)
+      }) as PgClientLike['query']
+      return {
+        query,
+        release: (destroy?: boolean | Error) => {
+          released.push(destroy)
+          client.release(destroy)
+        },
+        on: ((event: 'error', listener: (error: Error) => void) => client.on?.(event, listener)) as PgClientLike['on'],
+        removeListener: ((event: 'error', listener: (error: Error) => void) =>
+          client.removeListener?.(event, listener)) as PgClientLike['removeListener'],
+      }
+    },
+  }
+  return {
+    pool: wrapped,
+    sent,
+    released,
+    answerWith: (fn: typeof answer) => {
+      answer = fn
+    },
+    failClientWith: (fn: typeof failClient) => {
+      failClient = fn
+    },
+  }
+}
+
+describe('PostgresStore option checks (no server needed)', () => {
+  it('needs exactly one of pool and connectionString, and says so', () => {
+    const neither = () => new PostgresStore({} as never)
+    const both = () => new PostgresStore({ pool: offline, connectionString: URL } as never)
+    for (const make of [neither, both]) {
+      expect(make).toThrow(IdempotencyError)
+      expect(make).toThrow('PostgresStore needs exactly one of { pool } (a pg.Pool) or { connectionString }')
+    }
+  })
+
+  it('refuses a layout other than plain or partitioned, naming what it got', () => {
+    const error = (() => {
+      try {
+        new PostgresStore({ pool: offline, layout: 'sharded' as never })
+      } catch (e) {
+        return e as IdempotencyError
+      }
+    })()
+    expect(error?.code).toBe('INVALID_OPTION')
+    expect(error?.message).toBe(`PostgresStore layout must be 'plain' or 'partitioned', got "sharded".`)
+  })
+
+  it('refuses an isolation level PostgreSQL does not have, and takes each one it has', () => {
+    expect(() => new PostgresStore({ pool: offline, isolationLevel: 'read uncommitted' as never })).toThrow(
+      `PostgresStore isolationLevel must be 'read committed', 'repeatable read' or 'serializable', got "read uncommitted".`,
+    )
+    for (const level of ['read committed', 'repeatable read', 'serializable'] as const) {
+      expect(() => new PostgresStore({ pool: offline, isolationLevel: level })).not.toThrow()
+    }
+  })
+
+  it('checks its durations: partitionInterval, abandonedRetention, queryTimeout and connectionTimeout', () => {
+    for (const option of ['partitionInterval', 'abandonedRetention', 'queryTimeout', 'connectionTimeout'] as const) {
+      const make = () => new PostgresStore({ connectionString: URL, [option]: 'soon' })
+      expect(make, option).toThrow(IdempotencyError)
+      expect(make, option).toThrow(option)
+    }
+  })
+
+  it('names the default table idemkey_records in the public schema, and the notification channel after them', () => {
+    const store = new PostgresStore({ pool: offline })
+    expect([store.schema, store.table, store.layout]).toEqual(['public', 'idemkey_records', 'plain'])
+    expect(store.channel).toEqual(expect.stringContaining('idemkey'))
+    expect(new PostgresStore({ pool: offline, notifications: false }).channel).toBeNull()
+  })
+
+  it('refuses rotatePartitions() on the plain layout, pointing at purgeExpired', async () => {
+    const error = await thrown(() => new PostgresStore({ pool: offline, table: 'plain_t' }).rotatePartitions())
+    expect(error.code).toBe('INVALID_OPTION')
+    expect(error.message).toContain(`table "public"."plain_t" is plain (use purgeExpired)`)
+  })
+
+  it('refuses a list limit that is not a non-negative integer before reaching the server', async () => {
+    const store = new PostgresStore({ pool: offline })
+    for (const limit of [-1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+      const error = await thrown(() => store.list({ limit }))
+      expect(error.code).toBe('INVALID_ARGUMENT')
+      expect(error.message).toBe(`list limit must be a non-negative integer, got ${String(limit)}.`)
+    }
+  })
+})
+
+describe('PostgreSQL driver errors, typed', () => {
+  const driver = (code: string, message = 'server said no') => Object.assign(new Error(message), { code })
+
+  it('answers STORE_SCHEMA naming migrate() and the table for each state that means a missing or foreign table', () => {
+    for (const state of ['42P01', '42703', '3F000', '42883', '42804', '42P10']) {
+      const cause = driver(state)
+      const error = toStoreError('acquire', cause, 'app', 'records')
+      expect(error.code, state).toBe('STORE_SCHEMA')
+      expect(error.message, state).toBe(
+        'postgres: acquire failed: server said no. The table "app"."records" is missing or has another shape: create it with `await store.migrate()` or `idemkey migrate --store postgres://…` (or choose another table with the `table` option).',
+      )
+      expect(error.cause).toBe(cause)
+    }
+    expect(toStoreError('get', driver('42P01')).message).toContain('The table the idemkey table is missing')
+    expect(toStoreError('get', driver('42P01'), undefined, 't').message).toContain('The table "public"."t" is missing')
+  })
+
+  it('says which GRANT to run for a missing privilege, what to check for a login, and that a database is missing', () => {
+    const privilege = toStoreError('complete', driver('42501'), 'public', 't')
+    expect(privilege.code).toBe('STORE_UNAVAILABLE')
+    expect(privilege.message).toContain('GRANT SELECT, INSERT, UPDATE, DELETE ON "public"."t" TO <app user>')
+    for (const state of ['28P01', '28000']) {
+      expect(toStoreError('get', driver(state)).message, state).toContain('Check the user and password in the connection string')
+    }
+    expect(toStoreError('get', driver('3D000')).message).toContain('The database does not exist')
+  })
+
+  it('says a serialization failure or deadlock was rolled back and may run again, and recognises it through any cause chain', () => {
+    for (const state of ['40001', '40P01']) {
+      const error = toStoreError('commit', driver(state))
+      expect(error.code).toBe('STORE_UNAVAILABLE')
+      expect(error.message).toContain('it is safe to run it again')
+      expect(isTransientTransactionError(driver(state))).toBe(true)
+      expect(isTransientTransactionError(new Error('orm', { cause: new Error('wrapper', { cause: driver(state) }) }))).toBe(true)
+      expect(isTransientTransactionError(error)).toBe(true)
+    }
+    expect(isTransientTransactionError(driver('P2034'))).toBe(true)
+    for (const other of [driver('23505'), driver('40000'), new Error('plain'), null, undefined, 'text', { code: 40001 }]) {
+      expect(isTransientTransactionError(other), String((other as { code?: unknown } | null)?.code)).toBe(false)
+    }
+  })
+
+  it('passes an IdempotencyError through, and answers anything else STORE_UNAVAILABLE with the error as cause', () => {
+    const own = new IdempotencyError('STORE_SCHEMA', 'already typed')
+    expect(toStoreError('get', own)).toBe(own)
+    const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' })
+    const error = toStoreError('renew', refused)
+    expect(error.code).toBe('STORE_UNAVAILABLE')
+    expect(error.cause).toBe(refused)
+    expect(error.message).toContain('renew')
+  })
+})
+
+describe.skipIf(skip !== undefined)('PostgresStore statements and answers against PostgreSQL', () => {
+  const pool = new pg.Pool({ connectionString: URL, max: 4 })
+  const tables: string[] = []
+  let n = 0
+  const table = () => {
+    const name = `rules_${suffix}_${++n}`
+    tables.push(name)
+    return name
+  }
+  afterAll(async () => {
+    for (const name of tables) await pool.query(`DROP TABLE IF EXISTS "${name}"`)
+    await pool.end()
+  })
+
+  it('names its statements (prepared) on the plain layout, and bounds each by queryTimeout', async () => {
+    const spy = spyPool(pool)
+    const store = new PostgresStore({ pool: spy.pool, table: table(), groupCommit: false, queryTimeout: '7s' })
+    await store.migrate()
+    spy.sent.length = 0
+    const got = (await store.acquire('s', 'k', fp('a'), LEASE)) as { token: number }
+    await store.renew('s', 'k', got.token, LEASE)
+    await store.complete('s', 'k', got.token, outcome(), 60_000)
+    await store.get('s', 'k')
+    expect(spy.sent.length).toBe(4)
+    for (const config of spy.sent) {
+      expect(config.name, config.text).toMatch(/^idemkey_/)
+      expect(config.query_timeout).toBe(7_000)
+    }
+    await store.close()
+  })
+
+  it('sends its statements unnamed with preparedStatements: false, and on the partitioned layout whatever the option says', async () => {
+    for (const options of [{ preparedStatements: false }, { layout: 'partitioned' as const, preparedStatements: true }]) {
+      const spy = spyPool(pool)
+      const store = new PostgresStore({ pool: spy.pool, table: table(), groupCommit: false, ...options })
+      await store.migrate()
+      spy.sent.length = 0
+      const got = (await store.acquire('s', 'k', fp('a'), LEASE)) as { token: number }
+      await store.complete('s', 'k', got.token, outcome(), 60_000)
+      expect(spy.sent.filter((config) => config.values !== undefined).length).toBeGreaterThanOrEqual(2)
+      for (const config of spy.sent) expect(config.name, `${JSON.stringify(options)}: ${config.text}`).toBeUndefined()
+      await store.close()
+    }
+  })
+
+  it('answers STORE_SCHEMA when an acquire comes back with no row', async () => {
+    const spy = spyPool(pool)
+    const store = new PostgresStore({ pool: spy.pool, table: table(), groupCommit: false })
+    await store.migrate()
+    spy.answerWith((config) => (config.text.includes('INSERT') ? { rows: [], rowCount: 0 } : undefined))
+    const error = await thrown(() => store.acquire('s', 'k', fp('a'), LEASE))
+    expect(error.code).toBe('STORE_SCHEMA')
+    expect(error.message).toBe('postgres: acquire returned no row; is the table an idemkey table?')
+    await store.close()
+  })
+
+  it('gives up an acquire after exactly 100 rounds that found neither a token nor a live record', async () => {
+    const spy = spyPool(pool)
+    const store = new PostgresStore({ pool: spy.pool, table: table(), groupCommit: false })
+    await store.migrate()
+    const empty = { taken: null, status: null, fingerprint: null }
+    spy.answerWith((config) => (config.text.includes('INSERT') ? { rows: [empty], rowCount: 1 } : undefined))
+    spy.sent.length = 0
+    const error = await thrown(() => store.acquire('s', 'k', fp('a'), LEASE))
+    expect(error.code).toBe('STORE_UNAVAILABLE')
+    expect(error.message).toContain('100')
+    expect(spy.sent.length).toBe(100)
+    await store.close()
+  })
+
+  it('lists by scope, status and creation time, expired records only when asked, oldest first, up to the limit', async () => {
+    const store = new PostgresStore({ pool, table: table() })
+    await store.migrate()
+    const scope = `list-${randomUUID()}`
+    for (const key of ['a', 'b', 'c']) {
+      const { token } = (await store.acquire(scope, key, fp(key), LEASE)) as { token: number }
+      if (key !== 'c') await store.complete(scope, key, token, outcome(key), key === 'a' ? 1 : 60_000)
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    const keys = async (filter: Parameters<PostgresStore['list']>[0]) => (await store.list(filter)).map((r) => r.key)
+    expect(await keys({ scope })).toEqual(['b', 'c'])
+    expect(await keys({ scope, includeExpired: true })).toEqual(['a', 'b', 'c'])
+    expect(await keys({ scope, status: 'in_progress' })).toEqual(['c'])
+    expect(await keys({ scope, status: 'completed', includeExpired: true })).toEqual(['a', 'b'])
+    expect(await keys({ scope, includeExpired: true, limit: 2 })).toEqual(['a', 'b'])
+    expect(await keys({ scope, limit: 0 })).toEqual([])
+    const b = (await store.get(scope, 'b'))?.createdAtMs as number
+    expect(await keys({ scope, includeExpired: true, createdBeforeMs: b })).toEqual(expect.arrayContaining(['a', 'b']))
+    expect(await keys({ scope, includeExpired: true, createdBeforeMs: b - 10_000 })).toEqual([])
+    await store.close()
+  })
+
+  it('purges at most the limit of expired records per call, and says how many', async () => {
+    for (const layout of ['plain', 'partitioned'] as const) {
+      const store = new PostgresStore({ pool, table: table(), layout })
+      await store.migrate()
+      const scope = `purge-${randomUUID()}`
+      for (let i = 0; i < 5; i++) {
+        const { token } = (await store.acquire(scope, `k${i}`, fp('a'), LEASE)) as { token: number }
+        await store.complete(scope, `k${i}`, token, outcome(), i < 3 ? 1 : 60_000)
+      }
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      expect(await store.purgeExpired(2), layout).toBe(2)
+      expect(await store.purgeExpired(10), layout).toBe(1)
+      expect(await store.purgeExpired(10), layout).toBe(0)
+      expect(
+        (await store.list({ scope, includeExpired: true })).map((r) => r.key),
+        layout,
+      ).toEqual(['k3', 'k4'])
+      await expect(store.purgeExpired(0)).rejects.toThrow(IdempotencyError)
+      await store.close()
+    }
+  })
+
+  it('evicts a record once: true when it was there, false after', async () => {
+    const store = new PostgresStore({ pool, table: table() })
+    await store.migrate()
+    await store.acquire('s', 'k', fp('a'), LEASE)
+    expect(await store.evict('s', 'k')).toBe(true)
+    expect(await store.evict('s', 'k')).toBe(false)
+    expect(await store.get('s', 'k')).toBeNull()
+    await store.close()
+  })
+
+  it('begins its own transactions at the isolation level configured, and commits what the work wrote', async () => {
+    for (const level of ['read committed', 'repeatable read', 'serializable'] as const) {
+      const spy = spyPool(pool)
+      const store = new PostgresStore({ pool: spy.pool, table: table(), isolationLevel: level })
+      const seen = await store.transaction(async (tx) => {
+        const { rows } = await (tx as PgClientLike).query('SHOW transaction_isolation')
+        return (rows[0] as { transaction_isolation: string }).transaction_isolation
+      })
+      expect(seen).toBe(level)
+      expect(spy.sent.filter((c) => c.on === 'client').map((c) => c.text)).toEqual([
+        `BEGIN ISOLATION LEVEL ${level.toUpperCase()}`,
+        'SHOW transaction_isolation',
+        'COMMIT',
+      ])
+      expect(spy.released).toEqual([false])
+      await store.close()
+    }
+  })
+
+  it("rolls back and passes the work's own error through unchanged, the client back in the pool", async () => {
+    const spy = spyPool(pool)
+    const store = new PostgresStore({ pool: spy.pool, table: table() })
+    const mine = new Error('the work failed')
+    expect(await thrown(() => store.transaction(async () => Promise.reject(mine)))).toBe(mine)
+    expect(spy.sent.map((c) => c.text).at(-1)).toBe('ROLLBACK')
+    expect(spy.released).toEqual([false])
+    await store.close()
+  })
+
+  it('answers STORE_UNAVAILABLE naming BEGIN or COMMIT when either fails, and destroys a client whose ROLLBACK failed', async () => {
+    for (const failing of ['BEGIN', 'COMMIT']) {
+      const spy = spyPool(pool)
+      const store = new PostgresStore({ pool: spy.pool, table: table() })
+      const cause = Object.assign(new Error(`${failing} refused`), { code: '57P01' })
+      spy.failClientWith((text) => (text.startsWith(failing) || text === 'ROLLBACK' ? cause : undefined))
+      const error = await thrown(() => store.transaction(async () => 'done'))
+      expect(error.code, failing).toBe('STORE_UNAVAILABLE')
+      expect(error.message, failing).toContain(`postgres: ${failing} failed`)
+      expect(error.cause).toBe(cause)
+      expect(spy.released, failing).toEqual([true])
+      await store.close()
+    }
+  })
+
+  it('answers STORE_UNAVAILABLE naming transaction when no connection can be had', async () => {
+    const store = new PostgresStore({ pool: offline })
+    const error = await thrown(() => store.transaction(async () => 'never'))
+    expect(error.code).toBe('STORE_UNAVAILABLE')
+    expect(error.message).toContain('transaction')
+  })
+
+  it('leaves a pool you passed open on close(), and ends the one it opened from a connection string', async () => {
+    const yours = new PostgresStore({ pool, table: table() })
+    await yours.migrate()
+    await yours.close()
+    expect((await pool.query('SELECT 1 AS one')).rows[0]).toEqual({ one: 1 })
+
+    const own = new PostgresStore({ connectionString: URL, table: table(), max: 2 })
+    await own.migrate()
+    await own.close()
+    const error = await thrown(() => own.get('s', 'k'))
+    expect(error).toBeInstanceOf(IdempotencyError)
+  })
+})
