@@ -41,31 +41,30 @@ async function thrown(fn: () => unknown): Promise<IdempotencyError> {
   throw new Error('expected a throw')
 }
 
+type On = 'pool' | 'client'
+
 /**
  * A pool that logs what the store sends (on the pool and on its clients: configs and plain strings)
- * and can answer a statement itself (`answer`) or fail plain strings on clients (`failClient`).
+ * and can answer a statement itself (`answer`) or fail it (`fail`), on the pool or on a client.
  */
 function spyPool(pool: PgPoolLike) {
-  const sent: Array<PgQueryConfig & { on: 'pool' | 'client' }> = []
+  const sent: Array<PgQueryConfig & { on: On }> = []
   const released: Array<boolean | Error | undefined> = []
-  let answer: ((config: PgQueryConfig) => PgQueryResult | undefined) | undefined
-  let failClient: ((text: string) => unknown) | undefined
+  let answer: ((config: PgQueryConfig, on: On) => PgQueryResult | undefined) | undefined
+  let fail: ((text: string, on: On) => unknown) | undefined
+  const through = async (config: PgQueryConfig, on: On, run: (config: PgQueryConfig) => Promise<PgQueryResult>) => {
+    sent.push({ ...config, on })
+    const failure = fail?.(config.text, on)
+    if (failure !== undefined) throw failure
+    return answer?.(config, on) ?? run(config)
+  }
   const wrapped: PgPoolLike = {
-    query: (async (text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> => {
-      const config = typeof text === 'string' ? { text, values } : text
-      sent.push({ ...config, on: 'pool' })
-      const own = answer?.(config)
-      return own ?? pool.query(config)
-    }) as PgPoolLike['query'],
+    query: (async (text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> =>
+      through(typeof text === 'string' ? { text, values } : text, 'pool', (config) => pool.query(config))) as PgPoolLike['query'],
     connect: async () => {
       const client = await pool.connect()
-      const query = (async (text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> => {
-        const config = typeof text === 'string' ? { text, values } : text
-        sent.push({ ...config, on: 'client' })
-        const failure = typeof text === 'string' ? failClient?.(text) : undefined
-        if (failure !== undefined) throw failure
-        return client.query(config)
-      }) as PgClientLike['query']
+      const query = (async (text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> =>
+        through(typeof text === 'string' ? { text, values } : text, 'client', (config) => client.query(config))) as PgClientLike['query']
       return {
         query,
         release: (destroy?: boolean | Error) => {
@@ -85,8 +84,8 @@ function spyPool(pool: PgPoolLike) {
     answerWith: (fn: typeof answer) => {
       answer = fn
     },
-    failClientWith: (fn: typeof failClient) => {
-      failClient = fn
+    failWith: (fn: typeof fail) => {
+      fail = fn
     },
   }
 }
@@ -99,6 +98,71 @@ describe('PostgresStore option checks (no server needed)', () => {
       expect(make).toThrow(IdempotencyError)
       expect(make).toThrow('PostgresStore needs exactly one of { pool } (a pg.Pool) or { connectionString }')
     }
+  })
+
+  it('is named postgres, on the server clock, and refuses no options at all with INVALID_OPTION (not a TypeError)', () => {
+    const store = new PostgresStore({ pool: offline })
+    expect(store.name).toBe('postgres')
+    expect(store.serverClock).toBe(true)
+    expect(() => new PostgresStore(undefined as never)).toThrow(IdempotencyError)
+  })
+
+  it('says what a table or schema name must be', () => {
+    expect(() => new PostgresStore({ pool: offline, table: 'no-dash' })).toThrow(
+      'PostgresStore table "no-dash" must be a plain SQL identifier (letters, digits, underscore; up to 63).',
+    )
+    expect(() => new PostgresStore({ pool: offline, schema: '1st' })).toThrow('PostgresStore schema "1st" must be a plain SQL identifier')
+  })
+
+  it('refuses a transactions option that is not an adapter', () => {
+    expect(() => new PostgresStore({ pool: offline, transactions: {} as never })).toThrow(
+      'PostgresStore transactions must come from an adapter',
+    )
+  })
+
+  it('names the argument a bad lease, TTL or purge limit is in', async () => {
+    const store = new PostgresStore({ pool: offline })
+    expect((await thrown(() => store.acquire('s', 'k', fp('a'), 0))).message).toContain('leaseMs')
+    expect((await thrown(() => store.renew('s', 'k', 1, -5))).message).toContain('leaseMs')
+    expect((await thrown(() => store.complete('s', 'k', 1, outcome(), 0))).message).toContain('ttlMs')
+    expect((await thrown(() => store.purgeExpired(0))).message).toContain('limit')
+  })
+
+  it('names the failed operation in the error of each, batched or not', async () => {
+    for (const groupCommit of [true, false]) {
+      const store = new PostgresStore({ pool: offline, groupCommit })
+      const calls: Array<[string, () => Promise<unknown>]> = [
+        ['acquire', () => store.acquire('s', 'k', fp('a'), LEASE)],
+        ['renew', () => store.renew('s', 'k', 1, LEASE)],
+        ['complete', () => store.complete('s', 'k', 1, outcome(), 1_000)],
+        ['recordStep', () => store.recordStep('s', 'k', 1, 'charge', 'r')],
+        ['release', () => store.release('s', 'k', 1)],
+        ['get', () => store.get('s', 'k')],
+        ['list', () => store.list()],
+        ['purgeExpired', () => store.purgeExpired(10)],
+        ['evict', () => store.evict('s', 'k')],
+        ['transaction', () => store.transaction(async () => 1)],
+      ]
+      for (const [operation, call] of calls) {
+        const error = await thrown(call)
+        expect(error.code, operation).toBe('STORE_UNAVAILABLE')
+        expect(error.message, `groupCommit ${groupCommit}`).toMatch(new RegExp(`^postgres: ${operation} failed: offline\\.`))
+      }
+    }
+  })
+
+  it('has no watch and is not listening with notifications: false, and closes without a listener', async () => {
+    const quiet = new PostgresStore({ pool: offline, notifications: false })
+    expect(quiet.watch).toBeUndefined()
+    expect(await quiet.listening()).toBe(false)
+    await quiet.close()
+    expect(typeof new PostgresStore({ pool: offline }).watch).toBe('function')
+  })
+
+  it('closes a store whose connection string never connected', async () => {
+    const store = new PostgresStore({ connectionString: 'postgres://root@127.0.0.1:1/test', connectionTimeout: '1s' })
+    await expect(store.get('s', 'k')).rejects.toThrow(IdempotencyError)
+    await store.close()
   })
 
   it('refuses a layout other than plain or partitioned, naming what it got', () => {
@@ -114,6 +178,14 @@ describe('PostgresStore option checks (no server needed)', () => {
   })
 
   it('refuses an isolation level PostgreSQL does not have, and takes each one it has', () => {
+    const error = (() => {
+      try {
+        new PostgresStore({ pool: offline, isolationLevel: 'read uncommitted' as never })
+      } catch (e) {
+        return e as IdempotencyError
+      }
+    })()
+    expect(error?.code).toBe('INVALID_OPTION')
     expect(() => new PostgresStore({ pool: offline, isolationLevel: 'read uncommitted' as never })).toThrow(
       `PostgresStore isolationLevel must be 'read committed', 'repeatable read' or 'serializable', got "read uncommitted".`,
     )
@@ -195,6 +267,14 @@ describe('PostgreSQL driver errors, typed', () => {
     }
   })
 
+  it('types a thrown null or string as STORE_UNAVAILABLE, never a TypeError', () => {
+    for (const odd of [null, undefined, 'boom']) {
+      const error = toStoreError('get', odd)
+      expect(error.code).toBe('STORE_UNAVAILABLE')
+      expect(error.message).toContain(`postgres: get failed: ${String(odd)}.`)
+    }
+  })
+
   it('passes an IdempotencyError through, and answers anything else STORE_UNAVAILABLE with the error as cause', () => {
     const own = new IdempotencyError('STORE_SCHEMA', 'already typed')
     expect(toStoreError('get', own)).toBe(own)
@@ -271,8 +351,110 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
     spy.sent.length = 0
     const error = await thrown(() => store.acquire('s', 'k', fp('a'), LEASE))
     expect(error.code).toBe('STORE_UNAVAILABLE')
-    expect(error.message).toContain('100')
+    expect(error.message).toBe('postgres: acquire of "k" lost 100 races in a row to writers that kept changing it. Retry later.')
     expect(spy.sent.length).toBe(100)
+    await store.close()
+  })
+
+  describe('the partitioned acquire, one caller at a time (groupCommit: false)', () => {
+    const isPeek = (text: string) => text.includes('NULL::bigint AS taken')
+    const isAcquire = (text: string, on: On) => on === 'client' && text.includes('INSERT INTO')
+
+    it('acquires and replays; a replay is answered by the lock-free read alone, with no transaction', async () => {
+      const spy = spyPool(pool)
+      const store = new PostgresStore({ pool: spy.pool, table: table(), layout: 'partitioned', groupCommit: false })
+      await store.migrate()
+      const got = (await store.acquire('s', 'k', fp('a'), LEASE)) as { token: number }
+      expect(got).toEqual({ kind: 'acquired', token: 1 })
+      await store.complete('s', 'k', got.token, outcome('first'), 60_000)
+      spy.sent.length = 0
+      const again = await store.acquire('s', 'k', fp('a'), LEASE)
+      expect(again.kind).toBe('replay')
+      expect(spy.sent.map((c) => [c.on, isPeek(c.text)])).toEqual([['pool', true]])
+      await store.close()
+    })
+
+    it('answers STORE_SCHEMA when the locked acquire returns no row', async () => {
+      const spy = spyPool(pool)
+      const store = new PostgresStore({ pool: spy.pool, table: table(), layout: 'partitioned', groupCommit: false })
+      await store.migrate()
+      spy.answerWith((config, on) => (isAcquire(config.text, on) ? { rows: [], rowCount: 0 } : undefined))
+      const error = await thrown(() => store.acquire('s', 'k', fp('a'), LEASE))
+      expect(error.code).toBe('STORE_SCHEMA')
+      await store.close()
+    })
+
+    it('gives up after exactly 100 rounds that found neither a token nor a live record', async () => {
+      const spy = spyPool(pool)
+      const store = new PostgresStore({ pool: spy.pool, table: table(), layout: 'partitioned', groupCommit: false })
+      await store.migrate()
+      const empty = { n: 1, taken: null, status: null, fingerprint: null }
+      spy.answerWith((config, on) => (isAcquire(config.text, on) ? { rows: [empty], rowCount: 1 } : undefined))
+      spy.sent.length = 0
+      const error = await thrown(() => store.acquire('s', 'k', fp('a'), LEASE))
+      expect(error.message).toBe('postgres: acquire of "k" lost 100 races in a row to writers that kept changing it. Retry later.')
+      expect(spy.sent.filter((c) => isPeek(c.text)).length).toBe(100)
+      await store.close()
+    })
+
+    it('creates the missing partitions and runs again when an insert found none, up to three times; other check failures are not retried', async () => {
+      for (const [message, sends] of [
+        ['no partition of relation "t" found for row', 4],
+        ['new row for relation "t" violates check constraint "c"', 1],
+      ] as const) {
+        const spy = spyPool(pool)
+        const store = new PostgresStore({ pool: spy.pool, table: table(), layout: 'partitioned', groupCommit: false })
+        await store.migrate()
+        const cause = Object.assign(new Error(message), { code: '23514' })
+        spy.failWith((text, on) => (isAcquire(text, on) ? cause : undefined))
+        spy.sent.length = 0
+        const error = await thrown(() => store.acquire('s', 'k', fp('a'), LEASE))
+        expect(error.code, message).toBe('STORE_UNAVAILABLE')
+        expect(error.cause, message).toBe(cause)
+        expect(spy.sent.filter((c) => isAcquire(c.text, c.on)).length, message).toBe(sends)
+        await store.close()
+      }
+    })
+  })
+
+  it('batches what concurrent callers send by default (group commit), and sends one statement each with groupCommit: false', async () => {
+    for (const [groupCommit, most] of [
+      [undefined, 2],
+      [false, 5],
+    ] as const) {
+      const spy = spyPool(pool)
+      const store = new PostgresStore({ pool: spy.pool, table: table(), groupCommit })
+      await store.migrate()
+      spy.sent.length = 0
+      await Promise.all(['a', 'b', 'c', 'd', 'e'].map((key) => store.get('s', key)))
+      expect(spy.sent.length, `groupCommit ${groupCommit}`).toBeLessThanOrEqual(most)
+      expect(spy.sent.length, `groupCommit ${groupCommit}`).toBeGreaterThanOrEqual(groupCommit === false ? 5 : 1)
+      await store.close()
+    }
+  })
+
+  it('renews a lone caller with true, and a stale token with false', async () => {
+    const store = new PostgresStore({ pool, table: table() })
+    await store.migrate()
+    const { token } = (await store.acquire('s', 'k', fp('a'), LEASE)) as { token: number }
+    expect(await store.renew('s', 'k', token, LEASE)).toBe(true)
+    expect(await store.renew('s', 'k', token + 1, LEASE)).toBe(false)
+    await store.close()
+  })
+
+  it('completes inside your transaction: rolled back with it, the record stays in progress', async () => {
+    const store = new PostgresStore({ pool, table: table() })
+    await store.migrate()
+    const { token } = (await store.acquire('s', 'k', fp('a'), LEASE)) as { token: number }
+    const stop = new Error('roll it back')
+    const error = await thrown(() =>
+      store.transaction(async (tx) => {
+        expect(await store.completeInTransaction(tx, 's', 'k', token, outcome(), 60_000)).toBe(true)
+        throw stop
+      }),
+    )
+    expect(error).toBe(stop)
+    expect((await store.get('s', 'k'))?.status).toBe('in_progress')
     await store.close()
   })
 
@@ -292,6 +474,10 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
     expect(await keys({ scope, status: 'completed', includeExpired: true })).toEqual(['a', 'b'])
     expect(await keys({ scope, includeExpired: true, limit: 2 })).toEqual(['a', 'b'])
     expect(await keys({ scope, limit: 0 })).toEqual([])
+    const other = `list-${randomUUID()}`
+    await store.acquire(other, 'z', fp('z'), LEASE)
+    const everywhere = new Set((await store.list({ limit: 10_000 })).map((r) => r.scope))
+    expect([everywhere.has(scope), everywhere.has(other)]).toEqual([true, true])
     const b = (await store.get(scope, 'b'))?.createdAtMs as number
     expect(await keys({ scope, includeExpired: true, createdBeforeMs: b })).toEqual(expect.arrayContaining(['a', 'b']))
     expect(await keys({ scope, includeExpired: true, createdBeforeMs: b - 10_000 })).toEqual([])
@@ -364,7 +550,7 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
       const spy = spyPool(pool)
       const store = new PostgresStore({ pool: spy.pool, table: table() })
       const cause = Object.assign(new Error(`${failing} refused`), { code: '57P01' })
-      spy.failClientWith((text) => (text.startsWith(failing) || text === 'ROLLBACK' ? cause : undefined))
+      spy.failWith((text, on) => (on === 'client' && (text.startsWith(failing) || text === 'ROLLBACK') ? cause : undefined))
       const error = await thrown(() => store.transaction(async () => 'done'))
       expect(error.code, failing).toBe('STORE_UNAVAILABLE')
       expect(error.message, failing).toContain(`postgres: ${failing} failed`)
