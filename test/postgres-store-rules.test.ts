@@ -8,10 +8,14 @@ import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import type { Outcome } from '../src/core/store.js'
 import { IdempotencyError } from '../src/errors.js'
+import { channelName } from '../src/stores/postgres/connect.js'
+import { layoutComment, listPartitions, PARTITIONS_AHEAD, serverNow, slotOf } from '../src/stores/postgres/partitions.js'
 import type { PgClientLike, PgPoolLike, PgQueryConfig, PgQueryResult } from '../src/stores/postgres/pool.js'
 import { isTransientTransactionError, toStoreError } from '../src/stores/postgres/postgres-errors.js'
 import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
+import { SCHEMA_VERSION } from '../src/stores/postgres/schema.js'
 import { fp } from '../src/testing/index.js'
+import { eventually } from './helpers/eventually.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
@@ -163,6 +167,19 @@ describe('PostgresStore option checks (no server needed)', () => {
     const store = new PostgresStore({ connectionString: 'postgres://root@127.0.0.1:1/test', connectionTimeout: '1s' })
     await expect(store.get('s', 'k')).rejects.toThrow(IdempotencyError)
     await store.close()
+  })
+
+  it("names a table's NOTIFY channel after it, with its schema unless public, and a digest past 63 characters", () => {
+    expect(channelName('public', 'records')).toBe('records')
+    expect(channelName('app', 'records')).toBe('app.records')
+    const long = 't'.repeat(63)
+    expect(channelName('public', long)).toBe(long)
+    const longer = channelName('public', `${long}x`)
+    expect(longer).toMatch(/^idemkey_[0-9a-f]{32}$/)
+    expect(longer).not.toBe(channelName('public', `${long}y`))
+    expect(channelName('app', 't'.repeat(59))).toBe(`app.${'t'.repeat(59)}`)
+    expect(channelName('app', 't'.repeat(60))).toMatch(/^idemkey_/)
+    expect(new PostgresStore({ pool: offline, schema: 'app', table: 'records' }).channel).toBe('app.records')
   })
 
   it('refuses a layout other than plain or partitioned, naming what it got', () => {
@@ -431,6 +448,111 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
       expect(spy.sent.length, `groupCommit ${groupCommit}`).toBeGreaterThanOrEqual(groupCommit === false ? 5 : 1)
       await store.close()
     }
+  })
+
+  it('notifies the watchers of every key a batch completes or releases, not only of a lone caller', async () => {
+    const name = table()
+    const writer = new PostgresStore({ pool, table: name })
+    const watcher = new PostgresStore({ pool, table: name })
+    await writer.migrate()
+    for (const [end, label] of [
+      [(key: string, token: number) => writer.complete('s', key, token, outcome(key), 60_000), 'complete'],
+      [(key: string, token: number) => writer.release('s', key, token), 'release'],
+    ] as const) {
+      const keys = ['k1', 'k2', 'k3', 'k4'].map((k) => `${label}-${k}`)
+      const tokens = await Promise.all(
+        keys.map(async (key) => ((await writer.acquire('s', key, fp(key), LEASE)) as { token: number }).token),
+      )
+      const woken = new Set<string>()
+      const stops = keys.map((key) => watcher.watch?.('s', key, () => woken.add(key)))
+      await eventually(() => watcher.listening(), 'the LISTEN connection up')
+      // Each record flagged as watched before it ends (the watch arms it).
+      await eventually(
+        async () =>
+          (await pool.query(`SELECT count(*)::int AS n FROM "${name}" WHERE waiters AND "key" = ANY($1)`, [keys])).rows[0].n ===
+          keys.length,
+        'records flagged as watched',
+      )
+      expect((await Promise.all(keys.map((key, i) => end(key, tokens[i] as number)))).every(Boolean)).toBe(true)
+      await eventually(() => woken.size === keys.length, `${label}: every watcher woken (${[...woken].join(', ')})`, 5_000)
+      for (const stop of stops) stop?.()
+    }
+    await watcher.close()
+    await writer.close()
+  })
+
+  it('plans every statement when it runs on the pool it opens (plan_cache_mode force_custom_plan)', async () => {
+    const store = new PostgresStore({ connectionString: URL, table: table(), max: 1 })
+    const mode = await store.transaction(
+      async (tx) => ((await (tx as PgClientLike).query('SHOW plan_cache_mode')).rows[0] as { plan_cache_mode: string }).plan_cache_mode,
+    )
+    expect(mode).toBe('force_custom_plan')
+    await store.close()
+  })
+
+  describe('migrate and convertLayout', () => {
+    it('creates a missing table in the store layout when asked to convert it, with nothing to copy', async () => {
+      const name = table()
+      const store = new PostgresStore({ pool, table: name, layout: 'partitioned', partitionInterval: '1h' })
+      expect(await store.convertLayout()).toEqual({ from: 'partitioned', to: 'partitioned', records: 0 })
+      expect((await pool.query('SELECT relkind FROM pg_class WHERE relname = $1', [name])).rows[0].relkind).toBe('p')
+      await store.close()
+    })
+
+    it('converts to partitions: one for each interval the old records were made in, the one of now and the ones ahead, and records the layout in the comment', async () => {
+      const name = table()
+      const hour = 3_600_000
+      const plain = new PostgresStore({ pool, table: name })
+      await plain.migrate()
+      const scope = `convert-${randomUUID()}`
+      for (const key of ['old', 'new']) {
+        const { token } = (await plain.acquire(scope, key, fp(key), LEASE)) as { token: number }
+        await plain.complete(scope, key, token, outcome(key), 24 * hour)
+      }
+      await pool.query(`UPDATE "${name}" SET created_at = created_at - $1::bigint WHERE scope = $2 AND "key" = 'old'`, [5 * hour, scope])
+      const parted = new PostgresStore({ pool, table: name, layout: 'partitioned', partitionInterval: '1h' })
+      expect(await parted.convertLayout()).toEqual({ from: 'plain', to: 'partitioned', records: 2 })
+      const now = slotOf(await serverNow(pool), hour)
+      const starts = (await listPartitions(pool, 'public', name)).map((p) => p.fromMs).sort((a, b) => a - b)
+      expect(starts).toEqual([now - 5 * hour, ...Array.from({ length: PARTITIONS_AHEAD + 1 }, (_, i) => now + i * hour)])
+      const comment = (await pool.query(`SELECT obj_description('"${name}"'::regclass, 'pg_class') AS c`)).rows[0].c
+      expect(comment).toBe(layoutComment(SCHEMA_VERSION, 'partitioned', hour))
+      expect((await parted.acquire(scope, 'old', fp('old'), LEASE)).kind).toBe('replay')
+      await parted.close()
+      await plain.close()
+    })
+
+    it('refuses to convert to partitions of no length', async () => {
+      const name = table()
+      await new PostgresStore({ pool, table: name }).migrate()
+      const store = new PostgresStore({ pool, table: name, layout: 'partitioned', partitionInterval: 0 as never })
+      const error = await thrown(() => store.convertLayout())
+      expect(error.code).toBe('INVALID_OPTION')
+      expect(error.message).toBe('postgres: converting to the partitioned layout needs a partition interval.')
+    })
+
+    it('refuses a table of the other layout at migrate, saying how to convert it', async () => {
+      const name = table()
+      await new PostgresStore({ pool, table: name, layout: 'partitioned', partitionInterval: '1h' }).migrate()
+      const error = await thrown(() => new PostgresStore({ pool, table: name }).migrate())
+      expect(error.code).toBe('STORE_SCHEMA')
+      expect(error.message).toContain(
+        `postgres: table "public"."${name}" has the partitioned layout, and the store was given layout 'plain'. Convert it with \`idemkey migrate --store … --layout plain\``,
+      )
+    })
+
+    it('creates the schema it is given when missing', async () => {
+      const schema = `rules_schema_${suffix}`
+      const store = new PostgresStore({ pool, schema, table: 'records' })
+      try {
+        await store.migrate()
+        expect((await pool.query('SELECT 1 FROM pg_namespace WHERE nspname = $1', [schema])).rowCount).toBe(1)
+        expect((await store.acquire('s', 'k', fp('a'), LEASE)).kind).toBe('acquired')
+      } finally {
+        await store.close()
+        await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+      }
+    })
   })
 
   it('renews a lone caller with true, and a stale token with false', async () => {
