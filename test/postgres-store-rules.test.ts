@@ -182,26 +182,14 @@ describe('PostgresStore option checks (no server needed)', () => {
     expect(new PostgresStore({ pool: offline, schema: 'app', table: 'records' }).channel).toBe('app.records')
   })
 
-  it('refuses a layout other than plain or partitioned, naming what it got', () => {
-    const error = (() => {
-      try {
-        new PostgresStore({ pool: offline, layout: 'sharded' as never })
-      } catch (e) {
-        return e as IdempotencyError
-      }
-    })()
+  it('refuses a layout other than plain or partitioned, naming what it got', async () => {
+    const error = await thrown(() => new PostgresStore({ pool: offline, layout: 'sharded' as never }))
     expect(error?.code).toBe('INVALID_OPTION')
     expect(error?.message).toBe(`PostgresStore layout must be 'plain' or 'partitioned', got "sharded".`)
   })
 
-  it('refuses an isolation level PostgreSQL does not have, and takes each one it has', () => {
-    const error = (() => {
-      try {
-        new PostgresStore({ pool: offline, isolationLevel: 'read uncommitted' as never })
-      } catch (e) {
-        return e as IdempotencyError
-      }
-    })()
+  it('refuses an isolation level PostgreSQL does not have, and takes each one it has', async () => {
+    const error = await thrown(() => new PostgresStore({ pool: offline, isolationLevel: 'read uncommitted' as never }))
     expect(error?.code).toBe('INVALID_OPTION')
     expect(() => new PostgresStore({ pool: offline, isolationLevel: 'read uncommitted' as never })).toThrow(
       `PostgresStore isolationLevel must be 'read committed', 'repeatable read' or 'serializable', got "read uncommitted".`,
