@@ -378,7 +378,8 @@ describe.skipIf(skip !== undefined)('Listener against PostgreSQL', () => {
     gate.resolve()
     t.gateWith(undefined)
     await until(() => l.listening && c.of('a') === 2, 'the reconnect')
-    // And once the new one listens, too.
+    // And once the new one listens, too: the old client's late error or end is not the new one's loss.
+    t.fire(0, 'error', new Error('late'))
     t.fire(0, 'end')
     t.fire(0, 'notification', { channel: on, payload: 'a' })
     expect(c.of('a')).toBe(2)

@@ -109,9 +109,12 @@ export class Listener {
         this.#closed = true
         return
       }
-      // An error on a checked-out client with no listener would crash the process.
-      client.on('error', this.#lost)
-      client.on('end', this.#lost)
+      // An error on a checked-out client with no listener would crash the process. A replaced client's
+      // late 'error' or 'end' must not be taken for the loss of the current one: the handler is this client's.
+      const connected = client
+      const lost = () => this.#lost(connected)
+      client.on('error', lost)
+      client.on('end', lost)
       client.on('notification', this.#onNotification)
       // Unbounded, a LISTEN on a half-open connection kept this listener connecting (and its pool slot
       // taken) for ever: waiters were left to polling for the life of the store.
@@ -140,8 +143,9 @@ export class Listener {
     if (listeners) for (const listener of [...listeners]) listener()
   }
 
-  readonly #lost = (): void => {
-    if (!this.#client) return
+  /** The loss of `client`: acted on only while it is the listening connection. */
+  #lost(client: PgClientLike): void {
+    if (this.#client !== client) return
     this.#drop()
     this.#wakeAll()
     this.#retry()
@@ -172,9 +176,7 @@ export class Listener {
         () => {
           if (this.#client === client) this.#scheduleProbe(client)
         },
-        () => {
-          if (this.#client === client) this.#lost()
-        },
+        () => this.#lost(client),
       )
     }, this.#queryTimeoutMs)
     this.#probeTimer.unref()
@@ -196,8 +198,8 @@ export class Listener {
     this.#probeTimer = undefined
     if (!client) return
     client.removeListener?.('notification', this.#onNotification)
-    client.removeListener?.('end', this.#lost)
-    // The error listener stays: a destroyed socket may still emit one.
+    // Its 'error' and 'end' listeners stay (a destroyed socket may still emit either): they act only
+    // while this client is the listening one.
     client.release(true)
   }
 
