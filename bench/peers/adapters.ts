@@ -51,6 +51,8 @@ export interface Built {
 
 export interface Adapter {
   name: string
+  /** The row's label in the report, when not "library, store" from the name. */
+  shown?: string
   /** Where the library keeps its records. */
   storage: 'none' | 'memory' | 'sqlite' | 'redis' | 'postgres'
   /** Packages whose versions the report prints. */
@@ -130,6 +132,33 @@ const idemkeyRedis: Adapter = {
   async build(kit) {
     const { RedisStore } = await import('idemkey/redis')
     return idemkeyApp(kit, new RedisStore({ url: kit.redisUrl, prefix: IDEMKEY_REDIS_PREFIX }))
+  },
+}
+
+/**
+ * The same store on the driver @node-idempotency and Powertools use: a node-redis client the app holds
+ * (docs/redis.md), passed as `client`. The store's own client (`url`) is ioredis.
+ */
+const idemkeyRedisNode: Adapter = {
+  name: 'idemkey-redis-node',
+  shown: '**idemkey** (node-redis client), Redis',
+  storage: 'redis',
+  packages: ['express4', '@redis/client'],
+  async build(kit) {
+    const { RedisStore } = await import('idemkey/redis')
+    const { createClient } = require('@redis/client') as {
+      createClient(options: { url: string }): import('idemkey/redis').NodeRedisClientLike & { close(): Promise<unknown> }
+    }
+    const client = createClient({ url: kit.redisUrl })
+    await client.connect()
+    const built = await idemkeyApp(kit, new RedisStore({ client, prefix: IDEMKEY_REDIS_PREFIX }))
+    return {
+      app: built.app,
+      close: async () => {
+        await built.close()
+        await client.close()
+      },
+    }
   },
 }
 
@@ -351,6 +380,7 @@ export const ADAPTERS: Adapter[] = [
   idemkeyMemory,
   idemkeySqlite,
   idemkeyRedis,
+  idemkeyRedisNode,
   idemkeyPostgres,
   nodeIdempotencyMemory,
   nodeIdempotencyRedis,

@@ -3,7 +3,7 @@
  * idemkey-memory node-idempotency-memory [--seconds 6] [--rounds 3] [--connections 16] [--together]
  * [--prof]`. Each app runs in its own process (bench/peers/server.ts) and gets new keys from
  * autocannon; the figure is the process's user + system CPU (from /proc) over the requests it
- * answered. With `--together` every app is loaded at the same time, so all of them share whatever
+ * answered, and its read and write system calls per request (/proc/<pid>/io). With `--together` every app is loaded at the same time, so all of them share whatever
  * else the machine does: the comparison moves least that way. `--prof` writes a V8 CPU profile per
  * app to bench/peers/profiles/. Needs `npm run build` first; Linux only (/proc).
  */
@@ -45,6 +45,16 @@ const cpuSeconds = (pid) => {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
   return (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND
 }
+/** The process's read and write system calls so far (each socket read or write, writev included). */
+const syscalls = (pid) => {
+  const io = Object.fromEntries(
+    readFileSync(`/proc/${pid}/io`, 'utf8')
+      .trim()
+      .split('\n')
+      .map((line) => line.split(': ')),
+  )
+  return { reads: Number(io.syscr), writes: Number(io.syscw) }
+}
 const BODY = JSON.stringify({ amount: 1299, currency: 'eur' })
 
 const servers = []
@@ -84,13 +94,20 @@ function load(server, duration) {
 
 async function measure(group) {
   const before = group.map((server) => cpuSeconds(server.child.pid))
+  const callsBefore = group.map((server) => syscalls(server.child.pid))
   const results = await Promise.all(group.map((server) => load(server, seconds)))
-  return group.map((server, i) => ({
-    name: server.name,
-    rate: Math.round(results[i].requests.total / seconds),
-    micros: ((cpuSeconds(server.child.pid) - before[i]) / results[i].requests.total) * 1e6,
-    failed: results[i].non2xx + results[i].errors,
-  }))
+  return group.map((server, i) => {
+    const requests = results[i].requests.total
+    const calls = syscalls(server.child.pid)
+    return {
+      name: server.name,
+      rate: Math.round(requests / seconds),
+      micros: ((cpuSeconds(server.child.pid) - before[i]) / requests) * 1e6,
+      writes: (calls.writes - callsBefore[i].writes) / requests,
+      reads: (calls.reads - callsBefore[i].reads) / requests,
+      failed: results[i].non2xx + results[i].errors,
+    }
+  })
 }
 
 for (const server of servers) await load(server, 2) // warm-up
@@ -103,7 +120,10 @@ console.log(
   `CPU per request, new keys, ${connections} connections, ${rounds} round(s) of ${seconds} s${together ? ', all apps loaded at once' : ''}:`,
 )
 for (const [name, measured] of Object.entries(rows)) {
-  const cells = measured.map((row) => `${row.rate} req/s ${row.micros.toFixed(1)} µs${row.failed ? ` (${row.failed} failed)` : ''}`)
+  const cells = measured.map(
+    (row) =>
+      `${row.rate} req/s ${row.micros.toFixed(1)} µs, ${row.writes.toFixed(2)} writes ${row.reads.toFixed(2)} reads${row.failed ? ` (${row.failed} failed)` : ''}`,
+  )
   console.log(`${name.padEnd(28)} ${cells.join('  |  ')}`)
 }
 for (const server of servers) server.child.kill('SIGTERM')

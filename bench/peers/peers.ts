@@ -297,6 +297,7 @@ async function main(): Promise<void> {
     postgres: 'PostgreSQL',
   }
   const label = (a: Adapter) => {
+    if (a.shown) return a.shown
     const library = a.name.replace(/-(memory|sqlite|redis|postgres)$/, '')
     const shown = library === 'idemkey' ? '**idemkey**' : library === 'powertools' ? 'Powertools' : library
     return `${shown}, ${storeName[a.storage]}`
@@ -325,6 +326,7 @@ async function main(): Promise<void> {
         check('idemkey-memory', peer, "@node-idempotency's memory storage"),
         check('idemkey-sqlite', peer, "@node-idempotency's memory storage"),
         check('idemkey-redis', best || undefined, 'the best Redis peer'),
+        check('idemkey-redis-node', best || undefined, 'the best Redis peer'),
       ].join('; ')}. Where the time goes and what is left: bench/peers/README.md.`,
     ]
   }
