@@ -16,6 +16,7 @@ import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
 import { SCHEMA_VERSION } from '../src/stores/postgres/schema.js'
 import { fp } from '../src/testing/index.js'
 import { eventually } from './helpers/eventually.js'
+import { type SentOn, tapPool } from './helpers/pg-pool-tap.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
@@ -45,42 +46,24 @@ async function thrown(fn: () => unknown): Promise<IdempotencyError> {
   throw new Error('expected a throw')
 }
 
-type On = 'pool' | 'client'
-
 /**
  * A pool that logs what the store sends (on the pool and on its clients: configs and plain strings)
  * and can answer a statement itself (`answer`) or fail it (`fail`), on the pool or on a client.
  */
 function spyPool(pool: PgPoolLike) {
-  const sent: Array<PgQueryConfig & { on: On }> = []
+  const sent: Array<PgQueryConfig & { on: SentOn }> = []
   const released: Array<boolean | Error | undefined> = []
-  let answer: ((config: PgQueryConfig, on: On) => PgQueryResult | undefined) | undefined
-  let fail: ((text: string, on: On) => unknown) | undefined
-  const through = async (config: PgQueryConfig, on: On, run: (config: PgQueryConfig) => Promise<PgQueryResult>) => {
-    sent.push({ ...config, on })
-    const failure = fail?.(config.text, on)
-    if (failure !== undefined) throw failure
-    return answer?.(config, on) ?? run(config)
-  }
-  const wrapped: PgPoolLike = {
-    query: (async (text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> =>
-      through(typeof text === 'string' ? { text, values } : text, 'pool', (config) => pool.query(config))) as PgPoolLike['query'],
-    connect: async () => {
-      const client = await pool.connect()
-      const query = (async (text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> =>
-        through(typeof text === 'string' ? { text, values } : text, 'client', (config) => client.query(config))) as PgClientLike['query']
-      return {
-        query,
-        release: (destroy?: boolean | Error) => {
-          released.push(destroy)
-          client.release(destroy)
-        },
-        on: ((event: 'error', listener: (error: Error) => void) => client.on?.(event, listener)) as PgClientLike['on'],
-        removeListener: ((event: 'error', listener: (error: Error) => void) =>
-          client.removeListener?.(event, listener)) as PgClientLike['removeListener'],
-      }
+  let answer: ((config: PgQueryConfig, on: SentOn) => PgQueryResult | undefined) | undefined
+  let fail: ((text: string, on: SentOn) => unknown) | undefined
+  const wrapped = tapPool(pool, {
+    async through(config, on, run) {
+      sent.push({ ...config, on })
+      const failure = fail?.(config.text, on)
+      if (failure !== undefined) throw failure
+      return answer?.(config, on) ?? run(config)
     },
-  }
+    released: (destroy) => released.push(destroy),
+  })
   return {
     pool: wrapped,
     sent,
@@ -363,7 +346,7 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
 
   describe('the partitioned acquire, one caller at a time (groupCommit: false)', () => {
     const isPeek = (text: string) => text.includes('NULL::bigint AS taken')
-    const isAcquire = (text: string, on: On) => on === 'client' && text.includes('INSERT INTO')
+    const isAcquire = (text: string, on: SentOn) => on === 'client' && text.includes('INSERT INTO')
 
     it('acquires and replays; a replay is answered by the lock-free read alone, with no transaction', async () => {
       const spy = spyPool(pool)

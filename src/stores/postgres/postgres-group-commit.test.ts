@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import postgres from 'postgres'
+import { tapPool } from '../../../test/helpers/pg-pool-tap.js'
 import { serviceSkipReason } from '../../../test/helpers/services.js'
 import type { Outcome } from '../../core/store.js'
 import { isIdempotencyError } from '../../errors.js'
@@ -8,7 +9,7 @@ import { postgresJsPool } from '../../orm/postgres-js/index.js'
 import { fp } from '../../testing/shared.js'
 import { batchStatements } from './batch-statements.js'
 import { partitionedStatements } from './partitioned-statements.js'
-import type { PgClientLike, PgPoolLike, PgQueryConfig, PgQueryResult } from './pool.js'
+import type { PgPoolLike, PgQueryConfig, PgQueryResult } from './pool.js'
 import { isTransientTransactionError } from './postgres-errors.js'
 import { PostgresStore } from './postgres-store.js'
 import { statements } from './statements.js'
@@ -41,22 +42,10 @@ function gatedPool(pool: PgPoolLike) {
     }
     return run(config)
   }
-  const wrapped: PgPoolLike = {
-    query: (async (text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> =>
-      pass(typeof text === 'string' ? { text, values } : text, (config) => pool.query(config))) as PgPoolLike['query'],
-    connect: async () => {
-      const client = await pool.connect()
-      const query = (async (text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> =>
-        typeof text === 'string' ? client.query(text, values) : pass(text, (config) => client.query(config))) as PgClientLike['query']
-      return {
-        query,
-        release: (destroy?: boolean | Error) => client.release(destroy),
-        on: ((event: 'error', listener: (error: Error) => void) => client.on?.(event, listener)) as PgClientLike['on'],
-        removeListener: ((event: 'error', listener: (error: Error) => void) =>
-          client.removeListener?.(event, listener)) as PgClientLike['removeListener'],
-      }
-    },
-  }
+  const wrapped = tapPool(pool, {
+    // Plain strings on a client (BEGIN, COMMIT) are neither logged nor held.
+    through: (config, on, run, plain) => (on === 'client' && plain ? run(config) : pass(config, run)),
+  })
   return {
     pool: wrapped,
     sent,
