@@ -512,6 +512,61 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
       )
     })
 
+    it('upgrades an up-to-date table as an app user with row grants only: no COMMENT, no CREATE SCHEMA, which need more', async () => {
+      const name = table()
+      await new PostgresStore({ pool, table: name }).migrate()
+      const role = `rules_app_${suffix}`
+      await pool.query(`CREATE ROLE "${role}" LOGIN`)
+      await pool.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON "${name}" TO "${role}"`)
+      const app = new pg.Pool({ connectionString: `postgres://${role}@127.0.0.1:5432/test`, max: 1 })
+      try {
+        // What it may not do, so that the migrate below shows it did not try.
+        expect(await thrown(() => app.query(`COMMENT ON TABLE "${name}" IS 'x'`))).toMatchObject({ code: '42501' })
+        expect(await thrown(() => app.query('CREATE SCHEMA IF NOT EXISTS "public"'))).toMatchObject({ code: '42501' })
+        const store = new PostgresStore({ pool: app, table: name })
+        await store.migrate()
+        expect((await store.acquire('s', 'k', fp('a'), LEASE)).kind).toBe('acquired')
+      } finally {
+        await app.end()
+        await pool.query(`DROP OWNED BY "${role}"`)
+        await pool.query(`DROP ROLE "${role}"`)
+      }
+    })
+
+    it("upgrades a partitioned table of an older version with the interval its comment holds, not the store's", async () => {
+      const name = table()
+      const hour = 3_600_000
+      await new PostgresStore({ pool, table: name, layout: 'partitioned', partitionInterval: '1h' }).migrate()
+      await pool.query(`COMMENT ON TABLE "${name}" IS '${layoutComment(1, 'partitioned', hour)}'`)
+      await new PostgresStore({ pool, table: name, layout: 'partitioned', partitionInterval: '1d' }).migrate()
+      const comment = (await pool.query(`SELECT obj_description('"${name}"'::regclass, 'pg_class') AS c`)).rows[0].c
+      expect(comment).toBe(layoutComment(SCHEMA_VERSION, 'partitioned', hour))
+    })
+
+    it("gives migrate's connection back to the pool, and destroys it only when its ROLLBACK failed", async () => {
+      const ok = spyPool(pool)
+      await new PostgresStore({ pool: ok.pool, table: table() }).migrate()
+      expect(ok.released).toEqual([false])
+      for (const rollbackFails of [false, true]) {
+        const spy = spyPool(pool)
+        const cause = Object.assign(new Error('lock refused'), { code: '57P01' })
+        spy.failWith((text) =>
+          text.startsWith('SELECT pg_advisory_xact_lock') || (rollbackFails && text === 'ROLLBACK') ? cause : undefined,
+        )
+        const error = await thrown(() => new PostgresStore({ pool: spy.pool, table: table() }).migrate())
+        expect(error.code).toBe('STORE_UNAVAILABLE')
+        expect(error.message).toContain('postgres: migrate failed')
+        expect(error.cause).toBe(cause)
+        expect(spy.released, `rollback fails: ${rollbackFails}`).toEqual([rollbackFails])
+      }
+    })
+
+    it('answers STORE_UNAVAILABLE naming migrate when no connection can be had', async () => {
+      const error = await thrown(() => new PostgresStore({ pool: offline }).migrate())
+      expect(error.code).toBe('STORE_UNAVAILABLE')
+      expect(error.message).toContain('postgres: migrate failed')
+    })
+
     it('creates the schema it is given when missing', async () => {
       const schema = `rules_schema_${suffix}`
       const store = new PostgresStore({ pool, schema, table: 'records' })

@@ -57,12 +57,6 @@ export interface LayoutChoice {
 }
 
 /** What `migrate` found or made. */
-export interface Migrated {
-  layout: PostgresLayout
-  /** The partitioned table's interval (from its comment), when partitioned. */
-  intervalMs?: number
-}
-
 /**
  * Creates or upgrades the schema, idempotently, in one transaction. A transaction-scoped advisory
  * lock makes processes that migrate at the same time take turns (concurrent `CREATE TABLE IF NOT
@@ -70,12 +64,7 @@ export interface Migrated {
  * not UNLOGGED, and has the layout the store was given (converting one is `convertLayout`, never
  * implicit: it rewrites every row under an exclusive lock).
  */
-export async function migrate(
-  pool: PgPoolLike,
-  schema: string,
-  table: string,
-  choice: LayoutChoice = { layout: 'plain', intervalMs: 0 },
-): Promise<Migrated> {
+export async function migrate(pool: PgPoolLike, schema: string, table: string, choice: LayoutChoice): Promise<void> {
   let client: PgClientLike
   try {
     client = await pool.connect()
@@ -101,7 +90,6 @@ export async function migrate(
         `postgres: table ${t} has the ${layout} layout, and the store was given layout '${choice.layout}'. Convert it with \`idemkey migrate --store … --layout ${choice.layout}\` (or store.convertLayout(), which rewrites every row under an exclusive lock), or give the store layout '${layout}'.`,
       )
     }
-    const intervalMs = layout === 'partitioned' ? (intervalOf(existing?.comment ?? null) ?? choice.intervalMs) : undefined
     let current = existing ? Number(VERSION_COMMENT.exec(existing.comment ?? '')?.[1] ?? 1) : 0
     if (!existing && layout === 'partitioned') {
       // A new partitioned table is created at the current version (its first partitions come with
@@ -120,8 +108,10 @@ export async function migrate(
       for (const sql of (MIGRATIONS[version] as (schema: string, table: string) => string[])(schema, table)) await client.query(sql)
     }
     // Only the owner may comment; an app user with row grants on an up-to-date table never needs to.
+    // A partitioned table keeps the interval it was made with (its partitions have that length).
     if (current < SCHEMA_VERSION) {
-      await client.query(`COMMENT ON TABLE ${t} IS '${layoutComment(SCHEMA_VERSION, layout, intervalMs ?? 0)}'`)
+      const intervalMs = layout === 'partitioned' ? (intervalOf(existing?.comment ?? null) ?? choice.intervalMs) : 0
+      await client.query(`COMMENT ON TABLE ${t} IS '${layoutComment(SCHEMA_VERSION, layout, intervalMs)}'`)
     }
     // A table that was there before (current = 1 without a comment) may be someone else's: check its shape.
     await client.query(`SELECT ${ALL_COLUMNS} FROM ${t} LIMIT 0`)
@@ -132,7 +122,6 @@ export async function migrate(
       )
     }
     await client.query('COMMIT')
-    return intervalMs === undefined ? { layout } : { layout, intervalMs }
   } catch (error) {
     await client.query('ROLLBACK').catch(() => {
       rollbackFailed = true
