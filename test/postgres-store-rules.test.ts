@@ -533,14 +533,16 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
       }
     })
 
-    it("upgrades a partitioned table of an older version with the interval its comment holds, not the store's", async () => {
+    it("makes a partitioned table with its interval in its comment, and upgrades an older one with that interval, not the store's", async () => {
       const name = table()
       const hour = 3_600_000
+      const commentOf = async () => (await pool.query(`SELECT obj_description('"${name}"'::regclass, 'pg_class') AS c`)).rows[0].c
       await new PostgresStore({ pool, table: name, layout: 'partitioned', partitionInterval: '1h' }).migrate()
+      // A new partitioned table is made at this version, its interval in its comment.
+      expect(await commentOf()).toBe(layoutComment(SCHEMA_VERSION, 'partitioned', hour))
       await pool.query(`COMMENT ON TABLE "${name}" IS '${layoutComment(1, 'partitioned', hour)}'`)
       await new PostgresStore({ pool, table: name, layout: 'partitioned', partitionInterval: '1d' }).migrate()
-      const comment = (await pool.query(`SELECT obj_description('"${name}"'::regclass, 'pg_class') AS c`)).rows[0].c
-      expect(comment).toBe(layoutComment(SCHEMA_VERSION, 'partitioned', hour))
+      expect(await commentOf()).toBe(layoutComment(SCHEMA_VERSION, 'partitioned', hour))
     })
 
     it("gives migrate's connection back to the pool, and destroys it only when its ROLLBACK failed", async () => {
