@@ -14,6 +14,7 @@ import type { PgClientLike, PgPoolLike, PgQueryConfig, PgQueryResult } from '../
 import { isTransientTransactionError, toStoreError } from '../src/stores/postgres/postgres-errors.js'
 import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
 import { SCHEMA_VERSION } from '../src/stores/postgres/schema.js'
+import { statements } from '../src/stores/postgres/statements.js'
 import { fp } from '../src/testing/index.js'
 import { eventually } from './helpers/eventually.js'
 import { type SentOn, tapPool } from './helpers/pg-pool-tap.js'
@@ -24,6 +25,7 @@ const skip = await serviceSkipReason('PostgreSQL', 5432)
 if (skip) console.warn(`\n!!! SKIPPED: PostgresStore rules against PostgreSQL: ${skip}\n`)
 const suffix = randomUUID().slice(0, 8)
 const LEASE = 30_000
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 const outcome = (body = 'ok'): Outcome => ({
   status: 'completed',
@@ -450,6 +452,42 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
     }
     await watcher.close()
     await writer.close()
+  })
+
+  it('wakes a watcher at once when its record is done or absent, and one of a record in progress only when it ends', async () => {
+    const name = table()
+    const flagWaiter = statements('public', name).flagWaiter.text
+    /** Resolves, by key, once the watch's flag statement has answered the store. */
+    const armed = new Map<string, () => void>()
+    const tapped = tapPool(pool, {
+      async through(config, _on, run) {
+        const result = await run(config)
+        if (config.text === flagWaiter) armed.get(String(config.values?.[1]))?.()
+        return result
+      },
+    })
+    const store = new PostgresStore({ pool: tapped, table: name })
+    await store.migrate()
+    const done = (await store.acquire('s', 'done', fp('d'), LEASE)) as { token: number }
+    await store.complete('s', 'done', done.token, outcome(), 60_000)
+    const running = (await store.acquire('s', 'running', fp('r'), LEASE)) as { token: number }
+    try {
+      // The LISTEN connection up first: when it comes up it wakes every watcher to look again.
+      const first = store.watch?.('s', 'first', () => {})
+      await eventually(() => store.listening(), 'the LISTEN connection up')
+      const woken = new Set<string>()
+      const flagged = new Promise<void>((resolve) => armed.set('running', resolve))
+      const stops = ['done', 'absent', 'running'].map((key) => store.watch?.('s', key, () => woken.add(key)))
+      await eventually(() => woken.has('done') && woken.has('absent'), 'the watchers of a done and an absent record woken at once')
+      await flagged
+      await pause(20)
+      expect(woken.has('running')).toBe(false)
+      await store.complete('s', 'running', running.token, outcome(), 60_000)
+      await eventually(() => woken.has('running'), 'the watcher of the running record woken when it ends')
+      for (const stop of [first, ...stops]) stop?.()
+    } finally {
+      await store.close()
+    }
   })
 
   it('plans every statement when it runs on the pool it opens (plan_cache_mode force_custom_plan)', async () => {
