@@ -83,6 +83,13 @@ describe('record names', () => {
   })
 })
 
+/**
+ * A database of its own (no other test uses 9): how SCAN splits the keyspace into steps depends on every
+ * key in the database, and the suites running beside this one fill database 0 with thousands. There, the
+ * 80 records could spread over so many steps that none but the last held three.
+ */
+const SCAN_URL = `${URL}/9`
+
 describe.skipIf(skip !== undefined)('RedisStore list and purgeExpired over a keyspace of several SCAN steps', () => {
   const prefix = `idemkey-test-${randomUUID()}`
   const scope = `s-${randomUUID()}`
@@ -94,12 +101,12 @@ describe.skipIf(skip !== undefined)('RedisStore list and purgeExpired over a key
   let steps: string[][]
 
   beforeAll(async () => {
-    redis = new Redis(URL)
+    redis = new Redis(SCAN_URL)
     // Keys that are no records make sure SCAN needs several steps whatever else the server holds.
     const filler = redis.pipeline()
     for (let i = 0; i < 1_500; i++) filler.set(`${prefix}:filler:${i}`, 'x', 'PX', 600_000)
     await filler.exec()
-    store = new RedisStore({ url: URL, prefix })
+    store = new RedisStore({ url: SCAN_URL, prefix })
     for (const key of keys) await store.acquire(scope, key, fp('a'), 600_000)
     await sleep(200) // let a resize of the keyspace settle, so SCAN's order stays put
     steps = []
@@ -112,7 +119,7 @@ describe.skipIf(skip !== undefined)('RedisStore list and purgeExpired over a key
   })
   afterAll(async () => {
     await store?.close()
-    await dropPrefix(URL, prefix)
+    await dropPrefix(SCAN_URL, prefix)
     redis?.disconnect()
   })
 
@@ -123,7 +130,7 @@ describe.skipIf(skip !== undefined)('RedisStore list and purgeExpired over a key
   })
 
   it('reads at most listScanLimit records, and stops scanning once it has them', async () => {
-    const limited = new RedisStore({ url: URL, prefix, listScanLimit: 5 })
+    const limited = new RedisStore({ url: SCAN_URL, prefix, listScanLimit: 5 })
     const monitor = await openMonitor(redis)
     const pattern = `${prefix}:r:${cut(scope, 9)}:*`
     let scans = 0
@@ -132,7 +139,7 @@ describe.skipIf(skip !== undefined)('RedisStore list and purgeExpired over a key
     })
     try {
       expect(await limited.list({ scope, limit: 1_000 })).toHaveLength(5)
-      const one = new RedisStore({ url: URL, prefix, listScanLimit: 1 })
+      const one = new RedisStore({ url: SCAN_URL, prefix, listScanLimit: 1 })
       try {
         scans = 0
         expect(await one.list({ scope })).toHaveLength(1)
@@ -162,7 +169,7 @@ describe.skipIf(skip !== undefined)('RedisStore list and purgeExpired over a key
     const lastKey = last[last.length - 1] as string
     await expire(lastKey)
     const name = `ik-${randomUUID()}`
-    const fresh = new RedisStore({ url: `${URL}/?connectionName=${name}`, prefix })
+    const fresh = new RedisStore({ url: `${SCAN_URL}?connectionName=${name}`, prefix })
     const monitor = await openMonitor(redis)
     const sent: { source: string; args: string[] }[] = []
     monitor.on('monitor', (_time: string, args: string[], source: string) => sent.push({ source, args }))
@@ -183,7 +190,7 @@ describe.skipIf(skip !== undefined)('RedisStore list and purgeExpired over a key
     expect(await store.get(scope, lastKey)).toBeNull()
 
     // Two expired records side by side in one step, one more in a later step.
-    const bounded = new RedisStore({ url: URL, prefix })
+    const bounded = new RedisStore({ url: SCAN_URL, prefix })
     try {
       const at = nonEmpty.findIndex((step, i) => step.length >= 3 && i < nonEmpty.length - 1)
       expect(at).toBeGreaterThanOrEqual(0)

@@ -127,3 +127,23 @@ for (const [name, measured] of Object.entries(rows)) {
   console.log(`${name.padEnd(28)} ${cells.join('  |  ')}`)
 }
 for (const server of servers) server.child.kill('SIGTERM')
+
+// The Redis records the apps wrote (a few hundred thousand a run, kept for a day by their TTL): idemkey's
+// under its bench prefix, the peers' under the `cpu-` keys of this script (node-idempotency adds a prefix).
+// Left behind, they slow every SCAN on the server, the test suites' included.
+if (args.some((name) => name.endsWith('redis') || name.endsWith('redis-node'))) {
+  const { Redis } = createRequire(join(ROOT, 'package.json'))('ioredis')
+  const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
+  try {
+    for (const pattern of ['peers-idemkey:*', 'cpu-*', '*:cpu-*']) {
+      let cursor = '0'
+      do {
+        const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
+        if (keys.length > 0) await redis.unlink(...keys)
+        cursor = next
+      } while (cursor !== '0')
+    }
+  } finally {
+    redis.disconnect()
+  }
+}
