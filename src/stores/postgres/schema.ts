@@ -56,7 +56,6 @@ export interface LayoutChoice {
   intervalMs: number
 }
 
-/** What `migrate` found or made. */
 /**
  * Creates or upgrades the schema, idempotently, in one transaction. A transaction-scoped advisory
  * lock makes processes that migrate at the same time take turns (concurrent `CREATE TABLE IF NOT
