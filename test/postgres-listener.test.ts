@@ -133,6 +133,18 @@ describe.skipIf(skip !== undefined)('Listener against PostgreSQL', () => {
     opened.push(made)
     return made
   }
+  /**
+   * A listener on `t` and `on` with one counted watcher per id (counted under the id), once it listens,
+   * its counts cleared: the first LISTEN wakes every watcher once.
+   */
+  const watched = async (t: ReturnType<typeof tap>, on: string, ids: string[], arm = inProgress, queryTimeoutMs?: number) => {
+    const l = listener(t, on, arm, queryTimeoutMs)
+    const c = counter()
+    const stops = ids.map((id) => l.watch(id, c.fn(id)))
+    expect(await l.ready()).toBe(true)
+    c.calls.clear()
+    return { l, c, stops }
+  }
 
   afterEach(async () => {
     for (const made of opened.splice(0)) await made.close()
@@ -167,11 +179,7 @@ describe.skipIf(skip !== undefined)('Listener against PostgreSQL', () => {
     const t = tap(pool)
     const on = channel()
     const other = channel()
-    const l = listener(t, on)
-    const c = counter()
-    l.watch('a', c.fn('a'))
-    expect(await l.ready()).toBe(true)
-    c.calls.clear()
+    const { l, c } = await watched(t, on, ['a'])
     await t.conns[0]?.raw.query(`LISTEN "${other}"`)
     await notify(other, 'a')
     // A later notice on the listener's channel arrives after the other one: the other was seen and ignored.
@@ -193,11 +201,7 @@ describe.skipIf(skip !== undefined)('Listener against PostgreSQL', () => {
       answers.set(id, d)
       return d.promise
     }
-    const l = listener(t, channel(), arm)
-    const c = counter()
-    l.watch('up', c.fn('up'))
-    expect(await l.ready()).toBe(true)
-    c.calls.clear()
+    const { l, c } = await watched(t, channel(), ['up'], arm)
     l.watch('done', c.fn('done'))
     l.watch('done', c.fn('done2'))
     l.watch('busy', c.fn('busy'))
@@ -219,12 +223,8 @@ describe.skipIf(skip !== undefined)('Listener against PostgreSQL', () => {
     process.on('unhandledRejection', onUnhandled)
     try {
       const answer = deferred<boolean>()
-      const l = listener(t, channel(), () => answer.promise)
-      const c = counter()
-      const stop = l.watch('gone', c.fn('gone'))
-      expect(await l.ready()).toBe(true)
-      c.calls.clear()
-      stop()
+      const { l, c, stops } = await watched(t, channel(), ['gone'], () => answer.promise)
+      stops[0]?.()
       expect(l.watches('gone')).toBe(false)
       answer.resolve(false)
       await pause(30)
@@ -341,12 +341,7 @@ describe.skipIf(skip !== undefined)('Listener against PostgreSQL', () => {
   it('after the connection ends, wakes every watcher, reconnects and wakes them again; a notice still arrives', async () => {
     const t = tap(pool)
     const on = channel()
-    const l = listener(t, on)
-    const c = counter()
-    l.watch('a', c.fn('a'))
-    l.watch('b', c.fn('b'))
-    expect(await l.ready()).toBe(true)
-    c.calls.clear()
+    const { l, c } = await watched(t, on, ['a', 'b'])
     // A clean end (no error event): only the 'end' listener sees it.
     await t.conns[0]?.raw.end()
     await until(() => t.conns.length === 2 && l.listening, 'the reconnect')
@@ -360,11 +355,7 @@ describe.skipIf(skip !== undefined)('Listener against PostgreSQL', () => {
   it('after the server kills the connection, reconnects; stale events of the old client then change nothing', async () => {
     const t = tap(pool)
     const on = channel()
-    const l = listener(t, on)
-    const c = counter()
-    l.watch('a', c.fn('a'))
-    expect(await l.ready()).toBe(true)
-    c.calls.clear()
+    const { l, c } = await watched(t, on, ['a'])
     const gate = deferred<void>()
     t.gateWith(gate.promise)
     const pid = pidOf(t.conns[0])
@@ -427,11 +418,7 @@ describe.skipIf(skip !== undefined)('Listener against PostgreSQL', () => {
     t.holdWith((config, index) =>
       config.text === 'SELECT 1' && index === 0 && fail ? Promise.reject(new Error('probe timed out')) : undefined,
     )
-    const l = listener(t, channel(), inProgress, 40)
-    const c = counter()
-    l.watch('a', c.fn('a'))
-    expect(await l.ready()).toBe(true)
-    c.calls.clear()
+    const { l, c } = await watched(t, channel(), ['a'], inProgress, 40)
     await until(() => t.conns.length === 2 && l.listening, 'the reconnect')
     fail = false
     expect(t.conns[0]?.released).toEqual([true])

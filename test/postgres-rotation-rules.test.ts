@@ -24,6 +24,7 @@ import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
 import { dropExpiredPartitions, ensurePartitions, inTransaction } from '../src/stores/postgres/rotation.js'
 import { PostgresTasks } from '../src/stores/postgres/tasks.js'
 import { fp } from '../src/testing/index.js'
+import { inTransaction as inClientTransaction } from './fixtures/messaging/pg.js'
 import { eventually } from './helpers/eventually.js'
 import { serviceSkipReason } from './helpers/services.js'
 
@@ -263,17 +264,9 @@ describe.skipIf(skip !== undefined)('partitions and their rotation, against Post
     if (comment) await pool.query(`COMMENT ON TABLE "${t}" IS '${comment}'`)
     return t
   }
-  async function inTx<R>(fn: (client: pg.PoolClient) => Promise<R>): Promise<R> {
-    const client = await pool.connect()
-    try {
-      await client.query('BEGIN')
-      const result = await fn(client)
-      await client.query('COMMIT')
-      return result
-    } finally {
-      client.release()
-    }
-  }
+  /** `fn` in a transaction of its own on the test's pool. */
+  const inTx = <R>(fn: (client: pg.PoolClient) => Promise<R>) => inClientTransaction(pool, fn)
+
   /** A record written straight into the table, created at `createdAt`, expiring at `expiresAt`. */
   async function insert(t: string, key: string, createdAt: number, expiresAt: number) {
     await pool.query(
