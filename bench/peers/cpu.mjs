@@ -41,9 +41,10 @@ if (args.length === 0) {
   process.exit(2)
 }
 const TICKS_PER_SECOND = 100
+/** The process's CPU so far in seconds: user (JavaScript, V8, libuv) and system (the kernel: sockets, epoll). */
 const cpuSeconds = (pid) => {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
-  return (Number(fields[11]) + Number(fields[12])) / TICKS_PER_SECOND
+  return { user: Number(fields[11]) / TICKS_PER_SECOND, system: Number(fields[12]) / TICKS_PER_SECOND }
 }
 /** The process's read and write system calls so far (each socket read or write, writev included). */
 const syscalls = (pid) => {
@@ -99,10 +100,15 @@ async function measure(group) {
   return group.map((server, i) => {
     const requests = results[i].requests.total
     const calls = syscalls(server.child.pid)
+    const cpu = cpuSeconds(server.child.pid)
+    const user = ((cpu.user - before[i].user) / requests) * 1e6
+    const system = ((cpu.system - before[i].system) / requests) * 1e6
     return {
       name: server.name,
       rate: Math.round(requests / seconds),
-      micros: ((cpuSeconds(server.child.pid) - before[i]) / requests) * 1e6,
+      micros: user + system,
+      user,
+      system,
       writes: (calls.writes - callsBefore[i].writes) / requests,
       reads: (calls.reads - callsBefore[i].reads) / requests,
       failed: results[i].non2xx + results[i].errors,
@@ -122,7 +128,7 @@ console.log(
 for (const [name, measured] of Object.entries(rows)) {
   const cells = measured.map(
     (row) =>
-      `${row.rate} req/s ${row.micros.toFixed(1)} µs, ${row.writes.toFixed(2)} writes ${row.reads.toFixed(2)} reads${row.failed ? ` (${row.failed} failed)` : ''}`,
+      `${row.rate} req/s ${row.micros.toFixed(1)} µs (${row.user.toFixed(0)} user, ${row.system.toFixed(0)} sys), ${row.writes.toFixed(2)} writes ${row.reads.toFixed(2)} reads${row.failed ? ` (${row.failed} failed)` : ''}`,
   )
   console.log(`${name.padEnd(28)} ${cells.join('  |  ')}`)
 }
