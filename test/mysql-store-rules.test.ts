@@ -5,6 +5,7 @@
  * half-open connections (a TcpFaultProxy between the store and MariaDB).
  */
 import { randomBytes } from 'node:crypto'
+import { Socket } from 'node:net'
 import mysql from 'mysql2/promise'
 import type { SqlTransactions } from '../src/core/sql-transactions.js'
 import type { Outcome } from '../src/core/store.js'
@@ -18,6 +19,7 @@ import type { MySqlConnectionLike, MySqlPoolLike, MySqlValue } from '../src/stor
 import { completeValues, identity, liveAnswer, type Row, toRecord } from '../src/stores/mysql/records.js'
 import { bind, compile, statements } from '../src/stores/mysql/statements.js'
 import { fp } from '../src/testing/index.js'
+import { eventually } from './helpers/eventually.js'
 import { serviceSkipReason } from './helpers/services.js'
 import { TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
 
@@ -597,6 +599,12 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
   describe('queryTimeout against half-open connections', () => {
     const QUERY_TIMEOUT_MS = 400
 
+    /** This process's open sockets to `port` (the store's connections through the proxy). */
+    const socketsTo = (port: number) =>
+      (process as unknown as { _getActiveHandles(): unknown[] })
+        ._getActiveHandles()
+        .filter((handle) => handle instanceof Socket && handle.remotePort === port).length
+
     /** A store that reaches MariaDB through a TCP fault proxy, with a short queryTimeout. */
     async function proxied(table: string, options: Pick<MySqlStoreOptions, 'connectionLimit' | 'groupCommit'> = {}) {
       const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: 3306 })
@@ -618,6 +626,8 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
           name: 'StatementTimeoutError',
           message: `no answer from the server within queryTimeout (${QUERY_TIMEOUT_MS} ms); the connection was dropped (half-open, or the server is stalled)`,
         })
+        // The dropped connection's socket is closed (not only ended: a half-open peer never answers a FIN).
+        await eventually(() => socketsTo(proxy.port) === 0, 'the dropped socket closed', 5_000)
         // The stalled connection never answers again; the pool's only slot must go to a new one.
         proxy.heal({ stalled: 'hang' })
         expect(await store.get('t', 'k')).toBeNull()
@@ -628,7 +638,7 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
       }
     }, 10_000)
 
-    it('closes its own pool while a statement hangs on a half-open connection: both settle', async () => {
+    it('closes its own pool while a statement hangs on a half-open connection: both settle, and its sockets are closed', async () => {
       const { proxy, store } = await proxied((await rig()).table, { connectionLimit: 2, groupCommit: false })
       try {
         expect(await Promise.all([store.get('t', 'a'), store.get('t', 'b')])).toEqual([null, null])
@@ -636,17 +646,52 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
         const hanging = store.get('t', 'a').catch((error: unknown) => error)
         await store.close()
         expect(await hanging).toMatchObject({ code: 'STORE_UNAVAILABLE' })
+        await eventually(() => socketsTo(proxy.port) === 0, "every one of the store's sockets closed", 5_000)
       } finally {
         await proxy.close()
       }
     }, 10_000)
 
-    it('closes its own pool when only migrate used it, also with its connection half-open', async () => {
+    it('closes its own pool when only migrate used it, also with its connection half-open, and closes that socket', async () => {
       const { proxy, store } = await proxied(newTable())
       try {
         await store.migrate()
         proxy.blackhole()
         await store.close()
+        await eventually(() => socketsTo(proxy.port) === 0, "every one of the store's sockets closed", 5_000)
+      } finally {
+        await proxy.close()
+      }
+    }, 10_000)
+
+    it('closes its own pool while a transaction hangs on a half-open connection: the transaction fails and its socket is closed', async () => {
+      const { proxy, store } = await proxied((await rig()).table, { connectionLimit: 2, groupCommit: false })
+      try {
+        expect(await store.get('t', 'k')).toBeNull()
+        let entered!: () => void
+        let go!: () => void
+        const inside = new Promise<void>((resolve) => {
+          entered = resolve
+        })
+        const proceed = new Promise<void>((resolve) => {
+          go = resolve
+        })
+        const transaction = store
+          .transaction(async (tx) => {
+            entered()
+            await proceed
+            // A business statement is not bounded by queryTimeout: only close() ends its wait.
+            return tx.query('SELECT 1')
+          })
+          .catch((error: unknown) => error)
+        await inside
+        proxy.blackhole()
+        go()
+        await new Promise((resolve) => setTimeout(resolve, 50))
+        expect(socketsTo(proxy.port)).toBeGreaterThan(0)
+        await store.close()
+        expect(await transaction).toMatchObject({ code: 'IDEMKEY_STATEMENT_TIMEOUT' })
+        await eventually(() => socketsTo(proxy.port) === 0, "every one of the store's sockets closed", 5_000)
       } finally {
         await proxy.close()
       }

@@ -20,7 +20,7 @@ export class StatementTimeoutError extends Error {
 }
 
 /** A pool connection as mysql2 hands it out: `destroy()` takes it out of the pool for good. */
-interface Destroyable extends MySqlConnectionLike {
+interface Destroyable extends MySqlConnectionLike, Underlying {
   destroy?(): void
   /** mysql2's promise wrapper (a new one at every `getConnection`) around the pool's own connection. */
   connection?: Underlying
@@ -30,7 +30,27 @@ interface Destroyable extends MySqlConnectionLike {
 interface Underlying {
   destroy?(): void
   _closing?: boolean
-  stream?: { destroyed?: boolean }
+  stream?: { destroyed?: boolean; destroy?(error?: Error): void; once?(event: 'close', listener: () => void): unknown }
+}
+
+/** Settles when the connection's socket has closed (at once for one closed already, or without a socket). */
+function closing(connection: Underlying): Promise<void> {
+  const stream = connection.stream
+  if (stream?.once === undefined || stream.destroyed) return Promise.resolve()
+  return new Promise((resolve) => {
+    stream.once?.('close', () => resolve())
+  })
+}
+
+/**
+ * Takes a connection out of use for good. mysql2's own `destroy()` only ends its socket politely: a FIN
+ * that the far side of a half-open connection never answers, so the socket stays open (and keeps the
+ * process alive), and a statement waiting on it never settles. Destroying the socket with `error` fails
+ * whatever waits on the connection with it, and mysql2 takes the connection out of its pool.
+ */
+function drop(connection: Underlying, error: Error): void {
+  if (connection.stream?.destroy) connection.stream.destroy(error)
+  else connection.destroy?.()
 }
 
 /**
@@ -42,6 +62,17 @@ export class BoundedPool implements MySqlPoolLike {
   readonly #timeoutMs: number
   /** The pool's connections (mysql2's own, under the wrapper): what `end()` destroys if the server never says goodbye. */
   readonly #seen = new Set<Underlying>()
+
+  /**
+   * The same pool without deadlines, for statements that may rightly run long (your transactions,
+   * migrate's named lock). Its connections are still the ones `end()` knows: one left half-open is
+   * destroyed at close like the rest, rather than keeping the process alive.
+   */
+  readonly unbounded: MySqlPoolLike = {
+    query: (sql, values) => this.#pool.query(sql, values),
+    execute: (sql, values) => this.#pool.execute(sql, values),
+    getConnection: () => this.#take(),
+  }
 
   constructor(pool: MySqlPoolLike, timeoutMs: number) {
     this.#pool = pool
@@ -60,19 +91,26 @@ export class BoundedPool implements MySqlPoolLike {
     return new BoundedConnection(await this.#take(), this.#timeoutMs)
   }
 
-  /** Ends the pool; connections that do not close within the deadline (half-open ones) are destroyed. */
+  /**
+   * Ends the pool and closes every connection it lent. mysql2 counts a connection as ended once its QUIT
+   * is written (on a busy one, once the statement before it answers) and leaves the socket for the
+   * server to close; the far side of a half-open connection does neither. So the connections get the
+   * deadline to close, and those still open then are destroyed: a statement still waiting on one fails
+   * with {@link StatementTimeoutError}.
+   */
   async end(): Promise<void> {
     const ended = this.#pool.end?.() ?? Promise.resolve()
     if (this.#timeoutMs === 0) return ended
+    const closed = Promise.all([ended, ...[...this.#seen].map(closing)])
     let timer: NodeJS.Timeout | undefined
     const late = new Promise<'late'>((resolve) => {
       timer = setTimeout(() => resolve('late'), this.#timeoutMs)
     })
     try {
-      if ((await Promise.race([ended, late])) === 'late') {
-        for (const connection of this.#seen) connection.destroy?.()
-        await Promise.race([ended, new Promise((resolve) => setTimeout(resolve, this.#timeoutMs))])
-      }
+      if ((await Promise.race([closed, late])) !== 'late') return
+      for (const connection of this.#seen) drop(connection, new StatementTimeoutError(this.#timeoutMs))
+      // The pool's end settles now, failed by the connections just dropped: that failure is ours, not news.
+      await Promise.race([ended.catch(() => {}), new Promise((resolve) => setTimeout(resolve, this.#timeoutMs))])
     } finally {
       clearTimeout(timer)
       this.#seen.clear()
@@ -148,7 +186,8 @@ class BoundedConnection implements MySqlConnectionLike {
   #drop(): void {
     if (this.#dropped) return
     this.#dropped = true
-    if (this.#connection.destroy) this.#connection.destroy()
+    const underlying = this.#connection.connection ?? this.#connection
+    if (underlying.stream?.destroy || this.#connection.destroy) drop(underlying, new StatementTimeoutError(this.#timeoutMs))
     else this.#connection.release()
   }
 }

@@ -159,7 +159,7 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
 
   /** Creates the table (or upgrades it) if needed; safe to call on every start, from many processes at once. */
   async migrate(): Promise<void> {
-    await migrate(await this.#raw('migrate'), this.table)
+    await migrate((await this.#ready('migrate')).unbounded, this.table)
   }
 
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
@@ -222,7 +222,7 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
    */
   async transaction<R>(fn: (tx: Tx) => Promise<R>): Promise<R> {
     if (this.#tool) return this.#tool.transaction(fn)
-    return runTransaction(await this.#raw('transaction'), this.table, fn as unknown as (tx: MySqlTransaction) => Promise<R>)
+    return runTransaction((await this.#ready('transaction')).unbounded, this.table, fn as unknown as (tx: MySqlTransaction) => Promise<R>)
   }
 
   /**
@@ -319,7 +319,7 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
     await bounded?.end()
   }
 
-  /** The pool, opened if needed, for your transactions and migrate(). */
+  /** The pool, opened if needed (the store uses it through a BoundedPool). */
   async #raw(operation: string): Promise<MySqlPoolLike> {
     if (this.#pool) return this.#pool
     try {
@@ -330,8 +330,8 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
     }
   }
 
-  /** The pool with the store's statements bounded by queryTimeout. */
-  async #ready(operation: string): Promise<MySqlPoolLike> {
+  /** The pool with the store's statements bounded by queryTimeout (`unbounded`: your transactions and migrate). */
+  async #ready(operation: string): Promise<BoundedPool> {
     if (this.#bounded) return this.#bounded
     const pool = await this.#raw(operation)
     this.#bounded ??= new BoundedPool(pool, this.#queryTimeoutMs)
