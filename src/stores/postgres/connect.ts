@@ -26,5 +26,74 @@ export async function openPool<Client extends PgClientLike>(connectionString: st
   // An idle connection that breaks (a server restart) is dropped by the pool; without a listener
   // its 'error' event would crash the process.
   pool.on('error', () => {})
+  const open = new Set<OpenClient>()
+  pool.on('connect', (client) => {
+    const opened = client as unknown as OpenClient
+    const stream = opened.connection?.stream
+    if (stream === undefined || stream.destroyed) return
+    open.add(opened)
+    stream.once?.('close', () => open.delete(opened))
+  })
+  openClients.set(pool, open)
   return pool as unknown as PgPoolLike<Client>
+}
+
+/** A node-postgres client as far as closing it goes: its socket, under `connection`. */
+interface OpenClient {
+  on(event: 'error', listener: (error: Error) => void): unknown
+  connection?: {
+    stream?: { destroyed?: boolean; destroy?(error?: Error): void; once?(event: 'close', listener: () => void): unknown }
+  }
+}
+
+/** The clients of each pool {@link openPool} made whose sockets are still open. */
+const openClients = new WeakMap<object, Set<OpenClient>>()
+
+/**
+ * Ends a pool {@link openPool} made, and closes its connections within `timeoutMs`. node-postgres ends
+ * the pool once every client is back, and ends a client by sending Terminate and a FIN, leaving the
+ * socket for the server to close: on a half-open connection the server never answers, so a
+ * transaction waiting there never gives its client back and the socket stays open (keeping the process
+ * alive). Past the deadline, what is still open has its socket destroyed: a statement waiting on it
+ * fails. `timeoutMs` 0: the pool's own end, unbounded.
+ */
+export async function endPool(pool: PgPoolLike, timeoutMs: number): Promise<void> {
+  const ended = pool.end?.() ?? Promise.resolve()
+  const open = openClients.get(pool)
+  if (timeoutMs === 0 || open === undefined) return ended
+  const closed = Promise.all([ended, ...[...open].map(closing)])
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<'late'>((resolve) => {
+    timer = setTimeout(() => resolve('late'), timeoutMs)
+  })
+  try {
+    if ((await Promise.race([closed, late])) !== 'late') return
+    for (const client of open) {
+      // The client is being thrown away: its 'error' (the destroyed socket) must not crash the process.
+      client.on('error', () => {})
+      client.connection?.stream?.destroy?.(closedUnanswered(timeoutMs))
+    }
+    // The pool's end settles once the failed work gives its clients back.
+    await Promise.race([ended.catch(() => {}), new Promise((resolve) => setTimeout(resolve, timeoutMs))])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+function closing(client: OpenClient): Promise<void> {
+  const stream = client.connection?.stream
+  if (stream?.once === undefined || stream.destroyed) return Promise.resolve()
+  return new Promise((resolve) => {
+    stream.once?.('close', () => resolve())
+  })
+}
+
+/** What a statement still waiting on a connection at close fails with. */
+function closedUnanswered(timeoutMs: number): Error {
+  return Object.assign(
+    new Error(
+      `the store was closed and this connection had no answer from the server within queryTimeout (${timeoutMs} ms); it was dropped (half-open, or the server is stalled)`,
+    ),
+    { code: 'IDEMKEY_CLOSED_UNANSWERED' },
+  )
 }

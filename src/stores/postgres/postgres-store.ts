@@ -24,7 +24,7 @@ import {
   lostRaces,
   type RenewInput,
 } from './batches.js'
-import { channelName, openPool } from './connect.js'
+import { channelName, endPool, openPool } from './connect.js'
 import { convertLayout, type LayoutConversion } from './layout-migration.js'
 import { Listener } from './listener.js'
 import type { PostgresStoreOptions, PostgresStoreTransactionsOption } from './options.js'
@@ -478,7 +478,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     if (!this.#ownsPool) return
     const pool = this.#pool ?? (await this.#opening?.catch(() => undefined))
     this.#pool = undefined
-    await pool?.end?.()
+    if (pool) await endPool(pool, this.#queryTimeoutMs)
   }
 
   /** Whether the shared LISTEN connection is up; opens it if needed. For health checks and tests. */
