@@ -706,5 +706,12 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
       await unused.close()
       await expect(unused.get('t', 'k')).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
     })
+
+    it('settles a second close(), at once or while the first still runs (the ledger closes its store, and so may you)', async () => {
+      const own = new MySqlStore({ uri: URI, table: (await rig()).table })
+      expect(await own.get('t', 'k')).toBeNull()
+      await Promise.all([own.close(), own.close()])
+      await own.close()
+    })
   })
 })

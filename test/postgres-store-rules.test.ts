@@ -770,6 +770,13 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
     expect(error).toBeInstanceOf(IdempotencyError)
   })
 
+  it('settles a second close(), at once or while the first still runs (the ledger closes its store, and so may you)', async () => {
+    const own = new PostgresStore({ connectionString: URL, table: table(), max: 2 })
+    await own.migrate()
+    await Promise.all([own.close(), own.close()])
+    await own.close()
+  })
+
   describe('close() of its own pool with half-open connections (a TcpFaultProxy that stops forwarding)', () => {
     const QUERY_TIMEOUT_MS = 400
 

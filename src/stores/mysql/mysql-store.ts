@@ -97,6 +97,8 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
   #pool: MySqlPoolLike | undefined
   /** The same pool with every statement bounded by `queryTimeout`: the store's own statements run on it. */
   #bounded: BoundedPool | undefined
+  /** The one close(), once asked for. */
+  #closing: Promise<void> | undefined
   readonly #queryTimeoutMs: number
   readonly #opening: Promise<MySqlPoolLike> | undefined
   readonly #ownsPool: boolean
@@ -308,8 +310,13 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
     return (await this.#write('evict', this.#sql.evict, identity(scope, key))) > 0
   }
 
-  /** Ends the pool the store opened from `uri`; a pool you passed in stays open. */
-  async close(): Promise<void> {
+  /** Ends the pool the store opened from `uri`; a pool you passed in stays open. Once: a second call waits for the first. */
+  close(): Promise<void> {
+    this.#closing ??= this.#close()
+    return this.#closing
+  }
+
+  async #close(): Promise<void> {
     if (!this.#ownsPool) return
     const pool = this.#pool ?? (await this.#opening?.catch(() => undefined))
     const bounded = this.#bounded ?? (pool && new BoundedPool(pool, this.#queryTimeoutMs))

@@ -88,6 +88,8 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   readonly #prepared: boolean
   /** `query_timeout` of every statement sent on the pool (never inside a caller's transaction). */
   readonly #queryTimeoutMs: number
+  /** The one close(), once asked for. */
+  #closing: Promise<void> | undefined
   readonly #begin: string
   readonly #ownsPool: boolean
   readonly #listener: Listener | undefined
@@ -472,7 +474,13 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   }
 
   /** Stops the purge loop and the LISTEN connection, and ends the pool the store opened (a pool you passed stays open). */
-  async close(): Promise<void> {
+  close(): Promise<void> {
+    // Once: a second close() (two shutdown hooks, the ledger's and yours) waits for the first.
+    this.#closing ??= this.#close()
+    return this.#closing
+  }
+
+  async #close(): Promise<void> {
     await this.#tasks.stop()
     await this.#listener?.close()
     if (!this.#ownsPool) return
