@@ -5,7 +5,6 @@
  * half-open connections (a TcpFaultProxy between the store and MariaDB).
  */
 import { randomBytes } from 'node:crypto'
-import { Socket } from 'node:net'
 import mysql from 'mysql2/promise'
 import type { SqlTransactions } from '../src/core/sql-transactions.js'
 import type { Outcome } from '../src/core/store.js'
@@ -21,7 +20,7 @@ import { bind, compile, statements } from '../src/stores/mysql/statements.js'
 import { fp } from '../src/testing/index.js'
 import { eventually } from './helpers/eventually.js'
 import { serviceSkipReason } from './helpers/services.js'
-import { TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
+import { hangMidTransaction, TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
 
 const URI = 'mysql://root@127.0.0.1:3306/test'
 const RETENTION_MS = 24 * 3_600_000
@@ -599,12 +598,6 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
   describe('queryTimeout against half-open connections', () => {
     const QUERY_TIMEOUT_MS = 400
 
-    /** This process's open sockets to `port` (the store's connections through the proxy). */
-    const socketsTo = (port: number) =>
-      (process as unknown as { _getActiveHandles(): unknown[] })
-        ._getActiveHandles()
-        .filter((handle) => handle instanceof Socket && handle.remotePort === port).length
-
     /** A store that reaches MariaDB through a TCP fault proxy, with a short queryTimeout. */
     async function proxied(table: string, options: Pick<MySqlStoreOptions, 'connectionLimit' | 'groupCommit'> = {}) {
       const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: 3306 })
@@ -627,7 +620,7 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
           message: `no answer from the server within queryTimeout (${QUERY_TIMEOUT_MS} ms); the connection was dropped (half-open, or the server is stalled)`,
         })
         // The dropped connection's socket is closed (not only ended: a half-open peer never answers a FIN).
-        await eventually(() => socketsTo(proxy.port) === 0, 'the dropped socket closed', 5_000)
+        await eventually(() => proxy.localSockets() === 0, 'the dropped socket closed', 5_000)
         // The stalled connection never answers again; the pool's only slot must go to a new one.
         proxy.heal({ stalled: 'hang' })
         expect(await store.get('t', 'k')).toBeNull()
@@ -646,7 +639,7 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
         const hanging = store.get('t', 'a').catch((error: unknown) => error)
         await store.close()
         expect(await hanging).toMatchObject({ code: 'STORE_UNAVAILABLE' })
-        await eventually(() => socketsTo(proxy.port) === 0, "every one of the store's sockets closed", 5_000)
+        await eventually(() => proxy.localSockets() === 0, "every one of the store's sockets closed", 5_000)
       } finally {
         await proxy.close()
       }
@@ -658,7 +651,7 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
         await store.migrate()
         proxy.blackhole()
         await store.close()
-        await eventually(() => socketsTo(proxy.port) === 0, "every one of the store's sockets closed", 5_000)
+        await eventually(() => proxy.localSockets() === 0, "every one of the store's sockets closed", 5_000)
       } finally {
         await proxy.close()
       }
@@ -668,30 +661,12 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
       const { proxy, store } = await proxied((await rig()).table, { connectionLimit: 2, groupCommit: false })
       try {
         expect(await store.get('t', 'k')).toBeNull()
-        let entered!: () => void
-        let go!: () => void
-        const inside = new Promise<void>((resolve) => {
-          entered = resolve
-        })
-        const proceed = new Promise<void>((resolve) => {
-          go = resolve
-        })
-        const transaction = store
-          .transaction(async (tx) => {
-            entered()
-            await proceed
-            // A business statement is not bounded by queryTimeout: only close() ends its wait.
-            return tx.query('SELECT 1')
-          })
-          .catch((error: unknown) => error)
-        await inside
-        proxy.blackhole()
-        go()
-        await new Promise((resolve) => setTimeout(resolve, 50))
-        expect(socketsTo(proxy.port)).toBeGreaterThan(0)
+        // A business statement is not bounded by queryTimeout: only close() ends its wait.
+        const { settled } = await hangMidTransaction(proxy, (body) => store.transaction((tx) => body(() => tx.query('SELECT 1'))))
+        expect(proxy.localSockets()).toBeGreaterThan(0)
         await store.close()
-        expect(await transaction).toMatchObject({ code: 'IDEMKEY_STATEMENT_TIMEOUT' })
-        await eventually(() => socketsTo(proxy.port) === 0, "every one of the store's sockets closed", 5_000)
+        expect(await settled).toMatchObject({ code: 'IDEMKEY_STATEMENT_TIMEOUT' })
+        await eventually(() => proxy.localSockets() === 0, "every one of the store's sockets closed", 5_000)
       } finally {
         await proxy.close()
       }

@@ -5,7 +5,6 @@
  * close() leaves open. Against the PostgreSQL at 127.0.0.1:5432, each test on a table of its own.
  */
 import { randomUUID } from 'node:crypto'
-import { Socket } from 'node:net'
 import pg from 'pg'
 import type { Outcome } from '../src/core/store.js'
 import { IdempotencyError } from '../src/errors.js'
@@ -20,7 +19,7 @@ import { fp } from '../src/testing/index.js'
 import { eventually } from './helpers/eventually.js'
 import { type SentOn, tapPool } from './helpers/pg-pool-tap.js'
 import { serviceSkipReason } from './helpers/services.js'
-import { TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
+import { hangMidTransaction, TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
 const skip = await serviceSkipReason('PostgreSQL', 5432)
@@ -780,12 +779,6 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
   describe('close() of its own pool with half-open connections (a TcpFaultProxy that stops forwarding)', () => {
     const QUERY_TIMEOUT_MS = 400
 
-    /** This process's open sockets to `port` (the store's connections through the proxy). */
-    const socketsTo = (port: number) =>
-      (process as unknown as { _getActiveHandles(): unknown[] })
-        ._getActiveHandles()
-        .filter((handle) => handle instanceof Socket && handle.remotePort === port).length
-
     async function proxied() {
       const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: 5432 })
       const store = new PostgresStore({
@@ -801,35 +794,18 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
     it('settles while a transaction waits on a half-open connection: the transaction fails and every socket is closed', async () => {
       const { proxy, store } = await proxied()
       try {
-        let entered!: () => void
-        let go!: () => void
-        const inside = new Promise<void>((resolve) => {
-          entered = resolve
-        })
-        const proceed = new Promise<void>((resolve) => {
-          go = resolve
-        })
-        const transaction = thrown(() =>
-          store.transaction(async (tx) => {
-            entered()
-            await proceed
-            // Your statements are not bounded by queryTimeout: only close() ends this wait.
-            return tx.query('SELECT 1')
-          }),
-        )
-        await inside
-        proxy.blackhole()
-        go()
-        await new Promise((resolve) => setTimeout(resolve, 50))
-        expect(socketsTo(proxy.port)).toBeGreaterThan(0)
+        // Your statements are not bounded by queryTimeout: only close() ends this wait.
+        const { settled } = await hangMidTransaction(proxy, (body) => store.transaction((tx) => body(() => tx.query('SELECT 1'))))
+        expect(proxy.localSockets()).toBeGreaterThan(0)
         await store.close()
-        const error = await transaction
-        expect(error.code).toBe('STORE_UNAVAILABLE')
-        expect(error.cause).toMatchObject({
-          code: 'IDEMKEY_CLOSED_UNANSWERED',
-          message: `the store was closed and this connection had no answer from the server within queryTimeout (${QUERY_TIMEOUT_MS} ms); it was dropped (half-open, or the server is stalled)`,
+        expect(await settled).toMatchObject({
+          code: 'STORE_UNAVAILABLE',
+          cause: {
+            code: 'IDEMKEY_CLOSED_UNANSWERED',
+            message: `the store was closed and this connection had no answer from the server within queryTimeout (${QUERY_TIMEOUT_MS} ms); it was dropped (half-open, or the server is stalled)`,
+          },
         })
-        await eventually(() => socketsTo(proxy.port) === 0, "every one of the store's sockets closed", 5_000)
+        await eventually(() => proxy.localSockets() === 0, "every one of the store's sockets closed", 5_000)
       } finally {
         await proxy.close()
       }
@@ -841,7 +817,7 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
         expect(await store.get('s', 'k')).toBeNull()
         proxy.blackhole()
         await store.close()
-        await eventually(() => socketsTo(proxy.port) === 0, "every one of the store's sockets closed", 5_000)
+        await eventually(() => proxy.localSockets() === 0, "every one of the store's sockets closed", 5_000)
       } finally {
         await proxy.close()
       }

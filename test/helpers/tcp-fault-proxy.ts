@@ -1,4 +1,4 @@
-import { createServer, connect as netConnect, type Server, type Socket } from 'node:net'
+import { createServer, connect as netConnect, type Server, Socket } from 'node:net'
 
 /** Where the proxy forwards to. */
 export interface ProxyTarget {
@@ -234,9 +234,54 @@ export class TcpFaultProxy {
     return { open: this.#links.size, accepted: this.#accepted, cut: this.#cut, stalled }
   }
 
+  /**
+   * This process's own sockets connected to the proxy: a store's side of its connections, when the store
+   * runs in the test's process. {@link counts} sees the proxy's side, which a FIN from the store does not
+   * close (the proxy forwards half-closes), so only this tells whether the store really closed its socket.
+   */
+  localSockets(): number {
+    const handles = (process as unknown as { _getActiveHandles(): unknown[] })._getActiveHandles()
+    return handles.filter((handle) => handle instanceof Socket && handle.remotePort === this.port).length
+  }
+
   /** Destroys every connection and stops listening. */
   async close(): Promise<void> {
     for (const link of [...this.#links]) link.destroy()
     await new Promise<void>((resolve) => this.server.close(() => resolve()))
   }
+}
+
+/**
+ * Starts a transaction with `start` and holds it at its first statement until the proxy is blackholed,
+ * so that statement waits on a half-open connection. `settled` is what the transaction settles with (its
+ * error, or its value; in an object, which an async function does not wait for). `start` gets a body to
+ * run inside the transaction, given the statement to send.
+ *
+ * @example
+ * const { settled } = await hangMidTransaction(proxy, (body) => store.transaction((tx) => body(() => tx.query('SELECT 1'))))
+ * await store.close()
+ * expect(await settled).toMatchObject({ code: 'STORE_UNAVAILABLE' })
+ */
+export async function hangMidTransaction(
+  proxy: TcpFaultProxy,
+  start: (body: (statement: () => Promise<unknown>) => Promise<unknown>) => Promise<unknown>,
+): Promise<{ settled: Promise<unknown> }> {
+  let entered!: () => void
+  let go!: () => void
+  const inside = new Promise<void>((resolve) => {
+    entered = resolve
+  })
+  const proceed = new Promise<void>((resolve) => {
+    go = resolve
+  })
+  const settled = start(async (statement) => {
+    entered()
+    await proceed
+    return statement()
+  }).catch((error: unknown) => error)
+  await inside
+  proxy.blackhole()
+  go()
+  await new Promise((resolve) => setTimeout(resolve, 50)) // the statement is on the wire, unanswered
+  return { settled }
 }

@@ -6,6 +6,7 @@
  * statement outlives its deadline it destroys that connection: the statement fails with
  * STORE_UNAVAILABLE and the pool opens a fresh connection for the next one.
  */
+import { endWithin, type PoolSocket } from '../end-pool.js'
 import type { MySqlConnectionLike, MySqlPoolLike, MySqlValue } from './pool.js'
 
 /** The error a statement past its deadline fails with (typed STORE_UNAVAILABLE by the store). */
@@ -30,16 +31,7 @@ interface Destroyable extends MySqlConnectionLike, Underlying {
 interface Underlying {
   destroy?(): void
   _closing?: boolean
-  stream?: { destroyed?: boolean; destroy?(error?: Error): void; once?(event: 'close', listener: () => void): unknown }
-}
-
-/** Settles when the connection's socket has closed (at once for one closed already, or without a socket). */
-function closing(connection: Underlying): Promise<void> {
-  const stream = connection.stream
-  if (stream?.once === undefined || stream.destroyed) return Promise.resolve()
-  return new Promise((resolve) => {
-    stream.once?.('close', () => resolve())
-  })
+  stream?: PoolSocket
 }
 
 /**
@@ -100,19 +92,10 @@ export class BoundedPool implements MySqlPoolLike {
    */
   async end(): Promise<void> {
     const ended = this.#pool.end?.() ?? Promise.resolve()
-    if (this.#timeoutMs === 0) return ended
-    const closed = Promise.all([ended, ...[...this.#seen].map(closing)])
-    let timer: NodeJS.Timeout | undefined
-    const late = new Promise<'late'>((resolve) => {
-      timer = setTimeout(() => resolve('late'), this.#timeoutMs)
-    })
+    const sockets = [...this.#seen].flatMap((connection) => (connection.stream ? [connection.stream] : []))
     try {
-      if ((await Promise.race([closed, late])) !== 'late') return
-      for (const connection of this.#seen) drop(connection, new StatementTimeoutError(this.#timeoutMs))
-      // The pool's end settles now, failed by the connections just dropped: that failure is ours, not news.
-      await Promise.race([ended.catch(() => {}), new Promise((resolve) => setTimeout(resolve, this.#timeoutMs))])
+      await endWithin(ended, sockets, this.#timeoutMs, () => new StatementTimeoutError(this.#timeoutMs))
     } finally {
-      clearTimeout(timer)
       this.#seen.clear()
     }
   }

@@ -1,6 +1,7 @@
 /** Opening the store's own pool, and naming its NOTIFY channel. Not part of the public API. */
 import { createHash } from 'node:crypto'
 import { IdempotencyError } from '../../errors.js'
+import { endWithin, type PoolSocket } from '../end-pool.js'
 import type { PgClientLike, PgPoolLike } from './pool.js'
 
 /** The NOTIFY channel of a table: its name, or a digest when `schema.table` would pass PostgreSQL's 63-byte limit. */
@@ -41,51 +42,24 @@ export async function openPool<Client extends PgClientLike>(connectionString: st
 /** A node-postgres client as far as closing it goes: its socket, under `connection`. */
 interface OpenClient {
   on(event: 'error', listener: (error: Error) => void): unknown
-  connection?: {
-    stream?: { destroyed?: boolean; destroy?(error?: Error): void; once?(event: 'close', listener: () => void): unknown }
-  }
+  connection?: { stream?: PoolSocket }
 }
 
 /** The clients of each pool {@link openPool} made whose sockets are still open. */
 const openClients = new WeakMap<object, Set<OpenClient>>()
 
 /**
- * Ends a pool {@link openPool} made, and closes its connections within `timeoutMs`. node-postgres ends
- * the pool once every client is back, and ends a client by sending Terminate and a FIN, leaving the
- * socket for the server to close: on a half-open connection the server never answers, so a
- * transaction waiting there never gives its client back and the socket stays open (keeping the process
- * alive). Past the deadline, what is still open has its socket destroyed: a statement waiting on it
- * fails. `timeoutMs` 0: the pool's own end, unbounded.
+ * Ends a pool {@link openPool} made, and closes its connections within `timeoutMs` (src/stores/end-pool.ts):
+ * node-postgres ends the pool only once every client is back, and a transaction waiting on a half-open
+ * connection never gives its client back. Past the deadline, a statement still waiting fails.
  */
 export async function endPool(pool: PgPoolLike, timeoutMs: number): Promise<void> {
   const ended = pool.end?.() ?? Promise.resolve()
-  const open = openClients.get(pool)
-  if (timeoutMs === 0 || open === undefined) return ended
-  const closed = Promise.all([ended, ...[...open].map(closing)])
-  let timer: NodeJS.Timeout | undefined
-  const late = new Promise<'late'>((resolve) => {
-    timer = setTimeout(() => resolve('late'), timeoutMs)
-  })
-  try {
-    if ((await Promise.race([closed, late])) !== 'late') return
-    for (const client of open) {
-      // The client is being thrown away: its 'error' (the destroyed socket) must not crash the process.
-      client.on('error', () => {})
-      client.connection?.stream?.destroy?.(closedUnanswered(timeoutMs))
-    }
-    // The pool's end settles once the failed work gives its clients back.
-    await Promise.race([ended.catch(() => {}), new Promise((resolve) => setTimeout(resolve, timeoutMs))])
-  } finally {
-    clearTimeout(timer)
-  }
-}
-
-function closing(client: OpenClient): Promise<void> {
-  const stream = client.connection?.stream
-  if (stream?.once === undefined || stream.destroyed) return Promise.resolve()
-  return new Promise((resolve) => {
-    stream.once?.('close', () => resolve())
-  })
+  const clients = [...(openClients.get(pool) ?? [])]
+  // Each is being thrown away: should its socket be destroyed, that 'error' must not crash the process.
+  for (const client of clients) client.on('error', () => {})
+  const sockets = clients.flatMap((client) => (client.connection?.stream ? [client.connection.stream] : []))
+  await endWithin(ended, sockets, timeoutMs, () => closedUnanswered(timeoutMs))
 }
 
 /** What a statement still waiting on a connection at close fails with. */
