@@ -14,6 +14,8 @@ import type { Outcome } from '../src/core/store.js'
 import { type DynamoDbClientLike, DynamoDbStore, type DynamoDbStoreOptions } from '../src/stores/dynamodb/index.js'
 import { fp, sampleOutcome } from '../src/testing/index.js'
 import { type DynamoDbEndpoint, startDynamoDb } from './helpers/dynalite.js'
+import { eventually } from './helpers/eventually.js'
+import { TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
 
 // The rules DynamoDbStore keeps around its conditional writes: the checks of its options, the items it
 // writes (keys, TTL, body), migrate() on tables that are not what it wants, the acquire loop when another
@@ -680,6 +682,59 @@ describe('DynamoDbStore errors and close()', () => {
       made.mockRestore()
       sent.mockRestore()
     }
+  })
+})
+
+describe.skipIf(dynamo.endpoint === undefined)('DynamoDbStore requestTimeout against a half-open connection (a TcpFaultProxy)', () => {
+  const REQUEST_TIMEOUT_MS = 400
+
+  it('fails a request unanswered past requestTimeout with STORE_UNAVAILABLE, destroys its socket, and sends the next on a new connection', async () => {
+    const target = new URL(dynamo.endpoint as string)
+    const proxy = await TcpFaultProxy.start({ host: target.hostname, port: Number(target.port) })
+    const store = new DynamoDbStore({
+      table: dynamo.table('rules-half-open'),
+      requestTimeout: REQUEST_TIMEOUT_MS,
+      clientConfig: { ...ownClientConfig(), endpoint: `http://127.0.0.1:${proxy.port}` },
+    })
+    try {
+      await store.migrate()
+      expect(await store.get('s', 'k')).toBeNull()
+      proxy.blackhole()
+      const error = await store.get('s', 'k').catch((caught: unknown) => caught)
+      expect(error).toMatchObject({
+        code: 'STORE_UNAVAILABLE',
+        message: expect.stringContaining('dynamodb: get failed'),
+        cause: {
+          code: 'IDEMKEY_REQUEST_TIMEOUT',
+          message: `no answer from DynamoDB within requestTimeout (${REQUEST_TIMEOUT_MS} ms); the request was abandoned and its connection dropped (half-open, or the endpoint is stalled)`,
+        },
+      })
+      await eventually(() => proxy.localSockets() === 0, 'the abandoned socket closed', 5_000)
+      // The stalled connection never answers again: the next request must go on a new one.
+      proxy.heal({ stalled: 'hang' })
+      expect(await store.get('s', 'k')).toBeNull()
+    } finally {
+      await store.close()
+      await proxy.close()
+    }
+  }, 10_000)
+
+  it('bounds every request by 10 s by default, takes a duration, and bounds nothing with 0', async () => {
+    const signals: Array<AbortSignal | undefined> = []
+    const client: DynamoDbClientLike = {
+      send(_command, options) {
+        signals.push((options as { abortSignal?: AbortSignal } | undefined)?.abortSignal)
+        return Promise.resolve({})
+      },
+    }
+    for (const requestTimeout of [undefined, '2s', 0] as const) {
+      await new DynamoDbStore({ table: 'idemkey', client, requestTimeout }).get('s', 'k')
+    }
+    expect(signals.map((signal) => signal instanceof AbortSignal)).toEqual([true, true, false])
+    expect(thrown(() => new DynamoDbStore({ table: 'idemkey', requestTimeout: 'soon' }))).toMatchObject({
+      code: 'INVALID_OPTION',
+      message: expect.stringContaining('requestTimeout'),
+    })
   })
 })
 

@@ -60,6 +60,14 @@ export interface DynamoDbStoreOptions {
   expiredGrace?: Duration
   /** The clock of leases and expiry. Give it the ledger's `ManualClock` in tests. @default systemClock */
   clock?: Clock
+  /**
+   * How long a request the store sends (its retries included) may go unanswered before it is abandoned:
+   * it fails (`STORE_UNAVAILABLE`) and its connection is destroyed. The SDK sets no such bound, and a
+   * half-open connection (a NAT or firewall that forgot it) never answers: each would keep its request
+   * waiting and its socket in use for ever, until none is left. Also bounds requests on your own
+   * `client`. Keep it above the ledger's `storeTimeout`; `0` bounds nothing. @default '10s'
+   */
+  requestTimeout?: Duration
 }
 
 /** DynamoDB's item size limit is 400 KB; a response that would not fit is stored without its body. */
@@ -98,6 +106,7 @@ export class DynamoDbStore implements IdempotencyStore {
   readonly #skewMs: number
   readonly #retentionMs: number
   readonly #graceMs: number
+  readonly #requestTimeoutMs: number
   readonly #ownsClient: boolean
   readonly #clientConfig: Record<string, unknown>
   #client: DynamoDbClientLike | undefined
@@ -137,6 +146,7 @@ export class DynamoDbStore implements IdempotencyStore {
     this.#skewMs = parseDuration(options.clockSkew ?? '1s', 'clockSkew')
     this.#retentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
     this.#graceMs = parseDuration(options.expiredGrace ?? '1h', 'expiredGrace')
+    this.#requestTimeoutMs = parseDuration(options.requestTimeout ?? '10s', 'requestTimeout')
     this.#ownsClient = options.client === undefined
     this.#client = options.client
     this.#clientConfig = options.clientConfig ?? {}
@@ -525,12 +535,14 @@ export class DynamoDbStore implements IdempotencyStore {
   async #send(operation: string, command: keyof DynamoDbSdk, input: Record<string, unknown>): Promise<unknown> {
     const sdk = this.#sdk ?? (await this.#loadSdk())
     const client = this.#client ?? this.#makeClient(sdk)
+    // Aborting makes the SDK destroy the request's socket, so a half-open connection is not reused.
+    const deadline = this.#requestTimeoutMs > 0 ? AbortSignal.timeout(this.#requestTimeoutMs) : undefined
     try {
       if (input.ExpressionAttributeNames === this.#exprNames) input.ExpressionAttributeNames = this.#usedNames(input)
-      return await client.send(new sdk[command](input))
+      return await client.send(new sdk[command](input), deadline && { abortSignal: deadline })
     } catch (error) {
       if (isConditionFailed(error)) throw error
-      throw this.#storeError(operation, error)
+      throw this.#storeError(operation, deadline?.aborted ? new RequestTimeoutError(this.#requestTimeoutMs, error) : error)
     }
   }
 
@@ -566,6 +578,18 @@ export class DynamoDbStore implements IdempotencyStore {
     }
     const failure = storeUnavailable('dynamodb', operation, error)
     return failure
+  }
+}
+
+/** What a request unanswered within `requestTimeout` fails with (the cause of its STORE_UNAVAILABLE). */
+class RequestTimeoutError extends Error {
+  readonly code = 'IDEMKEY_REQUEST_TIMEOUT'
+  constructor(timeoutMs: number, cause: unknown) {
+    super(
+      `no answer from DynamoDB within requestTimeout (${timeoutMs} ms); the request was abandoned and its connection dropped (half-open, or the endpoint is stalled)`,
+      { cause },
+    )
+    this.name = 'RequestTimeoutError'
   }
 }
 
