@@ -7,7 +7,7 @@
  * STORE_UNAVAILABLE and the pool opens a fresh connection for the next one.
  */
 import { endWithin, type PoolSocket } from '../end-pool.js'
-import type { MySqlConnectionLike, MySqlPoolLike, MySqlValue } from './pool.js'
+import type { ConnectionSource, MySqlConnectionLike, MySqlPoolLike, MySqlValue } from './pool.js'
 
 /** The error a statement past its deadline fails with (typed STORE_UNAVAILABLE by the store). */
 export class StatementTimeoutError extends Error {
@@ -60,11 +60,7 @@ export class BoundedPool implements MySqlPoolLike {
    * migrate's named lock). Its connections are still the ones `end()` knows: one left half-open is
    * destroyed at close like the rest, rather than keeping the process alive.
    */
-  readonly unbounded: MySqlPoolLike = {
-    query: (sql, values) => this.#pool.query(sql, values),
-    execute: (sql, values) => this.#pool.execute(sql, values),
-    getConnection: () => this.#take(),
-  }
+  readonly unbounded: ConnectionSource = { getConnection: () => this.#take() }
 
   constructor(pool: MySqlPoolLike, timeoutMs: number) {
     this.#pool = pool

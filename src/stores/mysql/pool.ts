@@ -42,6 +42,9 @@ export interface MySqlPoolLike {
   end?(): Promise<void>
 }
 
+/** Where a connection is taken from: what your transactions and `migrate()` need of a pool. */
+export type ConnectionSource = Pick<MySqlPoolLike, 'getConnection'>
+
 /** What mysql2 answers for INSERT, UPDATE and DELETE. */
 export interface WriteResult {
   affectedRows: number

@@ -1,6 +1,6 @@
 import { IdempotencyError } from '../../errors.js'
 import { toStoreError } from './mysql-errors.js'
-import type { MySqlConnectionLike, MySqlPoolLike } from './pool.js'
+import type { ConnectionSource, MySqlConnectionLike } from './pool.js'
 
 /** The schema version this release writes. Bump it and append to MIGRATIONS to change the schema. */
 export const SCHEMA_VERSION = 2
@@ -49,7 +49,7 @@ const MIGRATIONS: Array<(table: string) => string[]> = [
  * Creates or upgrades the schema, idempotently. A named lock (`GET_LOCK`) on one connection makes
  * processes that migrate at the same time take turns. The version lives in `<table>_meta`.
  */
-export async function migrate(pool: MySqlPoolLike, table: string): Promise<void> {
+export async function migrate(pool: ConnectionSource, table: string): Promise<void> {
   let connection: MySqlConnectionLike
   try {
     connection = await pool.getConnection()

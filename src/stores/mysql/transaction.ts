@@ -1,6 +1,6 @@
 /** The exactly-once path of MySqlStore: business writes and the completion of the record in one transaction. */
 import { toStoreError } from './mysql-errors.js'
-import type { MySqlPoolLike, MySqlTransaction, MySqlValue, WriteResult } from './pool.js'
+import type { ConnectionSource, MySqlTransaction, MySqlValue, WriteResult } from './pool.js'
 import { bind, type Statement } from './statements.js'
 
 /**
@@ -8,7 +8,7 @@ import { bind, type Statement } from './statements.js'
  * Nothing is retried here: after a deadlock InnoDB has rolled back the whole transaction, business
  * writes included, so only the caller can decide to run it again.
  */
-export async function runTransaction<R>(pool: MySqlPoolLike, table: string, fn: (tx: MySqlTransaction) => Promise<R>): Promise<R> {
+export async function runTransaction<R>(pool: ConnectionSource, table: string, fn: (tx: MySqlTransaction) => Promise<R>): Promise<R> {
   let connection: MySqlTransaction | undefined
   try {
     connection = await pool.getConnection()
