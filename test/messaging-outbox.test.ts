@@ -6,15 +6,17 @@
  */
 import mysql from 'mysql2/promise'
 import type { JsMsg } from 'nats'
+import pg from 'pg'
 import type { SqlTransactions } from '../src/core/sql-transactions.js'
 import { IdempotencyError } from '../src/errors.js'
 import { InboxMismatchError, MySqlInbox, PgInbox } from '../src/messaging/inbox/index.js'
 import { MySqlOutbox, type OutboxMessage, OutboxRelay, PgOutbox, type Publisher, type RelayEvent } from '../src/messaging/outbox/index.js'
 import { consumeNats, NatsPublisher } from '../src/messaging/publishers/nats/index.js'
 import { createStream, type TestStream } from './fixtures/messaging/nats.js'
-import { createSchema, eventually, inTransaction, type TestSchema } from './fixtures/messaging/pg.js'
+import { createSchema, eventually, inTransaction, PG_URL, type TestSchema } from './fixtures/messaging/pg.js'
 import { MYSQL_URL, sqlDatabases, type TestDb, type TestOutbox } from './fixtures/messaging/sql.js'
 import { serviceSkipReason } from './helpers/services.js'
+import { TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
 
 const natsSkip = await serviceSkipReason('NATS', 4222)
 const databases = await sqlDatabases()
@@ -559,6 +561,31 @@ for (const database of databases) {
 }
 
 const pgSkip = databases.find((d) => d.dialect === 'postgres')?.skip ?? natsSkip
+
+describe.skipIf(databases.find((d) => d.dialect === 'postgres')?.skip !== undefined)('PgOutbox when its connection is cut', () => {
+  it('keeps the process up when the connection migrate() waits on is cut: STORE_UNAVAILABLE, and a server refusal stays STORE_SCHEMA', async () => {
+    const db = await createSchema('outbox_cut')
+    const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: 5432 })
+    const proxied = new pg.Pool({ connectionString: PG_URL.replace(':5432/', `:${proxy.port}/`), max: 1 })
+    proxied.on('error', () => {})
+    try {
+      const outbox = new PgOutbox({ pool: proxied, table: db.table('outbox') })
+      await outbox.migrate()
+      proxy.blackhole()
+      const migrating = outbox.migrate().catch((error: unknown) => error)
+      await new Promise((resolve) => setTimeout(resolve, 50)) // its BEGIN sent, unanswered
+      // node-postgres emits the loss as 'error' on the client: with no listener, the process would crash.
+      expect(proxy.cut()).toBe(1)
+      expect(await migrating).toMatchObject({ code: 'STORE_UNAVAILABLE', message: expect.stringContaining('PgOutbox: migrate failed') })
+      const refused = new PgOutbox({ pool: db.pool, table: 'no_such_schema_here.outbox' })
+      await expect(refused.migrate()).rejects.toMatchObject({ code: 'STORE_SCHEMA' })
+    } finally {
+      await proxied.end()
+      await proxy.close()
+      await db.drop()
+    }
+  }, 10_000)
+})
 
 describe.skipIf(pgSkip !== undefined)('outbox relay on PostgreSQL: LISTEN/NOTIFY and long names', () => {
   let db: TestSchema

@@ -27,6 +27,7 @@ import { fp } from '../src/testing/index.js'
 import { inTransaction as inClientTransaction } from './fixtures/messaging/pg.js'
 import { eventually } from './helpers/eventually.js'
 import { serviceSkipReason } from './helpers/services.js'
+import { TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
 const skip = await serviceSkipReason('PostgreSQL', 5432)
@@ -458,6 +459,25 @@ describe.skipIf(skip !== undefined)('partitions and their rotation, against Post
       expect(spy.sent.map((s) => s.text)).toEqual(['BEGIN ISOLATION LEVEL READ COMMITTED', 'ROLLBACK'])
       expect(spy.released).toEqual([true])
     })
+
+    it('keeps the process up when its connection is cut mid-statement, and destroys that connection', async () => {
+      const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: 5432 })
+      const proxied = new pg.Pool({ connectionString: URL.replace(':5432/', `:${proxy.port}/`), max: 1 })
+      proxied.on('error', () => {})
+      try {
+        await proxied.query('SELECT 1') // one idle connection, through the proxy
+        proxy.blackhole()
+        const running = inTransaction(proxied as unknown as PgPoolLike, (tx) => tx.query('SELECT 1')).catch((error: unknown) => error)
+        await new Promise((resolve) => setTimeout(resolve, 50)) // its BEGIN sent, unanswered
+        // node-postgres emits the loss as 'error' on the client: with no listener, the process would crash.
+        expect(proxy.cut()).toBe(1)
+        expect(await running).toMatchObject({ message: 'Connection terminated unexpectedly' })
+        expect(proxied.totalCount).toBe(0) // destroyed, not pooled
+      } finally {
+        await proxied.end()
+        await proxy.close()
+      }
+    }, 10_000)
   })
 
   it("the store's gc loop on the plain layout purges, reports a failing round to onError and goes on, and sends nothing after close()", async () => {

@@ -811,6 +811,23 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
       }
     }, 10_000)
 
+    it('keeps the process up when the connection migrate() waits on is cut: migrate fails with STORE_UNAVAILABLE', async () => {
+      const { proxy, store } = await proxied()
+      try {
+        proxy.blackhole()
+        const migrating = thrown(() => store.migrate())
+        await new Promise((resolve) => setTimeout(resolve, 50)) // its BEGIN sent, unanswered
+        // A lost connection makes node-postgres emit 'error' on the client: with no listener, the process would crash.
+        expect(proxy.cut()).toBeGreaterThan(0)
+        const error = await migrating
+        expect(error.code).toBe('STORE_UNAVAILABLE')
+        expect(error.message).toContain('migrate')
+      } finally {
+        await store.close()
+        await proxy.close()
+      }
+    }, 10_000)
+
     it('closes the socket of an idle connection whose server never answers its goodbye', async () => {
       const { proxy, store } = await proxied()
       try {

@@ -2,7 +2,7 @@ import { type Duration, parseDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { fitPgName, purgeBatchSize, quoteName } from '../message.js'
-import type { PgPool, PgQueryable } from '../pg.js'
+import { type PgPool, type PgQueryable, withPoolClient } from '../pg.js'
 import { PgRelayStorage } from './pg-relay-storage.js'
 import { type AddResult, DEFAULT_MAX_PAYLOAD_BYTES, encodeEvent, type OutboxEventInput, type RelayStorage } from './storage.js'
 
@@ -88,46 +88,51 @@ export class PgOutbox<Tx = PgQueryable> {
   async migrate(): Promise<void> {
     const t = this.#table
     const fn = this.#notifyFunction
-    const client = await this.#pool.connect()
-    try {
-      await client.query('BEGIN')
-      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`${this.#lockKey}:migrate`])
-      await client.query(`CREATE TABLE IF NOT EXISTS ${t} (
-        seq bigserial PRIMARY KEY,
-        id text NOT NULL UNIQUE,
-        topic text NOT NULL,
-        partition_key text,
-        payload bytea NOT NULL,
-        content_type text NOT NULL,
-        headers text NOT NULL DEFAULT '{}',
-        status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'sent', 'dead')),
-        attempts integer NOT NULL DEFAULT 0,
-        available_at timestamptz NOT NULL DEFAULT now(),
-        locked_by text,
-        locked_until timestamptz,
-        last_error text,
-        created_at timestamptz NOT NULL DEFAULT now(),
-        sent_at timestamptz
-      )`)
-      const idx = this.#indexName
-      await client.query(`CREATE INDEX IF NOT EXISTS ${idx('pending')} ON ${t} (seq) WHERE status = 'pending'`)
-      await client.query(`CREATE INDEX IF NOT EXISTS ${idx('partition')} ON ${t} (partition_key, seq) WHERE status = 'pending'`)
-      // The relay's blocked-partition set under `ordering: 'partition'`: leased rows, rows backing off.
-      await client.query(
-        `CREATE INDEX IF NOT EXISTS ${idx('leased')} ON ${t} (partition_key) WHERE status = 'pending' AND locked_until IS NOT NULL`,
-      )
-      await client.query(`CREATE INDEX IF NOT EXISTS ${idx('waiting')} ON ${t} (available_at) WHERE status = 'pending'`)
-      await client.query(`CREATE OR REPLACE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN PERFORM pg_notify('${this.#channel}', ''); RETURN NULL; END $$`)
-      await client.query(`DROP TRIGGER IF EXISTS idemkey_outbox_notify ON ${t}`)
-      await client.query(`CREATE TRIGGER idemkey_outbox_notify AFTER INSERT ON ${t} FOR EACH STATEMENT EXECUTE FUNCTION ${fn}()`)
-      await client.query('COMMIT')
-    } catch (error) {
-      await client.query('ROLLBACK').catch(() => {})
-      throw new IdempotencyError('STORE_SCHEMA', `PgOutbox.migrate on ${this.#name} failed: ${(error as Error).message}.`, { cause: error })
-    } finally {
-      client.release()
-    }
+    await withPoolClient(this.#pool, async (client) => {
+      try {
+        await client.query('BEGIN')
+        await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`${this.#lockKey}:migrate`])
+        await client.query(`CREATE TABLE IF NOT EXISTS ${t} (
+          seq bigserial PRIMARY KEY,
+          id text NOT NULL UNIQUE,
+          topic text NOT NULL,
+          partition_key text,
+          payload bytea NOT NULL,
+          content_type text NOT NULL,
+          headers text NOT NULL DEFAULT '{}',
+          status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'sent', 'dead')),
+          attempts integer NOT NULL DEFAULT 0,
+          available_at timestamptz NOT NULL DEFAULT now(),
+          locked_by text,
+          locked_until timestamptz,
+          last_error text,
+          created_at timestamptz NOT NULL DEFAULT now(),
+          sent_at timestamptz
+        )`)
+        const idx = this.#indexName
+        await client.query(`CREATE INDEX IF NOT EXISTS ${idx('pending')} ON ${t} (seq) WHERE status = 'pending'`)
+        await client.query(`CREATE INDEX IF NOT EXISTS ${idx('partition')} ON ${t} (partition_key, seq) WHERE status = 'pending'`)
+        // The relay's blocked-partition set under `ordering: 'partition'`: leased rows, rows backing off.
+        await client.query(
+          `CREATE INDEX IF NOT EXISTS ${idx('leased')} ON ${t} (partition_key) WHERE status = 'pending' AND locked_until IS NOT NULL`,
+        )
+        await client.query(`CREATE INDEX IF NOT EXISTS ${idx('waiting')} ON ${t} (available_at) WHERE status = 'pending'`)
+        await client.query(`CREATE OR REPLACE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN PERFORM pg_notify('${this.#channel}', ''); RETURN NULL; END $$`)
+        await client.query(`DROP TRIGGER IF EXISTS idemkey_outbox_notify ON ${t}`)
+        await client.query(`CREATE TRIGGER idemkey_outbox_notify AFTER INSERT ON ${t} FOR EACH STATEMENT EXECUTE FUNCTION ${fn}()`)
+        await client.query('COMMIT')
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {})
+        // The server refused a statement (a SQLSTATE: permissions, a clashing object): the schema's problem.
+        // Anything else (a lost connection) is an outage, to retry.
+        const code = (error as { code?: unknown } | null)?.code
+        if (typeof code !== 'string' || !/^[0-9A-Z]{5}$/.test(code)) throw storeUnavailable('PgOutbox', 'migrate', error)
+        throw new IdempotencyError('STORE_SCHEMA', `PgOutbox.migrate on ${this.#name} failed: ${(error as Error).message}.`, {
+          cause: error,
+        })
+      }
+    })
   }
 
   /**

@@ -1,6 +1,6 @@
 import { storeUnavailable } from '../../errors.js'
 import type { OutboxMessage } from '../message.js'
-import type { PgPool, PgPoolClient } from '../pg.js'
+import { type PgPool, type PgPoolClient, withPoolClient } from '../pg.js'
 import type { RelayStorage, RowFailure } from './storage.js'
 
 interface Row {
@@ -63,19 +63,19 @@ export class PgRelayStorage implements RelayStorage {
         const { rows } = await this.pool.query<Row>(sql, [limit, relayId, leaseMs])
         return rows.map(toMessage).sort((a, b) => a.seq - b.seq)
       }
-      const client = await this.pool.connect()
-      try {
-        await client.query('BEGIN')
-        await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [this.lockKey])
-        const { rows } = await client.query<Row>(sql, [limit, relayId, leaseMs])
-        await client.query('COMMIT')
-        return rows.map(toMessage).sort((a, b) => a.seq - b.seq)
-      } catch (error) {
-        await client.query('ROLLBACK').catch(() => {})
-        throw error
-      } finally {
-        client.release()
-      }
+      const lockKey = this.lockKey
+      return await withPoolClient(this.pool, async (client) => {
+        try {
+          await client.query('BEGIN')
+          await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [lockKey])
+          const { rows } = await client.query<Row>(sql, [limit, relayId, leaseMs])
+          await client.query('COMMIT')
+          return rows.map(toMessage).sort((a, b) => a.seq - b.seq)
+        } catch (error) {
+          await client.query('ROLLBACK').catch(() => {})
+          throw error
+        }
+      })
     } catch (error) {
       throw storeUnavailable('OutboxRelay', 'claim', error)
     }

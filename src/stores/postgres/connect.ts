@@ -39,6 +39,21 @@ export async function openPool<Client extends PgClientLike>(connectionString: st
   return pool as unknown as PgPoolLike<Client>
 }
 
+/**
+ * Listens, while `client` is checked out, for the 'error' node-postgres emits on a client whose
+ * connection breaks (a server restart, a cut or destroyed connection): pg-pool listens only to idle
+ * clients, and an 'error' nobody hears crashes the process. `lost()` says whether it broke, so the
+ * caller destroys it on release rather than pooling it; `done()` stops listening, before the release.
+ */
+export function watchLoss(client: PgClientLike): { lost(): boolean; done(): void } {
+  let lost = false
+  const onError = () => {
+    lost = true
+  }
+  client.on?.('error', onError)
+  return { lost: () => lost, done: () => client.removeListener?.('error', onError) }
+}
+
 /** A node-postgres client as far as closing it goes: its socket, under `connection`. */
 interface OpenClient {
   on(event: 'error', listener: (error: Error) => void): unknown

@@ -24,7 +24,7 @@ import {
   lostRaces,
   type RenewInput,
 } from './batches.js'
-import { channelName, endPool, openPool } from './connect.js'
+import { channelName, endPool, openPool, watchLoss } from './connect.js'
 import { convertLayout, type LayoutConversion } from './layout-migration.js'
 import { Listener } from './listener.js'
 import type { PostgresStoreOptions, PostgresStoreTransactionsOption } from './options.js'
@@ -442,13 +442,10 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     } catch (error) {
       throw toStoreError('transaction', error, this.schema, this.table)
     }
-    let broken = false
     // A connection that breaks between queries (a server restart while `fn` awaits something else)
     // emits 'error' on the client; unheard, that would crash the process. Its next query fails anyway.
-    const onError = () => {
-      broken = true
-    }
-    client.on?.('error', onError)
+    const loss = watchLoss(client)
+    let rollbackFailed = false
     try {
       await client.query(this.#begin).catch((error: unknown) => {
         throw toStoreError('BEGIN', error, this.schema, this.table)
@@ -461,15 +458,15 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     } catch (error) {
       // The connection broke under the work (a server restart): its writes are gone with it. Say so
       // with STORE_UNAVAILABLE (retry later), not as if the work itself had failed.
-      const lost = broken
+      const lost = loss.lost()
       await client.query('ROLLBACK').catch(() => {
-        broken = true
+        rollbackFailed = true
       })
       throw lost ? toStoreError('transaction', error, this.schema, this.table) : error
     } finally {
-      // A client whose rollback failed is in an unknown state: destroy it rather than pool it.
-      client.removeListener?.('error', onError)
-      client.release(broken)
+      // A client whose rollback failed is in an unknown state, a lost one is gone: destroy it rather than pool it.
+      loss.done()
+      client.release(rollbackFailed || loss.lost())
     }
   }
 

@@ -3,6 +3,7 @@
  * whose every record has expired detached and dropped. Not part of the public API.
  */
 
+import { watchLoss } from './connect.js'
 import { createPartitions, intervalOf, listPartitions, lockPartitions, PARTITIONS_AHEAD, serverNow, slotOf } from './partitions.js'
 import type { PgClientLike, PgPoolLike, PgQueryable } from './pool.js'
 import { qualified } from './statements.js'
@@ -34,6 +35,7 @@ function serverError(error: unknown): boolean {
  */
 export async function inTransaction<R>(pool: PgPoolLike, fn: (tx: PgClientLike) => Promise<R>): Promise<R> {
   const client = await pool.connect()
+  const loss = watchLoss(client)
   let broken = false
   try {
     await client.query('BEGIN ISOLATION LEVEL READ COMMITTED')
@@ -51,7 +53,8 @@ export async function inTransaction<R>(pool: PgPoolLike, fn: (tx: PgClientLike) 
     }
     throw error
   } finally {
-    client.release(broken)
+    loss.done()
+    client.release(broken || loss.lost())
   }
 }
 

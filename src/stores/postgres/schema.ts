@@ -1,4 +1,5 @@
 import { IdempotencyError } from '../../errors.js'
+import { watchLoss } from './connect.js'
 import { intervalOf, layoutComment, type PostgresLayout, partitionedTableDdl } from './partitions.js'
 import type { PgClientLike, PgPoolLike } from './pool.js'
 import { toStoreError } from './postgres-errors.js'
@@ -71,6 +72,7 @@ export async function migrate(pool: PgPoolLike, schema: string, table: string, c
     throw toStoreError('migrate', error, schema, table)
   }
   const t = qualified(schema, table)
+  const loss = watchLoss(client)
   let rollbackFailed = false
   try {
     await client.query('BEGIN')
@@ -127,7 +129,8 @@ export async function migrate(pool: PgPoolLike, schema: string, table: string, c
     })
     throw toStoreError('migrate', error, schema, table)
   } finally {
-    // A connection whose rollback failed is in an unknown state: destroy it rather than pool it.
-    client.release(rollbackFailed)
+    // A connection whose rollback failed is in an unknown state, a lost one is gone: destroy it rather than pool it.
+    loss.done()
+    client.release(rollbackFailed || loss.lost())
   }
 }
