@@ -28,14 +28,25 @@ export async function endWithin(
   error: () => Error,
 ): Promise<void> {
   if (timeoutMs === 0) return ended
+  if (await within(Promise.all([ended, ...sockets.map(closing)]), timeoutMs)) return
+  for (const socket of sockets) if (!socket.destroyed) socket.destroy?.(error())
+  await within(
+    ended.catch(() => {}),
+    timeoutMs,
+  )
+}
+
+/**
+ * Whether `work` settled within `ms` (its failure is thrown). The timer is cleared either way: a close
+ * must not keep the process alive for the rest of its deadline.
+ */
+async function within(work: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined
-  const late = new Promise<'late'>((resolve) => {
-    timer = setTimeout(() => resolve('late'), timeoutMs)
+  const late = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms)
   })
   try {
-    if ((await Promise.race([Promise.all([ended, ...sockets.map(closing)]), late])) !== 'late') return
-    for (const socket of sockets) if (!socket.destroyed) socket.destroy?.(error())
-    await Promise.race([ended.catch(() => {}), new Promise((resolve) => setTimeout(resolve, timeoutMs))])
+    return await Promise.race([work.then(() => true), late])
   } finally {
     clearTimeout(timer)
   }
