@@ -3,6 +3,8 @@
  * the user's own `Pool` and the user's own transaction client without importing `pg` types.
  */
 
+import { watchLoss } from '../stores/postgres/connect.js'
+
 /** A result of `query`. */
 export interface PgResult<R> {
   rows: R[]
@@ -36,15 +38,11 @@ export interface PgPool extends PgQueryable {
  */
 export async function withPoolClient<R>(pool: PgPool, work: (client: PgPoolClient) => Promise<R>): Promise<R> {
   const client = await pool.connect()
-  let broken: Error | undefined
-  const onError = (error: Error) => {
-    broken ??= error
-  }
-  client.on('error', onError)
+  const loss = watchLoss(client)
   try {
     return await work(client)
   } finally {
-    client.removeListener('error', onError)
-    client.release(broken)
+    loss.done()
+    client.release(loss.lost())
   }
 }

@@ -1,6 +1,7 @@
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
+import { isServerError } from '../../stores/postgres/postgres-errors.js'
 import { fitPgName, purgeBatchSize, quoteName } from '../message.js'
 import { type PgPool, type PgQueryable, withPoolClient } from '../pg.js'
 import { PgRelayStorage } from './pg-relay-storage.js'
@@ -126,8 +127,7 @@ export class PgOutbox<Tx = PgQueryable> {
         await client.query('ROLLBACK').catch(() => {})
         // The server refused a statement (a SQLSTATE: permissions, a clashing object): the schema's problem.
         // Anything else (a lost connection) is an outage, to retry.
-        const code = (error as { code?: unknown } | null)?.code
-        if (typeof code !== 'string' || !/^[0-9A-Z]{5}$/.test(code)) throw storeUnavailable('PgOutbox', 'migrate', error)
+        if (!isServerError(error)) throw storeUnavailable('PgOutbox', 'migrate', error)
         throw new IdempotencyError('STORE_SCHEMA', `PgOutbox.migrate on ${this.#name} failed: ${(error as Error).message}.`, {
           cause: error,
         })

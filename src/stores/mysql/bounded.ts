@@ -35,17 +35,6 @@ interface Underlying {
 }
 
 /**
- * Takes a connection out of use for good. mysql2's own `destroy()` only ends its socket politely: a FIN
- * that the far side of a half-open connection never answers, so the socket stays open (and keeps the
- * process alive), and a statement waiting on it never settles. Destroying the socket with `error` fails
- * whatever waits on the connection with it, and mysql2 takes the connection out of its pool.
- */
-function drop(connection: Underlying, error: Error): void {
-  if (connection.stream?.destroy) connection.stream.destroy(error)
-  else connection.destroy?.()
-}
-
-/**
  * A view of `pool` whose statements are bounded by `timeoutMs`, and whose connections (for the store's
  * own transactions: migrate's lock, a group-commit batch) are too; `end()` is bounded the same way.
  */
@@ -161,12 +150,18 @@ class BoundedConnection implements MySqlConnectionLike {
     })
   }
 
-  /** Out of the pool for good: its queued statement fails, and the pool opens a new connection when it needs one. */
+  /**
+   * Out of the pool for good: its queued statement fails, and the pool opens a new connection when it
+   * needs one. The socket itself is destroyed: mysql2's own `destroy()` only sends a FIN, which the far
+   * side of a half-open connection never answers, so the socket would stay open (keeping the process
+   * alive). mysql2 fails what waits on the connection with the error and takes it out of its pool.
+   */
   #drop(): void {
     if (this.#dropped) return
     this.#dropped = true
-    const underlying = this.#connection.connection ?? this.#connection
-    if (underlying.stream?.destroy || this.#connection.destroy) drop(underlying, new StatementTimeoutError(this.#timeoutMs))
+    const stream = (this.#connection.connection ?? this.#connection).stream
+    if (stream?.destroy) stream.destroy(new StatementTimeoutError(this.#timeoutMs))
+    else if (this.#connection.destroy) this.#connection.destroy()
     else this.#connection.release()
   }
 }

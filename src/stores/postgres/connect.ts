@@ -1,4 +1,7 @@
-/** Opening the store's own pool, and naming its NOTIFY channel. Not part of the public API. */
+/**
+ * The store's own pool (opening it, ending it within a deadline), a checked-out client's lost connection,
+ * and the NOTIFY channel's name. Not part of the public API; the messaging module shares `watchLoss`.
+ */
 import { createHash } from 'node:crypto'
 import { IdempotencyError } from '../../errors.js'
 import { endWithin, type PoolSocket } from '../end-pool.js'
@@ -45,13 +48,19 @@ export async function openPool<Client extends PgClientLike>(connectionString: st
  * clients, and an 'error' nobody hears crashes the process. `lost()` says whether it broke, so the
  * caller destroys it on release rather than pooling it; `done()` stops listening, before the release.
  */
-export function watchLoss(client: PgClientLike): { lost(): boolean; done(): void } {
+export function watchLoss(client: ErrorEmitter): { lost(): boolean; done(): void } {
   let lost = false
   const onError = () => {
     lost = true
   }
   client.on?.('error', onError)
   return { lost: () => lost, done: () => client.removeListener?.('error', onError) }
+}
+
+/** What {@link watchLoss} uses of a client: a pg `PoolClient` (the store's `PgClientLike`, messaging's `PgPoolClient`). */
+interface ErrorEmitter {
+  on?(event: 'error', listener: (error: Error) => void): unknown
+  removeListener?(event: 'error', listener: (error: Error) => void): unknown
 }
 
 /** A node-postgres client as far as closing it goes: its socket, under `connection`. */

@@ -23,6 +23,15 @@ function sqlState(error: unknown): string | undefined {
 }
 
 /**
+ * Whether the server answered with an error (a SQLSTATE: five digits or capitals), so the connection is
+ * still in step with it; a Node error code (`ECONNRESET`) or none means the connection failed instead.
+ */
+export function isServerError(error: unknown): boolean {
+  const code = sqlState(error)
+  return code !== undefined && /^[0-9A-Z]{5}$/.test(code)
+}
+
+/**
  * True for a PostgreSQL serialization failure (`40001`) or deadlock (`40P01`), whether it is the
  * driver's error, an idemkey error caused by one, or a data-layer tool's error wrapping one (Drizzle,
  * TypeORM, Sequelize, Prisma's P2034). Inside `ledger.runInTransaction` such a failure

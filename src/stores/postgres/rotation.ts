@@ -6,6 +6,7 @@
 import { watchLoss } from './connect.js'
 import { createPartitions, intervalOf, listPartitions, lockPartitions, PARTITIONS_AHEAD, serverNow, slotOf } from './partitions.js'
 import type { PgClientLike, PgPoolLike, PgQueryable } from './pool.js'
+import { isServerError } from './postgres-errors.js'
 import { qualified } from './statements.js'
 
 /**
@@ -21,12 +22,6 @@ export interface Rotation {
   created: string[]
   /** Partitions detached and dropped, every record in them expired. */
   dropped: string[]
-}
-
-/** Whether the server answered with an error (a SQLSTATE), so the connection is still in step with it. */
-function serverError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code
-  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)
 }
 
 /**
@@ -45,7 +40,7 @@ export async function inTransaction<R>(pool: PgPoolLike, fn: (tx: PgClientLike) 
   } catch (error) {
     // A statement that timed out (query_timeout) or a broken connection may still be running on
     // the server, holding its locks: destroy the connection (which ends the transaction), never pool it.
-    if (!serverError(error)) broken = true
+    if (!isServerError(error)) broken = true
     else {
       await client.query('ROLLBACK').catch(() => {
         broken = true
