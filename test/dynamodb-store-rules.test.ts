@@ -686,7 +686,7 @@ describe('DynamoDbStore errors and close()', () => {
 })
 
 describe.skipIf(dynamo.endpoint === undefined)('DynamoDbStore requestTimeout against a half-open connection (a TcpFaultProxy)', () => {
-  const REQUEST_TIMEOUT_MS = 400
+  const REQUEST_TIMEOUT_MS = 1_500
 
   it('fails a request unanswered past requestTimeout with STORE_UNAVAILABLE, destroys its socket, and sends the next on a new connection', async () => {
     const target = new URL(dynamo.endpoint as string)

@@ -573,7 +573,7 @@ describe.skipIf(databases.find((d) => d.dialect === 'postgres')?.skip !== undefi
       await outbox.migrate()
       proxy.blackhole()
       const migrating = outbox.migrate().catch((error: unknown) => error)
-      await new Promise((resolve) => setTimeout(resolve, 50)) // its BEGIN sent, unanswered
+      await proxy.held() // its BEGIN sent, unanswered
       // node-postgres emits the loss as 'error' on the client: with no listener, the process would crash.
       expect(proxy.cut()).toBe(1)
       expect(await migrating).toMatchObject({ code: 'STORE_UNAVAILABLE', message: expect.stringContaining('PgOutbox: migrate failed') })

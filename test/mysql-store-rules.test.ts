@@ -596,7 +596,7 @@ describe.skipIf(skip !== undefined)('MySqlStore rules against MariaDB', () => {
   })
 
   describe('queryTimeout against half-open connections', () => {
-    const QUERY_TIMEOUT_MS = 400
+    const QUERY_TIMEOUT_MS = 1_500
 
     /** A store that reaches MariaDB through a TCP fault proxy, with a short queryTimeout. */
     async function proxied(table: string, options: Pick<MySqlStoreOptions, 'connectionLimit' | 'groupCommit'> = {}) {

@@ -468,7 +468,7 @@ describe.skipIf(skip !== undefined)('partitions and their rotation, against Post
         await proxied.query('SELECT 1') // one idle connection, through the proxy
         proxy.blackhole()
         const running = inTransaction(proxied as unknown as PgPoolLike, (tx) => tx.query('SELECT 1')).catch((error: unknown) => error)
-        await new Promise((resolve) => setTimeout(resolve, 50)) // its BEGIN sent, unanswered
+        await proxy.held() // its BEGIN sent, unanswered
         // node-postgres emits the loss as 'error' on the client: with no listener, the process would crash.
         expect(proxy.cut()).toBe(1)
         expect(await running).toMatchObject({ message: 'Connection terminated unexpectedly' })

@@ -777,7 +777,7 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
   })
 
   describe('close() of its own pool with half-open connections (a TcpFaultProxy that stops forwarding)', () => {
-    const QUERY_TIMEOUT_MS = 400
+    const QUERY_TIMEOUT_MS = 1_500
 
     async function proxied() {
       const proxy = await TcpFaultProxy.start({ host: '127.0.0.1', port: 5432 })
@@ -816,7 +816,7 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
       try {
         proxy.blackhole()
         const migrating = thrown(() => store.migrate())
-        await new Promise((resolve) => setTimeout(resolve, 50)) // its BEGIN sent, unanswered
+        await proxy.held() // its BEGIN sent, unanswered
         // A lost connection makes node-postgres emit 'error' on the client: with no listener, the process would crash.
         expect(proxy.cut()).toBeGreaterThan(0)
         const error = await migrating

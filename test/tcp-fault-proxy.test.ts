@@ -114,10 +114,21 @@ describe('TcpFaultProxy', () => {
     fresh.socket.write('never?')
     expect(await until(() => open.received() !== '' || fresh.received() !== '', 300)).toBe(false)
     expect(open.socket.destroyed || fresh.socket.destroyed).toBe(false)
-    expect(p.counts()).toMatchObject({ open: 2, stalled: 2 })
+    await p.held()
+    expect(p.counts()).toMatchObject({ open: 2, stalled: 2, held: 'held'.length + 'never?'.length })
     p.heal()
     expect(await until(() => open.received() === 'held' && fresh.received() === 'never?', 2_000)).toBe(true)
-    expect(p.counts().stalled).toBe(0)
+    expect(p.counts()).toMatchObject({ stalled: 0, held: 0 })
+  })
+
+  it('held() waits for bytes the blackhole holds, and fails plainly when the app sends nothing', async () => {
+    const p = await start()
+    const idle = await client(p)
+    p.blackhole()
+    await expect(p.held(100)).rejects.toThrow('the app sent nothing through the blackhole within 100 ms')
+    setTimeout(() => idle.socket.write('late'), 50)
+    await p.held()
+    expect(p.counts().held).toBe('late'.length)
   })
 
   it("heal({ stalled: 'hang' }) leaves the stalled connections half-open for ever while new ones work", async () => {
@@ -132,7 +143,7 @@ describe('TcpFaultProxy', () => {
     expect(await until(() => fresh.received() === 'works', 2_000)).toBe(true)
     expect(await until(() => stuck.received() !== '', 300)).toBe(false)
     expect(stuck.socket.destroyed).toBe(false)
-    expect(p.counts()).toMatchObject({ open: 2, stalled: 1 })
+    expect(p.counts()).toMatchObject({ open: 2, stalled: 1, held: 'lost and more'.length })
     // A cut still ends a hung connection, as a timeout in the app would.
     p.cut()
     await stuck.closed

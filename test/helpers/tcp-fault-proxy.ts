@@ -16,6 +16,11 @@ export interface ProxyCounts {
   cut: number
   /** Connections open now that forward nothing: stalled by a blackhole, or left half-open by `heal({ stalled: 'hang' })`. */
   stalled: number
+  /**
+   * Bytes the app has sent that the proxy holds on a stalled connection, never forwarded: a statement
+   * that is on the wire and will have no answer. A test waits for this rather than for a fixed time.
+   */
+  held: number
 }
 
 /** What {@link TcpFaultProxy.heal} does with the connections a blackhole stalled. */
@@ -69,6 +74,13 @@ class Pipe {
       if (head.chunk === END) this.to.end()
       else this.to.write(head.chunk)
     }
+  }
+
+  /** Bytes queued and not yet written on. */
+  queuedBytes(): number {
+    let bytes = 0
+    for (const { chunk } of this.#queue) if (chunk !== END) bytes += chunk.length
+    return bytes
   }
 
   stop(): void {
@@ -230,8 +242,13 @@ export class TcpFaultProxy {
   /** Connections open, accepted, cut and stalled. */
   counts(): ProxyCounts {
     let stalled = 0
-    for (const link of this.#links) if (link.stalled) stalled++
-    return { open: this.#links.size, accepted: this.#accepted, cut: this.#cut, stalled }
+    let held = 0
+    for (const link of this.#links) {
+      if (!link.stalled) continue
+      stalled++
+      held += link.up.queuedBytes()
+    }
+    return { open: this.#links.size, accepted: this.#accepted, cut: this.#cut, stalled, held }
   }
 
   /**
@@ -242,6 +259,18 @@ export class TcpFaultProxy {
   localSockets(): number {
     const handles = (process as unknown as { _getActiveHandles(): unknown[] })._getActiveHandles()
     return handles.filter((handle) => handle instanceof Socket && handle.remotePort === this.port).length
+  }
+
+  /**
+   * Resolves once the app has sent something the blackhole holds (a statement on the wire with no answer
+   * coming): what a test waits for before it cuts or closes, rather than a fixed time a loaded machine may outrun.
+   */
+  async held(timeoutMs = 5_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs
+    while (this.counts().held === 0) {
+      if (Date.now() > deadline) throw new Error(`TcpFaultProxy.held: the app sent nothing through the blackhole within ${timeoutMs} ms`)
+      await new Promise((resolve) => setTimeout(resolve, 5))
+    }
   }
 
   /** Destroys every connection and stops listening. */
@@ -282,6 +311,6 @@ export async function hangMidTransaction(
   await inside
   proxy.blackhole()
   go()
-  await new Promise((resolve) => setTimeout(resolve, 50)) // the statement is on the wire, unanswered
+  await proxy.held() // the statement is on the wire, unanswered
   return { settled }
 }
