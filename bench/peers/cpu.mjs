@@ -12,6 +12,7 @@ import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { unlinkMatching } from './redis-cleanup.mjs'
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 const autocannon = createRequire(join(ROOT, 'package.json'))('autocannon')
@@ -138,18 +139,5 @@ for (const server of servers) server.child.kill('SIGTERM')
 // under its bench prefix, the peers' under the `cpu-` keys of this script (node-idempotency adds a prefix).
 // Left behind, they slow every SCAN on the server, the test suites' included.
 if (args.some((name) => name.endsWith('redis') || name.endsWith('redis-node'))) {
-  const { Redis } = createRequire(join(ROOT, 'package.json'))('ioredis')
-  const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
-  try {
-    for (const pattern of ['peers-idemkey:*', 'cpu-*', '*:cpu-*']) {
-      let cursor = '0'
-      do {
-        const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
-        if (keys.length > 0) await redis.unlink(...keys)
-        cursor = next
-      } while (cursor !== '0')
-    }
-  } finally {
-    redis.disconnect()
-  }
+  await unlinkMatching(['peers-idemkey:*', 'cpu-*', '*:cpu-*'])
 }

@@ -17,6 +17,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fmt, report, table } from '../lib.js'
 import { ADAPTERS, type Adapter, IDEMKEY_POSTGRES_TABLE } from './adapters.js'
+import { unlinkMatching } from './redis-cleanup.mjs'
 
 interface CannonResult {
   requests: { total: number }
@@ -231,23 +232,7 @@ function version(name: string): string {
 
 async function cleanUp(): Promise<void> {
   // Records the libraries wrote: every key of this bench starts with `peers-` (node-idempotency adds its own prefix).
-  if (selected.some((a) => a.storage === 'redis')) {
-    const { Redis } = await import('ioredis')
-    const redis = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1 })
-    try {
-      await redis.connect()
-      for (const pattern of ['peers-*', '*:peers-*']) {
-        let cursor = '0'
-        do {
-          const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
-          cursor = next
-          if (keys.length > 0) await redis.unlink(...keys)
-        } while (cursor !== '0')
-      }
-    } finally {
-      redis.disconnect()
-    }
-  }
+  if (selected.some((a) => a.storage === 'redis')) await unlinkMatching(['peers-*', '*:peers-*'], REDIS_URL)
   if (selected.some((a) => a.storage === 'postgres')) {
     const { default: pg } = await import('pg')
     const client = new pg.Client({ connectionString: POSTGRES_URL })

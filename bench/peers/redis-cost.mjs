@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { unlinkMatching } from './redis-cleanup.mjs'
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 const autocannon = createRequire(join(ROOT, 'package.json'))('autocannon')
@@ -63,20 +64,6 @@ for (const name of args) {
   await new Promise((resolve) => app.once('exit', resolve))
 }
 
-// The records the apps wrote (tens of thousands a run, kept for a day by their TTL): idemkey's under its
-// bench prefix, the peers' under this script's `cost-` keys. Left behind, they slow every SCAN on the
-// server, the test suites' included (bench/peers/cpu.mjs cleans up the same way).
-const { Redis } = createRequire(join(ROOT, 'package.json'))('ioredis')
-const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
-try {
-  for (const pattern of ['peers-idemkey:*', 'cost-*', '*:cost-*']) {
-    let cursor = '0'
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
-      if (keys.length > 0) await redis.unlink(...keys)
-      cursor = next
-    } while (cursor !== '0')
-  }
-} finally {
-  redis.disconnect()
-}
+// The records the apps wrote (tens of thousands a run): idemkey's under its bench prefix, the peers'
+// under this script's `cost-` keys.
+await unlinkMatching(['peers-idemkey:*', 'cost-*', '*:cost-*'])
