@@ -3,7 +3,7 @@
  * the user's own `Pool` and the user's own transaction client without importing `pg` types.
  */
 
-import { watchLoss } from '../stores/postgres/connect.js'
+import { holding } from '../stores/postgres/connect.js'
 
 /** A result of `query`. */
 export interface PgResult<R> {
@@ -38,11 +38,5 @@ export interface PgPool extends PgQueryable {
  */
 export async function withPoolClient<R>(pool: PgPool, work: (client: PgPoolClient) => Promise<R>): Promise<R> {
   const client = await pool.connect()
-  const loss = watchLoss(client)
-  try {
-    return await work(client)
-  } finally {
-    loss.done()
-    client.release(loss.lost())
-  }
+  return holding(client, () => work(client))
 }

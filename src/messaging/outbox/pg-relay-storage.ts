@@ -63,11 +63,10 @@ export class PgRelayStorage implements RelayStorage {
         const { rows } = await this.pool.query<Row>(sql, [limit, relayId, leaseMs])
         return rows.map(toMessage).sort((a, b) => a.seq - b.seq)
       }
-      const lockKey = this.lockKey
       return await withPoolClient(this.pool, async (client) => {
         try {
           await client.query('BEGIN')
-          await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [lockKey])
+          await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [this.lockKey])
           const { rows } = await client.query<Row>(sql, [limit, relayId, leaseMs])
           await client.query('COMMIT')
           return rows.map(toMessage).sort((a, b) => a.seq - b.seq)

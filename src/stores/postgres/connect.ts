@@ -1,6 +1,6 @@
 /**
  * The store's own pool (opening it, ending it within a deadline), a checked-out client's lost connection,
- * and the NOTIFY channel's name. Not part of the public API; the messaging module shares `watchLoss`.
+ * and the NOTIFY channel's name. Not part of the public API; the messaging module shares `holding`.
  */
 import { createHash } from 'node:crypto'
 import { IdempotencyError } from '../../errors.js'
@@ -42,25 +42,45 @@ export async function openPool<Client extends PgClientLike>(connectionString: st
   return pool as unknown as PgPoolLike<Client>
 }
 
+/** What the body of {@link holding} may ask about the client it holds. */
+export interface Held {
+  /** Whether the client's connection broke while held (node-postgres emitted 'error' on it). */
+  lost(): boolean
+  /** Destroys the client on release rather than pooling it (after a failed rollback its state is unknown). */
+  discard(): void
+}
+
+/** What {@link holding} uses of a checked-out client: a pg `PoolClient` (the store's `PgClientLike`, messaging's `PgPoolClient`). */
+interface CheckedOut {
+  on?(event: 'error', listener: (error: Error) => void): unknown
+  removeListener?(event: 'error', listener: (error: Error) => void): unknown
+  release(destroy?: boolean | Error): void
+}
+
 /**
- * Listens, while `client` is checked out, for the 'error' node-postgres emits on a client whose
+ * Runs `work` while `client` is checked out, then releases it: destroyed, not pooled, when its connection
+ * broke or `work` discarded it. Meanwhile it listens for the 'error' node-postgres emits on a client whose
  * connection breaks (a server restart, a cut or destroyed connection): pg-pool listens only to idle
- * clients, and an 'error' nobody hears crashes the process. `lost()` says whether it broke, so the
- * caller destroys it on release rather than pooling it; `done()` stops listening, before the release.
+ * clients, and an 'error' nobody hears crashes the process.
  */
-export function watchLoss(client: ErrorEmitter): { lost(): boolean; done(): void } {
+export async function holding<R>(client: CheckedOut, work: (held: Held) => Promise<R>): Promise<R> {
   let lost = false
+  let discarded = false
   const onError = () => {
     lost = true
   }
   client.on?.('error', onError)
-  return { lost: () => lost, done: () => client.removeListener?.('error', onError) }
-}
-
-/** What {@link watchLoss} uses of a client: a pg `PoolClient` (the store's `PgClientLike`, messaging's `PgPoolClient`). */
-interface ErrorEmitter {
-  on?(event: 'error', listener: (error: Error) => void): unknown
-  removeListener?(event: 'error', listener: (error: Error) => void): unknown
+  try {
+    return await work({
+      lost: () => lost,
+      discard: () => {
+        discarded = true
+      },
+    })
+  } finally {
+    client.removeListener?.('error', onError)
+    client.release(discarded || lost)
+  }
 }
 
 /** A node-postgres client as far as closing it goes: its socket, under `connection`. */

@@ -24,7 +24,7 @@ import {
   lostRaces,
   type RenewInput,
 } from './batches.js'
-import { channelName, endPool, openPool, watchLoss } from './connect.js'
+import { channelName, endPool, holding, openPool } from './connect.js'
 import { convertLayout, type LayoutConversion } from './layout-migration.js'
 import { Listener } from './listener.js'
 import type { PostgresStoreOptions, PostgresStoreTransactionsOption } from './options.js'
@@ -443,31 +443,26 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
       throw toStoreError('transaction', error, this.schema, this.table)
     }
     // A connection that breaks between queries (a server restart while `fn` awaits something else)
-    // emits 'error' on the client; unheard, that would crash the process. Its next query fails anyway.
-    const loss = watchLoss(client)
-    let rollbackFailed = false
-    try {
-      await client.query(this.#begin).catch((error: unknown) => {
-        throw toStoreError('BEGIN', error, this.schema, this.table)
-      })
-      const result = await fn(client)
-      await client.query('COMMIT').catch((error: unknown) => {
-        throw toStoreError('COMMIT', error, this.schema, this.table)
-      })
-      return result
-    } catch (error) {
-      // The connection broke under the work (a server restart): its writes are gone with it. Say so
-      // with STORE_UNAVAILABLE (retry later), not as if the work itself had failed.
-      const lost = loss.lost()
-      await client.query('ROLLBACK').catch(() => {
-        rollbackFailed = true
-      })
-      throw lost ? toStoreError('transaction', error, this.schema, this.table) : error
-    } finally {
-      // A client whose rollback failed is in an unknown state, a lost one is gone: destroy it rather than pool it.
-      loss.done()
-      client.release(rollbackFailed || loss.lost())
-    }
+    // emits 'error' on the client: holding() hears it (unheard, it would crash the process), and destroys
+    // a lost client, or one whose rollback failed (its state unknown), rather than pool it.
+    return holding(client, async (held) => {
+      try {
+        await client.query(this.#begin).catch((error: unknown) => {
+          throw toStoreError('BEGIN', error, this.schema, this.table)
+        })
+        const result = await fn(client)
+        await client.query('COMMIT').catch((error: unknown) => {
+          throw toStoreError('COMMIT', error, this.schema, this.table)
+        })
+        return result
+      } catch (error) {
+        // The connection broke under the work (a server restart): its writes are gone with it. Say so
+        // with STORE_UNAVAILABLE (retry later), not as if the work itself had failed.
+        const lost = held.lost()
+        await client.query('ROLLBACK').catch(held.discard)
+        throw lost ? toStoreError('transaction', error, this.schema, this.table) : error
+      }
+    })
   }
 
   /** Stops the purge loop and the LISTEN connection, and ends the pool the store opened (a pool you passed stays open). */

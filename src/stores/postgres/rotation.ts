@@ -3,7 +3,7 @@
  * whose every record has expired detached and dropped. Not part of the public API.
  */
 
-import { watchLoss } from './connect.js'
+import { holding } from './connect.js'
 import { createPartitions, intervalOf, listPartitions, lockPartitions, PARTITIONS_AHEAD, serverNow, slotOf } from './partitions.js'
 import type { PgClientLike, PgPoolLike, PgQueryable } from './pool.js'
 import { isServerError } from './postgres-errors.js'
@@ -30,27 +30,20 @@ export interface Rotation {
  */
 export async function inTransaction<R>(pool: PgPoolLike, fn: (tx: PgClientLike) => Promise<R>): Promise<R> {
   const client = await pool.connect()
-  const loss = watchLoss(client)
-  let broken = false
-  try {
-    await client.query('BEGIN ISOLATION LEVEL READ COMMITTED')
-    const result = await fn(client)
-    await client.query('COMMIT')
-    return result
-  } catch (error) {
-    // A statement that timed out (query_timeout) or a broken connection may still be running on
-    // the server, holding its locks: destroy the connection (which ends the transaction), never pool it.
-    if (!isServerError(error)) broken = true
-    else {
-      await client.query('ROLLBACK').catch(() => {
-        broken = true
-      })
+  return holding(client, async (held) => {
+    try {
+      await client.query('BEGIN ISOLATION LEVEL READ COMMITTED')
+      const result = await fn(client)
+      await client.query('COMMIT')
+      return result
+    } catch (error) {
+      // A statement that timed out (query_timeout) or a broken connection may still be running on
+      // the server, holding its locks: destroy the connection (which ends the transaction), never pool it.
+      if (!isServerError(error)) held.discard()
+      else await client.query('ROLLBACK').catch(held.discard)
+      throw error
     }
-    throw error
-  } finally {
-    loss.done()
-    client.release(broken || loss.lost())
-  }
+  })
 }
 
 /** The table's partition interval, from its comment (the one it was created with), else `fallbackMs`. */

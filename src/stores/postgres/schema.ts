@@ -1,5 +1,5 @@
 import { IdempotencyError } from '../../errors.js'
-import { watchLoss } from './connect.js'
+import { holding } from './connect.js'
 import { intervalOf, layoutComment, type PostgresLayout, partitionedTableDdl } from './partitions.js'
 import type { PgClientLike, PgPoolLike } from './pool.js'
 import { toStoreError } from './postgres-errors.js'
@@ -72,65 +72,60 @@ export async function migrate(pool: PgPoolLike, schema: string, table: string, c
     throw toStoreError('migrate', error, schema, table)
   }
   const t = qualified(schema, table)
-  const loss = watchLoss(client)
-  let rollbackFailed = false
-  try {
-    await client.query('BEGIN')
-    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`idemkey:migrate:${schema}.${table}`])
-    if (schema !== 'public') await client.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`)
-    const found = await client.query(
-      `SELECT c.relpersistence AS persistence, c.relkind AS kind, obj_description(c.oid, 'pg_class') AS comment
-       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
-      [schema, table],
-    )
-    const existing = found.rows[0] as { persistence: string; kind: string; comment: string | null } | undefined
-    const layout: PostgresLayout = existing ? (existing.kind === 'p' ? 'partitioned' : 'plain') : choice.layout
-    if (layout !== choice.layout) {
-      throw new IdempotencyError(
-        'STORE_SCHEMA',
-        `postgres: table ${t} has the ${layout} layout, and the store was given layout '${choice.layout}'. Convert it with \`idemkey migrate --store … --layout ${choice.layout}\` (or store.convertLayout(), which rewrites every row under an exclusive lock), or give the store layout '${layout}'.`,
+  // A connection whose rollback failed is in an unknown state, a lost one is gone: holding() destroys either.
+  await holding(client, async (held) => {
+    try {
+      await client.query('BEGIN')
+      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`idemkey:migrate:${schema}.${table}`])
+      if (schema !== 'public') await client.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`)
+      const found = await client.query(
+        `SELECT c.relpersistence AS persistence, c.relkind AS kind, obj_description(c.oid, 'pg_class') AS comment
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
+        [schema, table],
       )
+      const existing = found.rows[0] as { persistence: string; kind: string; comment: string | null } | undefined
+      const layout: PostgresLayout = existing ? (existing.kind === 'p' ? 'partitioned' : 'plain') : choice.layout
+      if (layout !== choice.layout) {
+        throw new IdempotencyError(
+          'STORE_SCHEMA',
+          `postgres: table ${t} has the ${layout} layout, and the store was given layout '${choice.layout}'. Convert it with \`idemkey migrate --store … --layout ${choice.layout}\` (or store.convertLayout(), which rewrites every row under an exclusive lock), or give the store layout '${layout}'.`,
+        )
+      }
+      let current = existing ? Number(VERSION_COMMENT.exec(existing.comment ?? '')?.[1] ?? 1) : 0
+      if (!existing && layout === 'partitioned') {
+        // A new partitioned table is created at the current version (its first partitions come with
+        // the store's rotation, or an insert's on-demand creation).
+        for (const sql of partitionedTableDdl(schema, table)) await client.query(sql)
+        current = SCHEMA_VERSION
+        await client.query(`COMMENT ON TABLE ${t} IS '${layoutComment(SCHEMA_VERSION, layout, choice.intervalMs)}'`)
+      }
+      if (current > SCHEMA_VERSION) {
+        throw new IdempotencyError(
+          'STORE_SCHEMA',
+          `postgres: table ${t} has idemkey schema version ${current}, newer than this idemkey understands (${SCHEMA_VERSION}). Upgrade idemkey, or point it at another table.`,
+        )
+      }
+      for (let version = current; version < SCHEMA_VERSION; version++) {
+        for (const sql of (MIGRATIONS[version] as (schema: string, table: string) => string[])(schema, table)) await client.query(sql)
+      }
+      // Only the owner may comment; an app user with row grants on an up-to-date table never needs to.
+      // A partitioned table keeps the interval it was made with (its partitions have that length).
+      if (current < SCHEMA_VERSION) {
+        const intervalMs = layout === 'partitioned' ? (intervalOf(existing?.comment ?? null) ?? choice.intervalMs) : 0
+        await client.query(`COMMENT ON TABLE ${t} IS '${layoutComment(SCHEMA_VERSION, layout, intervalMs)}'`)
+      }
+      // A table that was there before (current = 1 without a comment) may be someone else's: check its shape.
+      await client.query(`SELECT ${ALL_COLUMNS} FROM ${t} LIMIT 0`)
+      if (existing?.persistence === 'u') {
+        throw new IdempotencyError(
+          'STORE_SCHEMA',
+          `postgres: table ${t} is UNLOGGED, so a server crash empties it and finished operations would run again. Run ALTER TABLE ${t} SET LOGGED.`,
+        )
+      }
+      await client.query('COMMIT')
+    } catch (error) {
+      await client.query('ROLLBACK').catch(held.discard)
+      throw toStoreError('migrate', error, schema, table)
     }
-    let current = existing ? Number(VERSION_COMMENT.exec(existing.comment ?? '')?.[1] ?? 1) : 0
-    if (!existing && layout === 'partitioned') {
-      // A new partitioned table is created at the current version (its first partitions come with
-      // the store's rotation, or an insert's on-demand creation).
-      for (const sql of partitionedTableDdl(schema, table)) await client.query(sql)
-      current = SCHEMA_VERSION
-      await client.query(`COMMENT ON TABLE ${t} IS '${layoutComment(SCHEMA_VERSION, layout, choice.intervalMs)}'`)
-    }
-    if (current > SCHEMA_VERSION) {
-      throw new IdempotencyError(
-        'STORE_SCHEMA',
-        `postgres: table ${t} has idemkey schema version ${current}, newer than this idemkey understands (${SCHEMA_VERSION}). Upgrade idemkey, or point it at another table.`,
-      )
-    }
-    for (let version = current; version < SCHEMA_VERSION; version++) {
-      for (const sql of (MIGRATIONS[version] as (schema: string, table: string) => string[])(schema, table)) await client.query(sql)
-    }
-    // Only the owner may comment; an app user with row grants on an up-to-date table never needs to.
-    // A partitioned table keeps the interval it was made with (its partitions have that length).
-    if (current < SCHEMA_VERSION) {
-      const intervalMs = layout === 'partitioned' ? (intervalOf(existing?.comment ?? null) ?? choice.intervalMs) : 0
-      await client.query(`COMMENT ON TABLE ${t} IS '${layoutComment(SCHEMA_VERSION, layout, intervalMs)}'`)
-    }
-    // A table that was there before (current = 1 without a comment) may be someone else's: check its shape.
-    await client.query(`SELECT ${ALL_COLUMNS} FROM ${t} LIMIT 0`)
-    if (existing?.persistence === 'u') {
-      throw new IdempotencyError(
-        'STORE_SCHEMA',
-        `postgres: table ${t} is UNLOGGED, so a server crash empties it and finished operations would run again. Run ALTER TABLE ${t} SET LOGGED.`,
-      )
-    }
-    await client.query('COMMIT')
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => {
-      rollbackFailed = true
-    })
-    throw toStoreError('migrate', error, schema, table)
-  } finally {
-    // A connection whose rollback failed is in an unknown state, a lost one is gone: destroy it rather than pool it.
-    loss.done()
-    client.release(rollbackFailed || loss.lost())
-  }
+  })
 }
