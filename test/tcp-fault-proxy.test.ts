@@ -126,7 +126,7 @@ describe('TcpFaultProxy', () => {
     const p = await start()
     const idle = await client(p)
     p.blackhole()
-    await expect(p.held(100)).rejects.toThrow('the app sent nothing through the blackhole within 100 ms')
+    await expect(p.held(100)).rejects.toThrow('Timed out after 100 ms waiting for: the app to send something through the blackhole')
     setTimeout(() => idle.socket.write('late'), 50)
     await p.held()
     expect(p.counts().held).toBe('late'.length)

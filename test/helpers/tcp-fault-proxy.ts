@@ -1,4 +1,5 @@
 import { createServer, connect as netConnect, type Server, Socket } from 'node:net'
+import { eventually } from './eventually.js'
 
 /** Where the proxy forwards to. */
 export interface ProxyTarget {
@@ -265,12 +266,8 @@ export class TcpFaultProxy {
    * Resolves once the app has sent something the blackhole holds (a statement on the wire with no answer
    * coming): what a test waits for before it cuts or closes, rather than a fixed time a loaded machine may outrun.
    */
-  async held(timeoutMs = 5_000): Promise<void> {
-    const deadline = Date.now() + timeoutMs
-    while (this.counts().held === 0) {
-      if (Date.now() > deadline) throw new Error(`TcpFaultProxy.held: the app sent nothing through the blackhole within ${timeoutMs} ms`)
-      await new Promise((resolve) => setTimeout(resolve, 5))
-    }
+  held(timeoutMs = 5_000): Promise<void> {
+    return eventually(() => this.counts().held > 0, 'the app to send something through the blackhole', timeoutMs, 5)
   }
 
   /** Destroys every connection and stops listening. */
