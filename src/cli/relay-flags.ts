@@ -19,8 +19,3 @@ export interface RelayFlags {
   healthPort?: number
   healthHost: string
 }
-
-/** A URL for messages, with its password replaced. */
-export function maskPassword(url: string): string {
-  return url.replace(/(\/\/[^:/@]*:)[^@/]*@/, '$1***@')
-}

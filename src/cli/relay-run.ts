@@ -1,8 +1,9 @@
 /** What `idemkey relay` does once its flags are parsed: open the broker, stream, serve health, stop on SIGTERM. */
 import { createServer, type Server } from 'node:http'
+import { redactUrl } from '../core/redact-url.js'
 import type { Publisher } from '../messaging/message.js'
 import { PgCdcRelay, type PgCdcRelayEvent } from '../messaging/outbox/pg-cdc-relay.js'
-import { type BrokerKind, maskPassword, type RelayFlags } from './relay-flags.js'
+import type { BrokerKind, RelayFlags } from './relay-flags.js'
 import { CliError } from './run.js'
 
 interface OpenedPublisher {
@@ -37,7 +38,7 @@ export async function runRelay(flags: RelayFlags): Promise<void> {
   }
   const health = flags.healthPort === undefined ? undefined : await serveHealth(relay, flags.healthHost, flags.healthPort)
   relay.start()
-  say(`relaying ${flags.table} from slot ${relay.slot} to ${maskPassword(flags.to.url)} (SIGTERM or Ctrl-C stops)`)
+  say(`relaying ${flags.table} from slot ${relay.slot} to ${redactUrl(flags.to.url)} (SIGTERM or Ctrl-C stops)`)
 
   const stop = async (signal: string) => {
     say(`${signal}: finishing the batch in flight`)
@@ -120,7 +121,7 @@ async function openBroker(kind: BrokerKind, url: string, exchange: string): Prom
     return { publisher: new RedisStreamsPublisher({ redis }), close: async () => void redis.disconnect() }
   } catch (error) {
     if (error instanceof CliError) throw error
-    throw new CliError(`Could not connect to ${maskPassword(url)}: ${(error as Error).message}`)
+    throw new CliError(`Could not connect to ${redactUrl(url)}: ${(error as Error).message}`)
   }
 }
 

@@ -1,6 +1,7 @@
 import { type Command, InvalidArgumentError, Option } from 'commander'
+import { redactUrl } from '../core/redact-url.js'
 import { durationArg, intArg, sizeOption } from './options.js'
-import { type BrokerKind, maskPassword, type RelayFlags } from './relay-flags.js'
+import type { BrokerKind, RelayFlags } from './relay-flags.js'
 
 /** `idemkey relay`: the CDC relay (docs/messaging.md, "CDC relay") as a standalone process. */
 export function registerRelay(program: Command): void {
@@ -64,9 +65,7 @@ export function fromArg(value: string): string {
   try {
     url = new URL(value)
   } catch {
-    throw new InvalidArgumentError(
-      `--from expects a PostgreSQL URL such as postgres://app@127.0.0.1:5432/app, got "${maskPassword(value)}".`,
-    )
+    throw new InvalidArgumentError(`--from expects a PostgreSQL URL such as postgres://app@127.0.0.1:5432/app, got "${redactUrl(value)}".`)
   }
   if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
     throw new InvalidArgumentError(
@@ -89,7 +88,7 @@ export function toArg(value: string): RelayFlags['to'] {
           : undefined
   if (!kind) {
     throw new InvalidArgumentError(
-      `--to expects a broker URL: nats://HOST:4222 (NATS JetStream), amqp://HOST:5672 or amqps:// (RabbitMQ), redis://HOST:6379 or rediss:// (Redis Streams); got "${maskPassword(value)}".`,
+      `--to expects a broker URL: nats://HOST:4222 (NATS JetStream), amqp://HOST:5672 or amqps:// (RabbitMQ), redis://HOST:6379 or rediss:// (Redis Streams); got "${redactUrl(value)}".`,
     )
   }
   return { kind, url: value }

@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { redactUrl } from '../core/redact-url.js'
 import { IdempotencyError } from '../errors.js'
 import { openStore, parseStoreUrl } from '../stores/open.js'
 import { openNodeSqlite } from '../stores/sqlite/driver.js'
@@ -155,7 +156,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoReport> {
     const tally = Object.fromEntries(['none', 'drop', 'timeout', 'crash', 'double', 'reuse'].map((f) => [f, 0])) as Record<Fault, number>
     for (const intent of plan) tally[intent.fault]++
     return {
-      store: storeUrl.startsWith('sqlite:') && !options.store ? 'sqlite (temporary file)' : storeUrl.replace(/:[^:@/]*@/, ':***@'),
+      store: storeUrl.startsWith('sqlite:') && !options.store ? 'sqlite (temporary file)' : redactUrl(storeUrl),
       intents: options.intents,
       workers: options.workers,
       seed: options.seed,

@@ -34,6 +34,11 @@ describe('parseStoreUrl', () => {
     expect(() => parseStoreUrl('postgres://app:s3cret@h/db?table=')).toThrow('Store URL "postgres://app:***@h/db?table=" is not usable')
   })
 
+  it('echoes a URL that does not parse without any of its password, even one holding / or @', () => {
+    expect(() => parseStoreUrl('postgres://app:pa/ss@h/db')).toThrow('Store URL "postgres://app:***@h/db" is not usable')
+    expect(() => parseStoreUrl('mysql://root:p@ss/w@h/test?table=')).toThrow('Store URL "mysql://root:***@h/test?table=" is not usable')
+  })
+
   it('describes a store without its password, with its location', () => {
     expect(describeStore(parseStoreUrl('postgres://app:secret@db:5432/app?table=keys'))).toBe('postgres://app:***@db:5432/app?table=keys')
     expect(describeStore(parseStoreUrl('sqlite:keys.db?table=app_keys'))).toBe('sqlite:keys.db?table=app_keys')

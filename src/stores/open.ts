@@ -1,3 +1,4 @@
+import { redactUrl } from '../core/redact-url.js'
 import type { IdempotencyStore } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
 
@@ -116,8 +117,7 @@ function checkUrl(original: string, text: string): URL {
 
 function invalid(url: string, detail: string): IdempotencyError {
   // The URL is echoed so the user sees what was read, but never its password.
-  const shown = url.replace(/(\/\/[^:/@]*):[^@/]*@/, '$1:***@')
-  return new IdempotencyError('INVALID_OPTION', `Store URL "${shown}" is not usable: ${detail}.`)
+  return new IdempotencyError('INVALID_OPTION', `Store URL "${redactUrl(url)}" is not usable: ${detail}.`)
 }
 
 /** A store the CLI opened, with what it takes to set up its schema. */
