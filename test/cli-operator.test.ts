@@ -176,6 +176,23 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     expect(secret.stderr).not.toContain('s3cret')
   })
 
+  it('never shows the password of a URL it refuses, however commander would quote it', async () => {
+    const refusals = [
+      ['list', '--store', 'postgres://app:pa/s3cret@127.0.0.1/app'],
+      ['list', '--store', 'mysql://root:p@s3cret@127.0.0.1/test?schema=x'],
+      ['proxy', '--upstream', 'ftp://app:s3cret@127.0.0.1'],
+      ['relay', '--from', 'mysql://app:s3cret@127.0.0.1/app', '--to', 'nats://127.0.0.1:4222', '--table', 't'],
+      ['relay', '--from', 'postgres://app@127.0.0.1/app', '--to', 'ftp://app:s3cret@127.0.0.1', '--table', 't'],
+    ]
+    for (const args of refusals) {
+      const out = await cli(...args)
+      expect(out.code, args.join(' ')).toBe(1)
+      expect(out.stderr, args.join(' ')).toMatch(/is invalid/)
+      expect(out.stderr, args.join(' ')).toContain(':***@')
+      expect(out.stderr, args.join(' ')).not.toContain('s3cret')
+    }
+  })
+
   it('--help shows defaults as they are written (24h, 1mb), not as the numbers they parse to', async () => {
     for (const command of ['demo', 'proxy', 'migrate', 'inspect', 'list', 'gc', 'evict', 'relay']) {
       const help = (await cli(command, '--help')).stdout.replace(/\s+/g, ' ')

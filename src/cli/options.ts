@@ -1,7 +1,9 @@
 import { InvalidArgumentError, Option } from 'commander'
 import { parseDuration } from '../core/duration.js'
+import { redactUrl } from '../core/redact-url.js'
 import { isIdempotencyError } from '../errors.js'
 import { DEFAULT_STORE_URL, parseStoreUrl } from '../stores/open.js'
+import { CliError } from './run.js'
 
 /** Help text of `--store`, shared by every command that opens one. */
 export const STORE_HELP =
@@ -16,6 +18,25 @@ export const STORE_ENV = 'IDEMKEY_STORE'
  */
 export function storeOption(): Option {
   return new Option('--store <url>', STORE_HELP).argParser(storeArg).default(DEFAULT_STORE_URL).env(STORE_ENV)
+}
+
+/**
+ * A commander parser for a URL that may carry a password. commander quotes a refused value whole in its
+ * message ("argument 'postgres://app:s3cret@…' is invalid"), so a URL with a password is refused by
+ * the CLI's own error instead, with the URL masked (the parser's own message masks it too).
+ *
+ * @example new Option('--to <url>').argParser(urlArg('--to <url>', toArg))
+ */
+export function urlArg<T>(flags: string, parse: (value: string) => T): (value: string) => T {
+  return (value) => {
+    try {
+      return parse(value)
+    } catch (error) {
+      const shown = redactUrl(value)
+      if (!(error instanceof InvalidArgumentError) || shown === value) throw error
+      throw new CliError(`option '${flags}' argument '${shown}' is invalid. ${error.message}`)
+    }
+  }
 }
 
 /**
@@ -62,16 +83,14 @@ export function sizeOption(flags: string, description: string, defaultValue: str
 }
 
 /** A commander parser for a store URL: checks its shape now, so a typo fails before anything starts. */
-export function storeArg(value: string): string {
+export const storeArg = urlArg('--store <url>', (value) => {
   try {
     parseStoreUrl(value)
     return value
   } catch (error) {
-    // commander would quote the raw value; a URL with a password gets our message alone, which masks it.
-    if (/\/\/[^:/@]*:[^@/]*@/.test(value)) throw error
     throw new InvalidArgumentError((error as Error).message)
   }
-}
+})
 
 /** A commander parser for an integer within bounds. */
 export function intArg(flag: string, min: number, max = Number.MAX_SAFE_INTEGER): (value: string) => number {

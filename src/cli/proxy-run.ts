@@ -2,6 +2,7 @@
 import { formatDuration } from '../core/duration.js'
 import { sha256Hex } from '../core/fingerprint.js'
 import { Ledger, type LedgerEvent } from '../core/ledger.js'
+import { redactUrl } from '../core/redact-url.js'
 import type { EngineEvent } from '../http/types.js'
 import { createAdminServer } from '../observability/admin-server.js'
 import { createLogger } from '../observability/logger.js'
@@ -126,7 +127,7 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
     })
   }
   process.stdout.write(
-    `idemkey proxy listening on http://${flags.host}:${port} -> ${flags.upstream} (store ${describeStore(spec)}, methods ${flags.methods.join(',')}, lease ${formatDuration(flags.lease)})\n`,
+    `idemkey proxy listening on http://${flags.host}:${port} -> ${redactUrl(flags.upstream)} (store ${describeStore(spec)}, methods ${flags.methods.join(',')}, lease ${formatDuration(flags.lease)})\n`,
   )
   if (adminServer) {
     const address = adminServer.address()

@@ -1,5 +1,6 @@
 import { type Command, InvalidArgumentError, Option } from 'commander'
-import { durationOption, intArg, logFormatOption, logLevelOption, methodsArg, sizeOption, storeOption } from './options.js'
+import { redactUrl } from '../core/redact-url.js'
+import { durationOption, intArg, logFormatOption, logLevelOption, methodsArg, sizeOption, storeOption, urlArg } from './options.js'
 import type { ProxyFlags } from './proxy-flags.js'
 import { defaultMaxConnections } from './proxy-limits.js'
 
@@ -8,7 +9,7 @@ export function registerProxy(program: Command): void {
   program
     .command('proxy')
     .description('reverse proxy that gives any HTTP API idempotency keys: replays, 422 on reuse, 409 while in flight')
-    .requiredOption('--upstream <url>', 'the API behind the proxy, e.g. http://127.0.0.1:3000', upstreamArg)
+    .requiredOption('--upstream <url>', 'the API behind the proxy, e.g. http://127.0.0.1:3000', urlArg('--upstream <url>', upstreamArg))
     .option('--port <port>', 'port to listen on (0: any free port)', intArg('--port', 0, 65535), 8080)
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .addOption(storeOption())
@@ -105,10 +106,10 @@ function upstreamArg(value: string): string {
   try {
     url = new URL(value)
   } catch {
-    throw new InvalidArgumentError(`expected an http:// URL such as http://127.0.0.1:3000, got "${value}".`)
+    throw new InvalidArgumentError(`expected an http:// URL such as http://127.0.0.1:3000, got "${redactUrl(value)}".`)
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-    throw new InvalidArgumentError(`expected an http:// or https:// URL, got "${value}".`)
+    throw new InvalidArgumentError(`expected an http:// or https:// URL, got "${redactUrl(value)}".`)
   }
   return value
 }

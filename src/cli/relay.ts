@@ -1,6 +1,6 @@
 import { type Command, InvalidArgumentError, Option } from 'commander'
 import { redactUrl } from '../core/redact-url.js'
-import { durationArg, intArg, sizeOption } from './options.js'
+import { durationArg, intArg, sizeOption, urlArg } from './options.js'
 import type { BrokerKind, RelayFlags } from './relay-flags.js'
 
 /** `idemkey relay`: the CDC relay (docs/messaging.md, "CDC relay") as a standalone process. */
@@ -8,8 +8,16 @@ export function registerRelay(program: Command): void {
   program
     .command('relay')
     .description("publish outbox rows from PostgreSQL's logical replication stream to NATS JetStream, RabbitMQ or Redis Streams")
-    .requiredOption('--from <url>', 'the PostgreSQL holding the outbox, postgres://USER@HOST:PORT/DB (wal_level = logical)', fromArg)
-    .requiredOption('--to <url>', 'the broker: nats://HOST:4222, amqp://USER:PASS@HOST:5672 (or amqps://), redis://HOST:6379', toArg)
+    .requiredOption(
+      '--from <url>',
+      'the PostgreSQL holding the outbox, postgres://USER@HOST:PORT/DB (wal_level = logical)',
+      urlArg('--from <url>', fromArg),
+    )
+    .requiredOption(
+      '--to <url>',
+      'the broker: nats://HOST:4222, amqp://USER:PASS@HOST:5672 (or amqps://), redis://HOST:6379',
+      urlArg('--to <url>', toArg),
+    )
     .option('--table <name>', 'the outbox table (PgOutbox table), optionally schema.table', 'idemkey_outbox')
     .option('--slot <name>', 'replication slot (default: idemkey_cdc_<table>)')
     .option('--publication <name>', 'publication (default: the slot name)')
