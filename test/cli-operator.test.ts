@@ -176,6 +176,20 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     expect(secret.stderr).not.toContain('s3cret')
   })
 
+  it('refuses an upstream URL with parts the proxy would drop: a user, a password, a query, a fragment', async () => {
+    for (const [upstream, says] of [
+      ['http://app:s3cret@127.0.0.1:3000', 'takes no user or password'],
+      ['http://app@127.0.0.1:3000', 'takes no user or password'],
+      ['http://127.0.0.1:3000/api?v=2', 'without ?query or #fragment'],
+      ['http://127.0.0.1:3000/api#x', 'without ?query or #fragment'],
+    ] as const) {
+      const out = await cli('proxy', '--upstream', upstream)
+      expect(out.code, upstream).toBe(1)
+      expect(out.stderr, upstream).toContain(says)
+      expect(out.stderr, upstream).not.toContain('s3cret')
+    }
+  })
+
   it('never shows the password of a URL it refuses, however commander would quote it', async () => {
     const refusals = [
       ['list', '--store', 'postgres://app:pa/s3cret@127.0.0.1/app'],

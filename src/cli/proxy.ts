@@ -111,5 +111,16 @@ function upstreamArg(value: string): string {
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
     throw new InvalidArgumentError(`expected an http:// or https:// URL, got "${redactUrl(value)}".`)
   }
+  // The proxy forwards to the upstream's origin and path prefix only: say so rather than drop the rest.
+  if (url.username || url.password) {
+    throw new InvalidArgumentError(
+      `the upstream URL takes no user or password (the proxy sends none; each client's own Authorization header passes through), got "${redactUrl(value)}".`,
+    )
+  }
+  if (url.search || url.hash || value.includes('?') || value.includes('#')) {
+    throw new InvalidArgumentError(
+      `the upstream URL is an origin with an optional path prefix, without ?query or #fragment (each request's own path and query follow the prefix), got "${value}".`,
+    )
+  }
   return value
 }
