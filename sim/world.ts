@@ -152,16 +152,22 @@ export class World {
   /**
    * Fires events in order until `done()` or no event is left or time passes `untilMs`. Between two
    * events every continuation they released runs to its end (the processes are quiet when time moves).
+   * When it stops for want of events before `untilMs`, time still passes to `untilMs`: nothing happens
+   * meanwhile, but leases run out and deadlines pass, as they would.
    */
   async run(done: () => boolean, untilMs = Number.POSITIVE_INFINITY): Promise<void> {
     const settle = this.#settle
     await settle()
     while (!done()) {
       const event = this.#queue.pop()
-      if (event === undefined) return
+      if (event === undefined) {
+        if (untilMs > this.now && untilMs !== Number.POSITIVE_INFINITY) this.now = untilMs
+        return
+      }
       if (event.cancelled) continue
       if (event.at > untilMs) {
         this.#queue.push(event)
+        this.now = Math.max(this.now, untilMs)
         return
       }
       const owner = event.owner
