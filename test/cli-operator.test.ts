@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { isBuiltin } from 'node:module'
+import { type AddressInfo, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
@@ -187,6 +188,34 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
       expect(out.code, upstream).toBe(1)
       expect(out.stderr, upstream).toContain(says)
       expect(out.stderr, upstream).not.toContain('s3cret')
+    }
+  })
+
+  it('says which flag to change when the proxy cannot listen, without a stack trace', async () => {
+    const holder = createServer()
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
+    const port = (holder.address() as AddressInfo).port
+    try {
+      for (const [flags, says] of [
+        [['--port', String(port)], `--port ${port}: something else already listens on 127.0.0.1:${port}`],
+        [['--port', '0', '--admin-port', String(port)], `--admin-port ${port}: something else already listens on 127.0.0.1:${port}`],
+        [['--port', '0', '--host', '192.0.2.1'], '--host 192.0.2.1: not an address of this machine'],
+      ] as const) {
+        const out = await cli('proxy', '--upstream', 'http://127.0.0.1:3000', '--store', 'memory:', ...flags)
+        expect(out.code, flags.join(' ')).toBe(1)
+        expect(out.stderr, flags.join(' ')).toContain(says)
+        expect(out.stderr, flags.join(' ')).not.toMatch(/\n\s+at /)
+      }
+    } finally {
+      holder.close()
+    }
+  })
+
+  it('refuses a --scope-header no request can carry, which would scope every request by its credential instead', async () => {
+    for (const name of ['X Tenant', 'X-Tenant:', '', 'Tenant\u00e9']) {
+      const out = await cli('proxy', '--upstream', 'http://127.0.0.1:3000', '--scope-header', name)
+      expect(out.code, name).toBe(1)
+      expect(out.stderr, name).toContain('expected an HTTP header name such as X-Tenant-Id')
     }
   })
 

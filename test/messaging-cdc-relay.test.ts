@@ -586,6 +586,34 @@ describe.skipIf(redisSkip !== undefined)('idemkey relay (the built CLI)', () => 
     }
   })
 
+  it('exits, saying which flag to change, when its health port is taken (not left running half started)', { timeout: 30_000 }, async () => {
+    const pool = new pg.Pool({ connectionString: server.url, max: 1 })
+    const table = `cdc_${randomUUID().replaceAll('-', '').slice(0, 10)}_port`
+    await new PgOutbox({ pool, table }).migrate()
+    const holder = createServer()
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
+    const port = (holder.address() as AddressInfo).port
+    const child = spawn(
+      process.execPath,
+      [BIN, 'relay', '--from', server.url, '--to', 'redis://127.0.0.1:6379', '--table', table, '--health-port', String(port)],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    )
+    let stderr = ''
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString()
+    })
+    try {
+      expect(await exited(child)).toBe(null)
+      expect(child.exitCode).toBe(1)
+      expect(stderr).toContain(`--health-port ${port}: something else already listens on 127.0.0.1:${port}`)
+    } finally {
+      child.kill('SIGKILL')
+      holder.close()
+      await new PgCdcRelay({ connection: server.url, publisher: { name: 'none', publish: async () => [] }, table }).drop()
+      await pool.end()
+    }
+  })
+
   it('refuses a server without wal_level = logical with a message that says how to fix it, and exits', { timeout: 30_000 }, async () => {
     const child = spawn(process.execPath, [BIN, 'relay', '--from', PG_URL, '--to', 'redis://127.0.0.1:6379', '--table', 'h1_cdc_absent'], {
       stdio: ['ignore', 'ignore', 'pipe'],

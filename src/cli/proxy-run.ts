@@ -10,6 +10,7 @@ import { operatorPage } from '../observability/operator-page.js'
 import { type PrometheusMetrics, prometheusMetrics } from '../observability/prometheus.js'
 import { keyHash } from '../observability/recorder.js'
 import { describeStore, isServerClockStore, openStore, parseStoreUrl } from '../stores/open.js'
+import { listen } from './listen.js'
 import type { ProxyFlags } from './proxy-flags.js'
 import { type AccessEntry, createProxyServer } from './proxy-server.js'
 import { ReconnectingStore } from './reconnecting-store.js'
@@ -99,33 +100,25 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
     onAccess,
     log: (line) => logger.warn(`idemkey proxy: ${line}`),
   })
-  await new Promise<void>((resolve, reject) => {
-    proxy.server.once('error', reject)
-    proxy.server.listen(flags.port, flags.host, () => resolve())
-  })
+  await listen(proxy.server, flags.port, flags.host, { port: '--port', host: '--host' })
   const address = proxy.server.address()
   const port = typeof address === 'object' && address ? address.port : flags.port
+  let adminServer: ReturnType<typeof createAdminServer> | undefined
+  if (metrics && page && flags.adminPort !== undefined) {
+    adminServer = createAdminServer({ registry: metrics.registry, page, ready: () => probeStore(store) })
+    try {
+      await listen(adminServer, flags.adminPort, flags.adminHost, { port: '--admin-port', host: '--admin-host' })
+    } catch (error) {
+      // Not half started: a proxy without the admin port it was asked for stops, and says why.
+      proxy.server.close()
+      throw error
+    }
+  }
   // A store that is down at start-up is reported as any outage: one line now, one when it answers.
   store.connect().then(
     () => store.markUp(),
     (error: unknown) => store.markDown(error),
   )
-  let adminServer: ReturnType<typeof createAdminServer> | undefined
-  if (metrics && page && flags.adminPort !== undefined) {
-    adminServer = createAdminServer({ registry: metrics.registry, page, ready: () => probeStore(store) })
-    const server = adminServer
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', (error: NodeJS.ErrnoException) =>
-        reject(
-          new CliError(
-            `--admin-port ${flags.adminPort}: cannot listen on ${flags.adminHost} (${error.code ?? error.message}). Pick another port.`,
-            1,
-          ),
-        ),
-      )
-      server.listen(flags.adminPort, flags.adminHost, () => resolve())
-    })
-  }
   process.stdout.write(
     `idemkey proxy listening on http://${flags.host}:${port} -> ${redactUrl(flags.upstream)} (store ${describeStore(spec)}, methods ${flags.methods.join(',')}, lease ${formatDuration(flags.lease)})\n`,
   )

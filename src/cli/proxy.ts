@@ -1,4 +1,5 @@
 import { type Command, InvalidArgumentError, Option } from 'commander'
+import { isHeaderName } from '../core/key-header.js'
 import { redactUrl } from '../core/redact-url.js'
 import { durationOption, intArg, logFormatOption, logLevelOption, methodsArg, sizeOption, storeOption, urlArg } from './options.js'
 import type { ProxyFlags } from './proxy-flags.js'
@@ -25,6 +26,7 @@ export function registerProxy(program: Command): void {
     .option(
       '--scope-header <name>',
       'scope keys by this header, set by a trusted gateway (e.g. X-Tenant-Id); default: a keyed hash of Authorization',
+      headerNameArg,
     )
     .option(
       '--scope-secret <secret>',
@@ -99,6 +101,16 @@ const limitOptions = {
       'largest response stored for replay; a larger one streams through and replays without its body',
       '1mb',
     ),
+}
+
+/** `--scope-header`: a name requests can carry; another one would never match, and every request would fall back to the credential's scope. */
+function headerNameArg(value: string): string {
+  if (!isHeaderName(value)) {
+    throw new InvalidArgumentError(
+      `expected an HTTP header name such as X-Tenant-Id (letters, digits and !#$%&'*+-.^_\`|~, no spaces or colons), got ${JSON.stringify(value)}.`,
+    )
+  }
+  return value
 }
 
 function upstreamArg(value: string): string {

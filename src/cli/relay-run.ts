@@ -3,6 +3,7 @@ import { createServer, type Server } from 'node:http'
 import { redactUrl } from '../core/redact-url.js'
 import type { Publisher } from '../messaging/message.js'
 import { PgCdcRelay, type PgCdcRelayEvent } from '../messaging/outbox/pg-cdc-relay.js'
+import { listen } from './listen.js'
 import type { BrokerKind, RelayFlags } from './relay-flags.js'
 import { CliError } from './run.js'
 
@@ -29,14 +30,16 @@ export async function runRelay(flags: RelayFlags): Promise<void> {
       report(event)
     },
   })
+  let health: Server | undefined
   try {
     if (flags.setup) await relay.setup()
+    if (flags.healthPort !== undefined) health = await serveHealth(relay, flags.healthHost, flags.healthPort)
   } catch (error) {
+    // Not half started: the broker's connection would keep a relay that cannot run alive.
     await relay.stop().catch(() => {})
     await broker.close().catch(() => {})
     throw error
   }
-  const health = flags.healthPort === undefined ? undefined : await serveHealth(relay, flags.healthHost, flags.healthPort)
   relay.start()
   say(`relaying ${flags.table} from slot ${relay.slot} to ${redactUrl(flags.to.url)} (SIGTERM or Ctrl-C stops)`)
 
@@ -88,10 +91,7 @@ async function serveHealth(relay: PgCdcRelay, host: string, port: number): Promi
         }),
     )
   })
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(port, host, () => resolve())
-  })
+  await listen(server, port, host, { port: '--health-port', host: '--health-host' })
   const address = server.address()
   const actual = typeof address === 'object' && address ? address.port : port
   say(`health on http://${host}:${actual} (/healthz, /readyz)`)

@@ -9,13 +9,18 @@ export const KEY_HEADER_NAME = 'Idempotency-Key'
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
 
+/** Whether `name` can be an HTTP header's name (an RFC 9110 token): one that requests can carry. */
+export function isHeaderName(name: string): boolean {
+  return TOKEN.test(name)
+}
+
 /**
  * Checks a configured key header name (an RFC 9110 token, e.g. `X-Idempotency-Key`) and returns it as
  * given, for messages, and lower-cased, for look-ups in Node's header records.
  */
 export function keyHeaderName(name: string | undefined): { name: string; lower: string } {
   if (name === undefined) return { name: KEY_HEADER_NAME, lower: KEY_HEADER }
-  if (typeof name !== 'string' || !TOKEN.test(name)) {
+  if (typeof name !== 'string' || !isHeaderName(name)) {
     throw new IdempotencyError(
       'INVALID_OPTION',
       `keyHeader must be an HTTP header name such as 'X-Idempotency-Key'; got ${JSON.stringify(name)}.`,
