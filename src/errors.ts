@@ -91,10 +91,13 @@ export function isIdempotencyError(value: unknown): value is IdempotencyError {
   )
 }
 
-/** Wraps a driver's error as `STORE_UNAVAILABLE`, keeping it as `cause`. Idempotency errors pass through. */
-export function storeUnavailable(storeName: string, operation: string, cause: unknown): IdempotencyError {
+/**
+ * Wraps a driver's error as `STORE_UNAVAILABLE`, keeping it as `cause`; `reason` says what happened when
+ * the driver's own message does not. Idempotency errors pass through.
+ */
+export function storeUnavailable(storeName: string, operation: string, cause: unknown, reason?: string): IdempotencyError {
   if (isIdempotencyError(cause)) return cause
-  const reason = cause instanceof Error ? cause.message : String(cause)
+  reason ??= cause instanceof Error ? cause.message : String(cause)
   return new IdempotencyError(
     'STORE_UNAVAILABLE',
     `${storeName}: ${operation} failed: ${reason}. Check that the store is running and reachable; the operation was not recorded, so it is safe to retry.`,

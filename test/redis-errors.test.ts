@@ -35,6 +35,22 @@ describe('RedisStore when Redis cannot be reached', () => {
     }
   })
 
+  it('says why it has no connection, in place of ioredis\'s "max retries per request" with an option to read about', async () => {
+    const port = await freePort()
+    const store = new RedisStore({ url: `redis://127.0.0.1:${port}` })
+    try {
+      for (const call of [() => store.acquire('s', 'k', fp('a'), 1_000), () => store.get('s', 'k'), () => store.list()]) {
+        const error = (await call().catch((e: unknown) => e)) as Error
+        expect(error.message).toContain(`no connection to Redis (connect ECONNREFUSED 127.0.0.1:${port}), and the command was given up`)
+        expect(error.message).not.toContain('maxRetriesPerRequest')
+        // The driver's own error stays the cause.
+        expect((error.cause as Error).name).toBe('MaxRetriesPerRequestError')
+      }
+    } finally {
+      await store.close()
+    }
+  })
+
   it('lets a ledger fail closed with STORE_UNAVAILABLE and never run the work', async () => {
     const store = new RedisStore({ url: `redis://127.0.0.1:${await freePort()}` })
     const ledger = new Ledger({ store })

@@ -58,10 +58,15 @@ export async function openClient(url: string, socketTimeoutMs: number): Promise<
     // Commands of concurrent callers issued in the same tick share one write: fewer syscalls on both sides.
     enableAutoPipelining: true,
   })
-  // Errors reach the caller through the failed command; without a listener ioredis prints each one.
-  client.on('error', () => {})
+  // Errors reach the caller through the failed command; without a listener ioredis prints each one. The
+  // last one is kept: a command given up while the connection is down says only that it was given up.
+  client.on('error', (error: Error) => connectionErrors.set(client, error))
+  client.on('ready', () => connectionErrors.delete(client))
   return client as unknown as RedisClientLike
 }
+
+/** The last connection error of each client {@link openClient} made, until it is ready again. */
+const connectionErrors = new WeakMap<object, Error>()
 
 /**
  * Sends `command` with Buffer replies: through ioredis's `<command>Buffer` method when the client
@@ -113,13 +118,24 @@ function isNoScript(error: unknown): boolean {
  * `STORE_SCHEMA` (something else writes under the store's prefix), everything else is
  * `STORE_UNAVAILABLE` with the driver's error as `cause`.
  */
-export function toStoreError(operation: string, key: string, error: unknown): IdempotencyError {
+export function toStoreError(operation: string, key: string, error: unknown, client?: object): IdempotencyError {
   const message = error instanceof Error ? error.message : String(error)
   if (message.startsWith('WRONGTYPE') || message.includes('IDEMKEY_FOREIGN')) {
     return new IdempotencyError(
       'STORE_SCHEMA',
       `redis: ${operation} found ${key} holding something idemkey did not write (${message}). Another program writes under the store's prefix: give the store its own prefix, or delete the key (idemkey evict) if it is garbage.`,
       { cause: error },
+    )
+  }
+  if (error instanceof Error && error.name === 'MaxRetriesPerRequestError') {
+    // ioredis's own words ("Reached the max retries per request limit…") name an option, not the trouble.
+    const last = client ? connectionErrors.get(client) : undefined
+    const why = last ? ` (${last.message || (last as NodeJS.ErrnoException).code})` : ''
+    return storeUnavailable(
+      'redis',
+      operation,
+      error,
+      `no connection to Redis${why}, and the command was given up after a reconnect attempt`,
     )
   }
   return storeUnavailable('redis', operation, error)

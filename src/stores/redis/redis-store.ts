@@ -239,7 +239,7 @@ export class RedisStore implements IdempotencyStore {
       if (/syntax error/i.test(message)) this.#native = false
       // WRONGTYPE (a round-1 hash) and the rest: the script answers, or reports, as before.
       if (/syntax error|WRONGTYPE/i.test(message)) return undefined
-      throw toStoreError('acquire', redisKey, error)
+      throw toStoreError('acquire', redisKey, error, client)
     }
     if (prior === null) {
       if (this.#compareAndSet !== false) this.#rememberFresh(client, redisKey, fresh, fingerprint + identity)
@@ -293,7 +293,7 @@ export class RedisStore implements IdempotencyStore {
       // A server without IFEQ (a node older than its peers, an option forced on): the script from now on.
       if (/syntax error/i.test(message)) this.#settleCompareAndSet(false)
       if (/syntax error|WRONGTYPE/i.test(message)) return false
-      throw toStoreError('complete', redisKey, error)
+      throw toStoreError('complete', redisKey, error, client)
     }
   }
 
@@ -365,7 +365,7 @@ export class RedisStore implements IdempotencyStore {
     try {
       keys = await scanAll(client, recordPattern(this.prefix, filter.scope), this.#listScanLimit)
     } catch (error) {
-      throw toStoreError('list', this.prefix, error)
+      throw toStoreError('list', this.prefix, error, client)
     }
     const records: StoredRecord[] = []
     for (let i = 0; i < keys.length; i += 200) {
@@ -401,7 +401,7 @@ export class RedisStore implements IdempotencyStore {
         if (purged >= limit || done) return purged
       }
     } catch (error) {
-      throw toStoreError('purgeExpired', this.prefix, error)
+      throw toStoreError('purgeExpired', this.prefix, error, client)
     }
   }
 
@@ -467,9 +467,9 @@ export class RedisStore implements IdempotencyStore {
     // The hot path, once the client is open: one promise chain, no extra async layer.
     const client = this.#client
     const steps = withSteps ? names.steps : undefined
-    if (client) return script.run(client, names.key, args, steps).catch((error: unknown) => fail(operation, names.key, error))
+    if (client) return script.run(client, names.key, args, steps).catch((error: unknown) => fail(operation, names.key, error, client))
     return this.#ready(operation).then((opened) =>
-      script.run(opened, names.key, args, steps).catch((error: unknown) => fail(operation, names.key, error)),
+      script.run(opened, names.key, args, steps).catch((error: unknown) => fail(operation, names.key, error, opened)),
     )
   }
 
@@ -480,7 +480,7 @@ export class RedisStore implements IdempotencyStore {
     try {
       reply = (await scripts.read.run(client, redisKey, [])) as unknown[]
     } catch (error) {
-      throw toStoreError(operation, redisKey, error)
+      throw toStoreError(operation, redisKey, error, client)
     }
     if (reply.length < 2) return null
     const record = reply.length === 2 ? fromPacked(reply[1] as Buffer, redisKey) : toRecord(reply, 1, redisKey)
@@ -488,8 +488,8 @@ export class RedisStore implements IdempotencyStore {
   }
 }
 
-function fail(operation: string, key: string, error: unknown): never {
-  throw toStoreError(operation, key, error)
+function fail(operation: string, key: string, error: unknown, client: object): never {
+  throw toStoreError(operation, key, error, client)
 }
 
 /**
