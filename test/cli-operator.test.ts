@@ -191,6 +191,22 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     }
   })
 
+  it('refuses a timeout of 0, which the servers and clients below would read as no bound at all', async () => {
+    for (const args of [
+      ['proxy', '--upstream', 'http://127.0.0.1:3000', '--upstream-timeout', '0s'],
+      ['proxy', '--upstream', 'http://127.0.0.1:3000', '--header-timeout', '0'],
+      ['proxy', '--upstream', 'http://127.0.0.1:3000', '--body-timeout', '0ms'],
+      ['demo', '--client-timeout', '0s'],
+    ]) {
+      const out = await cli(...args)
+      expect(out.code, args.join(' ')).toBe(1)
+      expect(out.stderr, args.join(' ')).toMatch(/--[a-z-]+-timeout must be longer than 0: a timeout of 0 would turn the bound off/)
+    }
+    const size = await cli('size', '--writes', '10', '--window', '0s')
+    expect(size.code).toBe(1)
+    expect(size.stderr).toContain('--window must be longer than 0')
+  })
+
   it('says which flag to change when the proxy cannot listen, without a stack trace', async () => {
     const holder = createServer()
     await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))

@@ -39,20 +39,27 @@ export function urlArg<T>(flags: string, parse: (value: string) => T): (value: s
   }
 }
 
+/** Why a timeout flag refuses 0: the servers and clients below read a timeout of 0 as none at all. */
+export const TIMEOUT_OF_ZERO = 'a timeout of 0 would turn the bound off; give a long one instead, e.g. 10m'
+
 /**
  * A commander parser for a duration flag (`30s`, `5m`, `1h30m`, or milliseconds); returns milliseconds.
+ * With `positive` (the reason 0 will not do), 0 is refused.
  *
  * @example new Option('--lease <duration>').argParser(durationArg('--lease'))
  */
-export function durationArg(flag: string): (value: string) => number {
+export function durationArg(flag: string, positive?: string): (value: string) => number {
   return (value) => {
+    let ms: number
     try {
-      return parseDuration(value, flag)
+      ms = parseDuration(value, flag)
     } catch (error) {
       throw new InvalidArgumentError(
         isIdempotencyError(error) ? error.message : `expected a duration such as 30s, 5m or 24h, got "${value}".`,
       )
     }
+    if (positive !== undefined && ms <= 0) throw new InvalidArgumentError(`${flag} must be longer than 0: ${positive}.`)
+    return ms
   }
 }
 
@@ -67,8 +74,8 @@ function longFlag(flags: string): string {
  *
  * @example program.addOption(durationOption('--ttl <duration>', 'how long outcomes are replayed', '24h'))
  */
-export function durationOption(flags: string, description: string, defaultValue: string): Option {
-  const parse = durationArg(longFlag(flags))
+export function durationOption(flags: string, description: string, defaultValue: string, positive?: string): Option {
+  const parse = durationArg(longFlag(flags), positive)
   return new Option(flags, description).argParser(parse).default(parse(defaultValue), defaultValue)
 }
 

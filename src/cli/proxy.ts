@@ -1,7 +1,17 @@
 import { type Command, InvalidArgumentError, Option } from 'commander'
 import { isHeaderName } from '../core/key-header.js'
 import { redactUrl } from '../core/redact-url.js'
-import { durationOption, intArg, logFormatOption, logLevelOption, methodsArg, sizeOption, storeOption, urlArg } from './options.js'
+import {
+  durationOption,
+  intArg,
+  logFormatOption,
+  logLevelOption,
+  methodsArg,
+  sizeOption,
+  storeOption,
+  TIMEOUT_OF_ZERO,
+  urlArg,
+} from './options.js'
 import type { ProxyFlags } from './proxy-flags.js'
 import { defaultMaxConnections } from './proxy-limits.js'
 
@@ -33,7 +43,7 @@ export function registerProxy(program: Command): void {
       'secret that keys the Authorization hash, the same on every proxy (default: $IDEMKEY_SCOPE_SECRET; prefer the variable, flags show in ps)',
     )
     .addOption(sizeOption('--max-body <size>', 'largest covered request body (413 beyond)', '1mb'))
-    .addOption(durationOption('--upstream-timeout <duration>', 'upstream slower than this: 504, record released', '30s'))
+    .addOption(durationOption('--upstream-timeout <duration>', 'upstream slower than this: 504, record released', '30s', TIMEOUT_OF_ZERO))
     .addOption(limitOptions.headerTimeout())
     .addOption(limitOptions.bodyTimeout())
     .addOption(limitOptions.maxConnections())
@@ -78,12 +88,14 @@ const limitOptions = {
       '--header-timeout <duration>',
       'request headers slower than this: 408 and the connection closed (idle connections too)',
       '10s',
+      TIMEOUT_OF_ZERO,
     ),
   bodyTimeout: () =>
     durationOption(
       '--body-timeout <duration>',
       'a covered request body slower than this: 408, connection closed, nothing recorded; also how long a client may stall reading a covered response',
       '30s',
+      TIMEOUT_OF_ZERO,
     ),
   maxConnections: () =>
     new Option('--max-connections <n>', 'open client connections at most; past it the longest-idle one is closed to make room')

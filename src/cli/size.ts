@@ -24,7 +24,14 @@ export function registerSize(program: Command): void {
     .command('size')
     .description('estimate the records, storage or memory (and DynamoDB cost) a write rate and window need')
     .requiredOption('--writes <per-second>', 'new keys per second (intents that write)', positiveArg('--writes'))
-    .addOption(durationOption('--window <duration>', 'how long records are kept (the TTL)', '24h'))
+    .addOption(
+      durationOption(
+        '--window <duration>',
+        'how long records are kept (the TTL)',
+        '24h',
+        'a window of 0 keeps no record, so there is nothing to size',
+      ),
+    )
     .addOption(sizeOption('--body <size>', 'mean stored response body', '1kb'))
     .addOption(new Option('--store <store>', 'one store only').choices(STORES))
     .option(
