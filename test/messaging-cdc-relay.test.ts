@@ -5,7 +5,7 @@
  * publish; PostgreSQL restarted under load loses nothing. Logical replication needs wal_level =
  * logical, so the file runs its own throwaway PostgreSQL (the shared server stays wal_level = replica).
  */
-import { spawn } from 'node:child_process'
+import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { createServer } from 'node:http'
@@ -544,20 +544,10 @@ describe.skipIf(redisSkip !== undefined)('idemkey relay (the built CLI)', () => 
     const outbox = new PgOutbox({ pool, table })
     await outbox.migrate()
     const redis = new Redis(BROKER_PORTS.redis, '127.0.0.1')
-    const child = spawn(
-      process.execPath,
-      [BIN, 'relay', '--from', server.url, '--to', 'redis://127.0.0.1:6379', '--table', table, '--health-port', '0'],
-      {
-        stdio: ['ignore', 'ignore', 'pipe'],
-      },
-    )
-    let stderr = ''
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString()
-    })
+    const { child, stderr } = relayCli(['--from', server.url, '--to', 'redis://127.0.0.1:6379', '--table', table, '--health-port', '0'])
     try {
-      await eventually(() => /streaming from slot/.test(stderr), `the relay to stream. stderr:\n${stderr}`)
-      const port = Number(/health on http:\/\/127\.0\.0\.1:(\d+)/.exec(stderr)?.[1])
+      await eventually(() => /streaming from slot/.test(stderr()), `the relay to stream. stderr:\n${stderr()}`)
+      const port = Number(/health on http:\/\/127\.0\.0\.1:(\d+)/.exec(stderr())?.[1])
       for (let i = 0; i < 3; i++) {
         const client = await pool.connect()
         await client.query('BEGIN')
@@ -565,14 +555,14 @@ describe.skipIf(redisSkip !== undefined)('idemkey relay (the built CLI)', () => 
         await client.query('COMMIT')
         client.release()
       }
-      await eventually(async () => (await redis.xlen(stream)) === 3, `3 entries on ${stream}. stderr:\n${stderr}`)
+      await eventually(async () => (await redis.xlen(stream)) === 3, `3 entries on ${stream}. stderr:\n${stderr()}`)
       const ready = await fetch(`http://127.0.0.1:${port}/readyz`)
       expect(ready.status).toBe(200)
       expect(await ready.json()).toMatchObject({ status: 'ready', slot: `idemkey_cdc_${table}`, exists: true, active: true })
       child.kill('SIGTERM')
       expect(await exited(child)).toBe(null)
       expect(child.exitCode).toBe(0)
-      expect(stderr).toContain('published 3 messages')
+      expect(stderr()).toContain('published 3 messages')
     } finally {
       child.kill('SIGKILL')
       await redis.del(stream)
@@ -593,19 +583,20 @@ describe.skipIf(redisSkip !== undefined)('idemkey relay (the built CLI)', () => 
     const holder = createServer()
     await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
     const port = (holder.address() as AddressInfo).port
-    const child = spawn(
-      process.execPath,
-      [BIN, 'relay', '--from', server.url, '--to', 'redis://127.0.0.1:6379', '--table', table, '--health-port', String(port)],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
-    )
-    let stderr = ''
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString()
-    })
+    const { child, stderr } = relayCli([
+      '--from',
+      server.url,
+      '--to',
+      'redis://127.0.0.1:6379',
+      '--table',
+      table,
+      '--health-port',
+      String(port),
+    ])
     try {
       expect(await exited(child)).toBe(null)
       expect(child.exitCode).toBe(1)
-      expect(stderr).toContain(`--health-port ${port}: something else already listens on 127.0.0.1:${port}`)
+      expect(stderr()).toContain(`--health-port ${port}: something else already listens on 127.0.0.1:${port}`)
     } finally {
       child.kill('SIGKILL')
       holder.close()
@@ -615,19 +606,23 @@ describe.skipIf(redisSkip !== undefined)('idemkey relay (the built CLI)', () => 
   })
 
   it('refuses a server without wal_level = logical with a message that says how to fix it, and exits', { timeout: 30_000 }, async () => {
-    const child = spawn(process.execPath, [BIN, 'relay', '--from', PG_URL, '--to', 'redis://127.0.0.1:6379', '--table', 'h1_cdc_absent'], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-    })
-    let stderr = ''
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString()
-    })
+    const { child, stderr } = relayCli(['--from', PG_URL, '--to', 'redis://127.0.0.1:6379', '--table', 'h1_cdc_absent'])
     try {
       expect(await exited(child)).toBe(null)
       expect(child.exitCode).toBe(1)
-      expect(stderr).toContain('wal_level = logical')
+      expect(stderr()).toContain('wal_level = logical')
     } finally {
       child.kill('SIGKILL')
     }
   })
 })
+
+/** The built CLI's `idemkey relay` with `args`, its stderr collected as it comes. */
+function relayCli(args: string[]): { child: ChildProcess; stderr: () => string } {
+  const child = spawn(process.execPath, [BIN, 'relay', ...args], { stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString()
+  })
+  return { child, stderr: () => stderr }
+}
