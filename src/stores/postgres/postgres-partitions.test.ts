@@ -6,7 +6,7 @@ import type { AcquireResult } from '../../core/store.js'
 import { isIdempotencyError } from '../../errors.js'
 import { fp, sampleOutcome } from '../../testing/shared.js'
 import { partitionedStatements } from './partitioned-statements.js'
-import { createPartitions, listPartitions, serverNow, slotOf } from './partitions.js'
+import { createPartitions, listPartitions, lockPartitions, serverNow, slotOf } from './partitions.js'
 import { PostgresStore } from './postgres-store.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
@@ -220,6 +220,27 @@ describe.skipIf(skip !== undefined)('PostgresStore, partitioned layout', () => {
     const scope = `s-${randomUUID()}`
     expect(await store.acquire(scope, 'k', fp('a'), LEASE)).toEqual({ kind: 'acquired', token: 1 })
     expect((await rowsOf(store.table, scope, 'k'))[0]?.created_at).toBeDefined()
+    expect((await listPartitions(pool, 'public', store.table)).length).toBeGreaterThan(made.length)
+  })
+
+  it('an insert past every partition waits out another transaction creating partitions, rather than fail', async () => {
+    const store = await partitioned('repair', '100ms')
+    const made = await listPartitions(pool, 'public', store.table)
+    const last = made[made.length - 1]?.toMs as number
+    while ((await serverNow(pool)) < last + 150) await sleep(25)
+    // Another transaction holds the partitions' lock (a slow repair or rotation elsewhere) for longer
+    // than the repair's lock_timeout (500 ms), then lets go without creating anything.
+    const other = await pool.connect()
+    await other.query('BEGIN')
+    await lockPartitions(other, 'public', store.table)
+    const released = sleep(800).then(async () => {
+      await other.query('COMMIT')
+      other.release()
+    })
+    const scope = `s-${randomUUID()}`
+    const answer = await store.acquire(scope, 'k', fp('a'), LEASE).catch((error: unknown) => error)
+    await released
+    expect(answer).toEqual({ kind: 'acquired', token: 1 })
     expect((await listPartitions(pool, 'public', store.table)).length).toBeGreaterThan(made.length)
   })
 

@@ -242,6 +242,21 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   }
 
   /**
+   * Creates the partitions an acquire's insert found missing (a missed rotation). When their lock is
+   * not granted in time, another transaction holds it: one creating the same partitions for other
+   * callers, or a rotation. That is no failure of this acquire: its next attempt finds the partition,
+   * or asks again.
+   */
+  async #repairPartitions(): Promise<void> {
+    try {
+      await ensurePartitions(await this.#ready('acquire'), this.schema, this.table, this.#intervalMs)
+    } catch (error) {
+      if ((error as { code?: string }).code === LOCK_NOT_AVAILABLE) return
+      throw toStoreError('acquire', error, this.schema, this.table)
+    }
+  }
+
+  /**
    * The partitioned acquire (partitioned-statements.ts), in the batch statement's shape: a lock-free
    * read answers the callers whose key has a live record (replays, duplicates in flight, mismatches);
    * the others go on under the key locks.
@@ -295,7 +310,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
         })
       } catch (error) {
         if (attempt < 3 && noPartition(error)) {
-          await this.#ensurePartitions('acquire')
+          await this.#repairPartitions()
           continue
         }
         throw toStoreError('acquire', error, this.schema, this.table)
@@ -560,6 +575,9 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     return this.#ready(operation).then((pool) => step(pool).catch(fail))
   }
 }
+
+/** SQLSTATE 55P03: a lock was not granted within `lock_timeout`. */
+const LOCK_NOT_AVAILABLE = '55P03'
 
 /** An insert that found no partition for its `created_at` (SQLSTATE 23514, "no partition of relation … found for row"). */
 function noPartition(error: unknown): boolean {
