@@ -7,6 +7,7 @@ import { registerInspect } from './inspect.js'
 import { registerList } from './list.js'
 import { registerMigrate } from './migrate.js'
 import { registerProxy } from './proxy.js'
+import { quietSqliteWarning } from './quiet-warnings.js'
 import { registerRelay } from './relay.js'
 import { describeFailure } from './run.js'
 import { registerSize } from './size.js'
@@ -54,6 +55,7 @@ Store URLs: memory:, sqlite:PATH (default sqlite:idemkey.db), postgres://…, my
   return program
 }
 
+quietSqliteWarning()
 try {
   await buildProgram().parseAsync(process.argv)
 } catch (error) {

@@ -23,7 +23,9 @@
  *   before anyone recorded it: the ambiguous case, where a retry must not charge again;
  * - `slow`: the bank answers late, after the client's timeout, and then the charge commits.
  */
+
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import { quietSqliteWarning } from '../cli/quiet-warnings.js'
 import { sha256Hex } from '../core/fingerprint.js'
 import { Ledger } from '../core/ledger.js'
 import { createEngine } from '../http/engine.js'
@@ -214,6 +216,7 @@ async function main(): Promise<void> {
 }
 
 if (process.env.IDEMKEY_DEMO_WORKER) {
+  quietSqliteWarning()
   main().catch((error: unknown) => {
     process.send?.({ type: 'error', message: (error as Error).message } satisfies WorkerMessage)
     process.exit(1)
