@@ -1,7 +1,8 @@
 import { spawn } from 'node:child_process'
-import { existsSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { DemoReport } from '../src/demo/run-demo.js'
+import { eventually } from './helpers/eventually.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const ROOT = join(import.meta.dirname, '..')
@@ -130,6 +131,25 @@ describe('idemkey demo (built CLI)', () => {
     expect(crashy.repeatability.varies).toContain('which other requests a killed worker takes down')
   })
 
+  it.skipIf(process.platform !== 'linux')(
+    'takes its workers with it when it is killed: none is left running',
+    async () => {
+      const child = spawn(process.execPath, [BIN, 'demo', '--intents', '2000'], { stdio: ['ignore', 'ignore', 'pipe'] })
+      let stderr = ''
+      child.stderr.on('data', (chunk) => (stderr += chunk))
+      try {
+        await eventually(() => /bare API: \d+\/2000 intents/.test(stderr), `the demo under way. stderr:\n${stderr}`, 20_000)
+        const workers = childrenOf(child.pid as number)
+        expect(workers.length).toBeGreaterThan(0)
+        child.kill('SIGKILL')
+        await eventually(() => workers.every((pid) => !running(pid)), 'every worker of the killed demo gone', 10_000)
+      } finally {
+        child.kill('SIGKILL')
+      }
+    },
+    40_000,
+  )
+
   it('refuses a memory: store, which separate worker processes cannot share', async () => {
     const out = await runDemo('--intents', '5', '--store', 'memory:')
     expect(out.code).toBe(1)
@@ -148,3 +168,26 @@ describe('idemkey demo (built CLI)', () => {
     expectProtectedExactlyOnce(JSON.parse(out.stdout) as DemoReport)
   })
 })
+
+/** The processes whose parent is `pid` (Linux: from /proc). */
+function childrenOf(pid: number): number[] {
+  return readdirSync('/proc')
+    .filter((name) => /^\d+$/.test(name))
+    .filter((name) => {
+      try {
+        return Number(readFileSync(`/proc/${name}/stat`, 'utf8').split(') ')[1]?.split(' ')[1]) === pid
+      } catch {
+        return false // gone meanwhile
+      }
+    })
+    .map(Number)
+}
+
+/** Whether `pid` still runs: present in /proc and not a zombie waiting to be reaped. */
+function running(pid: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.[0] !== 'Z'
+  } catch {
+    return false
+  }
+}

@@ -217,6 +217,9 @@ async function main(): Promise<void> {
 
 if (process.env.IDEMKEY_DEMO_WORKER) {
   quietSqliteWarning()
+  // The demo that forked this worker is gone (killed, or its output pipe closed): so is the demo. An
+  // orphan would keep its port and the demo's files for ever.
+  process.once('disconnect', () => process.exit(0))
   main().catch((error: unknown) => {
     process.send?.({ type: 'error', message: (error as Error).message } satisfies WorkerMessage)
     process.exit(1)
