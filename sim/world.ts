@@ -161,7 +161,7 @@ export class World {
     while (!done()) {
       const event = this.#queue.pop()
       if (event === undefined) {
-        if (untilMs > this.now && untilMs !== Number.POSITIVE_INFINITY) this.now = untilMs
+        if (untilMs !== Number.POSITIVE_INFINITY) this.now = Math.max(this.now, untilMs)
         return
       }
       if (event.cancelled) continue

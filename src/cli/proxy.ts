@@ -141,7 +141,7 @@ function upstreamArg(value: string): string {
       `the upstream URL takes no user or password (the proxy sends none; each client's own Authorization header passes through), got "${redactUrl(value)}".`,
     )
   }
-  if (url.search || url.hash || value.includes('?') || value.includes('#')) {
+  if (value.includes('?') || value.includes('#')) {
     throw new InvalidArgumentError(
       `the upstream URL is an origin with an optional path prefix, without ?query or #fragment (each request's own path and query follow the prefix), got "${value}".`,
     )

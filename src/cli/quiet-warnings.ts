@@ -7,9 +7,10 @@
 export function quietSqliteWarning(): void {
   const emit = process.emitWarning
   process.emitWarning = function emitWarning(this: NodeJS.Process, warning: string | Error, ...rest: unknown[]): void {
-    const first = rest[0]
+    // emitWarning(text, type) or emitWarning(text, { type }); an Error carries its type as its name.
+    const [first] = rest
     const type =
-      typeof first === 'string' ? first : typeof warning === 'string' ? (first as { type?: string } | undefined)?.type : warning.name
+      typeof warning !== 'string' ? warning.name : typeof first === 'string' ? first : (first as { type?: string } | undefined)?.type
     const text = typeof warning === 'string' ? warning : warning.message
     if (type === 'ExperimentalWarning' && text.startsWith('SQLite is an experimental feature')) return
     Reflect.apply(emit, this, [warning, ...rest])

@@ -32,7 +32,7 @@ import { type PartitionedStatements, partitionedStatements } from './partitioned
 import { assertPartitionedName, type PostgresLayout } from './partitions.js'
 import type { PgClientLike, PgPoolLike, PgQueryable, PgQueryResult } from './pool.js'
 import { toStoreError } from './postgres-errors.js'
-import { ensurePartitions, inTransaction, type Rotation, rotate } from './rotation.js'
+import { ensurePartitions, inTransaction, lockNotGranted, type Rotation, rotate } from './rotation.js'
 import { type AcquireRow, acquireAnswer, type Row, toRecord } from './rows.js'
 import { migrate } from './schema.js'
 import { COLUMNS, NOW_MS, qualified, type Statement, type Statements, statements } from './statements.js'
@@ -233,26 +233,18 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     }
   }
 
-  async #ensurePartitions(operation: string): Promise<void> {
+  /**
+   * Creates the partition of now and those ahead. For an acquire whose insert found its partition
+   * missing (a missed rotation), a lock not granted in time is no failure: another transaction holds
+   * it, one creating the same partitions for other callers, or a rotation, and the acquire's next
+   * attempt finds the partition, or asks again.
+   */
+  async #ensurePartitions(operation: 'migrate' | 'acquire'): Promise<void> {
     try {
       await ensurePartitions(await this.#ready(operation), this.schema, this.table, this.#intervalMs)
     } catch (error) {
+      if (operation === 'acquire' && lockNotGranted(error)) return
       throw toStoreError(operation, error, this.schema, this.table)
-    }
-  }
-
-  /**
-   * Creates the partitions an acquire's insert found missing (a missed rotation). When their lock is
-   * not granted in time, another transaction holds it: one creating the same partitions for other
-   * callers, or a rotation. That is no failure of this acquire: its next attempt finds the partition,
-   * or asks again.
-   */
-  async #repairPartitions(): Promise<void> {
-    try {
-      await ensurePartitions(await this.#ready('acquire'), this.schema, this.table, this.#intervalMs)
-    } catch (error) {
-      if ((error as { code?: string }).code === LOCK_NOT_AVAILABLE) return
-      throw toStoreError('acquire', error, this.schema, this.table)
     }
   }
 
@@ -310,7 +302,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
         })
       } catch (error) {
         if (attempt < 3 && noPartition(error)) {
-          await this.#repairPartitions()
+          await this.#ensurePartitions('acquire')
           continue
         }
         throw toStoreError('acquire', error, this.schema, this.table)
@@ -575,9 +567,6 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     return this.#ready(operation).then((pool) => step(pool).catch(fail))
   }
 }
-
-/** SQLSTATE 55P03: a lock was not granted within `lock_timeout`. */
-const LOCK_NOT_AVAILABLE = '55P03'
 
 /** An insert that found no partition for its `created_at` (SQLSTATE 23514, "no partition of relation … found for row"). */
 function noPartition(error: unknown): boolean {

@@ -98,13 +98,18 @@ export async function dropExpiredPartitions(pool: PgPoolLike, schema: string, ta
       await tx.query(`DROP TABLE ${p}`)
       return true
     }).catch((error: unknown) => {
-      // 55P03: a lock was not granted within the timeout. Busy now; the next round drops it.
-      if ((error as { code?: string }).code === '55P03') return false
+      // Busy now; the next round drops it.
+      if (lockNotGranted(error)) return false
       throw error
     })
     if (gone) dropped.push(partition.name)
   }
   return dropped
+}
+
+/** SQLSTATE 55P03: a lock was not granted within `lock_timeout` (the partition work's, {@link DROP_LOCK_TIMEOUT}). */
+export function lockNotGranted(error: unknown): boolean {
+  return (error as { code?: string } | undefined)?.code === '55P03'
 }
 
 /** One rotation: partitions ahead created, expired ones dropped. */
