@@ -731,6 +731,10 @@ describe.skipIf(dynamo.endpoint === undefined)('DynamoDbStore requestTimeout aga
       await new DynamoDbStore({ table: 'idemkey', client, requestTimeout }).get('s', 'k')
     }
     expect(signals.map((signal) => signal instanceof AbortSignal)).toEqual([true, true, false])
+    expect(thrown(() => new DynamoDbStore({ table: 'idemkey', requestTimeout: '25d' }))).toMatchObject({
+      code: 'INVALID_OPTION',
+      message: expect.stringMatching(/^requestTimeout "25d" is longer than 24\.8 days/),
+    })
     expect(thrown(() => new DynamoDbStore({ table: 'idemkey', requestTimeout: 'soon' }))).toMatchObject({
       code: 'INVALID_OPTION',
       message: expect.stringContaining('requestTimeout'),

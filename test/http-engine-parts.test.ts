@@ -137,6 +137,18 @@ describe('createEngine: its options', () => {
     }
   })
 
+  it('refuses a maxRequestBody or maxStoredBody that is not a whole number of bytes, 0 or more, with INVALID_OPTION', () => {
+    const ledger = new Ledger({ store: new MemoryStore() })
+    for (const name of ['maxRequestBody', 'maxStoredBody'] as const) {
+      for (const bad of [-1, Number.NaN, 1.5, Number.POSITIVE_INFINITY, '1mb']) {
+        const error = thrownBy(() => createEngine({ ledger, scopeSecret: SECRET, [name]: bad as number }))
+        expect(isIdempotencyError(error) && error.code).toBe('INVALID_OPTION')
+        expect((error as Error).message).toMatch(new RegExp(`^${name} must be a whole number of bytes, 0 or more`))
+      }
+      expect(() => createEngine({ ledger, scopeSecret: SECRET, [name]: 0 })).not.toThrow()
+    }
+  })
+
   it('puts problem types under problemBaseUrl when given, and under the docs otherwise', async () => {
     const custom = watched({ problemBaseUrl: 'https://api.example.test/problems/', required: true })
     const missing = await custom.engine.handle(post('', { headers: {} }), run)

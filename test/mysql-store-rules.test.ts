@@ -139,6 +139,13 @@ describe('MySqlStore options and input checks', () => {
     )
   })
 
+  it('refuses a queryTimeout past 24.8 days, which the timer would cut to 1 ms, and takes 0 (no bound)', () => {
+    expect(() => new MySqlStore({ pool: offline, queryTimeout: '30d' })).toThrow(
+      /^queryTimeout "30d" is longer than 24\.8 days \(2147483647 ms\), the longest delay a Node timer keeps/,
+    )
+    expect(new MySqlStore({ pool: offline, queryTimeout: 0 }).table).toBe('idemkey_records')
+  })
+
   it('refuses lockRetries that are negative or not integers, and takes 0', () => {
     for (const lockRetries of [-1, 1.5, Number.NaN]) {
       expect(() => new MySqlStore({ pool: offline, lockRetries })).toThrow(

@@ -97,6 +97,13 @@ describe('PostgresStore option checks (no server needed)', () => {
     expect(() => new PostgresStore(undefined as never)).toThrow(IdempotencyError)
   })
 
+  it("refuses a queryTimeout past 24.8 days, which pg's query_timeout timer would cut to 1 ms, and takes 0 (no bound)", () => {
+    expect(() => new PostgresStore({ pool: offline, queryTimeout: 2 ** 31 })).toThrow(
+      /^queryTimeout 2147483648ms is longer than 24\.8 days \(2147483647 ms\), the longest delay a Node timer keeps/,
+    )
+    expect(() => new PostgresStore({ pool: offline, queryTimeout: 0 })).not.toThrow()
+  })
+
   it('says what a table or schema name must be', () => {
     expect(() => new PostgresStore({ pool: offline, table: 'no-dash' })).toThrow(
       'PostgresStore table "no-dash" must be a plain SQL identifier (letters, digits, underscore; up to 63).',

@@ -1,4 +1,5 @@
 import { type Duration, parseDuration } from '../core/duration.js'
+import { longTimeout } from '../core/long-timer.js'
 import { assertKey } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 import { IdempotentRequestError, readProblem, rejectionCode } from './errors.js'
@@ -246,8 +247,7 @@ async function sendOnce(
 }
 
 function realTimer(ms: number, callback: () => void): () => void {
-  const handle = setTimeout(callback, ms)
-  return () => clearTimeout(handle)
+  return longTimeout(callback, ms)
 }
 
 /** The error for a final 4xx: a key reused with another request, or any other refusal. */

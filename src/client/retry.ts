@@ -1,3 +1,5 @@
+import { longTimeout } from '../core/long-timer.js'
+
 /** When to retry, and how long to wait: the policy of docs/client.md, kept apart from the fetch wrapper. */
 
 /** Statuses below 500 worth retrying with the same key: the server may succeed next time. */
@@ -55,10 +57,10 @@ export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> 
       return
     }
     const onAbort = () => {
-      clearTimeout(timer)
+      cancel()
       reject(signal?.reason)
     }
-    const timer = setTimeout(() => {
+    const cancel = longTimeout(() => {
       signal?.removeEventListener('abort', onAbort)
       resolve()
     }, ms)

@@ -1,3 +1,5 @@
+import { longTimeout } from './long-timer.js'
+
 /**
  * Where the ledger and the single-process stores get time from. All times are integer epoch
  * milliseconds. Tests inject a {@link ManualClock} and move time by hand.
@@ -18,23 +20,19 @@ function abortReason(signal: AbortSignal): unknown {
 export const systemClock: Clock = {
   now: () => Date.now(),
   timer(ms, callback) {
-    const handle = setTimeout(callback, Math.max(0, ms))
-    return () => clearTimeout(handle)
+    return longTimeout(callback, ms)
   },
   sleep(ms, signal) {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) return reject(abortReason(signal))
       const onAbort = () => {
-        clearTimeout(timer)
+        cancel()
         reject(abortReason(signal as AbortSignal))
       }
-      const timer = setTimeout(
-        () => {
-          signal?.removeEventListener('abort', onAbort)
-          resolve()
-        },
-        Math.max(0, ms),
-      )
+      const cancel = longTimeout(() => {
+        signal?.removeEventListener('abort', onAbort)
+        resolve()
+      }, ms)
       signal?.addEventListener('abort', onAbort, { once: true })
     })
   },

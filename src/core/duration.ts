@@ -1,7 +1,15 @@
 import { IdempotencyError } from '../errors.js'
+import { MAX_TIMER_MS } from './long-timer.js'
 
 /** A duration in milliseconds, or a string such as `250ms`, `30s`, `5m`, `24h`, `7d`, `1h30m`. */
 export type Duration = number | string
+
+/**
+ * The longest duration idemkey takes: 36,500 days (about 100 years). Every store keeps an expiry of now
+ * plus this as an integer of milliseconds; a longer one (a TTL of 1e20 ms) fails only later, in a
+ * store, when the outcome is recorded.
+ */
+export const MAX_DURATION_MS = 36_500 * 86_400_000
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }
 const PART = /(\d+(?:\.\d+)?)(ms|s|m|h|d)/gy
@@ -17,13 +25,13 @@ export function parseDuration(input: Duration, name = 'duration'): number {
     if (!Number.isFinite(input) || input < 0) {
       throw new IdempotencyError('INVALID_OPTION', `${name} must be a non-negative number of milliseconds, got ${input}.`)
     }
-    return Math.round(input)
+    return atMostMax(Math.round(input), name, input)
   }
   if (typeof input !== 'string') {
     throw new IdempotencyError('INVALID_OPTION', `${name} must be milliseconds or a string like "30s", got ${typeof input}.`)
   }
   const text = input.trim()
-  if (/^\d+$/.test(text)) return Number(text)
+  if (/^\d+$/.test(text)) return atMostMax(Number(text), name, input)
   let total = 0
   let consumed = 0
   PART.lastIndex = 0
@@ -37,7 +45,33 @@ export function parseDuration(input: Duration, name = 'duration'): number {
       `${name} "${input}" is not a duration: use milliseconds or a number with a unit (ms, s, m, h, d), e.g. "30s", "24h", "1h30m".`,
     )
   }
-  return Math.round(total)
+  return atMostMax(Math.round(total), name, input)
+}
+
+/**
+ * A timeout handed to a driver that arms it as one Node timer (pg's `query_timeout`, the MySQL and
+ * DynamoDB stores' request bounds): Node cuts a delay past 2^31 - 1 ms (24.8 days) to 1 ms, which would
+ * time out every statement at once, so such a value is refused here. 0 (no bound) passes.
+ */
+export function parseTimerDuration(input: Duration, name: string): number {
+  const ms = parseDuration(input, name)
+  if (ms > MAX_TIMER_MS) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `${name} ${typeof input === 'string' ? `"${input}"` : `${input}ms`} is longer than 24.8 days (2147483647 ms), the longest delay a Node timer keeps: the driver would time out at once. Give a shorter bound, or 0 for none.`,
+    )
+  }
+  return ms
+}
+
+function atMostMax(ms: number, name: string, input: Duration): number {
+  if (ms > MAX_DURATION_MS) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `${name} ${typeof input === 'string' ? `"${input}"` : `${input}ms`} is longer than the longest duration idemkey keeps, 36500d (about 100 years).`,
+    )
+  }
+  return ms
 }
 
 /** Formats milliseconds for people: `1500` → `1.5s`, `90000` → `1m30s`. */

@@ -350,6 +350,11 @@ describe('Ledger.run', () => {
     await expect(ledger.run({ key: 'k', fingerprint: 'nope' }, () => 1)).rejects.toMatchObject({ code: 'FINGERPRINT_INVALID' })
     expect(() => new Ledger({ store: new MemoryStore(), lease: 'soon' })).toThrow(/lease "soon" is not a duration/)
     expect(() => new Ledger({ store: new MemoryStore(), ttl: 0 })).toThrow(/ttl must be longer than 0/)
+    // A TTL no store keeps as an expiry: refused at once, not found out when the outcome fails to record.
+    expect(() => new Ledger({ store: new MemoryStore(), ttl: 1e20 })).toThrow(
+      /^ttl 100000000000000000000ms is longer than the longest duration/,
+    )
+    await expect(ledger.run({ key: 'k' }, () => 1, { ttl: '36501d' })).rejects.toMatchObject({ code: 'INVALID_OPTION' })
     expect(() => new Ledger({} as never)).toThrow(/needs a store/)
   })
 

@@ -1,4 +1,5 @@
 import { type Clock, systemClock } from './clock.js'
+import { MAX_TIMER_MS } from './long-timer.js'
 
 /** Something due after a delay: a lease renewal, a store call's timeout. */
 export interface Scheduled {
@@ -64,7 +65,8 @@ export class Schedule {
 
   #arm(lane: Lane, ms: number): void {
     if (this.#real) {
-      const timer = setTimeout(() => this.#fire(lane), Math.max(1, ms))
+      // Capped at what one setTimeout keeps: a longer delay fires early, finds nothing due, re-arms.
+      const timer = setTimeout(() => this.#fire(lane), Math.min(MAX_TIMER_MS, Math.max(1, ms)))
       timer.unref()
       lane.cancel = () => clearTimeout(timer)
     } else {

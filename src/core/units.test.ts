@@ -1,6 +1,6 @@
 import { IdempotencyError, isIdempotencyError } from '../errors.js'
 import { ManualClock } from './clock.js'
-import { formatDuration, parseDuration } from './duration.js'
+import { formatDuration, MAX_DURATION_MS, parseDuration, parseTimerDuration } from './duration.js'
 import { canonicalJson, fingerprintOf } from './fingerprint.js'
 import { classifyStatus } from './outcome.js'
 import { assertRecordStep, stepJson, stepsFromJson } from './steps-store.js'
@@ -26,6 +26,22 @@ describe('parseDuration', () => {
       expect(() => parseDuration(bad as string, 'lease')).toThrow(IdempotencyError)
     }
     expect(() => parseDuration('soon', 'lease')).toThrow(/lease "soon" is not a duration.*"30s"/)
+  })
+
+  it('refuses a duration past 36500d (about 100 years), which no store can keep as an expiry, naming the option', () => {
+    expect(parseDuration('36500d')).toBe(MAX_DURATION_MS)
+    expect(parseDuration(MAX_DURATION_MS)).toBe(MAX_DURATION_MS)
+    for (const long of [MAX_DURATION_MS + 1, 1e20, '36501d', '99999999999999999999', `${MAX_DURATION_MS + 1}`]) {
+      expect(() => parseDuration(long, 'ttl')).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
+      expect(() => parseDuration(long, 'ttl')).toThrow(/^ttl .* is longer than the longest duration idemkey keeps, 36500d/)
+    }
+  })
+
+  it('parseTimerDuration refuses what one Node timer cannot keep (past 2^31 - 1 ms) and takes 0', () => {
+    expect(parseTimerDuration(2 ** 31 - 1, 'queryTimeout')).toBe(2 ** 31 - 1)
+    expect(parseTimerDuration(0, 'queryTimeout')).toBe(0)
+    expect(() => parseTimerDuration('25d', 'queryTimeout')).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
+    expect(() => parseTimerDuration('25d', 'queryTimeout')).toThrow(/Give a shorter bound, or 0 for none\.$/)
   })
 
   it('formats durations for people', () => {

@@ -58,7 +58,7 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
   }
   const { name: header, lower: keyHeader } = keyHeaderName(options.keyHeader)
   const allow = storedHeaderSet(options.storedHeaders)
-  const maxStoredBody = options.maxStoredBody ?? MiB
+  const maxStoredBody = byteLimit(options.maxStoredBody, 'maxStoredBody')
   const base = options.problemBaseUrl ?? DEFAULT_PROBLEM_BASE
   const classify = options.classify ?? classifyStatus
   const scopeFn = options.scope
@@ -73,7 +73,7 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
     required: options.required === true,
     failOpen: options.failOpen === true,
     transactional: options.transactional === true,
-    maxRequestBody: options.maxRequestBody ?? MiB,
+    maxRequestBody: byteLimit(options.maxRequestBody, 'maxRequestBody'),
     base,
     scopeOf: internals.scopeOf
       ? internals.scopeOf
@@ -95,4 +95,16 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
     onReplay: options.onReplay,
     onEvent,
   }
+}
+
+/** A size option in bytes: 1 MiB when not given, else a whole number of bytes, 0 or more. */
+function byteLimit(value: unknown, name: string): number {
+  if (value === undefined) return MiB
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `${name} must be a whole number of bytes, 0 or more (e.g. 1048576 for 1 MiB), got ${typeof value === 'string' ? `"${value}"` : String(value)}.`,
+    )
+  }
+  return value
 }

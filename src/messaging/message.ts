@@ -3,6 +3,7 @@
  * broker, the publisher contract and the typed errors. Imports no driver.
  */
 import { createHash } from 'node:crypto'
+import { longTimeout } from '../core/long-timer.js'
 import { assertPositiveInteger } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 
@@ -118,11 +119,11 @@ export function publishFailed(
 
 /** Runs `promise` with a deadline; rejects with `onTimeout()` when it passes. */
 export function withTimeout<T>(promise: Promise<T>, ms: number, onTimeout: () => Error): Promise<T> {
-  let handle: NodeJS.Timeout | undefined
+  let cancel = () => {}
   const deadline = new Promise<never>((_, reject) => {
-    handle = setTimeout(() => reject(onTimeout()), ms)
+    cancel = longTimeout(() => reject(onTimeout()), ms)
   })
-  return Promise.race([promise, deadline]).finally(() => clearTimeout(handle))
+  return Promise.race([promise, deadline]).finally(() => cancel())
 }
 
 /** A plain SQL identifier, optionally schema-qualified, quoted for PostgreSQL or SQLite. */

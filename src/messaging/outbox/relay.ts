@@ -1,5 +1,6 @@
 import { hostname } from 'node:os'
 import { type Duration, parseDuration } from '../../core/duration.js'
+import { longTimeout } from '../../core/long-timer.js'
 import { IdempotencyError } from '../../errors.js'
 import type { OutboxMessage, Publisher, PublishResult } from '../message.js'
 import type { RelayStorage, RowFailure } from './storage.js'
@@ -167,11 +168,11 @@ export class OutboxRelay {
   #idle(ms: number): Promise<void> {
     return new Promise((resolve) => {
       const done = () => {
-        clearTimeout(timer)
+        cancel()
         this.#sleepers.delete(done)
         resolve()
       }
-      const timer = setTimeout(done, ms)
+      const cancel = longTimeout(done, ms)
       this.#sleepers.add(done)
     })
   }

@@ -1,5 +1,5 @@
 import { type Clock, systemClock } from '../../core/clock.js'
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, parseDuration, parseTimerDuration } from '../../core/duration.js'
 import { BODY_OMITTED_HEADER } from '../../core/response-headers.js'
 import { assertRecordStep } from '../../core/steps-store.js'
 import {
@@ -146,7 +146,7 @@ export class DynamoDbStore implements IdempotencyStore {
     this.#skewMs = parseDuration(options.clockSkew ?? '1s', 'clockSkew')
     this.#retentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
     this.#graceMs = parseDuration(options.expiredGrace ?? '1h', 'expiredGrace')
-    this.#requestTimeoutMs = parseDuration(options.requestTimeout ?? '10s', 'requestTimeout')
+    this.#requestTimeoutMs = parseTimerDuration(options.requestTimeout ?? '10s', 'requestTimeout')
     this.#ownsClient = options.client === undefined
     this.#client = options.client
     this.#clientConfig = options.clientConfig ?? {}

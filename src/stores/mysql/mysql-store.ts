@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, parseDuration, parseTimerDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
 import { assertRecordStep, stepsFromJson } from '../../core/steps-store.js'
 import {
@@ -132,7 +132,7 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
         `MySqlStore lockRetries must be a non-negative integer, got ${String(options.lockRetries)}.`,
       )
     }
-    this.#queryTimeoutMs = parseDuration(options.queryTimeout ?? '10s', 'queryTimeout')
+    this.#queryTimeoutMs = parseTimerDuration(options.queryTimeout ?? '10s', 'queryTimeout')
     if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'MySqlStore', 'mysql')
     this.#tool = options.transactions
     this.#ownsPool = options.pool === undefined

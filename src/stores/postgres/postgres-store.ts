@@ -1,4 +1,4 @@
-import { parseDuration } from '../../core/duration.js'
+import { parseDuration, parseTimerDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
 import { assertRecordStep } from '../../core/steps-store.js'
 import {
@@ -139,7 +139,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     // partition of now was new and nearly empty scans it whole once it has filled (a sequential scan
     // is the cheapest plan for a tiny table, and nothing replans until autovacuum analyzes it).
     this.#prepared = (options.layout ?? 'plain') === 'plain' && (options.preparedStatements ?? true)
-    this.#queryTimeoutMs = parseDuration(options.queryTimeout ?? '10s', 'queryTimeout')
+    this.#queryTimeoutMs = parseTimerDuration(options.queryTimeout ?? '10s', 'queryTimeout')
     const isolation = options.isolationLevel ?? 'read committed'
     if (!['read committed', 'repeatable read', 'serializable'].includes(isolation)) {
       throw new IdempotencyError(

@@ -1,4 +1,5 @@
 import { parseDuration } from '../../core/duration.js'
+import { longTimeout } from '../../core/long-timer.js'
 import type { IdempotencyStore } from '../../core/store.js'
 import type { PostgresGcOptions } from './options.js'
 
@@ -12,7 +13,7 @@ export class PostgresTasks {
   readonly #intervalMs: number
   readonly #batchSize: number
   readonly #onError: (error: unknown) => void
-  #timer: NodeJS.Timeout | undefined
+  #cancel: () => void = () => {}
   #round: Promise<void> | undefined
   #stopped = false
 
@@ -46,20 +47,23 @@ export class PostgresTasks {
 
   async stop(): Promise<void> {
     this.#stopped = true
-    clearTimeout(this.#timer)
+    this.#cancel()
     await this.#round
   }
 
   #schedule(): void {
     if (this.#stopped) return
-    this.#timer = setTimeout(() => {
-      this.#round = this.round()
-        .then(
-          () => {},
-          (error: unknown) => this.#onError(error),
-        )
-        .finally(() => this.#schedule())
-    }, this.#intervalMs)
-    this.#timer.unref()
+    this.#cancel = longTimeout(
+      () => {
+        this.#round = this.round()
+          .then(
+            () => {},
+            (error: unknown) => this.#onError(error),
+          )
+          .finally(() => this.#schedule())
+      },
+      this.#intervalMs,
+      true,
+    )
   }
 }
