@@ -1,6 +1,5 @@
 #!/usr/bin/env node
 // The idemkey command: the compiled CLI lives in dist/ (npm install runs the build).
-import { spawnSync } from 'node:child_process'
 import { existsSync } from 'node:fs'
 
 const [major, minor] = process.versions.node.split('.').map(Number)
@@ -9,11 +8,38 @@ if ((major < 22 || (major === 22 && minor < 16)) && !process.versions.bun && !pr
   // A source checkout on a Node.js older than the oldest supported (this machine's Node 20, say):
   // run the same command on the project's tested Node.js, fetched once from the npm registry.
   const { MAIN_LINE, nodeBinary } = await import(checkout.href)
+  const { spawn } = await import('node:child_process')
   const node = nodeBinary(MAIN_LINE)
   process.stderr.write(
     `idemkey: Node.js ${process.version} is not supported (22.16+, 24, 26 are); running on Node.js ${MAIN_LINE} (${node}).\n`,
   )
-  const result = spawnSync(node, [new URL(import.meta.url).pathname, ...process.argv.slice(2)], { stdio: 'inherit' })
-  process.exit(result.status ?? 1)
+  // The IPC channel tells the command when this process is gone, even by SIGKILL (see below).
+  const child = spawn(node, [new URL(import.meta.url).pathname, ...process.argv.slice(2)], {
+    stdio: ['inherit', 'inherit', 'inherit', 'ipc'],
+    env: { ...process.env, IDEMKEY_WRAPPED: '1' },
+  })
+  // A supervisor's SIGTERM or SIGHUP is for the command: pass it on (a proxy drains, then exits).
+  // Ctrl-C already reaches the command from the terminal (same process group); passing it on as
+  // well would be a second SIGINT, which ends a draining proxy at once. So this process waits.
+  for (const signal of ['SIGTERM', 'SIGHUP']) process.on(signal, () => child.kill(signal))
+  process.on('SIGINT', () => {})
+  child.on('error', (error) => {
+    process.stderr.write(`idemkey: could not start Node.js ${MAIN_LINE} (${node}): ${error.message}\n`)
+    process.exit(1)
+  })
+  child.on('exit', (code, signal) => {
+    if (signal === null) process.exit(code ?? 1)
+    // Ended by a signal: end the same way, so a shell or supervisor sees what the command saw.
+    process.removeAllListeners(signal)
+    process.kill(process.pid, signal)
+  })
+} else {
+  if (process.env.IDEMKEY_WRAPPED === '1' && process.channel) {
+    // Run by the wrapper above: when it is gone (killed, even by SIGKILL), stop as on SIGTERM rather
+    // than run on orphaned, holding a port or a store. The channel itself keeps nothing alive.
+    delete process.env.IDEMKEY_WRAPPED
+    process.channel.unref()
+    process.once('disconnect', () => process.kill(process.pid, 'SIGTERM'))
+  }
+  await import('../dist/cli/main.js')
 }
-await import('../dist/cli/main.js')
