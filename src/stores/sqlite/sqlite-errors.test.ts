@@ -15,6 +15,24 @@ describe('SqliteStore bad input and setup', () => {
     )
   })
 
+  it('says a path that is a directory is one, and names a file in it to give instead', () => {
+    expect(() => new SqliteStore({ path: dir })).toThrow(
+      expect.objectContaining({
+        code: 'STORE_UNAVAILABLE',
+        message: `sqlite: cannot open "${dir}": it is a directory. Give the path of a database file, e.g. "${join(dir, 'idemkey.db')}".`,
+      }),
+    )
+  })
+
+  it('refuses an empty path, which SQLite would open as a private temporary database that no other process sees', () => {
+    expect(() => new SqliteStore({ path: '' })).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_OPTION',
+        message: expect.stringMatching(/^SqliteStore path is empty: .*":memory:" for a test\.$/),
+      }),
+    )
+  })
+
   it('refuses a table name that is not a plain identifier', () => {
     expect(() => new SqliteStore({ path: ':memory:', table: 'records; DROP TABLE x' })).toThrow(
       expect.objectContaining({ code: 'INVALID_OPTION' }),

@@ -1,3 +1,5 @@
+import { statSync } from 'node:fs'
+import { join } from 'node:path'
 import { type Clock, systemClock } from '../../core/clock.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { assertRecordStep, stepsFromJson } from '../../core/steps-store.js'
@@ -94,6 +96,14 @@ export class SqliteStore implements IdempotencyStore {
     this.#clock = options.clock ?? systemClock
     this.#abandonedRetentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
     const path = options.path ?? 'idemkey.db'
+    if (path === '') {
+      // SQLite opens "" as a private temporary database, deleted on close: nothing would be shared
+      // with another process or kept across a restart, and nothing would say so.
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        'SqliteStore path is empty: SQLite would open a private temporary database, deleted on close and seen by no other process. Give a file path (e.g. "idemkey.db"), or ":memory:" for a test.',
+      )
+    }
     if (options.database !== undefined && options.open !== undefined) {
       throw new IdempotencyError(
         'INVALID_OPTION',
@@ -120,7 +130,9 @@ export class SqliteStore implements IdempotencyStore {
         'STORE_UNAVAILABLE',
         given
           ? `sqlite: cannot set up the database you passed (${given.driver}): ${(error as Error).message}.`
-          : `sqlite: cannot open "${path}": ${(error as Error).message}. Check that the directory exists and is writable.`,
+          : isDirectory(path)
+            ? `sqlite: cannot open "${path}": it is a directory. Give the path of a database file, e.g. "${join(path, 'idemkey.db')}".`
+            : `sqlite: cannot open "${path}": ${(error as Error).message}. Check that the directory exists and is writable.`,
         { cause: error },
       )
     }
@@ -473,5 +485,13 @@ function toRecord(row: Row): StoredRecord {
     createdAtMs: row.created_at,
     updatedAtMs: row.updated_at,
     expiresAtMs: row.expires_at,
+  }
+}
+
+function isDirectory(path: string): boolean {
+  try {
+    return statSync(path, { throwIfNoEntry: false })?.isDirectory() === true
+  } catch {
+    return false
   }
 }
