@@ -21,6 +21,62 @@ describe('RedisStore options', () => {
   })
 })
 
+describe("RedisStore and the URL's database number", () => {
+  it('refuses a URL path that is no database number at once (ioredis would SELECT NaN and stay in database 0)', () => {
+    for (const path of ['abc', '1x', '-1', '0/extra']) {
+      expect(() => new RedisStore({ url: `redis://:secret@127.0.0.1:6379/${path}` })).toThrow(
+        expect.objectContaining({
+          code: 'INVALID_OPTION',
+          message: `RedisStore url "redis://:***@127.0.0.1:6379/${path}": the path of a Redis URL is a database number, e.g. redis://127.0.0.1:6379/0, not "${path}".`,
+        }),
+      )
+    }
+  })
+
+  it.skipIf(skip !== undefined)(
+    'fails every operation on a database the server refuses (past `databases`) and writes nothing to database 0',
+    async () => {
+      const prefix = `idemkey-test-${randomUUID()}`
+      const store = new RedisStore({ url: `${URL}/99`, prefix })
+      const ledger = new Ledger({ store })
+      const zero = new Redis(URL)
+      let runs = 0
+      try {
+        for (let i = 0; i < 2; i++) {
+          await expect(ledger.run({ key: 'k', payload: 1 }, () => runs++)).rejects.toMatchObject({
+            code: 'INVALID_OPTION',
+            message: expect.stringMatching(
+              /^Redis refused database 99 of the URL redis:\/\/127\.0\.0\.1:6379\/99 \(ERR DB index is out of range\)/,
+            ),
+          })
+        }
+        expect(runs).toBe(0)
+        expect(await zero.keys(`${prefix}*`)).toEqual([])
+      } finally {
+        await store.close()
+        zero.disconnect()
+      }
+    },
+  )
+
+  it.skipIf(skip !== undefined)("keeps its records in the URL's database", async () => {
+    const prefix = `idemkey-test-${randomUUID()}`
+    const store = new RedisStore({ url: `${URL}/3`, prefix })
+    const three = new Redis(`${URL}/3`)
+    const zero = new Redis(URL)
+    try {
+      expect(await store.acquire('s', 'k', fp('a'), 1_000)).toMatchObject({ kind: 'acquired' })
+      expect(await three.exists(recordNames(prefix, 's', 'k').key)).toBe(1)
+      expect(await zero.keys(`${prefix}*`)).toEqual([])
+      await three.del(recordNames(prefix, 's', 'k').key)
+    } finally {
+      await store.close()
+      three.disconnect()
+      zero.disconnect()
+    }
+  })
+})
+
 describe('RedisStore when Redis cannot be reached', () => {
   it('answers STORE_UNAVAILABLE with the driver error as cause when nothing listens', async () => {
     const store = new RedisStore({ url: `redis://127.0.0.1:${await freePort()}` })

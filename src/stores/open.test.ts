@@ -34,6 +34,15 @@ describe('parseStoreUrl', () => {
     expect(() => parseStoreUrl('postgres://app:s3cret@h/db?table=')).toThrow('Store URL "postgres://app:***@h/db?table=" is not usable')
   })
 
+  it('refuses a mysql:// URL without a database (every statement would fail with "No database selected")', () => {
+    for (const url of ['mysql://root@127.0.0.1:3306', 'mariadb://root:s3cret@127.0.0.1:3306/?table=keys']) {
+      expect(() => parseStoreUrl(url)).toThrow('a mysql:// URL needs the database in its path, e.g. mysql://root@127.0.0.1:3306/app.')
+    }
+    expect(() => parseStoreUrl('mariadb://root:s3cret@127.0.0.1:3306/')).toThrow(
+      'Store URL "mariadb://root:***@127.0.0.1:3306/" is not usable',
+    )
+  })
+
   it('echoes a URL that does not parse without any of its password, even one holding / or @', () => {
     expect(() => parseStoreUrl('postgres://app:pa/ss@h/db')).toThrow('Store URL "postgres://app:***@h/db" is not usable')
     expect(() => parseStoreUrl('mysql://root:p@ss/w@h/test?table=')).toThrow('Store URL "mysql://root:***@h/test?table=" is not usable')

@@ -81,6 +81,10 @@ export function parseStoreUrl(url: string): StoreSpec {
   else throw invalid(url, EXPECTED)
   const parsed = checkUrl(url, text)
   const location = readLocation(url, kind, parsed.searchParams)
+  if (kind === 'mysql' && (parsed.pathname === '' || parsed.pathname === '/')) {
+    // mysql2 would connect to no database, and every statement would fail with "No database selected".
+    throw invalid(url, 'a mysql:// URL needs the database in its path, e.g. mysql://root@127.0.0.1:3306/app')
+  }
   for (const name of LOCATION_NAMES) parsed.searchParams.delete(name)
   let driverUrl = parsed.toString()
   // mysql2 reads mysql:// URIs; mariadb:// is the same server to a user.

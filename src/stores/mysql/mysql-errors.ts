@@ -36,10 +36,11 @@ function isSchemaError(error: unknown): boolean {
 }
 
 /**
- * ER_DBACCESS_DENIED_ERROR, ER_ACCESS_DENIED_ERROR, ER_BAD_DB_ERROR, ER_TABLEACCESS_DENIED_ERROR,
- * ER_ACCESS_DENIED_NO_PASSWORD_ERROR (MariaDB's answer to a wrong user).
+ * ER_DBACCESS_DENIED_ERROR, ER_ACCESS_DENIED_ERROR, ER_NO_DB_ERROR (a URI without a database),
+ * ER_BAD_DB_ERROR, ER_TABLEACCESS_DENIED_ERROR, ER_ACCESS_DENIED_NO_PASSWORD_ERROR (MariaDB's answer
+ * to a wrong user).
  */
-const SETUP_ERRNOS = new Set([1044, 1045, 1049, 1142, 1698])
+const SETUP_ERRNOS = new Set([1044, 1045, 1046, 1049, 1142, 1698])
 
 /**
  * Turns a driver error into an IdempotencyError: a missing table into `STORE_SCHEMA` (saying how to

@@ -114,6 +114,15 @@ describe.skipIf(skip !== undefined)('MySqlStore setup, errors and exact round tr
     await denied.close()
   })
 
+  it('says to check the database when the URI names none ("No database selected" is no outage to retry)', async () => {
+    const none = new MySqlStore({ uri: 'mysql://root@127.0.0.1:3306/', table })
+    await expect(none.acquire('s', 'k', fp('a'), 1_000)).rejects.toMatchObject({
+      code: 'STORE_UNAVAILABLE',
+      message: expect.stringMatching(/^mysql: acquire failed: No database selected\. Check the user, password and database/),
+    })
+    await none.close()
+  })
+
   it('opens and closes its own pool from a URI, and leaves a given pool open', async () => {
     const own = new MySqlStore({ uri: URI, table })
     expect((await own.acquire('uri', 'k', fp('a'), 60_000)).kind).toBe('acquired')

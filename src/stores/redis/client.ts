@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto'
+import { redactUrl } from '../../core/redact-url.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 
 /** An argument of a Redis command. */
@@ -62,7 +63,51 @@ export async function openClient(url: string, socketTimeoutMs: number): Promise<
   // last one is kept: a command given up while the connection is down says only that it was given up.
   client.on('error', (error: Error) => connectionErrors.set(client, error))
   client.on('ready', () => connectionErrors.delete(client))
+  const database = databaseOf(url)
+  if (database > 0) {
+    // ioredis selects the URL's database on each connect, and when Redis refuses it (past the server's
+    // `databases`, 16 by default) it only emits an error and goes on in database 0: records would land
+    // where no one looks. Asked once here, a refusal fails the store's operations instead.
+    try {
+      await client.select(database)
+    } catch (error) {
+      if ((error as Error).name === 'ReplyError') {
+        client.disconnect()
+        throw new IdempotencyError(
+          'INVALID_OPTION',
+          `Redis refused database ${database} of the URL ${redactUrl(url)} (${(error as Error).message}): a server has databases 0 to its \`databases\` setting minus 1 (0-15 by default). Give one of those in the URL's path.`,
+          { cause: error },
+        )
+      }
+      // Not reachable now: ioredis selects the database when it connects, and operations report the outage.
+    }
+  }
   return client as unknown as RedisClientLike
+}
+
+/**
+ * The database number of a `redis://` URL's path (`redis://host:6379/2`: 2; none: 0). Anything else in
+ * the path is refused: ioredis would send `SELECT NaN`, which Redis refuses, and go on in database 0.
+ */
+export function databaseOf(url: string): number {
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `RedisStore url "${redactUrl(url)}" is not a URL: give redis://host:port, or rediss://host:port for TLS.`,
+    )
+  }
+  const path = parsed.pathname
+  if (path === '' || path === '/') return 0
+  if (!/^\/\d{1,9}$/.test(path)) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `RedisStore url "${redactUrl(url)}": the path of a Redis URL is a database number, e.g. redis://127.0.0.1:6379/0, not "${path.slice(1)}".`,
+    )
+  }
+  return Number(path.slice(1))
 }
 
 /** The last connection error of each client {@link openClient} made, until it is ready again. */

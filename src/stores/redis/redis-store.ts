@@ -13,7 +13,16 @@ import {
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
-import { openClient, type RedisArg, type RedisClientLike, Script, sendBuffer, serverHasSetIfEq, toStoreError } from './client.js'
+import {
+  databaseOf,
+  openClient,
+  type RedisArg,
+  type RedisClientLike,
+  Script,
+  sendBuffer,
+  serverHasSetIfEq,
+  toStoreError,
+} from './client.js'
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
 import { acquireLua, completeLua, evictLua, purgeLua, readLua, recordStepLua, releaseLua, renewLua, watchLua } from './lua.generated.js'
 import {
@@ -169,6 +178,7 @@ export class RedisStore implements IdempotencyStore {
       this.#client = adaptClient(options.client)
     } else {
       this.#socketTimeoutMs = parseDuration(options.socketTimeout ?? '10s', 'socketTimeout')
+      databaseOf(options.url as string)
       this.#opening = openClient(options.url as string, this.#socketTimeoutMs)
       // A failed open is reported by the first operation; never as an unhandled rejection.
       this.#opening.catch(() => {})
