@@ -58,7 +58,7 @@ export function parseTimerDuration(input: Duration, name: string): number {
   if (ms > MAX_TIMER_MS) {
     throw new IdempotencyError(
       'INVALID_OPTION',
-      `${name} ${typeof input === 'string' ? `"${input}"` : `${input}ms`} is longer than 24.8 days (2147483647 ms), the longest delay a Node timer keeps: the driver would time out at once. Give a shorter bound, or 0 for none.`,
+      `${name} ${shown(input)} is longer than 24.8 days (2147483647 ms), the longest delay a Node timer keeps: the driver would time out at once. Give a shorter bound, or 0 for none.`,
     )
   }
   return ms
@@ -68,7 +68,7 @@ function atMostMax(ms: number, name: string, input: Duration): number {
   if (ms > MAX_DURATION_MS) {
     throw new IdempotencyError(
       'INVALID_OPTION',
-      `${name} ${typeof input === 'string' ? `"${input}"` : `${input}ms`} is longer than the longest duration idemkey keeps, 36500d (about 100 years).`,
+      `${name} ${shown(input)} is longer than the longest duration idemkey keeps, 36500d (about 100 years).`,
     )
   }
   return ms
@@ -92,4 +92,9 @@ export function formatDuration(ms: number): string {
     }
   }
   return parts.join('')
+}
+
+/** A duration as the user gave it, for messages: `"30d"`, or `2592000000ms`. */
+function shown(input: Duration): string {
+  return typeof input === 'string' ? `"${input}"` : `${input}ms`
 }
