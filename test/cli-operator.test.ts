@@ -246,7 +246,10 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     for (const args of refusals) {
       const out = await cli(...args)
       expect(out.code, args.join(' ')).toBe(1)
-      expect(out.stderr, args.join(' ')).toMatch(/is invalid/)
+      // Told as commander tells any refused flag: "error: option … is invalid." and the --help line.
+      expect(out.stderr, args.join(' ')).toMatch(
+        /^error: option '--\w+ <url>' argument '.*' is invalid\. .*\n\(add --help for usage and examples\)\n$/,
+      )
       expect(out.stderr, args.join(' ')).toContain(':***@')
       expect(out.stderr, args.join(' ')).not.toContain('s3cret')
     }

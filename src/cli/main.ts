@@ -9,7 +9,7 @@ import { registerMigrate } from './migrate.js'
 import { registerProxy } from './proxy.js'
 import { quietSqliteWarning } from './quiet-warnings.js'
 import { registerRelay } from './relay.js'
-import { describeFailure } from './run.js'
+import { CliError, describeFailure, HELP_HINT } from './run.js'
 import { registerSize } from './size.js'
 
 function version(): string {
@@ -27,7 +27,7 @@ export function buildProgram(): Command {
     .name('idemkey')
     .description('Idempotency keys for any HTTP API: a demo, a reverse proxy, and operator commands for the ledger.')
     .version(version(), '-v, --version')
-    .showHelpAfterError('(add --help for usage and examples)')
+    .showHelpAfterError(HELP_HINT)
     .showSuggestionAfterError(true)
     .addHelpText(
       'after',
@@ -59,7 +59,13 @@ quietSqliteWarning()
 try {
   await buildProgram().parseAsync(process.argv)
 } catch (error) {
-  const { message, exitCode } = describeFailure(error)
-  process.stderr.write(`idemkey: ${message}\n`)
-  process.exitCode = exitCode
+  if (error instanceof CliError && error.usage) {
+    // A flag refused outside commander's own check (a URL shown masked): the same two lines it prints.
+    process.stderr.write(`error: ${error.message}\n${HELP_HINT}\n`)
+    process.exitCode = error.exitCode
+  } else {
+    const { message, exitCode } = describeFailure(error)
+    process.stderr.write(`idemkey: ${message}\n`)
+    process.exitCode = exitCode
+  }
 }

@@ -34,7 +34,7 @@ export function urlArg<T>(flags: string, parse: (value: string) => T): (value: s
     } catch (error) {
       const shown = redactUrl(value)
       if (!(error instanceof InvalidArgumentError) || shown === value) throw error
-      throw new CliError(`option '${flags}' argument '${shown}' is invalid. ${error.message}`)
+      throw new CliError(`option '${flags}' argument '${shown}' is invalid. ${error.message}`, 1, true)
     }
   }
 }

@@ -8,11 +8,17 @@ export class CliError extends Error {
   override name = 'CliError' as const
   /** The process exit code. @default 1 */
   readonly exitCode: number
-  constructor(message: string, exitCode = 1) {
+  /** A flag given wrong, reported as commander reports one: `error: …` and the line pointing to --help. */
+  readonly usage: boolean
+  constructor(message: string, exitCode = 1, usage = false) {
     super(message)
     this.exitCode = exitCode
+    this.usage = usage
   }
 }
+
+/** The line after a usage error, as commander prints it (`showHelpAfterError`). */
+export const HELP_HINT = '(add --help for usage and examples)'
 
 /**
  * Opens the store a command names, runs `fn`, and closes the store whatever happens.
