@@ -12,6 +12,7 @@ import { Redis } from 'ioredis'
 import { Ledger } from '../src/core/ledger.js'
 import { idempotentProcessor } from '../src/jobs/bullmq/index.js'
 import { RedisStore } from '../src/stores/redis/redis-store.js'
+import { eventually } from './helpers/eventually.js'
 import { dropPrefix } from './helpers/redis.js'
 import { serviceSkipReason } from './helpers/services.js'
 
@@ -119,6 +120,56 @@ describe.skipIf(skip !== undefined)('idemkey/bullmq on a real Redis', () => {
     const all = await effects()
     expect([count(all, 'retry', 'reserve'), count(all, 'retry', 'charge')]).toEqual([1, 1])
   })
+
+  it("a stalled job keyed by the user's key does not take over the record another live holder of the same work has: the effect runs once", async () => {
+    const { queueName, queue } = setup('stall-other')
+    let open!: () => void
+    const gate = new Promise<void>((resolve) => (open = resolve))
+    const ran: string[] = []
+    const work = (by: string) => async () => {
+      ran.push(by)
+      if (by === 'holder') await gate
+      return { by }
+    }
+    // The same work (key o1, same data) runs elsewhere and is alive: its lease is renewed while it runs.
+    const holder = ledger.run({ scope: `bullmq:${queueName}`, key: 'o1', payload: { order: 'o1' } }, work('holder'))
+    try {
+      await eventually(() => ran.length === 1, 'the holder to run', 10_000)
+      // Job b, under its own jobId, goes to a worker process, which waits for the holder's key ...
+      const child = spawn(process.execPath, ['--import', 'tsx', WORKER, queueName, runId], {
+        env: { ...process.env, KEY_FROM_DATA: '1', CRASH_AFTER_CHARGE: '0' },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      })
+      children.push(child)
+      await new Promise((resolve) => child.stdout?.once('data', resolve))
+      await queue.add('charge', { order: 'o1' }, { jobId: 'b' })
+      await eventually(async () => (await queue.getJobState('b')) === 'active', 'job b to be taken by the worker process', 10_000)
+      // ... and dies holding it: BullMQ finds b stalled and hands it to this process's worker.
+      child.kill('SIGKILL')
+      const worker = new Worker<{ order: string }>(
+        queueName,
+        idempotentProcessor<{ order: string }, { by: string }>((job) => work(`job ${job.id}`)(), {
+          ledger,
+          key: (job) => job.data.order,
+          lease: 1_000,
+        }),
+        { connection, lockDuration: 1_000, stalledInterval: 300 },
+      )
+      queues.push(worker)
+      await eventually(
+        async () => (await queue.getJob('b'))?.stalledCounter === 1 && ['delayed', 'completed'].includes(await queue.getJobState('b')),
+        'job b, stalled, to be processed again',
+        15_000,
+      )
+      expect(ran).toEqual(['holder'])
+    } finally {
+      open()
+    }
+    expect(await holder).toMatchObject({ kind: 'executed', value: { by: 'holder' } })
+    await eventually(async () => (await queue.getJobState('b')) === 'completed', 'job b to complete', 15_000)
+    expect(ran).toEqual(['holder'])
+    expect((await queue.getJob('b'))?.returnvalue).toEqual({ by: 'holder' })
+  }, 60_000)
 
   it('a worker process SIGKILLed mid-job: BullMQ re-delivers the stalled job to another worker process, which resumes it; every job of three processes completes and each effect runs once', async () => {
     const { queueName, queue } = setup('crash')

@@ -61,7 +61,9 @@ function generatedId<D>(job: Job<D>): boolean {
  * `UnrecoverableError` for a key reused with other data or a job with no key; a job whose key another
  * worker still holds is put back (delayed, no attempt counted) until that worker's lease ends. A job
  * BullMQ re-delivers after a stall (its worker died: BullMQ's lock ended) takes the dead worker's
- * record over at once instead of waiting for its lease.
+ * record over at once instead of waiting for its lease, when the record is keyed by the job's own
+ * `jobId` in the queue's default scope (with a `key` or `scope` of yours, another live job of the same
+ * work may hold it: the stalled job waits for that lease like any other).
  *
  * @example
  * new Worker('payments', idempotentProcessor(async (job, ctx) => {
@@ -83,6 +85,7 @@ export function idempotentProcessor<D = unknown, R = unknown>(
   }
   const leaseMs = parseDuration(options.lease ?? '30s', 'lease')
   const waitMs = parseDuration(options.wait ?? leaseMs, 'wait')
+  const keyedByJobId = options.key === undefined && options.scope === undefined
   const scopeOf = (job: Job<D>) => (typeof options.scope === 'function' ? options.scope(job) : (options.scope ?? `bullmq:${job.queueName}`))
 
   return async function idempotentJob(job: Job<D>, token?: string): Promise<R> {
@@ -103,10 +106,14 @@ export function idempotentProcessor<D = unknown, R = unknown>(
     const run = () => ledger.run<R>(intent, (ctx) => processor(job, ctx), { lease: leaseMs, wait: waitMs })
 
     let result = await run()
-    if (result.kind === 'in_progress' && job.stalledCounter > 0) {
+    if (result.kind === 'in_progress' && job.stalledCounter > 0 && keyedByJobId) {
       // BullMQ re-delivered this job after a stall: the worker that held it lost BullMQ's lock (it
       // died, or stopped answering). Its record's lease would end about now anyway; take it over at
       // once. Its steps stay, and its late writes are fenced out by its token.
+      // Only when the record can be this job's own: its key is its jobId in its queue's own scope, and
+      // BullMQ keeps one job per jobId and queue. Under a key or scope of the user's, the holder may be
+      // another job of the same logical work, alive and running: taking its record would run the effect
+      // twice. Such a job waits for the holder's lease instead, as any other.
       const held = await ledger.store.get(scope, key)
       if (held?.status === 'in_progress') await ledger.store.release(scope, key, held.token)
       result = await run()
