@@ -39,6 +39,19 @@ describe('idemkey/next: server actions', () => {
     await expect(pay(form({ amount: '6' }))).rejects.toThrow(/render <input type="hidden" name="idempotencyKey"/)
   })
 
+  it('tells files apart by their bytes: another file of the same name, type and size is other form values', async () => {
+    const upload = idempotentAction(async (data: FormData) => ({ bytes: (data.get('doc') as File).size }), { ledger })
+    const key = actionKey()
+    const withFile = (text: string) => {
+      const data = form({ [ACTION_KEY_FIELD]: key })
+      data.append('doc', new File([text], 'invoice.txt', { type: 'text/plain' }))
+      return data
+    }
+    expect(await upload(withFile('aaaa'))).toEqual({ bytes: 4 })
+    expect(await upload(withFile('aaaa'))).toEqual({ bytes: 4 })
+    await expect(upload(withFile('bbbb'))).rejects.toMatchObject({ code: 'FINGERPRINT_MISMATCH' })
+  })
+
   it('wraps a useActionState action (previousState, formData)', async () => {
     let runs = 0
     const subscribe = idempotentAction(

@@ -3,6 +3,7 @@
  * hidden field once (`actionKey()`), and `idempotentAction` runs the action once per key, so a double
  * submit or a retried action gets the first result. Route handlers use `idemkey/fetch` as they are.
  */
+import { createHash } from 'node:crypto'
 import { uuidv7 } from '../../client/uuid.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
@@ -37,12 +38,27 @@ function formDataOf(args: unknown[]): FormData | undefined {
   return undefined
 }
 
-/** What the form asked for, without the key itself: text fields as they are, files by name, type and size. */
-function formPayload(form: FormData, field: string): Array<[string, unknown]> {
+/**
+ * What the form asked for, without the key itself: text fields as they are, files by name, type, size
+ * and a SHA-256 of their bytes (another file of the same name and size is other form values).
+ */
+async function formPayload(form: FormData, field: string): Promise<Array<[string, unknown]>> {
   const entries: Array<[string, unknown]> = []
   for (const [name, value] of form.entries()) {
     if (name === field || name.startsWith('$ACTION_')) continue
-    entries.push([name, typeof value === 'string' ? value : { file: value.name, type: value.type, size: value.size }])
+    entries.push([
+      name,
+      typeof value === 'string'
+        ? value
+        : {
+            file: value.name,
+            type: value.type,
+            size: value.size,
+            sha256: createHash('sha256')
+              .update(new Uint8Array(await value.arrayBuffer()))
+              .digest('hex'),
+          },
+    ])
   }
   return entries
 }
@@ -84,7 +100,7 @@ export function idempotentAction<A extends unknown[], R>(
       )
     }
     const scope = options.scope ? await options.scope(...args) : `next-action:${name}`
-    const payload = { form: formPayload(form as FormData, field), args: args.filter((arg) => !(arg instanceof FormData)) }
+    const payload = { form: await formPayload(form as FormData, field), args: args.filter((arg) => !(arg instanceof FormData)) }
     const result = await ledger.run<R>({ key, scope, payload }, (ctx) => action.call(ctx, ...args), runOptions)
     switch (result.kind) {
       case 'executed':
