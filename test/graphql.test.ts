@@ -31,12 +31,22 @@ const schema = createSchema({
   },
 })
 const ledger = new Ledger({ store: new MemoryStore() })
-const yoga = createYoga({ schema, plugins: [useIdempotency({ ledger })], logging: false })
+const yoga = createYoga({ schema, plugins: [useIdempotency({ ledger, scopeSecret: 'graphql-test-secret' })], logging: false })
 
-async function send(query: string, variables: Record<string, unknown>, key?: string, extensions?: Record<string, unknown>) {
+async function send(
+  query: string,
+  variables: Record<string, unknown>,
+  key?: string,
+  extensions?: Record<string, unknown>,
+  authorization?: string,
+) {
   const response = await yoga.fetch('http://yoga/graphql', {
     method: 'POST',
-    headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}) },
+    headers: {
+      'content-type': 'application/json',
+      ...(key ? { 'idempotency-key': key } : {}),
+      ...(authorization ? { authorization } : {}),
+    },
     body: JSON.stringify({ query, variables, ...(extensions ? { extensions } : {}) }),
   })
   return {
@@ -74,6 +84,32 @@ describe('idemkey/graphql: the Envelop plugin in GraphQL Yoga', () => {
     expect(charges).toBe(before)
   })
 
+  it("keeps callers apart by default: another Authorization credential with the same key runs on its own, never gets the other's result", async () => {
+    const key = randomUUID()
+    const before = charges
+    const alice = await send(CHARGE, { amount: 5 }, key, undefined, 'Bearer alice')
+    const bob = await send(CHARGE, { amount: 5 }, key, undefined, 'Bearer bob')
+    const aliceAgain = await send(CHARGE, { amount: 5 }, key, undefined, 'bearer  alice')
+    expect(charges - before).toBe(2)
+    expect(bob.body.data?.charge?.id).not.toBe(alice.body.data?.charge?.id)
+    expect(bob.body.extensions).toBeUndefined()
+    expect(aliceAgain.body.data).toEqual(alice.body.data)
+    expect(aliceAgain.body.extensions).toEqual({ idempotency: { key, replayed: true } })
+    // Without a credential: the public scope, apart from both.
+    await send(CHARGE, { amount: 5 }, key)
+    expect(charges - before).toBe(3)
+  })
+
+  it('counts the fragments a mutation selects through: the same key with another fragment body is refused', async () => {
+    const key = randomUUID()
+    const withFragment = (fields: string) =>
+      `mutation Charge($amount: Int!) { charge(amount: $amount) { ...C } } fragment C on Charge { ${fields} }`
+    expect((await send(withFragment('id'), { amount: 5 }, key)).body.data?.charge?.id).toMatch(/^ch_/)
+    const other = await send(withFragment('id amount'), { amount: 5 }, key)
+    expect(other.status).toBe(422)
+    expect(other.body.errors?.[0]?.extensions?.code).toBe('IDEMPOTENCY_KEY_REUSED')
+  })
+
   it('releases a mutation whose resolver failed: the retry with the same key runs it', async () => {
     const key = randomUUID()
     failNext = true
@@ -103,15 +139,19 @@ describe('idemkey/graphql: the Apollo Server plugin', async () => {
   const server = new ApolloServer({
     typeDefs: 'type Charge { id: ID!, amount: Int! } type Query { ok: Boolean } type Mutation { charge(amount: Int!): Charge! }',
     resolvers: { Mutation: { charge: (_: unknown, { amount }: { amount: number }) => ({ id: `ch_${++charges}`, amount }) } },
-    plugins: [apolloIdempotency({ ledger: apolloLedger })],
+    plugins: [apolloIdempotency({ ledger: apolloLedger, scopeSecret: 'graphql-test-secret' })],
   })
   beforeAll(() => server.start())
   afterAll(() => server.stop())
-  const execute = async (variables: Record<string, unknown>, idempotencyKey?: string) => {
+  const { HeaderMap } = await import('@apollo/server')
+  const execute = async (variables: Record<string, unknown>, idempotencyKey?: string, authorization?: string) => {
+    const headers = new HeaderMap()
+    if (authorization) headers.set('authorization', authorization)
     const response = await server.executeOperation({
       query: CHARGE,
       variables,
       ...(idempotencyKey ? { extensions: { idempotencyKey } } : {}),
+      http: { method: 'POST', headers, search: '', body: {} },
     })
     return { status: response.http.status, result: response.body.kind === 'single' ? response.body.singleResult : undefined }
   }
@@ -127,5 +167,16 @@ describe('idemkey/graphql: the Apollo Server plugin', async () => {
     const other = await execute({ amount: 10 }, key)
     expect(other.status).toBe(422)
     expect(other.result?.errors?.[0]?.extensions?.code).toBe('IDEMPOTENCY_KEY_REUSED')
+  })
+
+  it('keeps callers apart by default: another Authorization credential with the same key runs on its own', async () => {
+    const key = randomUUID()
+    const before = charges
+    const alice = await execute({ amount: 9 }, key, 'Bearer alice')
+    const bob = await execute({ amount: 9 }, key, 'Bearer bob')
+    const aliceAgain = await execute({ amount: 9 }, key, 'Bearer alice')
+    expect(charges - before).toBe(2)
+    expect(bob.result?.extensions).toBeUndefined()
+    expect(aliceAgain.result?.data).toEqual(alice.result?.data)
   })
 })

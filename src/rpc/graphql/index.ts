@@ -10,6 +10,7 @@ import { type Duration, parseDuration } from '../../core/duration.js'
 import type { Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
+import { credentialScope, functionScope, resolveScopeSecret } from '../../http/scope.js'
 
 /** What a GraphQL server's context usually holds (Yoga's: the fetch `Request` and the request's params). */
 export interface GraphQLContextLike {
@@ -24,8 +25,14 @@ export interface GraphQLIdempotencyOptions<C> {
   key?: (context: C) => string | undefined
   /** Refuse mutations sent without a key. @default false (they run as plain mutations) */
   required?: boolean
-  /** Namespace of the records, e.g. the caller's tenant from the context. @default 'graphql' */
+  /**
+   * Namespace of the records: the caller's user or tenant from the context. @default a keyed hash of the
+   * request's `Authorization` credential (as the HTTP layer's default scope), or `public` without one, so
+   * two callers' keys never meet
+   */
   scope?: (context: C) => string
+  /** The secret of the default scope's hash. @default `IDEMKEY_SCOPE_SECRET`, else a warned-about constant */
+  scopeSecret?: string | Uint8Array
   lease?: Duration
   ttl?: Duration
   wait?: Duration
@@ -65,6 +72,14 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
       const fromExtensions = context.params?.extensions?.idempotencyKey
       return typeof fromExtensions === 'string' ? fromExtensions : undefined
     })
+  const scopeFn = options.scope
+  // Only the default scope needs the secret, so only it warns when none is set.
+  const secret = scopeFn ? undefined : resolveScopeSecret(options.scopeSecret)
+  const scopeOf = (context: C): string => {
+    if (scopeFn) return functionScope(scopeFn(context))
+    const authorization = context.request?.headers.get('authorization')
+    return credentialScope(authorization ? { authorization } : {}, secret as string | Uint8Array)
+  }
   const runOptions = {
     encode: (result: ExecutionResult): StoredResponse => ({
       status: 200,
@@ -94,12 +109,12 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
         }
         return
       }
-      const scope = options.scope ? options.scope(args.contextValue) : 'graphql'
-      // The operation and its variables are what the key stands for: the same key with another one is refused.
-      const payload = { operation: print(operation), variables: args.variableValues ?? {} }
+      // The document (the operation with the fragments its selection uses) and the variables are what the
+      // key stands for: the same key with another one is refused.
+      const payload = { document: print(args.document), operationName: args.operationName ?? null, variables: args.variableValues ?? {} }
       let begun: Awaited<ReturnType<typeof ledger.begin<ExecutionResult>>>
       try {
-        begun = await ledger.begin<ExecutionResult>({ key, scope, payload }, runOptions)
+        begun = await ledger.begin<ExecutionResult>({ key, scope: scopeOf(args.contextValue), payload }, runOptions)
       } catch (error) {
         if (isIdempotencyError(error) && (error.code === 'KEY_INVALID' || error.code === 'SCOPE_INVALID')) {
           setResultAndStopExecution(refusal(error.message, 'IDEMPOTENCY_KEY_INVALID', 400))
@@ -220,6 +235,7 @@ export function apolloIdempotency<C = unknown>(
             key: () => key,
             ...(options.required !== undefined ? { required: options.required } : {}),
             ...(scopeOf ? { scope: (context: { apollo: C }) => scopeOf(context.apollo) } : {}),
+            ...(options.scopeSecret !== undefined ? { scopeSecret: options.scopeSecret } : {}),
             ...(options.lease !== undefined ? { lease: options.lease } : {}),
             ...(options.ttl !== undefined ? { ttl: options.ttl } : {}),
             ...(options.wait !== undefined ? { wait: options.wait } : {}),
@@ -230,7 +246,11 @@ export function apolloIdempotency<C = unknown>(
               document: rc.document,
               operationName: rc.operationName,
               variableValues: rc.request.variables ?? {},
-              contextValue: { apollo: rc.contextValue },
+              // The request's headers as Yoga's context holds them: the default scope reads Authorization.
+              contextValue: {
+                apollo: rc.contextValue,
+                request: { headers: { get: (name) => rc.request.http?.headers.get(name) ?? null } },
+              },
             },
             setResultAndStopExecution: (result) => {
               answer = result
