@@ -64,6 +64,24 @@ async function call(path: string, input: unknown, headers: Record<string, string
   }
 }
 
+describe('idemkey/trpc without a scope', () => {
+  it('warns that every caller shares one scope, and not when a scope is given', async () => {
+    vi.resetModules()
+    const warned = vi.spyOn(process, 'emitWarning').mockImplementation(() => {})
+    try {
+      const fresh = await import('../src/rpc/trpc/index.js')
+      const ledger = new Ledger({ store: new MemoryStore() })
+      fresh.idempotent({ ledger, key: () => 'k', scope: () => 'tenant' }, () => 1)
+      expect(warned).not.toHaveBeenCalled()
+      fresh.idempotent({ ledger, key: () => 'k' }, () => 1)
+      expect(warned.mock.calls.map((call) => call[1])).toEqual([{ code: 'IDEMKEY_SHARED_SCOPE' }])
+      expect(String(warned.mock.calls[0]?.[0])).toMatch(/^idempotent\(\) \(idemkey\/trpc\) was given no scope/)
+    } finally {
+      warned.mockRestore()
+    }
+  })
+})
+
 describe('idemkey/trpc: idempotent mutations', () => {
   it('replays the first output to a retry with the same key, through the transformer (a Date stays a Date), without running again', async () => {
     const key = randomUUID()

@@ -68,3 +68,22 @@ describe('resolveScopeSecret', () => {
     }
   })
 })
+
+describe('warnSharedScope', () => {
+  it('warns once per front end made without a scope, naming it, the risk and how to give one', async () => {
+    const warned = vi.spyOn(process, 'emitWarning').mockImplementation(() => {})
+    try {
+      const { warnSharedScope } = await import('./scope.js')
+      warnSharedScope('idempotent() (a test front end)', 'scope: ({ ctx }) => ctx.userId')
+      warnSharedScope('idempotent() (a test front end)', 'scope: ({ ctx }) => ctx.userId')
+      warnSharedScope('idempotentAction() (another test front end)', 'scope: () => user.id')
+      expect(warned.mock.calls.map((call) => [String(call[0]).split(' was given')[0], call[1]])).toEqual([
+        ['idempotent() (a test front end)', { code: 'IDEMKEY_SHARED_SCOPE' }],
+        ['idempotentAction() (another test front end)', { code: 'IDEMKEY_SHARED_SCOPE' }],
+      ])
+      expect(String(warned.mock.calls[0]?.[0])).toMatch(/a caller who learns another's key can replay that caller's result\. Give scope/)
+    } finally {
+      warned.mockRestore()
+    }
+  })
+})

@@ -44,6 +44,23 @@ export function resolveScopeSecret(secret: string | Uint8Array | undefined, warn
   return FALLBACK_SECRET
 }
 
+const warnedSharedScope = new Set<string>()
+
+/**
+ * Warns once per front end (`idempotent` of tRPC, `idempotentAction` of Next.js) made without `scope`:
+ * such a front end cannot see the caller, so every caller's keys share one scope, and a caller who
+ * learns another's key (keys end up in logs) can replay that caller's result. `scope: () => 'global'`
+ * says it is meant, and silences it.
+ */
+export function warnSharedScope(front: string, example: string): void {
+  if (warnedSharedScope.has(front)) return
+  warnedSharedScope.add(front)
+  process.emitWarning(
+    `${front} was given no scope, so every caller's idempotency keys share one scope: a caller who learns another's key can replay that caller's result. Give scope (the signed-in user or tenant), e.g. ${example}; or scope: () => 'global' where keys are made by your server and never shared.`,
+    { code: 'IDEMKEY_SHARED_SCOPE' },
+  )
+}
+
 /**
  * The credential with its scheme normalised: schemes are case-insensitive (RFC 9110 §11.1), so
  * `Bearer x` and `bearer  x` are one credential; the credential itself keeps its case.

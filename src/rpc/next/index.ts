@@ -8,6 +8,7 @@ import { uuidv7 } from '../../client/uuid.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
 import { IdempotencyError } from '../../errors.js'
+import { warnSharedScope } from '../../http/scope.js'
 
 /** The hidden field's default name. */
 export const ACTION_KEY_FIELD = 'idempotencyKey'
@@ -81,6 +82,9 @@ export function idempotentAction<A extends unknown[], R>(
   const ledger = options?.ledger
   if (!ledger || typeof ledger.run !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'idempotentAction(action, { ledger }) needs a Ledger: new Ledger({ store }).')
+  }
+  if (options.scope === undefined) {
+    warnSharedScope('idempotentAction() (idemkey/next)', 'scope: async () => (await auth()).user.id')
   }
   const field = options.field ?? ACTION_KEY_FIELD
   const name = options.name ?? (action.name || 'action')

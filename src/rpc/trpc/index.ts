@@ -8,6 +8,7 @@ import { type Duration, parseDuration } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
+import { warnSharedScope } from '../../http/scope.js'
 
 /** What tRPC hands a resolver (the parts idemkey reads). */
 export interface ResolverOptionsLike {
@@ -72,6 +73,7 @@ export function idempotent<O extends ResolverOptionsLike, R>(
   if (typeof options.key !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', "idempotent({ ledger, key }, resolver) needs key: (opts) => the call's idempotency key.")
   }
+  if (options.scope === undefined) warnSharedScope('idempotent() (idemkey/trpc)', 'scope: ({ ctx }) => ctx.userId')
   const transformer = options.transformer
   const encode = (value: R): StoredResponse => ({
     status: 200,
