@@ -67,7 +67,7 @@ export interface Intent {
   key: string
   /** The namespace of the key (tenant, account). @default 'default' */
   scope?: string
-  /** Hex SHA-256 of what the intent asks for. Give this or `payload`. */
+  /** Hex SHA-256 of what the intent asks for. Give this or `payload`, not both (`INVALID_ARGUMENT`). */
   fingerprint?: string
   /** What the intent asks for; its canonical JSON is hashed into the fingerprint. */
   payload?: unknown

@@ -348,6 +348,10 @@ describe('Ledger.run', () => {
     await expect(ledger.run({ key: 'x'.repeat(256) }, () => 1)).rejects.toMatchObject({ code: 'KEY_INVALID' })
     await expect(ledger.run({ key: 'k', scope: '' }, () => 1)).rejects.toMatchObject({ code: 'SCOPE_INVALID' })
     await expect(ledger.run({ key: 'k', fingerprint: 'nope' }, () => 1)).rejects.toMatchObject({ code: 'FINGERPRINT_INVALID' })
+    await expect(ledger.run({ key: 'k', payload: { amount: 1 }, fingerprint: 'a'.repeat(64) }, () => 1)).rejects.toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      message: expect.stringMatching(/^An intent takes a payload .* or a fingerprint you computed, not both/),
+    })
     expect(() => new Ledger({ store: new MemoryStore(), lease: 'soon' })).toThrow(/lease "soon" is not a duration/)
     expect(() => new Ledger({ store: new MemoryStore(), ttl: 0 })).toThrow(/ttl must be longer than 0/)
     // A TTL no store keeps as an expiry: refused at once, not found out when the outcome fails to record.

@@ -188,6 +188,13 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
       scope = intent?.scope ?? DEFAULT_SCOPE
       key = intent?.key
       assertIdentity(scope, key)
+      if (intent.fingerprint !== undefined && intent.payload !== undefined) {
+        // One would be ignored: two different payloads under one fingerprint would replay each other.
+        throw new IdempotencyError(
+          'INVALID_ARGUMENT',
+          'An intent takes a payload (hashed into its fingerprint) or a fingerprint you computed, not both: drop one.',
+        )
+      }
       fingerprint = intent.fingerprint ?? fingerprintOf(intent.payload ?? null)
       if (intent.fingerprint !== undefined) assertFingerprint(fingerprint)
       plan = {
