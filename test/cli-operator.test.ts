@@ -207,6 +207,33 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     expect(size.stderr).toContain('--window must be longer than 0')
   })
 
+  it('refuses a timeout past 24.8 days, which the timer below would fire after 1 ms (a drain that ends at once)', async () => {
+    for (const args of [
+      ['proxy', '--upstream', 'http://127.0.0.1:3000', '--upstream-timeout', '25d'],
+      ['proxy', '--upstream', 'http://127.0.0.1:3000', '--header-timeout', '25d'],
+      ['proxy', '--upstream', 'http://127.0.0.1:3000', '--body-timeout', '25d'],
+      ['proxy', '--upstream', 'http://127.0.0.1:3000', '--drain-timeout', '25d'],
+      ['demo', '--client-timeout', '25d'],
+      [
+        'relay',
+        '--from',
+        'postgres://app@127.0.0.1/app',
+        '--to',
+        'nats://127.0.0.1:4222',
+        '--table',
+        't',
+        '--silent-connection-timeout',
+        '25d',
+      ],
+    ]) {
+      const out = await cli(...args)
+      expect(out.code, args.join(' ')).toBe(1)
+      expect(out.stderr, args.join(' ')).toMatch(
+        /--[a-z-]+-timeout "25d" is longer than 24\.8 days \(2147483647 ms\), the longest delay a Node timer keeps: it would fire after 1 ms\./,
+      )
+    }
+  })
+
   it('says which flag to change when the proxy cannot listen, without a stack trace', async () => {
     const holder = createServer()
     await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))

@@ -38,7 +38,7 @@ export function registerDemo(program: Command): void {
     .addOption(
       durationOption('--lease <duration>', "lease of the protected API's records (a crashed worker's intent is taken over after it)", '2s'),
     )
-    .addOption(durationOption('--client-timeout <duration>', 'per-attempt timeout of the clients', '1s', TIMEOUT_OF_ZERO))
+    .addOption(durationOption('--client-timeout <duration>', 'per-attempt timeout of the clients', '1s', TIMEOUT_OF_ZERO, true))
     .option('--seed <n>', "seed of the traffic, the faults and the clients' retry jitter", intArg('--seed', 0, 2 ** 31), 42)
     .option('--json', 'print the report as JSON instead of a table')
     .addHelpText(

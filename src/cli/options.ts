@@ -1,5 +1,5 @@
 import { InvalidArgumentError, Option } from 'commander'
-import { parseDuration } from '../core/duration.js'
+import { parseDuration, parseTimerDuration } from '../core/duration.js'
 import { redactUrl } from '../core/redact-url.js'
 import { isIdempotencyError } from '../errors.js'
 import { DEFAULT_STORE_URL, parseStoreUrl } from '../stores/open.js'
@@ -44,15 +44,16 @@ export const TIMEOUT_OF_ZERO = 'a timeout of 0 would turn the bound off; give a 
 
 /**
  * A commander parser for a duration flag (`30s`, `5m`, `1h30m`, or milliseconds); returns milliseconds.
- * With `positive` (the reason 0 will not do), 0 is refused.
+ * With `positive` (the reason 0 will not do), 0 is refused. A `timer` (a timeout the server, undici or
+ * a socket arms as one Node timer) is refused past 24.8 days, where Node would fire it after 1 ms.
  *
  * @example new Option('--lease <duration>').argParser(durationArg('--lease'))
  */
-export function durationArg(flag: string, positive?: string): (value: string) => number {
+export function durationArg(flag: string, positive?: string, timer = false): (value: string) => number {
   return (value) => {
     let ms: number
     try {
-      ms = parseDuration(value, flag)
+      ms = timer ? parseTimerDuration(value, flag) : parseDuration(value, flag)
     } catch (error) {
       throw new InvalidArgumentError(
         isIdempotencyError(error) ? error.message : `expected a duration such as 30s, 5m or 24h, got "${value}".`,
@@ -74,8 +75,8 @@ function longFlag(flags: string): string {
  *
  * @example program.addOption(durationOption('--ttl <duration>', 'how long outcomes are replayed', '24h'))
  */
-export function durationOption(flags: string, description: string, defaultValue: string, positive?: string): Option {
-  const parse = durationArg(longFlag(flags), positive)
+export function durationOption(flags: string, description: string, defaultValue: string, positive?: string, timer = false): Option {
+  const parse = durationArg(longFlag(flags), positive, timer)
   return new Option(flags, description).argParser(parse).default(parse(defaultValue), defaultValue)
 }
 

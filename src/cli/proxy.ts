@@ -43,13 +43,17 @@ export function registerProxy(program: Command): void {
       'secret that keys the Authorization hash, the same on every proxy (default: $IDEMKEY_SCOPE_SECRET; prefer the variable, flags show in ps)',
     )
     .addOption(sizeOption('--max-body <size>', 'largest covered request body (413 beyond)', '1mb'))
-    .addOption(durationOption('--upstream-timeout <duration>', 'upstream slower than this: 504, record released', '30s', TIMEOUT_OF_ZERO))
+    .addOption(
+      durationOption('--upstream-timeout <duration>', 'upstream slower than this: 504, record released', '30s', TIMEOUT_OF_ZERO, true),
+    )
     .addOption(limitOptions.headerTimeout())
     .addOption(limitOptions.bodyTimeout())
     .addOption(limitOptions.maxConnections())
     .addOption(limitOptions.maxBuffered())
     .addOption(limitOptions.maxStoredBody())
-    .addOption(durationOption('--drain-timeout <duration>', 'on SIGTERM/SIGINT, how long to wait for in-flight requests', '30s'))
+    .addOption(
+      durationOption('--drain-timeout <duration>', 'on SIGTERM/SIGINT, how long to wait for in-flight requests', '30s', undefined, true),
+    )
     .option(
       '--admin-port <port>',
       'serve /metrics (Prometheus), /healthz, /readyz and the operator page on this port (0: any free port)',
@@ -89,6 +93,7 @@ const limitOptions = {
       'request headers slower than this: 408 and the connection closed (idle connections too)',
       '10s',
       TIMEOUT_OF_ZERO,
+      true,
     ),
   bodyTimeout: () =>
     durationOption(
@@ -96,6 +101,7 @@ const limitOptions = {
       'a covered request body slower than this: 408, connection closed, nothing recorded; also how long a client may stall reading a covered response',
       '30s',
       TIMEOUT_OF_ZERO,
+      true,
     ),
   maxConnections: () =>
     new Option('--max-connections <n>', 'open client connections at most; past it the longest-idle one is closed to make room')

@@ -58,7 +58,7 @@ Examples:
 
 /** `--silent-connection-timeout`: a duration of at least 2 s (the relay asks for a keepalive every second). */
 function silentTimeoutArg(value: string): number {
-  const ms = durationArg('--silent-connection-timeout')(value)
+  const ms = durationArg('--silent-connection-timeout', undefined, true)(value)
   if (ms < 2_000) {
     throw new InvalidArgumentError(
       `must be at least 2s (the relay asks the server for a keepalive every second; a shorter limit would replace healthy connections), got "${value}".`,

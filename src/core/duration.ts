@@ -49,16 +49,16 @@ export function parseDuration(input: Duration, name = 'duration'): number {
 }
 
 /**
- * A timeout handed to a driver that arms it as one Node timer (pg's `query_timeout`, the MySQL and
- * DynamoDB stores' request bounds): Node cuts a delay past 2^31 - 1 ms (24.8 days) to 1 ms, which would
- * time out every statement at once, so such a value is refused here. 0 (no bound) passes.
+ * A timeout armed as one Node timer by a driver or server (pg's `query_timeout`, the MySQL and DynamoDB
+ * stores' request bounds, the proxy's timeouts): Node cuts a delay past 2^31 - 1 ms (24.8 days) to 1 ms,
+ * which would time out everything at once, so such a value is refused here. 0 passes.
  */
 export function parseTimerDuration(input: Duration, name: string): number {
   const ms = parseDuration(input, name)
   if (ms > MAX_TIMER_MS) {
     throw new IdempotencyError(
       'INVALID_OPTION',
-      `${name} ${shown(input)} is longer than 24.8 days (2147483647 ms), the longest delay a Node timer keeps: the driver would time out at once. Give a shorter bound, or 0 for none.`,
+      `${name} ${shown(input)} is longer than 24.8 days (2147483647 ms), the longest delay a Node timer keeps: it would fire after 1 ms. Give a shorter one.`,
     )
   }
   return ms
