@@ -4,6 +4,7 @@
  * and Fastify's `reply.raw`) end up writing to one, so both adapters share this.
  */
 import { IncomingMessage, ServerResponse } from 'node:http'
+import { longTimeout } from '../core/long-timer.js'
 import { plainHeaders } from './node-body.js'
 import type { HttpResponseLike, IdempotencyContext } from './types.js'
 
@@ -258,10 +259,13 @@ function releaseIfAbandoned(res: ServerResponse, afterMs: number, state: { reado
   // `on`, not `once`: 'close' comes once, and once's wrapper and removal cost more than the listener.
   res.on('close', () => {
     if (state.ended) return
-    const timer = setTimeout(() => {
-      if (!state.ended) void fail(new Error('The handler did not end the response after the client went away.'))
-    }, afterMs)
-    timer.unref()
+    longTimeout(
+      () => {
+        if (!state.ended) void fail(new Error('The handler did not end the response after the client went away.'))
+      },
+      afterMs,
+      true,
+    )
   })
 }
 
