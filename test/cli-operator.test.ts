@@ -517,7 +517,7 @@ describe('idemkey migrate --layout and gc on a partitioned PostgreSQL table', { 
     await pool.end()
   })
 
-  it('converts a plain table to 200 ms partitions, drops the expired ones with gc, and converts back with the live record kept', async () => {
+  it('converts a plain table to 200 ms partitions, migrates and gcs it as it is without --layout (dropping the expired partitions), and converts back with the live record kept', async () => {
     expect((await cli('migrate', '--store', url)).code).toBe(0)
     const plain = new PostgresStore({ connectionString: url.replace(/\?.*/, ''), table })
     const old = await plain.acquire(scope, 'old', FP, 600_000)
@@ -537,14 +537,17 @@ describe('idemkey migrate --layout and gc on a partitioned PostgreSQL table', { 
       to: 'partitioned',
       records: 2,
     })
-    const gc = json<{ layout: string; dropped: string[] }>((await cli('gc', '--store', `${url}&layout=partitioned`, '--json')).stdout)
+    // Without ?layout=, each command finds the table's own: migrate upgrades it as it is (a store told
+    // 'plain' refused it), and gc rotates partitions rather than deleting rows.
+    const again = await cli('migrate', '--store', url)
+    expect(again.code, again.stderr).toBe(0)
+    expect(again.stdout).toContain('is up to date')
+    const gc = json<{ layout: string; dropped: string[] }>((await cli('gc', '--store', url, '--json')).stdout)
     expect(gc.layout).toBe('partitioned')
     // Each record went to the partition of its creation: the one of "old" (expired) is dropped with
     // the empty ones that ended since, and "kept"'s stays.
     expect(gc.dropped.length).toBeGreaterThanOrEqual(1)
-    const listed = json<Array<{ key: string }>>(
-      (await cli('list', '--scope', scope, '--store', `${url}&layout=partitioned`, '--json')).stdout,
-    )
+    const listed = json<Array<{ key: string }>>((await cli('list', '--scope', scope, '--store', url, '--json')).stdout)
     expect(listed.map((r) => r.key)).toEqual(['kept'])
 
     const back = await cli('migrate', '--store', url, '--layout', 'plain', '--json')

@@ -539,13 +539,15 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
       await plain.close()
     })
 
-    it('refuses to convert to partitions of no length', async () => {
-      const name = table()
-      await new PostgresStore({ pool, table: name }).migrate()
-      const store = new PostgresStore({ pool, table: name, layout: 'partitioned', partitionInterval: 0 as never })
-      const error = await thrown(() => store.convertLayout())
-      expect(error.code).toBe('INVALID_OPTION')
-      expect(error.message).toBe('postgres: converting to the partitioned layout needs a partition interval.')
+    it('refuses partitions of no length when the store is made, before a table could be created or converted with them', () => {
+      for (const partitionInterval of [0, '0s'] as const) {
+        expect(() => new PostgresStore({ pool, table: table(), layout: 'partitioned', partitionInterval })).toThrow(
+          expect.objectContaining({
+            code: 'INVALID_OPTION',
+            message: `PostgresStore partitionInterval must be longer than 0 with layout 'partitioned' (e.g. '1d'), got ${JSON.stringify(partitionInterval)}.`,
+          }),
+        )
+      }
     })
 
     it('refuses a table of the other layout at migrate, saying how to convert it', async () => {

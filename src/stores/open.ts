@@ -187,7 +187,10 @@ async function construct(spec: StoreSpec): Promise<IdempotencyStore> {
           partitionInterval?: string
         }) => IdempotencyStore
       }
-      const { layout, ...rest } = location
+      const { layout: given, ...rest } = location
+      // No ?layout=: the table's own, so `migrate` upgrades a partitioned table as it is (a store told
+      // 'plain' refuses it) and `gc` rotates its partitions instead of deleting rows.
+      const layout = given ?? (await existingLayout(spec.url, rest.schema ?? 'public', rest.table ?? 'idemkey_records'))
       return new mod.PostgresStore({
         connectionString: spec.url,
         ...rest,
@@ -235,6 +238,35 @@ export const STORE_DRIVERS = {
  * it, before any store code runs. Both are imported by a computed name: the CLI compiles and runs
  * without the optional drivers.
  */
+/**
+ * The layout of an existing PostgreSQL table, or undefined when there is none (or no answer: the
+ * store's own first operation then reports why, in its words).
+ */
+async function existingLayout(url: string, schema: string, table: string): Promise<'plain' | 'partitioned' | undefined> {
+  const driver: string = STORE_DRIVERS.postgres
+  const pg = (await import(driver)) as { default: { Client: new (config: object) => PgClient } }
+  const client = new pg.default.Client({ connectionString: url, connectionTimeoutMillis: 5_000 })
+  try {
+    await client.connect()
+    const found = await client.query(
+      'SELECT c.relkind AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2',
+      [schema, table],
+    )
+    const kind = (found.rows[0] as { kind?: string } | undefined)?.kind
+    return kind === undefined ? undefined : kind === 'p' ? 'partitioned' : 'plain'
+  } catch {
+    return undefined
+  } finally {
+    await client.end().catch(() => {})
+  }
+}
+
+interface PgClient {
+  connect(): Promise<unknown>
+  query(text: string, values: unknown[]): Promise<{ rows: unknown[] }>
+  end(): Promise<unknown>
+}
+
 async function importStore(modulePath: string, spec: StoreSpec & { kind: keyof typeof STORE_DRIVERS }): Promise<unknown> {
   const driver: string = STORE_DRIVERS[spec.kind]
   try {

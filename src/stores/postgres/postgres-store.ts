@@ -131,6 +131,13 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     this.layout = layout
     this.#intervalMs = parseDuration(options.partitionInterval ?? '1d', 'partitionInterval')
     if (layout === 'partitioned') {
+      if (this.#intervalMs <= 0) {
+        // A table created so would carry an interval of 0, and every partition's bounds divide by it.
+        throw new IdempotencyError(
+          'INVALID_OPTION',
+          `PostgresStore partitionInterval must be longer than 0 with layout 'partitioned' (e.g. '1d'), got ${JSON.stringify(options.partitionInterval)}.`,
+        )
+      }
       assertPartitionedName(table)
       this.#parted = partitionedStatements(schema, table)
     }
