@@ -227,7 +227,7 @@ describe('PostgreSQL driver errors, typed', () => {
   const driver = (code: string, message = 'server said no') => Object.assign(new Error(message), { code })
 
   it('answers STORE_SCHEMA naming migrate() and the table for each state that means a missing or foreign table', () => {
-    for (const state of ['42P01', '42703', '3F000', '42883', '42804', '42P10']) {
+    for (const state of ['42P01', '42703', '3F000', '42883', '42804']) {
       const cause = driver(state)
       const error = toStoreError('acquire', cause, 'app', 'records')
       expect(error.code, state).toBe('STORE_SCHEMA')
@@ -238,6 +238,14 @@ describe('PostgreSQL driver errors, typed', () => {
     }
     expect(toStoreError('get', driver('42P01')).message).toContain('The table the idemkey table is missing')
     expect(toStoreError('get', driver('42P01'), undefined, 't').message).toContain('The table "public"."t" is missing')
+  })
+
+  it('names the likely layout mix-up for an ON CONFLICT with no matching unique index (42P10)', () => {
+    const error = toStoreError('acquire', driver('42P10'), 'app', 'records')
+    expect(error.code).toBe('STORE_SCHEMA')
+    expect(error.message).toBe(
+      'postgres: acquire failed: server said no. The table "app"."records" has no unique index on (scope, key) alone: it is likely in time partitions, and this store was made for the plain layout. Give the store layout: \'partitioned\' (?layout=partitioned in a store URL), or convert the table with `idemkey migrate --store … --layout plain`.',
+    )
   })
 
   it('says which GRANT to run for a missing privilege, what to check for a login, and that a database is missing', () => {
@@ -557,6 +565,18 @@ describe.skipIf(skip !== undefined)('PostgresStore statements and answers agains
       expect(error.code).toBe('STORE_SCHEMA')
       expect(error.message).toContain(
         `postgres: table "public"."${name}" has the partitioned layout, and the store was given layout 'plain'. Convert it with \`idemkey migrate --store … --layout plain\``,
+      )
+    })
+
+    it('says the layout is the likely cause when a store made plain writes to a partitioned table', async () => {
+      const name = table()
+      const parted = new PostgresStore({ pool, table: name, layout: 'partitioned', partitionInterval: '1h' })
+      await parted.migrate()
+      await parted.rotatePartitions()
+      const error = await thrown(() => new PostgresStore({ pool, table: name }).acquire('s', 'k', 'a'.repeat(64), 1_000))
+      expect(error.code).toBe('STORE_SCHEMA')
+      expect(error.message).toMatch(
+        /it is likely in time partitions, and this store was made for the plain layout\. Give the store layout: 'partitioned'/,
       )
     })
 

@@ -63,6 +63,14 @@ export function toStoreError(operation: string, error: unknown, schema?: string,
   const where = table ? `"${schema ?? 'public'}"."${table}"` : 'the idemkey table'
   const fail = (code: 'STORE_SCHEMA' | 'STORE_UNAVAILABLE', advice: string) =>
     new IdempotencyError(code, `postgres: ${operation} failed: ${reason}. ${advice}`, { cause: error })
+  if (state === '42P10') {
+    // The plain layout's ON CONFLICT (scope, key) finds no unique index of its own on a partitioned
+    // table (its key holds the partition column too): the usual cause is a store given the wrong layout.
+    return fail(
+      'STORE_SCHEMA',
+      `The table ${where} has no unique index on (scope, key) alone: it is likely in time partitions, and this store was made for the plain layout. Give the store layout: 'partitioned' (?layout=partitioned in a store URL), or convert the table with \`idemkey migrate --store … --layout plain\`.`,
+    )
+  }
   if (state && SCHEMA_STATES.has(state)) {
     return fail(
       'STORE_SCHEMA',
