@@ -402,6 +402,18 @@ describe('Fastify adapter', () => {
     expect((await send(`${url}/validated`, undefined, '{"amount":1}')).status).toBe(201)
   })
 
+  it("refuses a route's own bad options when the route is added, not with a 500 at each request", async () => {
+    const other = Fastify()
+    await other.register(fastifyIdempotency, { ledger: new Ledger({ store: new MemoryStore() }) })
+    expect(() => other.post('/bad', { config: { idempotency: { maxRequestBody: -1 } } }, async () => ({ ok: true }))).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_OPTION',
+        message: expect.stringMatching(/^maxRequestBody must be a whole number of bytes/),
+      }),
+    )
+    await other.close()
+  })
+
   it('captures a stream the handler sends and replays it', async () => {
     const key = randomUUID()
     const first = await send(`${url}/stream`, key, '{}')

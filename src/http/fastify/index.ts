@@ -77,6 +77,12 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
     return engine
   }
 
+  // A route's own options are checked when the route is added (a bad maxRequestBody fails at start-up),
+  // not at its first request, where each request would fail with a 500.
+  app.addHook('onRoute', (route) => {
+    engineFor((route.config as { idempotency?: RouteIdempotency } | undefined)?.idempotency)
+  })
+
   app.decorateRequest('idempotency', undefined)
 
   const routeConfig = (request: FastifyRequest) =>
