@@ -166,6 +166,21 @@ describe.each<Platform>(['express', 'fastify'])('NestJS on %s', (platform) => {
     expect(runs).toBe(before + 1)
   })
 
+  it('refuses bad route options where @Idempotent(...) is declared, not with a 500 at each request', () => {
+    const refusals: Array<[Parameters<typeof Idempotent>[0], RegExp]> = [
+      [{ maxRequestBody: -1 }, /^maxRequestBody must be a whole number of bytes/],
+      [{ maxStoredBody: Number.NaN }, /^maxStoredBody must be a whole number of bytes/],
+      [{ lease: 'soon' }, /^lease "soon" is not a duration/],
+      [{ keyHeader: 'Idempotency Key' }, /Idempotency Key/],
+    ]
+    for (const [options, message] of refusals) {
+      expect(() => Idempotent(options), JSON.stringify(options)).toThrow(
+        expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringMatching(message) }),
+      )
+    }
+    expect(() => Idempotent({ required: true, wait: '5s' })).not.toThrow()
+  })
+
   it('leaves a route with @Idempotent(false) alone', async () => {
     const key = randomUUID()
     const before = store.acquired

@@ -97,6 +97,23 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
   }
 }
 
+/**
+ * Checks the options that need no ledger (sizes, durations, the key header) as the engine will, for
+ * per-route options checked where they are declared (NestJS's `@Idempotent(...)`): a bad one fails at
+ * start-up, not with a 500 at each request of its route.
+ */
+export function checkRouteOptions(
+  options: Pick<EngineOptions<unknown>, 'maxRequestBody' | 'maxStoredBody' | 'wait' | 'lease' | 'ttl' | 'keyHeader'>,
+): void {
+  byteLimit(options.maxRequestBody, 'maxRequestBody')
+  byteLimit(options.maxStoredBody, 'maxStoredBody')
+  for (const name of ['wait', 'lease', 'ttl'] as const) {
+    const value = options[name]
+    if (value !== undefined) parseDuration(value, name)
+  }
+  if (options.keyHeader !== undefined) keyHeaderName(options.keyHeader)
+}
+
 /** A size option in bytes: 1 MiB when not given, else a whole number of bytes, 0 or more. */
 function byteLimit(value: unknown, name: string): number {
   if (value === undefined) return MiB
