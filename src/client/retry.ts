@@ -1,4 +1,4 @@
-import { longTimeout } from '../core/long-timer.js'
+import { systemClock } from '../core/clock.js'
 
 /** When to retry, and how long to wait: the policy of docs/client.md, kept apart from the fetch wrapper. */
 
@@ -51,19 +51,5 @@ export function retryAfterMs(value: string | null | undefined, nowMs: number): n
  * @example await abortableSleep(100, controller.signal)
  */
 export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) {
-      reject(signal.reason)
-      return
-    }
-    const onAbort = () => {
-      cancel()
-      reject(signal?.reason)
-    }
-    const cancel = longTimeout(() => {
-      signal?.removeEventListener('abort', onAbort)
-      resolve()
-    }, ms)
-    signal?.addEventListener('abort', onAbort, { once: true })
-  })
+  return systemClock.sleep(ms, signal)
 }

@@ -12,7 +12,7 @@ interface DriverError {
  * SQLSTATEs that mean the table is missing or is not ours: undefined table, column, schema, function,
  * wrong type; and no unique constraint for ON CONFLICT (a partitioned table behind a store of the plain layout).
  */
-const SCHEMA_STATES = new Set(['42P01', '42703', '3F000', '42883', '42804', '42P10'])
+const SCHEMA_STATES = new Set(['42P01', '42703', '3F000', '42883', '42804'])
 
 /** Serialization failure and deadlock: the server rolled the transaction back; running it again may succeed. */
 const TRANSIENT_STATES = new Set(['40001', '40P01'])

@@ -42,7 +42,7 @@ export interface RedisSubscriberLike {
  * half-open connection (a NAT or firewall that forgot it, a server host that vanished) would
  * otherwise hang every command sent on it for ever, since the kernel never closes it.
  */
-export async function openClient(url: string, socketTimeoutMs: number): Promise<RedisClientLike> {
+export async function openClient(url: string, socketTimeoutMs: number, database = databaseOf(url)): Promise<RedisClientLike> {
   let Redis: typeof import('ioredis').Redis
   try {
     ;({ Redis } = await import('ioredis'))
@@ -63,7 +63,6 @@ export async function openClient(url: string, socketTimeoutMs: number): Promise<
   // last one is kept: a command given up while the connection is down says only that it was given up.
   client.on('error', (error: Error) => connectionErrors.set(client, error))
   client.on('ready', () => connectionErrors.delete(client))
-  const database = databaseOf(url)
   if (database > 0) {
     // ioredis selects the URL's database on each connect, and when Redis refuses it (past the server's
     // `databases`, 16 by default) it only emits an error and goes on in database 0: records would land

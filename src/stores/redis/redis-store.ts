@@ -178,8 +178,9 @@ export class RedisStore implements IdempotencyStore {
       this.#client = adaptClient(options.client)
     } else {
       this.#socketTimeoutMs = parseDuration(options.socketTimeout ?? '10s', 'socketTimeout')
-      databaseOf(options.url as string)
-      this.#opening = openClient(options.url as string, this.#socketTimeoutMs)
+      // Checked now (a path that is no number is refused here), asked of the server when the client opens.
+      const database = databaseOf(options.url as string)
+      this.#opening = openClient(options.url as string, this.#socketTimeoutMs, database)
       // A failed open is reported by the first operation; never as an unhandled rejection.
       this.#opening.catch(() => {})
     }
