@@ -557,4 +557,41 @@ describe('idemkey migrate --layout and gc on a partitioned PostgreSQL table', { 
     expect(json<{ record: { status: string } }>(inspected.stdout).record.status).toBe('completed')
     expect((await cli('migrate', '--store', url, '--layout', 'sideways')).code).toBe(2)
   })
+
+  it('refuses a --partition-interval it would not use (no --layout on a new or plain table, another span than the partitioned table has, --layout plain) before changing anything', async () => {
+    const other = `${table}_iv`
+    const otherUrl = url.replace(`table=${table}`, `table=${other}`)
+    const pg = (await import('pg')).default
+    const pool = new pg.Pool({ connectionString: 'postgres://root@127.0.0.1:5432/test' })
+    const kind = async () => (await pool.query('SELECT relkind FROM pg_class WHERE relname = $1', [other])).rows[0]?.relkind
+    try {
+      const noLayout = await cli('migrate', '--store', otherUrl, '--partition-interval', '1h')
+      expect(noLayout.code).toBe(2)
+      expect(noLayout.stderr).toContain('has no table yet, and migrate would create a plain one: add --layout partitioned')
+      expect(await kind()).toBeUndefined()
+
+      const created = await cli('migrate', '--store', otherUrl, '--layout', 'partitioned', '--partition-interval', '1h')
+      expect(created.code, created.stderr).toBe(0)
+      expect(await kind()).toBe('p')
+      const same = await cli('migrate', '--store', otherUrl, '--partition-interval', '60m')
+      expect(same.code, same.stderr).toBe(0)
+
+      const changed = await cli('migrate', '--store', otherUrl, '--layout', 'partitioned', '--partition-interval', '2h')
+      expect(changed.code).toBe(2)
+      expect(changed.stderr).toContain('is partitioned by 1h, and a partitioned table keeps the span it was created with')
+      const toPlain = await cli('migrate', '--store', otherUrl, '--layout', 'plain', '--partition-interval', '1h')
+      expect(toPlain.code).toBe(2)
+      expect(toPlain.stderr).toContain('leave it out with --layout plain')
+      expect(await kind()).toBe('p')
+
+      await pool.query(`DROP TABLE "${other}"`)
+      await pool.query(`CREATE TABLE "${other}" (id int)`)
+      const plain = await cli('migrate', '--store', otherUrl, '--partition-interval', '1h')
+      expect(plain.code).toBe(2)
+      expect(plain.stderr).toContain('is plain: add --layout partitioned')
+    } finally {
+      await pool.query(`DROP TABLE IF EXISTS "${other}"`)
+      await pool.end()
+    }
+  })
 })

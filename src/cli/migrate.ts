@@ -1,5 +1,6 @@
 import type { Command } from 'commander'
-import { describeStore } from '../stores/open.js'
+import { formatDuration, parseDuration } from '../core/duration.js'
+import { describeStore, existingPostgresTable, parseStoreUrl } from '../stores/open.js'
 import { storeOption } from './options.js'
 import { printJson } from './output.js'
 import { CliError, withStore } from './run.js'
@@ -19,6 +20,34 @@ function withLayout(url: string, layout: string | undefined, interval: string | 
   if (layout !== undefined) parsed.searchParams.set('layout', layout)
   if (interval !== undefined) parsed.searchParams.set('partitionInterval', interval)
   return parsed.toString()
+}
+
+/**
+ * Refuses a `--partition-interval` that would not be used: a partitioned table keeps the interval
+ * it was created with (its partitions have that span), and a plain table has none. Said before
+ * anything is changed, rather than done otherwise than asked.
+ */
+async function checkInterval(url: string, layout: string | undefined, interval: string): Promise<void> {
+  const spec = parseStoreUrl(url)
+  const asked = parseDuration(interval, '--partition-interval')
+  const table = await existingPostgresTable(spec)
+  const name = describeStore(spec)
+  if (layout === 'plain')
+    throw new CliError("--partition-interval is the span of a partitioned table's partitions: leave it out with --layout plain.", 2, true)
+  if ((layout ?? table?.layout) !== 'partitioned') {
+    const what = table === undefined ? `${name} has no table yet, and migrate would create a plain one` : `the table of ${name} is plain`
+    throw new CliError(
+      `--partition-interval is the span of a partitioned table's partitions, and ${what}: add --layout partitioned.`,
+      2,
+      true,
+    )
+  }
+  if (table?.layout === 'partitioned' && table.intervalMs !== undefined && table.intervalMs !== asked) {
+    throw new CliError(
+      `the table of ${name} is partitioned by ${formatDuration(table.intervalMs)}, and a partitioned table keeps the span it was created with (--partition-interval ${interval} would not be used). To change it, convert it to plain and back: idemkey migrate --store … --layout plain, then --layout partitioned --partition-interval ${interval} (each a rewrite of every record under an exclusive lock).`,
+      2,
+    )
+  }
 }
 
 /** `idemkey migrate`: creates or upgrades the store's schema. Safe to run again and from several machines. */
@@ -44,6 +73,7 @@ Examples:
     )
     .action(async (options: { store: string; layout?: string; partitionInterval?: string; json?: boolean }) => {
       const url = withLayout(options.store, options.layout, options.partitionInterval)
+      if (options.partitionInterval !== undefined) await checkInterval(url, options.layout, options.partitionInterval)
       await withStore(url, async (opened) => {
         if (options.layout !== undefined) {
           const converted = await (opened.store as unknown as LayoutConvertible).convertLayout()

@@ -1,6 +1,8 @@
 import { redactUrl } from '../core/redact-url.js'
 import type { IdempotencyStore } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
+import { type TableLayout, tableLayout } from './postgres/partitions.js'
+import type { PgQueryable } from './postgres/pool.js'
 
 /** The store every command uses when `--store` is not given. */
 export const DEFAULT_STORE_URL = 'sqlite:idemkey.db'
@@ -190,7 +192,7 @@ async function construct(spec: StoreSpec): Promise<IdempotencyStore> {
       const { layout: given, ...rest } = location
       // No ?layout=: the table's own, so `migrate` upgrades a partitioned table as it is (a store told
       // 'plain' refuses it) and `gc` rotates its partitions instead of deleting rows.
-      const layout = given ?? (await existingLayout(spec.url, rest.schema ?? 'public', rest.table ?? 'idemkey_records'))
+      const layout = given ?? (await existingPostgresTable(spec))?.layout
       return new mod.PostgresStore({
         connectionString: spec.url,
         ...rest,
@@ -234,26 +236,20 @@ export const STORE_DRIVERS = {
 } as const
 
 /**
- * Loads a store module after its driver, so a missing driver is named with the command that installs
- * it, before any store code runs. Both are imported by a computed name: the CLI compiles and runs
- * without the optional drivers.
+ * The layout of the PostgreSQL table a `postgres://` store URL names (its `?schema=` and `?table=`),
+ * or undefined when there is none, or no answer: the store's own first operation then reports why,
+ * in its words. One short connection of its own.
  */
-/**
- * The layout of an existing PostgreSQL table, or undefined when there is none (or no answer: the
- * store's own first operation then reports why, in its words).
- */
-async function existingLayout(url: string, schema: string, table: string): Promise<'plain' | 'partitioned' | undefined> {
+export async function existingPostgresTable(spec: StoreSpec): Promise<TableLayout | undefined> {
+  if (spec.kind !== 'postgres') return undefined
   const driver: string = STORE_DRIVERS.postgres
-  const pg = (await import(driver)) as { default: { Client: new (config: object) => PgClient } }
-  const client = new pg.default.Client({ connectionString: url, connectionTimeoutMillis: 5_000 })
+  const pg = (await import(driver).catch((error: unknown) => {
+    throw driverError('postgres', driver, error)
+  })) as { default: { Client: new (config: object) => PgQueryable & PgConnection } }
+  const client = new pg.default.Client({ connectionString: spec.url, connectionTimeoutMillis: 5_000 })
   try {
     await client.connect()
-    const found = await client.query(
-      'SELECT c.relkind AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2',
-      [schema, table],
-    )
-    const kind = (found.rows[0] as { kind?: string } | undefined)?.kind
-    return kind === undefined ? undefined : kind === 'p' ? 'partitioned' : 'plain'
+    return await tableLayout(client, spec.location.schema ?? 'public', spec.location.table ?? 'idemkey_records')
   } catch {
     return undefined
   } finally {
@@ -261,12 +257,16 @@ async function existingLayout(url: string, schema: string, table: string): Promi
   }
 }
 
-interface PgClient {
+interface PgConnection {
   connect(): Promise<unknown>
-  query(text: string, values: unknown[]): Promise<{ rows: unknown[] }>
   end(): Promise<unknown>
 }
 
+/**
+ * Loads a store module after its driver, so a missing driver is named with the command that installs
+ * it, before any store code runs. Both are imported by a computed name: the CLI compiles and runs
+ * without the optional drivers.
+ */
 async function importStore(modulePath: string, spec: StoreSpec & { kind: keyof typeof STORE_DRIVERS }): Promise<unknown> {
   const driver: string = STORE_DRIVERS[spec.kind]
   try {

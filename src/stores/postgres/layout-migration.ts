@@ -13,6 +13,7 @@ import {
   partitionedTableDdl,
   serverNow,
   slotOf,
+  tableLayout,
 } from './partitions.js'
 import type { PgPoolLike, PgQueryable } from './pool.js'
 import { toStoreError } from './postgres-errors.js'
@@ -48,20 +49,14 @@ async function setIndexesAside(tx: PgQueryable, schema: string, relation: string
  * Privileges granted on the old table are not carried over: grant them again.
  */
 export async function convertLayout(pool: PgPoolLike, schema: string, table: string, to: LayoutChoice): Promise<LayoutConversion> {
-  const found = await pool
-    .query(
-      `SELECT c.relkind AS kind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
-      [schema, table],
-    )
-    .catch((error: unknown) => {
-      throw toStoreError('convertLayout', error, schema, table)
-    })
-  const kind = (found.rows[0] as { kind: string } | undefined)?.kind
-  if (kind === undefined) {
+  const found = await tableLayout(pool, schema, table).catch((error: unknown) => {
+    throw toStoreError('convertLayout', error, schema, table)
+  })
+  if (found === undefined) {
     await migrate(pool, schema, table, to)
     return { from: to.layout, to: to.layout, records: 0 }
   }
-  const from: PostgresLayout = kind === 'p' ? 'partitioned' : 'plain'
+  const from: PostgresLayout = found.layout
   await migrate(pool, schema, table, { layout: from, intervalMs: to.intervalMs })
   if (from === to.layout) return { from, to: to.layout, records: 0 }
   // The partitions' names, and the name the old table is set aside under, must fit 63 characters.

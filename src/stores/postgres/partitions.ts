@@ -34,6 +34,28 @@ export function intervalOf(comment: string | null): number | undefined {
   return found ? Number(found[1]) : undefined
 }
 
+/** What an existing table is: its layout, and a partitioned table's interval (from its comment). */
+export interface TableLayout {
+  layout: PostgresLayout
+  /** The partition span a partitioned table was created with; undefined on a plain table or a table without idemkey's comment. */
+  intervalMs: number | undefined
+}
+
+/**
+ * The layout of the table `schema.table`, or undefined when there is none. The one place that reads
+ * it: `convertLayout`, the rotation and the CLI (which opens a store in the table's own layout).
+ */
+export async function tableLayout(db: PgQueryable, schema: string, table: string): Promise<TableLayout | undefined> {
+  const found = await db.query(
+    `SELECT c.relkind AS kind, obj_description(c.oid, 'pg_class') AS comment
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`,
+    [schema, table],
+  )
+  const row = found.rows[0] as { kind: string; comment: string | null } | undefined
+  if (row === undefined) return undefined
+  return row.kind === 'p' ? { layout: 'partitioned', intervalMs: intervalOf(row.comment) } : { layout: 'plain', intervalMs: undefined }
+}
+
 export function partitionName(table: string, startMs: number): string {
   return `${table}_p${startMs}`
 }

@@ -4,7 +4,7 @@
  */
 
 import { holding } from './connect.js'
-import { createPartitions, intervalOf, listPartitions, lockPartitions, PARTITIONS_AHEAD, serverNow, slotOf } from './partitions.js'
+import { createPartitions, listPartitions, lockPartitions, PARTITIONS_AHEAD, serverNow, slotOf, tableLayout } from './partitions.js'
 import type { PgClientLike, PgPoolLike, PgQueryable } from './pool.js'
 import { isServerError } from './postgres-errors.js'
 import { qualified } from './statements.js'
@@ -48,12 +48,7 @@ export async function inTransaction<R>(pool: PgPoolLike, fn: (tx: PgClientLike) 
 
 /** The table's partition interval, from its comment (the one it was created with), else `fallbackMs`. */
 async function tableInterval(db: PgQueryable, schema: string, table: string, fallbackMs: number): Promise<number> {
-  const result = await db.query(
-    `SELECT obj_description(c.oid, 'pg_class') AS comment FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-     WHERE n.nspname = $1 AND c.relname = $2`,
-    [schema, table],
-  )
-  return intervalOf((result.rows[0] as { comment: string | null } | undefined)?.comment ?? null) ?? fallbackMs
+  return (await tableLayout(db, schema, table))?.intervalMs ?? fallbackMs
 }
 
 /**
