@@ -6,7 +6,9 @@ import {
   consumerConcurrency,
   createDispatcher,
   defaultInHand,
+  delayOption,
   keyOf,
+  positive,
   type RunningConsumer,
   type Verdict,
 } from '../shared.js'
@@ -47,6 +49,7 @@ export function natsInboxMessage(msg: JsMsg): InboxMessage {
  * await running.stop()
  */
 export async function consumeNats<Tx>(options: ConsumeNatsOptions<Tx>): Promise<RunningConsumer> {
+  const nakDelayMs = delayOption(options.nakDelayMs, 1000, 'nakDelayMs')
   const consumer = await options.connection.jetstream().consumers.get(options.stream, options.consumer)
   const info = await consumer.info(true).catch(() => undefined)
   // The stream keeps a message (and may redeliver it) for up to max_age (nanoseconds; 0: no limit).
@@ -56,13 +59,13 @@ export async function consumeNats<Tx>(options: ConsumeNatsOptions<Tx>): Promise<
     checkInboxWindow(options.inbox.consumer, `JetStream stream "${options.stream}" (max_age)`, options.inbox.retentionMs, maxAgeNs / 1e6)
   // With AckAll, acking a later message would ack earlier ones whose effect has not committed.
   const concurrency = info?.config.ack_policy === AckPolicy.All ? 1 : consumerConcurrency(options)
-  const maxMessages = options.maxMessages ?? defaultInHand(options, concurrency)
+  const maxMessages = positive(options.maxMessages, defaultInHand(options, concurrency), 'maxMessages')
   const dispatcher = createDispatcher(options, concurrency)
   const settle = (msg: JsMsg, verdict: Verdict) => {
     try {
       if (verdict === 'ack') msg.ack()
       else if (verdict === 'reject') msg.term()
-      else msg.nak(options.nakDelayMs ?? 1000)
+      else msg.nak(nakDelayMs)
     } catch {
       // The connection is closing: JetStream redelivers after ack_wait; the inbox skips the copy.
     }

@@ -7,7 +7,9 @@ import {
   consumerConcurrency,
   createDispatcher,
   defaultInHand,
+  delayOption,
   keyOf,
+  positive,
   type RunningConsumer,
   type Verdict,
 } from '../shared.js'
@@ -71,8 +73,10 @@ export function rabbitMqInboxMessage(msg: ConsumeMessage): InboxMessage {
 export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): Promise<RunningConsumer> {
   const { channel } = options
   const concurrency = consumerConcurrency(options)
+  const requeueDelayMs = delayOption(options.requeueDelayMs, 1000, 'requeueDelayMs')
+  const prefetch = positive(options.prefetch, defaultInHand(options, concurrency), 'prefetch')
   await checkQueueWindow(options)
-  await channel.prefetch(options.prefetch ?? defaultInHand(options, concurrency))
+  await channel.prefetch(prefetch)
   const dispatcher = createDispatcher(options, concurrency)
   let resolveDone: () => void = () => {}
   const done = new Promise<void>((resolve) => {
@@ -94,9 +98,7 @@ export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): 
     else if (verdict === 'reject') settle(() => acks.reject(entry))
     else {
       settle(() => acks.holdForRequeue(entry))
-      const requeue = new Promise((resolve) => setTimeout(resolve, options.requeueDelayMs ?? 1000)).then(() =>
-        settle(() => acks.requeue(entry)),
-      )
+      const requeue = new Promise((resolve) => setTimeout(resolve, requeueDelayMs)).then(() => settle(() => acks.requeue(entry)))
       requeues.add(requeue)
       void requeue.then(() => requeues.delete(requeue))
     }

@@ -7,7 +7,9 @@ import {
   consumerConcurrency,
   createDispatcher,
   defaultInHand,
+  delayOption,
   keyOf,
+  positive,
   type RunningConsumer,
   type Verdict,
 } from '../shared.js'
@@ -69,8 +71,10 @@ function toInboxMessage(stream: string, [, fields]: Entry): InboxMessage {
 export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOptions<Tx>): Promise<RunningConsumer> {
   const { redis, stream, group, consumer } = options
   const concurrency = consumerConcurrency(options)
-  const count = options.count ?? defaultInHand(options, concurrency)
-  const claimIdleMs = options.claimIdleMs ?? 30_000
+  const count = positive(options.count, defaultInHand(options, concurrency), 'count')
+  const claimIdleMs = delayOption(options.claimIdleMs, 30_000, 'claimIdleMs')
+  // BLOCK 0 is Redis's "wait for ever": stop() would never return.
+  const blockMs = delayOption(options.blockMs, 1000, 'blockMs', 1)
   if (options.maxAge !== undefined) {
     const maxAgeMs = parseDuration(options.maxAge, 'maxAge')
     checkInboxWindow(options.inbox.consumer, `Redis stream "${stream}" (maxAge)`, options.inbox.retentionMs, maxAgeMs)
@@ -139,7 +143,7 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
           'COUNT',
           count - dispatcher.inHand,
           'BLOCK',
-          options.blockMs ?? 1000,
+          blockMs,
           'STREAMS',
           stream,
           '>',
