@@ -179,4 +179,18 @@ describe('idemkey/graphql: the Apollo Server plugin', async () => {
     expect(bob.result?.extensions).toBeUndefined()
     expect(aliceAgain.result?.data).toEqual(alice.result?.data)
   })
+
+  it('checks its durations when the plugin is made (a bad one failed every keyed mutation instead), and each plugin reads its own key per request', async () => {
+    expect(() => apolloIdempotency({ ledger: apolloLedger, lease: 'soon' })).toThrow(
+      expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining('lease') }),
+    )
+    expect(() => apolloIdempotency({ ledger: apolloLedger, ttl: -1 })).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
+    // One plugin serves every request: two keys sent at once stay two operations.
+    const [a, b] = [randomUUID(), randomUUID()]
+    const before = charges
+    const [first, second] = await Promise.all([execute({ amount: 3 }, a), execute({ amount: 3 }, b)])
+    expect(charges - before).toBe(2)
+    expect(first.result?.data).not.toEqual(second.result?.data)
+    expect((await execute({ amount: 3 }, b)).result?.data).toEqual(second.result?.data)
+  })
 })

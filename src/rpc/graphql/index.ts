@@ -192,6 +192,9 @@ export interface ApolloRequestContextLike<C, H extends { status?: number }> {
   response: { body?: { kind: string; singleResult?: FormattedResultLike }; http: H }
 }
 
+/** What the Envelop plugin inside {@link apolloIdempotency} reads: Apollo's context, the key found, the headers. */
+type ApolloEnvelopContext<C> = GraphQLContextLike & { apollo: C; key: string | undefined }
+
 /** An Apollo Server plugin (structural: `plugins: [apolloIdempotency({ ledger })]`). */
 export interface ApolloIdempotencyPlugin<C> {
   requestDidStart(): Promise<{
@@ -219,6 +222,18 @@ export function apolloIdempotency<C = unknown>(
     throw new IdempotencyError('INVALID_OPTION', 'apolloIdempotency({ ledger }) needs a Ledger: new Ledger({ store }).')
   }
   // The Envelop plugin holds the rules; Apollo's hooks feed it what it reads and take what it decides.
+  // Made once, so its durations and scope secret are checked when the server is built.
+  const scopeOf = options.scope
+  const envelop = useIdempotency<ApolloEnvelopContext<C>>({
+    ledger,
+    key: (context) => context.key,
+    ...(options.required !== undefined ? { required: options.required } : {}),
+    ...(scopeOf ? { scope: (context: ApolloEnvelopContext<C>) => scopeOf(context.apollo) } : {}),
+    ...(options.scopeSecret !== undefined ? { scopeSecret: options.scopeSecret } : {}),
+    ...(options.lease !== undefined ? { lease: options.lease } : {}),
+    ...(options.ttl !== undefined ? { ttl: options.ttl } : {}),
+    ...(options.wait !== undefined ? { wait: options.wait } : {}),
+  })
   return {
     async requestDidStart() {
       let done: ((result: unknown) => Promise<void>) | undefined
@@ -229,17 +244,6 @@ export function apolloIdempotency<C = unknown>(
             options.key?.(rc) ??
             rc.request.http?.headers.get('idempotency-key') ??
             (typeof rc.request.extensions?.idempotencyKey === 'string' ? rc.request.extensions.idempotencyKey : undefined)
-          const scopeOf = options.scope
-          const envelop = useIdempotency<GraphQLContextLike & { apollo: C }>({
-            ledger,
-            key: () => key,
-            ...(options.required !== undefined ? { required: options.required } : {}),
-            ...(scopeOf ? { scope: (context: { apollo: C }) => scopeOf(context.apollo) } : {}),
-            ...(options.scopeSecret !== undefined ? { scopeSecret: options.scopeSecret } : {}),
-            ...(options.lease !== undefined ? { lease: options.lease } : {}),
-            ...(options.ttl !== undefined ? { ttl: options.ttl } : {}),
-            ...(options.wait !== undefined ? { wait: options.wait } : {}),
-          })
           let answer: ExecutionResult | undefined
           const hooks = await envelop.onExecute({
             args: {
@@ -249,6 +253,7 @@ export function apolloIdempotency<C = unknown>(
               // The request's headers as Yoga's context holds them: the default scope reads Authorization.
               contextValue: {
                 apollo: rc.contextValue,
+                key,
                 request: { headers: { get: (name) => rc.request.http?.headers.get(name) ?? null } },
               },
             },
