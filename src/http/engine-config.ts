@@ -56,9 +56,8 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
       `transactional: true needs a store that runs transactions (PostgresStore, MySqlStore); ${ledger.store.name} does not. Drop the option or change the store.`,
     )
   }
-  const { name: header, lower: keyHeader } = keyHeaderName(options.keyHeader)
+  const { header, keyHeader, maxRequestBody, maxStoredBody, wait, lease, ttl } = resolveRouteOptions(options)
   const allow = storedHeaderSet(options.storedHeaders)
-  const maxStoredBody = byteLimit(options.maxStoredBody, 'maxStoredBody')
   const base = options.problemBaseUrl ?? DEFAULT_PROBLEM_BASE
   const classify = options.classify ?? classifyStatus
   const scopeFn = options.scope
@@ -73,7 +72,7 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
     required: options.required === true,
     failOpen: options.failOpen === true,
     transactional: options.transactional === true,
-    maxRequestBody: byteLimit(options.maxRequestBody, 'maxRequestBody'),
+    maxRequestBody,
     base,
     scopeOf: internals.scopeOf
       ? internals.scopeOf
@@ -85,9 +84,9 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
       encode: (response) => toStored(response, allow, maxStoredBody),
       decode: (stored) => fromStored(stored, base),
       classify: (response) => classify(response.status),
-      wait: options.wait === undefined ? undefined : parseDuration(options.wait, 'wait'),
-      lease: options.lease === undefined ? undefined : parseDuration(options.lease, 'lease'),
-      ttl: options.ttl === undefined ? undefined : parseDuration(options.ttl, 'ttl'),
+      wait,
+      lease,
+      ttl,
       onEvent,
       reconcile: options.reconcile,
     },
@@ -97,21 +96,33 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
   }
 }
 
-/**
- * Checks the options that need no ledger (sizes, durations, the key header) as the engine will, for
- * per-route options checked where they are declared (NestJS's `@Idempotent(...)`): a bad one fails at
- * start-up, not with a 500 at each request of its route.
- */
-export function checkRouteOptions(
-  options: Pick<EngineOptions<unknown>, 'maxRequestBody' | 'maxStoredBody' | 'wait' | 'lease' | 'ttl' | 'keyHeader'>,
-): void {
-  byteLimit(options.maxRequestBody, 'maxRequestBody')
-  byteLimit(options.maxStoredBody, 'maxStoredBody')
-  for (const name of ['wait', 'lease', 'ttl'] as const) {
+/** The options that need no ledger (sizes, durations, the key header), checked and defaulted. */
+type RouteOptions = Pick<EngineOptions<unknown>, 'maxRequestBody' | 'maxStoredBody' | 'wait' | 'lease' | 'ttl' | 'keyHeader'>
+
+function resolveRouteOptions(options: RouteOptions) {
+  const { name: header, lower: keyHeader } = keyHeaderName(options.keyHeader)
+  const duration = (name: 'wait' | 'lease' | 'ttl') => {
     const value = options[name]
-    if (value !== undefined) parseDuration(value, name)
+    return value === undefined ? undefined : parseDuration(value, name)
   }
-  if (options.keyHeader !== undefined) keyHeaderName(options.keyHeader)
+  return {
+    header,
+    keyHeader,
+    maxRequestBody: byteLimit(options.maxRequestBody, 'maxRequestBody'),
+    maxStoredBody: byteLimit(options.maxStoredBody, 'maxStoredBody'),
+    wait: duration('wait'),
+    lease: duration('lease'),
+    ttl: duration('ttl'),
+  }
+}
+
+/**
+ * Checks the options that need no ledger as the engine will, for per-route options checked where they
+ * are declared (NestJS's `@Idempotent(...)`): a bad one fails at start-up, not with a 500 at each
+ * request of its route.
+ */
+export function checkRouteOptions(options: RouteOptions): void {
+  resolveRouteOptions(options)
 }
 
 /** A size option in bytes: 1 MiB when not given, else a whole number of bytes, 0 or more. */
