@@ -19,10 +19,14 @@ if ((major < 22 || (major === 22 && minor < 16)) && !process.versions.bun && !pr
     env: { ...process.env, IDEMKEY_WRAPPED: '1' },
   })
   // A supervisor's SIGTERM or SIGHUP is for the command: pass it on (a proxy drains, then exits).
-  // Ctrl-C already reaches the command from the terminal (same process group); passing it on as
-  // well would be a second SIGINT, which ends a draining proxy at once. So this process waits.
   for (const signal of ['SIGTERM', 'SIGHUP']) process.on(signal, () => child.kill(signal))
-  process.on('SIGINT', () => {})
+  // Ctrl-C at a terminal already reaches the command (same process group); passing it on as well
+  // would be a second SIGINT, which ends a draining proxy at once. Without a terminal, a SIGINT can
+  // only be sent to this process (PM2 stops an app so): pass it on.
+  const terminal = process.stdin.isTTY || process.stdout.isTTY || process.stderr.isTTY
+  process.on('SIGINT', () => {
+    if (!terminal) child.kill('SIGINT')
+  })
   child.on('error', (error) => {
     process.stderr.write(`idemkey: could not start Node.js ${MAIN_LINE} (${node}): ${error.message}\n`)
     process.exit(1)

@@ -85,6 +85,14 @@ describe.skipIf(node.skip !== undefined)('bin/idemkey.js on an older Node.js (th
     await eventually(() => !alive(commandPid), "the command's process to be gone", 10_000)
   })
 
+  it('passes SIGINT on to the command when there is no terminal (a supervisor such as PM2 stops an app so): the proxy drains and stops', async () => {
+    const { wrapper, commandPid, exited, output } = await startWrappedProxy()
+    wrapper.kill('SIGINT')
+    expect(await exited).toEqual({ code: 0, signal: null })
+    expect(output()).toContain('idemkey proxy: SIGINT, draining')
+    await eventually(() => !alive(commandPid), "the command's process to be gone", 10_000)
+  })
+
   it('stops the command when the wrapper is killed outright (SIGKILL), instead of leaving it running with its port', async () => {
     const { wrapper, commandPid, exited } = await startWrappedProxy()
     wrapper.kill('SIGKILL')
