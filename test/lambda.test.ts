@@ -399,4 +399,15 @@ describe('makeIdempotent', () => {
     // Keyless events never share one record (Powertools stores them all under one hash of null).
     await expect(handler({ amount: 3 }, context())).rejects.toMatchObject({ code: 'KEY_MISSING' })
   })
+
+  it('refuses a bad lease, ttl or wait when the handler is made (at cold start), not at each invocation', async () => {
+    const key = (event: { id: string }) => event.id
+    for (const bad of [{ lease: 'soon' }, { ttl: -1 }, { wait: '1 fortnight' }] as const) {
+      expect(() => makeIdempotent(async () => 1, { ledger, key, ...bad })).toThrow(
+        expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining(Object.keys(bad)[0] as string) }),
+      )
+    }
+    const handler = makeIdempotent(async () => 'ran', { ledger, key, lease: '10s', ttl: '1h', wait: '2s' })
+    expect(await handler({ id: randomUUID() }, context())).toBe('ran')
+  })
 })

@@ -3,7 +3,7 @@
  * task. The key is the job's `jobKey` when the producer set one (`addJob(task, payload, { jobKey })`),
  * else what `key` derives from the payload; graphile-worker's numeric job id changes at every add.
  */
-import type { Duration } from '../../core/duration.js'
+import { type Duration, parseDuration } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
 import { IdempotencyError } from '../../errors.js'
 
@@ -41,9 +41,10 @@ export function idempotentTask<P = unknown, H extends GraphileHelpersLike = Grap
   if (!ledger || typeof ledger.run !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'idempotentTask(task, { ledger }) needs a Ledger: new Ledger({ store }).')
   }
+  // Checked here, so a bad duration fails where the worker is set up, not every job it takes.
   const runOptions = {
-    ...(options.lease !== undefined ? { lease: options.lease } : {}),
-    ...(options.wait !== undefined ? { wait: options.wait } : {}),
+    ...(options.lease !== undefined ? { lease: parseDuration(options.lease, 'lease') } : {}),
+    ...(options.wait !== undefined ? { wait: parseDuration(options.wait, 'wait') } : {}),
   }
   return async (raw, helpers) => {
     const payload = raw as P

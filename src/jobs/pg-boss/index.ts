@@ -6,7 +6,7 @@
  * pg-boss's own, and the job's completion commits in it too.
  */
 import { AsyncLocalStorage } from 'node:async_hooks'
-import type { Duration } from '../../core/duration.js'
+import { type Duration, parseDuration } from '../../core/duration.js'
 import type { IntentContext, Ledger, RunResult, TransactionContext } from '../../core/ledger.js'
 import type { SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
@@ -136,9 +136,10 @@ export function idempotentHandler<D, R>(
       "idempotentHandler(handler, { ledger, key }) needs key: (job) => the work's logical key (pg-boss makes a new job id at every send).",
     )
   }
+  // Checked here, so a bad duration fails where the worker is set up, not every job it takes.
   const runOptions = {
-    ...(options.lease !== undefined ? { lease: options.lease } : {}),
-    ...(options.wait !== undefined ? { wait: options.wait } : {}),
+    ...(options.lease !== undefined ? { lease: parseDuration(options.lease, 'lease') } : {}),
+    ...(options.wait !== undefined ? { wait: parseDuration(options.wait, 'wait') } : {}),
   }
   const one = async (job: PgBossJobLike<D>): Promise<R> => {
     const key = options.key(job)

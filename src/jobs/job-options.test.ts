@@ -1,0 +1,36 @@
+/**
+ * The job-queue wrappers check their durations when the worker is set up: a bad `lease` or `wait`
+ * was taken, and then failed every job the worker took (each one retried, and failed again).
+ */
+import { describe, expect, it } from 'vitest'
+import { Ledger } from '../core/ledger.js'
+import { MemoryStore } from '../stores/memory/index.js'
+import { idempotentProcessor } from './bullmq/index.js'
+import { idempotentTask } from './graphile-worker/index.js'
+import { idempotentHandler } from './pg-boss/index.js'
+
+const ledger = new Ledger({ store: new MemoryStore() })
+const invalid = (name: string) => expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining(name) })
+
+describe('job-queue wrappers', () => {
+  it('refuse a bad lease or wait when made (pg-boss, graphile-worker, BullMQ)', () => {
+    const key = () => 'k'
+    expect(() => idempotentHandler(() => 1, { ledger, key, lease: 'soon' })).toThrow(invalid('lease'))
+    expect(() => idempotentHandler(() => 1, { ledger, key, wait: -5 })).toThrow(invalid('wait'))
+    expect(() => idempotentTask(() => 1, { ledger, lease: '1 fortnight' })).toThrow(invalid('lease'))
+    expect(() => idempotentTask(() => 1, { ledger, wait: Number.NaN })).toThrow(invalid('wait'))
+    expect(() => idempotentProcessor(() => 1, { ledger, lease: 'soon' })).toThrow(invalid('lease'))
+  })
+
+  it('run a job with the durations they were given', async () => {
+    const handler = idempotentHandler((job: { data: { n: number } }) => job.data.n * 2, {
+      ledger,
+      key: () => 'pg-boss-k',
+      lease: '5s',
+      wait: '1s',
+    })
+    expect(await handler([{ id: '1', name: 'q', data: { n: 21 } }])).toBe(42)
+    const task = idempotentTask((payload: { n: number }) => payload.n, { ledger, lease: '5s' })
+    await expect(task({ n: 1 }, { job: { id: '1', key: 'gw-k', task_identifier: 't' } } as never)).resolves.toBeUndefined()
+  })
+})
