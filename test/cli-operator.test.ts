@@ -205,6 +205,15 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     const size = await cli('size', '--writes', '10', '--window', '0s')
     expect(size.code).toBe(1)
     expect(size.stderr).toContain('--window must be longer than 0')
+    // A lease or TTL of 0 was taken, and every covered request then failed in the ledger.
+    for (const [flag, says] of [
+      ['--lease', 'a request must own its key for some time'],
+      ['--ttl', 'an outcome kept for no time is never replayed'],
+    ]) {
+      const out = await cli('proxy', '--upstream', 'http://127.0.0.1:3000', flag as string, '0s')
+      expect(out.code, flag).toBe(1)
+      expect(out.stderr, flag).toContain(`${flag} must be longer than 0: ${says}`)
+    }
   })
 
   it('refuses a timeout past 24.8 days, which the timer below would fire after 1 ms (a drain that ends at once)', async () => {

@@ -185,6 +185,7 @@ describe('idemkey/graphql: the Apollo Server plugin', async () => {
       expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining('lease') }),
     )
     expect(() => apolloIdempotency({ ledger: apolloLedger, ttl: -1 })).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
+    expect(() => apolloIdempotency({ ledger: apolloLedger, ttl: 0 })).toThrow('ttl must be longer than 0')
     // One plugin serves every request: two keys sent at once stay two operations.
     const [a, b] = [randomUUID(), randomUUID()]
     const before = charges

@@ -24,8 +24,15 @@ export function registerProxy(program: Command): void {
     .option('--port <port>', 'port to listen on (0: any free port)', intArg('--port', 0, 65535), 8080)
     .option('--host <host>', 'address to listen on', '127.0.0.1')
     .addOption(storeOption())
-    .addOption(durationOption('--lease <duration>', 'how long a request owns its key without renewal (renewed while it runs)', '30s'))
-    .addOption(durationOption('--ttl <duration>', 'how long outcomes are replayed', '24h'))
+    .addOption(
+      durationOption(
+        '--lease <duration>',
+        'how long a request owns its key without renewal (renewed while it runs)',
+        '30s',
+        'a request must own its key for some time',
+      ),
+    )
+    .addOption(durationOption('--ttl <duration>', 'how long outcomes are replayed', '24h', 'an outcome kept for no time is never replayed'))
     .addOption(durationOption('--wait <duration>', 'how long a duplicate waits for the first request before 409', '10s'))
     .addOption(
       new Option('--methods <list>', 'methods covered; others stream through untouched')

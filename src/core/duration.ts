@@ -98,3 +98,32 @@ export function formatDuration(ms: number): string {
 function shown(input: Duration): string {
   return typeof input === 'string' ? `"${input}"` : `${input}ms`
 }
+
+/** The durations of a run: how long a holder owns a record, how long its outcome is replayed, how long a duplicate waits. */
+export interface RunDurations {
+  lease?: Duration
+  ttl?: Duration
+  wait?: Duration
+}
+
+/**
+ * A run's `lease`, `ttl` and `wait` as the ledger takes them, in ms: each a duration, `lease` and `ttl`
+ * longer than 0. The ledger checks them so; adapters call this where they are made, so a bad one
+ * fails at start-up rather than every request or job. Only the given ones are returned.
+ *
+ * @example runDurations({ lease: '30s', wait: 0 }) // { lease: 30000, wait: 0 }
+ */
+export function runDurations(options: RunDurations): { lease?: number; ttl?: number; wait?: number } {
+  return {
+    ...(options.lease !== undefined ? { lease: runDuration('lease', options.lease) } : {}),
+    ...(options.ttl !== undefined ? { ttl: runDuration('ttl', options.ttl) } : {}),
+    ...(options.wait !== undefined ? { wait: runDuration('wait', options.wait) } : {}),
+  }
+}
+
+/** One of {@link runDurations}: `lease` and `ttl` must be longer than 0, `wait` may be 0. */
+export function runDuration(name: keyof RunDurations, input: Duration): number {
+  const ms = parseDuration(input, name)
+  if (name !== 'wait' && ms <= 0) throw new IdempotencyError('INVALID_OPTION', `${name} must be longer than 0, got ${ms}ms.`)
+  return ms
+}

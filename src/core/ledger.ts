@@ -1,7 +1,7 @@
 import { IdempotencyError } from '../errors.js'
 import { Attempt, STEPS } from './attempt.js'
 import { type Clock, systemClock } from './clock.js'
-import { parseDuration } from './duration.js'
+import { parseDuration, runDuration } from './duration.js'
 import { fingerprintOf } from './fingerprint.js'
 import type {
   Begun,
@@ -103,9 +103,9 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     }
     this.store = options.store
     this.clock = options.clock ?? systemClock
-    this.leaseMs = positive(parseDuration(options.lease ?? '30s', 'lease'), 'lease')
-    this.ttlMs = positive(parseDuration(options.ttl ?? '24h', 'ttl'), 'ttl')
-    this.waitMs = parseDuration(options.wait ?? '10s', 'wait')
+    this.leaseMs = runDuration('lease', options.lease ?? '30s')
+    this.ttlMs = runDuration('ttl', options.ttl ?? '24h')
+    this.waitMs = runDuration('wait', options.wait ?? '10s')
     const storeTimeoutMs = positive(parseDuration(options.storeTimeout ?? '5s', 'storeTimeout'), 'storeTimeout')
     this.#telemetry = options.telemetry
     this.#core = new Core(this.store, this.clock, storeTimeoutMs, options.onEvent, options.storeTimeoutClock ?? systemClock)
@@ -198,8 +198,8 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
       fingerprint = intent.fingerprint ?? fingerprintOf(intent.payload ?? null)
       if (intent.fingerprint !== undefined) assertFingerprint(fingerprint)
       plan = {
-        leaseMs: options.lease === undefined ? this.leaseMs : positive(parseDuration(options.lease, 'lease'), 'lease'),
-        ttlMs: options.ttl === undefined ? this.ttlMs : positive(parseDuration(options.ttl, 'ttl'), 'ttl'),
+        leaseMs: options.lease === undefined ? this.leaseMs : runDuration('lease', options.lease),
+        ttlMs: options.ttl === undefined ? this.ttlMs : runDuration('ttl', options.ttl),
         encode: options.encode ?? (encodeJson as (value: T) => StoredResponse),
         decode: options.decode ?? decodeJson<T>,
         classify: options.classify ?? ((_value, response) => classifyStatus(response.status)),
@@ -244,7 +244,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
   ): Promise<R | Settled<T>> {
     const core = this.#core
     const startedAtMs = plan.startedAtMs
-    const waitMs = options.wait === undefined ? this.waitMs : parseDuration(options.wait, 'wait')
+    const waitMs = options.wait === undefined ? this.waitMs : runDuration('wait', options.wait)
     const deadlineMs = startedAtMs + waitMs
     let waitedMs = 0
     let waiter: Waiter | undefined

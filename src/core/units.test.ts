@@ -1,6 +1,6 @@
 import { IdempotencyError, isIdempotencyError } from '../errors.js'
 import { ManualClock } from './clock.js'
-import { formatDuration, MAX_DURATION_MS, parseDuration, parseTimerDuration } from './duration.js'
+import { formatDuration, MAX_DURATION_MS, parseDuration, parseTimerDuration, runDurations } from './duration.js'
 import { canonicalJson, fingerprintOf } from './fingerprint.js'
 import { classifyStatus } from './outcome.js'
 import { assertRecordStep, stepJson, stepsFromJson } from './steps-store.js'
@@ -42,6 +42,16 @@ describe('parseDuration', () => {
     expect(parseTimerDuration(0, 'queryTimeout')).toBe(0)
     expect(() => parseTimerDuration('25d', 'queryTimeout')).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
     expect(() => parseTimerDuration('25d', 'queryTimeout')).toThrow(/it would fire after 1 ms\. Give a shorter one\.$/)
+  })
+
+  it('runDurations reads lease, ttl and wait as the ledger takes them: lease and ttl longer than 0, wait from 0, only those given', () => {
+    expect(runDurations({ lease: '30s', wait: 0 })).toEqual({ lease: 30_000, wait: 0 })
+    expect(runDurations({})).toEqual({})
+    expect(() => runDurations({ lease: 0 })).toThrow(
+      expect.objectContaining({ code: 'INVALID_OPTION', message: 'lease must be longer than 0, got 0ms.' }),
+    )
+    expect(() => runDurations({ ttl: '0s' })).toThrow('ttl must be longer than 0, got 0ms.')
+    expect(() => runDurations({ wait: 'soon' })).toThrow('wait "soon" is not a duration')
   })
 
   it('formats durations for people', () => {

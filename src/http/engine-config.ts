@@ -2,7 +2,7 @@
  * The engine's options, resolved once (src/http/engine.ts): checked, defaulted, and turned into what
  * every request uses (the scope rule, the fingerprint, the ledger's run options).
  */
-import { parseDuration } from '../core/duration.js'
+import { runDuration } from '../core/duration.js'
 import type { Ledger, RunOptions } from '../core/ledger.js'
 import { classifyStatus } from '../core/outcome.js'
 import { isTransactionalStore } from '../core/store.js'
@@ -103,7 +103,7 @@ function resolveRouteOptions(options: RouteOptions) {
   const { name: header, lower: keyHeader } = keyHeaderName(options.keyHeader)
   const duration = (name: 'wait' | 'lease' | 'ttl') => {
     const value = options[name]
-    return value === undefined ? undefined : parseDuration(value, name)
+    return value === undefined ? undefined : runDuration(name, value)
   }
   return {
     header,

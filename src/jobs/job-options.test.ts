@@ -20,6 +20,10 @@ describe('job-queue wrappers', () => {
     expect(() => idempotentTask(() => 1, { ledger, lease: '1 fortnight' })).toThrow(invalid('lease'))
     expect(() => idempotentTask(() => 1, { ledger, wait: Number.NaN })).toThrow(invalid('wait'))
     expect(() => idempotentProcessor(() => 1, { ledger, lease: 'soon' })).toThrow(invalid('lease'))
+    // 0 parses as a duration, and the ledger refuses it at each run: refused here too.
+    expect(() => idempotentHandler(() => 1, { ledger, key, lease: 0 })).toThrow(invalid('lease must be longer than 0'))
+    expect(() => idempotentTask(() => 1, { ledger, lease: '0s' })).toThrow(invalid('lease must be longer than 0'))
+    expect(() => idempotentProcessor(() => 1, { ledger, lease: 0 })).toThrow(invalid('lease must be longer than 0'))
   })
 
   it('run a job with the durations they were given', async () => {

@@ -1,4 +1,4 @@
-import { parseDuration } from '../core/duration.js'
+import { runDurations } from '../core/duration.js'
 import type { Ledger, RunOptions } from '../core/ledger.js'
 import { IdempotencyError } from '../errors.js'
 import { assertLedger, inInvocation, invocationDeadline } from './invocation.js'
@@ -44,9 +44,7 @@ export function makeIdempotent<E, R, C extends LambdaContextLike>(
     encode: options.encode,
     decode: options.decode,
     // Checked here, so a bad duration fails when the handler is made (at cold start), not each invocation.
-    lease: options.lease === undefined ? undefined : parseDuration(options.lease, 'lease'),
-    ttl: options.ttl === undefined ? undefined : parseDuration(options.ttl, 'ttl'),
-    wait: options.wait === undefined ? undefined : parseDuration(options.wait, 'wait'),
+    ...runDurations(options),
     onEvent: options.onEvent,
   }
   return function idempotent(event: E, context: C): Promise<R> {

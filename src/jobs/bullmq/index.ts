@@ -4,7 +4,7 @@
  * effect once, resumes after its last recorded step (`ctx.step`), and returns the recorded result.
  */
 import { DelayedError, type Job, UnrecoverableError } from 'bullmq'
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, runDuration } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
 import { assertKey } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
@@ -83,8 +83,8 @@ export function idempotentProcessor<D = unknown, R = unknown>(
   if (typeof processor !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'idempotentProcessor(processor, options) needs the job processor function first.')
   }
-  const leaseMs = parseDuration(options.lease ?? '30s', 'lease')
-  const waitMs = parseDuration(options.wait ?? leaseMs, 'wait')
+  const leaseMs = runDuration('lease', options.lease ?? '30s')
+  const waitMs = runDuration('wait', options.wait ?? leaseMs)
   const keyedByJobId = options.key === undefined && options.scope === undefined
   const scopeOf = (job: Job<D>) => (typeof options.scope === 'function' ? options.scope(job) : (options.scope ?? `bullmq:${job.queueName}`))
 

@@ -3,7 +3,7 @@
  * task. The key is the job's `jobKey` when the producer set one (`addJob(task, payload, { jobKey })`),
  * else what `key` derives from the payload; graphile-worker's numeric job id changes at every add.
  */
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, runDurations } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
 import { IdempotencyError } from '../../errors.js'
 
@@ -43,8 +43,7 @@ export function idempotentTask<P = unknown, H extends GraphileHelpersLike = Grap
   }
   // Checked here, so a bad duration fails where the worker is set up, not every job it takes.
   const runOptions = {
-    ...(options.lease !== undefined ? { lease: parseDuration(options.lease, 'lease') } : {}),
-    ...(options.wait !== undefined ? { wait: parseDuration(options.wait, 'wait') } : {}),
+    ...runDurations({ lease: options.lease, wait: options.wait }),
   }
   return async (raw, helpers) => {
     const payload = raw as P

@@ -6,7 +6,7 @@
  * pg-boss's own, and the job's completion commits in it too.
  */
 import { AsyncLocalStorage } from 'node:async_hooks'
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, runDurations } from '../../core/duration.js'
 import type { IntentContext, Ledger, RunResult, TransactionContext } from '../../core/ledger.js'
 import type { SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
@@ -138,8 +138,7 @@ export function idempotentHandler<D, R>(
   }
   // Checked here, so a bad duration fails where the worker is set up, not every job it takes.
   const runOptions = {
-    ...(options.lease !== undefined ? { lease: parseDuration(options.lease, 'lease') } : {}),
-    ...(options.wait !== undefined ? { wait: parseDuration(options.wait, 'wait') } : {}),
+    ...runDurations({ lease: options.lease, wait: options.wait }),
   }
   const one = async (job: PgBossJobLike<D>): Promise<R> => {
     const key = options.key(job)

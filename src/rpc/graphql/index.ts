@@ -6,7 +6,7 @@
  * back; the same key with another operation or other variables is refused.
  */
 import { type ExecutionResult, GraphQLError, type GraphQLFormattedError, getOperationAST, print } from 'graphql'
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, runDurations } from '../../core/duration.js'
 import type { Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
@@ -87,9 +87,7 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
       body: encoder.encode(JSON.stringify({ data: result.data ?? null })),
     }),
     decode: (response: StoredResponse): ExecutionResult => JSON.parse(decoder.decode(response.body)) as ExecutionResult,
-    ...(options.lease !== undefined ? { lease: parseDuration(options.lease, 'lease') } : {}),
-    ...(options.ttl !== undefined ? { ttl: parseDuration(options.ttl, 'ttl') } : {}),
-    ...(options.wait !== undefined ? { wait: parseDuration(options.wait, 'wait') } : {}),
+    ...runDurations(options),
   }
 
   return {

@@ -5,7 +5,7 @@
  */
 import { createHash } from 'node:crypto'
 import { uuidv7 } from '../../client/uuid.js'
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, runDurations } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
 import { IdempotencyError } from '../../errors.js'
 import { warnSharedScope } from '../../http/scope.js'
@@ -89,9 +89,7 @@ export function idempotentAction<A extends unknown[], R>(
   const field = options.field ?? ACTION_KEY_FIELD
   const name = options.name ?? (action.name || 'action')
   const runOptions = {
-    ...(options.lease !== undefined ? { lease: parseDuration(options.lease, 'lease') } : {}),
-    ...(options.ttl !== undefined ? { ttl: parseDuration(options.ttl, 'ttl') } : {}),
-    ...(options.wait !== undefined ? { wait: parseDuration(options.wait, 'wait') } : {}),
+    ...runDurations(options),
   }
   return async (...args: A): Promise<R> => {
     const form = formDataOf(args)

@@ -4,7 +4,7 @@
  * router's transformer (superjson included), without running the resolver again.
  */
 import { TRPCError } from '@trpc/server'
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, runDurations } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
@@ -87,9 +87,7 @@ export function idempotent<O extends ResolverOptionsLike, R>(
   const runOptions = {
     encode,
     decode,
-    ...(options.lease !== undefined ? { lease: parseDuration(options.lease, 'lease') } : {}),
-    ...(options.ttl !== undefined ? { ttl: parseDuration(options.ttl, 'ttl') } : {}),
-    ...(options.wait !== undefined ? { wait: parseDuration(options.wait, 'wait') } : {}),
+    ...runDurations(options),
   }
 
   return async (opts: O): Promise<R> => {
