@@ -174,6 +174,19 @@ describe('createEngine', () => {
     }
   })
 
+  it("refuses a scope, fingerprint, classify, onEvent or onReplay that is no function when made (a JavaScript app's scope: 'tenant-a' failed every request)", () => {
+    const ledger = new Ledger({ store: new MemoryStore() })
+    for (const name of ['scope', 'fingerprint', 'classify', 'onEvent', 'onReplay']) {
+      expect(() => createEngine({ ledger, [name]: 'tenant-a' }), name).toThrow(
+        expect.objectContaining({
+          code: 'INVALID_OPTION',
+          message: `idempotency(): ${name} must be a function (e.g. ${name}: (…) => …), got a string of 8 characters.`,
+        }),
+      )
+    }
+    expect(() => createEngine({ ledger, scope: (r: { user?: string }) => r.user ?? 'anonymous' })).not.toThrow()
+  })
+
   it('calls onReplay only for replays, and sends what it set', async () => {
     const calls: string[] = []
     const engine = createEngine({

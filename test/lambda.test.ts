@@ -407,7 +407,12 @@ describe('makeIdempotent', () => {
         expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining(Object.keys(bad)[0] as string) }),
       )
     }
-    const handler = makeIdempotent(async () => 'ran', { ledger, key, lease: '10s', ttl: '1h', wait: '2s' })
+    // A scope string is a fixed scope; anything else that is no function was a TypeError at each invocation.
+    expect(() => makeIdempotent(async () => 1, { ledger, key, scope: 7 as never })).toThrow(
+      'makeIdempotent(): scope must be a function or a string',
+    )
+    expect(() => makeIdempotent(async () => 1, { ledger, key, payload: 'detail' as never })).toThrow('payload must be a function')
+    const handler = makeIdempotent(async () => 'ran', { ledger, key, scope: 'orders', lease: '10s', ttl: '1h', wait: '2s' })
     expect(await handler({ id: randomUUID() }, context())).toBe('ran')
   })
 })

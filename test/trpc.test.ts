@@ -82,6 +82,21 @@ describe('idemkey/trpc without a scope', () => {
   })
 })
 
+describe('idemkey/trpc: options checked when made', () => {
+  it("refuses a scope or payload that is no function, and a resolver that is none (a JavaScript app's scope: 'tenant' failed every call)", () => {
+    expect(() => idempotent({ ledger, key: () => 'k', scope: 'tenant' as never }, () => 1)).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_OPTION',
+        message: expect.stringContaining('idempotent() (idemkey/trpc): scope must be a function'),
+      }),
+    )
+    expect(() => idempotent({ ledger, key: () => 'k', scope: () => 't', payload: 'input' as never }, () => 1)).toThrow(
+      'payload must be a function',
+    )
+    expect(() => idempotent({ ledger, key: () => 'k', scope: () => 't' }, undefined as never)).toThrow('resolver must be a function')
+  })
+})
+
 describe('idemkey/trpc: idempotent mutations', () => {
   it('replays the first output to a retry with the same key, through the transformer (a Date stays a Date), without running again', async () => {
     const key = randomUUID()

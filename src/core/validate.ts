@@ -59,3 +59,27 @@ export function assertIdentity(scope: unknown, key: unknown): void {
   assertScope(scope)
   assertKey(key)
 }
+
+/**
+ * Throws `INVALID_OPTION` unless each named option is a function, or undefined where it is optional
+ * (all but those listed in `required`), or a string where `orString` lists it: where a JavaScript
+ * caller passed `scope: 'tenant-a'` or a key name where a function is expected, every request or job
+ * failed with a TypeError, instead of the app at start-up.
+ *
+ * @example assertFunctions('idempotentTask()', { task, key: options.key }, { required: ['task'] })
+ */
+export function assertFunctions(
+  where: string,
+  options: Record<string, unknown>,
+  kinds: { required?: readonly string[]; orString?: readonly string[] } = {},
+): void {
+  for (const [name, value] of Object.entries(options)) {
+    if (typeof value === 'function' || (value === undefined && !kinds.required?.includes(name))) continue
+    const string = kinds.orString?.includes(name) === true
+    if (string && typeof value === 'string') continue
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `${where}: ${name} must be a function${string ? ' or a string' : ''} (e.g. ${name}: (…) => …), got ${value === undefined ? 'nothing' : describe(value)}.`,
+    )
+  }
+}

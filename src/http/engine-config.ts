@@ -6,6 +6,7 @@ import { runDuration } from '../core/duration.js'
 import type { Ledger, RunOptions } from '../core/ledger.js'
 import { classifyStatus } from '../core/outcome.js'
 import { isTransactionalStore } from '../core/store.js'
+import { assertFunctions } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 import { keyHeaderName } from './key-header.js'
 import { DEFAULT_PROBLEM_BASE } from './problem.js'
@@ -49,6 +50,13 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
     throw new IdempotencyError('INVALID_OPTION', 'idempotency({ ledger }) needs a Ledger: new Ledger({ store }).')
   }
   const ledger: Ledger = options.ledger
+  assertFunctions('idempotency()', {
+    scope: options.scope,
+    fingerprint: options.fingerprint,
+    classify: options.classify,
+    onEvent: options.onEvent,
+    onReplay: options.onReplay,
+  })
   if (options.transactional && !isTransactionalStore(ledger.store)) {
     // Said once at start-up, not as a failure of every request.
     throw new IdempotencyError(

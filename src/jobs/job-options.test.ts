@@ -26,6 +26,22 @@ describe('job-queue wrappers', () => {
     expect(() => idempotentProcessor(() => 1, { ledger, lease: 0 })).toThrow(invalid('lease must be longer than 0'))
   })
 
+  it('refuse a key, scope or payload that is no function (BullMQ takes a scope string), and a handler that is none', () => {
+    const key = () => 'k'
+    const notFunction = (where: string, name: string) =>
+      expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining(`${where}: ${name} must be a function`) })
+    expect(() => idempotentHandler(() => 1, { ledger, key, scope: 'billing' as never })).toThrow(
+      notFunction('idempotentHandler()', 'scope'),
+    )
+    expect(() => idempotentHandler('charge' as never, { ledger, key })).toThrow(notFunction('idempotentHandler()', 'handler'))
+    expect(() => idempotentTask(() => 1, { ledger, key: 'orderId' as never })).toThrow(notFunction('idempotentTask()', 'key'))
+    expect(() => idempotentProcessor(() => 1, { ledger, payload: 'data' as never })).toThrow(
+      notFunction('idempotentProcessor()', 'payload'),
+    )
+    expect(() => idempotentProcessor(() => 1, { ledger, scope: 42 as never })).toThrow('scope must be a function or a string')
+    expect(() => idempotentProcessor(() => 1, { ledger, scope: 'emails' })).not.toThrow()
+  })
+
   it('run a job with the durations they were given', async () => {
     const handler = idempotentHandler((job: { data: { n: number } }) => job.data.n * 2, {
       ledger,

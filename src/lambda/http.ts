@@ -1,6 +1,7 @@
 import { isUtf8 } from 'node:buffer'
 import { createHash } from 'node:crypto'
 import type { Ledger } from '../core/ledger.js'
+import { assertFunctions } from '../core/validate.js'
 import { createEngine } from '../http/engine.js'
 import { isJsonType, tooLarge } from '../http/node-body.js'
 import { credentialScope, resolveScopeSecret } from '../http/scope.js'
@@ -50,6 +51,7 @@ export function withIdempotency<E extends HttpEventLike, C extends LambdaContext
   options: LambdaHttpOptions<E> = {},
 ): (event: E, context: C) => Promise<HttpResultFor<E>> {
   assertLedger(ledger, 'withIdempotency (idemkey/lambda)')
+  assertFunctions('withIdempotency()', { handler }, { required: ['handler'] })
   let secret: string | Uint8Array | undefined
   // The default scope: the authorizer's principal, else the Authorization credential as every adapter keys it.
   const scopeOf = (request: HttpRequestLike): string => {

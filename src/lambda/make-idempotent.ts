@@ -1,5 +1,6 @@
 import { runDurations } from '../core/duration.js'
 import type { Ledger, RunOptions } from '../core/ledger.js'
+import { assertFunctions } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 import { assertLedger, inInvocation, invocationDeadline } from './invocation.js'
 import type { LambdaContextLike } from './types.js'
@@ -39,6 +40,7 @@ export function makeIdempotent<E, R, C extends LambdaContextLike>(
       'makeIdempotent(fn, { ledger, key }) needs key: (event) => string, e.g. (event) => event.id.',
     )
   }
+  assertFunctions('makeIdempotent()', { fn, scope: options.scope, payload: options.payload }, { required: ['fn'], orString: ['scope'] })
   const { ledger, key: keyOf, payload, scope } = options
   const runOptions: RunOptions<R> = {
     encode: options.encode,

@@ -1,4 +1,5 @@
 import type { Ledger } from '../core/ledger.js'
+import { assertFunctions } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 import { assertLedger, inInvocation, invocationDeadline } from './invocation.js'
 import type { LambdaContextLike, SqsBatchResponse, SqsEventLike, SqsRecordLike } from './types.js'
@@ -34,6 +35,11 @@ export function sqsBatchHandler<R extends SqsRecordLike, C extends LambdaContext
   options: SqsBatchOptions<R> = {},
 ): (event: { Records: R[] }, context: C) => Promise<SqsBatchResponse> {
   assertLedger(ledger, 'sqsBatchHandler (idemkey/lambda)')
+  assertFunctions(
+    'sqsBatchHandler()',
+    { handler, scope: options.scope, payload: options.payload, onRecordError: options.onRecordError },
+    { required: ['handler'], orString: ['scope'] },
+  )
   const keyOf = recordKey(options.key)
   const scopeOf =
     typeof options.scope === 'function'

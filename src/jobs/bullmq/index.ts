@@ -6,7 +6,7 @@
 import { DelayedError, type Job, UnrecoverableError } from 'bullmq'
 import { type Duration, runDuration } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
-import { assertKey } from '../../core/validate.js'
+import { assertFunctions, assertKey } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 
 /** Options of {@link idempotentProcessor}. */
@@ -83,6 +83,7 @@ export function idempotentProcessor<D = unknown, R = unknown>(
   if (typeof processor !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'idempotentProcessor(processor, options) needs the job processor function first.')
   }
+  assertFunctions('idempotentProcessor()', { key: options.key, scope: options.scope, payload: options.payload }, { orString: ['scope'] })
   const leaseMs = runDuration('lease', options.lease ?? '30s')
   const waitMs = runDuration('wait', options.wait ?? leaseMs)
   const keyedByJobId = options.key === undefined && options.scope === undefined

@@ -5,6 +5,7 @@
  */
 import { type Duration, runDurations } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
+import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 
 /** The part of graphile-worker's task helpers the wrapper reads (structural: any 0.16+ fits). */
@@ -41,6 +42,7 @@ export function idempotentTask<P = unknown, H extends GraphileHelpersLike = Grap
   if (!ledger || typeof ledger.run !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'idempotentTask(task, { ledger }) needs a Ledger: new Ledger({ store }).')
   }
+  assertFunctions('idempotentTask()', { task, key: options.key, scope: options.scope }, { required: ['task'] })
   // Checked here, so a bad duration fails where the worker is set up, not every job it takes.
   const runOptions = {
     ...runDurations({ lease: options.lease, wait: options.wait }),

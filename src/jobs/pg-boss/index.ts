@@ -9,6 +9,7 @@ import { AsyncLocalStorage } from 'node:async_hooks'
 import { type Duration, runDurations } from '../../core/duration.js'
 import type { IntentContext, Ledger, RunResult, TransactionContext } from '../../core/ledger.js'
 import type { SqlTransactions } from '../../core/sql-transactions.js'
+import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 
 /**
@@ -136,6 +137,7 @@ export function idempotentHandler<D, R>(
       "idempotentHandler(handler, { ledger, key }) needs key: (job) => the work's logical key (pg-boss makes a new job id at every send).",
     )
   }
+  assertFunctions('idempotentHandler()', { handler, scope: options.scope, payload: options.payload }, { required: ['handler'] })
   // Checked here, so a bad duration fails where the worker is set up, not every job it takes.
   const runOptions = {
     ...runDurations({ lease: options.lease, wait: options.wait }),

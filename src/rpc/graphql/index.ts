@@ -9,6 +9,7 @@ import { type ExecutionResult, GraphQLError, type GraphQLFormattedError, getOper
 import { type Duration, runDurations } from '../../core/duration.js'
 import type { Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
+import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
 import { credentialScope, functionScope, resolveScopeSecret } from '../../http/scope.js'
 
@@ -64,6 +65,7 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
   if (!ledger || typeof ledger.begin !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'useIdempotency({ ledger }) needs a Ledger: new Ledger({ store }).')
   }
+  assertFunctions('useIdempotency()', { key: options.key, scope: options.scope })
   const keyOf =
     options.key ??
     ((context: C) => {
@@ -219,6 +221,7 @@ export function apolloIdempotency<C = unknown>(
   if (!ledger || typeof ledger.begin !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'apolloIdempotency({ ledger }) needs a Ledger: new Ledger({ store }).')
   }
+  assertFunctions('apolloIdempotency()', { key: options.key, scope: options.scope })
   // The Envelop plugin holds the rules; Apollo's hooks feed it what it reads and take what it decides.
   // Made once, so its durations and scope secret are checked when the server is built.
   const scopeOf = options.scope

@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto'
 import { uuidv7 } from '../../client/uuid.js'
 import { type Duration, runDurations } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
+import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { warnSharedScope } from '../../http/scope.js'
 
@@ -83,6 +84,7 @@ export function idempotentAction<A extends unknown[], R>(
   if (!ledger || typeof ledger.run !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'idempotentAction(action, { ledger }) needs a Ledger: new Ledger({ store }).')
   }
+  assertFunctions('idempotentAction()', { action, scope: options.scope }, { required: ['action'] })
   if (options.scope === undefined) {
     warnSharedScope('idempotentAction() (idemkey/next)', 'scope: async () => (await auth()).user.id')
   }

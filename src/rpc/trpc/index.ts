@@ -7,6 +7,7 @@ import { TRPCError } from '@trpc/server'
 import { type Duration, runDurations } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
+import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
 import { warnSharedScope } from '../../http/scope.js'
 
@@ -73,6 +74,7 @@ export function idempotent<O extends ResolverOptionsLike, R>(
   if (typeof options.key !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', "idempotent({ ledger, key }, resolver) needs key: (opts) => the call's idempotency key.")
   }
+  assertFunctions('idempotent() (idemkey/trpc)', { resolver, scope: options.scope, payload: options.payload }, { required: ['resolver'] })
   if (options.scope === undefined) warnSharedScope('idempotent() (idemkey/trpc)', 'scope: ({ ctx }) => ctx.userId')
   const transformer = options.transformer
   const encode = (value: R): StoredResponse => ({
