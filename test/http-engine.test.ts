@@ -185,6 +185,15 @@ describe('createEngine', () => {
       )
     }
     expect(() => createEngine({ ledger, scope: (r: { user?: string }) => r.user ?? 'anonymous' })).not.toThrow()
+    // A name where a list is expected crashed with a TypeError.
+    expect(() => createEngine({ ledger, methods: 'POST' as never })).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_OPTION',
+        message: `methods must be an array of names, e.g. methods: ['POST', 'PATCH'], got "POST".`,
+      }),
+    )
+    expect(() => createEngine({ ledger, storedHeaders: ['location', ''] })).toThrow('storedHeaders must be an array of names')
+    expect(createEngine({ ledger, methods: ['post', 'PUT'] })).toBeDefined()
   })
 
   it('calls onReplay only for replays, and sends what it set', async () => {
