@@ -143,5 +143,16 @@ describe('createIdempotentFetch with a fetch double', () => {
     expect(() => createIdempotentFetch({ maxAttempts: Number.NaN })).toThrow(/maxAttempts/)
     expect(() => createIdempotentFetch({ maxElapsed: 'soon' })).toThrow(/maxElapsed/)
     expect(() => createIdempotentFetch({ attemptTimeout: 0 })).toThrow(/attemptTimeout must be longer than 0/)
+    // A hook or list of the wrong shape was taken, and the first request failed with a TypeError.
+    expect(() => createIdempotentFetch({ fetch: 'https://api.example' as never })).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_OPTION',
+        message: expect.stringContaining('createIdempotentFetch(): fetch must be a function'),
+      }),
+    )
+    expect(() => createIdempotentFetch({ onRetry: true as never })).toThrow('onRetry must be a function')
+    expect(() => createIdempotentFetch({ methods: 'POST' as never })).toThrow(
+      `methods must be an array of names, e.g. methods: ['POST', 'PATCH'], got "POST".`,
+    )
   })
 })

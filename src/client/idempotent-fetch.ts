@@ -1,6 +1,6 @@
 import { type Duration, parseDuration } from '../core/duration.js'
 import { longTimeout } from '../core/long-timer.js'
-import { assertKey } from '../core/validate.js'
+import { assertFunctions, assertKey, nameList } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 import { IdempotentRequestError, readProblem, rejectionCode } from './errors.js'
 import { methodOf, type ReplayableRequest, toReplayable } from './request.js'
@@ -145,8 +145,18 @@ export function idempotencyInfo(response: Response): IdempotencyInfo | undefined
  * idempotencyInfo(response) // { key: '0193…', attempts: 2, replayed: true }
  */
 export function createIdempotentFetch(options: IdempotentFetchOptions = {}): IdempotentFetch {
+  assertFunctions('createIdempotentFetch()', {
+    fetch: options.fetch,
+    generateKey: options.generateKey,
+    onRetry: options.onRetry,
+    onResponse: options.onResponse,
+    now: options.now,
+    sleep: options.sleep,
+    random: options.random,
+    timer: options.timer,
+  })
   const baseFetch: FetchLike = options.fetch ?? ((input, init) => globalThis.fetch(input, init))
-  const methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()))
+  const methods = new Set((nameList(options.methods, 'methods', "['POST', 'PATCH']") ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()))
   const generateKey = options.generateKey ?? (() => uuidv7())
   const maxAttempts = options.maxAttempts ?? IDEMPOTENT_FETCH_DEFAULTS.maxAttempts
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {

@@ -360,6 +360,18 @@ describe('Ledger.run', () => {
     )
     await expect(ledger.run({ key: 'k' }, () => 1, { ttl: '36501d' })).rejects.toMatchObject({ code: 'INVALID_OPTION' })
     expect(() => new Ledger({} as never)).toThrow(/needs a store/)
+    // A clock, telemetry or onEvent of the wrong shape was taken, and the first run failed with a TypeError.
+    expect(() => new Ledger({ store: new MemoryStore(), clock: { now: () => 0 } as never })).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_OPTION',
+        message: 'new Ledger(): clock must be an object with now(), sleep(), timer(); it has no sleep(), timer().',
+      }),
+    )
+    expect(() => new Ledger({ store: new MemoryStore(), storeTimeoutClock: 'system' as never })).toThrow(
+      'storeTimeoutClock must be an object with now(), sleep(), timer(); got a string of 6 characters.',
+    )
+    expect(() => new Ledger({ store: new MemoryStore(), telemetry: {} as never })).toThrow('telemetry must be an object with startRun()')
+    expect(() => new Ledger({ store: new MemoryStore(), onEvent: console as never })).toThrow('new Ledger(): onEvent must be a function')
   })
 
   it('refuses runInTransaction on a store without transactions, naming the alternative', () => {

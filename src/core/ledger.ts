@@ -28,7 +28,7 @@ import {
   type StoredResponse,
   type TransactionalStore,
 } from './store.js'
-import { assertFingerprint, assertIdentity } from './validate.js'
+import { assertFingerprint, assertFunctions, assertIdentity, assertMethods } from './validate.js'
 import { Waiter } from './waiter.js'
 
 export type {
@@ -101,6 +101,10 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
         'new Ledger({ store }) needs a store, e.g. new MemoryStore() or new SqliteStore({ path }).',
       )
     }
+    assertFunctions('new Ledger()', { onEvent: options.onEvent })
+    assertMethods('new Ledger()', 'clock', options.clock, CLOCK_METHODS)
+    assertMethods('new Ledger()', 'storeTimeoutClock', options.storeTimeoutClock, CLOCK_METHODS)
+    assertMethods('new Ledger()', 'telemetry', options.telemetry, ['startRun'])
     this.store = options.store
     this.clock = options.clock ?? systemClock
     this.leaseMs = runDuration('lease', options.lease ?? '30s')
@@ -392,6 +396,9 @@ function withTelemetry(listener: ((event: LedgerEvent) => void) | undefined, tel
     if (listener) listener(event)
   }
 }
+
+/** What a {@link Clock} must have. */
+const CLOCK_METHODS = ['now', 'sleep', 'timer'] as const
 
 function positive(ms: number, name: string): number {
   if (ms <= 0) throw new IdempotencyError('INVALID_OPTION', `${name} must be longer than 0, got ${ms}ms.`)

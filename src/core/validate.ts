@@ -83,3 +83,30 @@ export function assertFunctions(
     )
   }
 }
+
+/**
+ * Throws `INVALID_OPTION` unless `value` is undefined or an object with each of `methods` (a clock
+ * needs `now`, `sleep` and `timer`): a wrong one failed at the first run instead of at start-up.
+ */
+export function assertMethods(where: string, name: string, value: unknown, methods: readonly string[]): void {
+  if (value === undefined) return
+  const missing = methods.filter((method) => typeof (value as Record<string, unknown> | null)?.[method] !== 'function')
+  if (missing.length > 0) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `${where}: ${name} must be an object with ${methods.map((m) => `${m}()`).join(', ')}; ${value === null || typeof value !== 'object' ? `got ${describe(value)}` : `it has no ${missing.map((m) => `${m}()`).join(', ')}`}.`,
+    )
+  }
+}
+
+/** A list-of-names option: undefined, or an array of non-empty strings, else `INVALID_OPTION` (`methods: 'POST'` crashed with a TypeError). */
+export function nameList(value: unknown, name: string, example: string): string[] | undefined {
+  if (value === undefined) return undefined
+  if (!Array.isArray(value) || value.some((item) => typeof item !== 'string' || item === '')) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `${name} must be an array of names, e.g. ${name}: ${example}, got ${JSON.stringify(value)}.`,
+    )
+  }
+  return value
+}

@@ -6,7 +6,7 @@ import { runDuration } from '../core/duration.js'
 import type { Ledger, RunOptions } from '../core/ledger.js'
 import { classifyStatus } from '../core/outcome.js'
 import { isTransactionalStore } from '../core/store.js'
-import { assertFunctions } from '../core/validate.js'
+import { assertFunctions, nameList } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 import { keyHeaderName } from './key-header.js'
 import { DEFAULT_PROBLEM_BASE } from './problem.js'
@@ -65,7 +65,7 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
     )
   }
   const { header, keyHeader, maxRequestBody, maxStoredBody, wait, lease, ttl } = resolveRouteOptions(options)
-  const allow = storedHeaderSet(stringList(options.storedHeaders, 'storedHeaders', "['location', 'x-request-id']"))
+  const allow = storedHeaderSet(nameList(options.storedHeaders, 'storedHeaders', "['location', 'x-request-id']"))
   const base = options.problemBaseUrl ?? DEFAULT_PROBLEM_BASE
   const classify = options.classify ?? classifyStatus
   const scopeFn = options.scope
@@ -74,7 +74,7 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
   const onEvent = options.onEvent as ((event: EngineEvent) => void) | undefined
   return {
     ledger,
-    methods: new Set((stringList(options.methods, 'methods', "['POST', 'PATCH']") ?? ['POST', 'PATCH']).map((m) => m.toUpperCase())),
+    methods: new Set((nameList(options.methods, 'methods', "['POST', 'PATCH']") ?? ['POST', 'PATCH']).map((m) => m.toUpperCase())),
     header,
     keyHeader,
     required: options.required === true,
@@ -131,18 +131,6 @@ function resolveRouteOptions(options: RouteOptions) {
  */
 export function checkRouteOptions(options: RouteOptions): void {
   resolveRouteOptions(options)
-}
-
-/** A list-of-names option: undefined, or an array of non-empty strings (`methods: 'POST'` crashed at start with a TypeError). */
-function stringList(value: unknown, name: string, example: string): string[] | undefined {
-  if (value === undefined) return undefined
-  if (!Array.isArray(value) || value.some((item) => typeof item !== 'string' || item === '')) {
-    throw new IdempotencyError(
-      'INVALID_OPTION',
-      `${name} must be an array of names, e.g. ${name}: ${example}, got ${JSON.stringify(value)}.`,
-    )
-  }
-  return value
 }
 
 /** A size option in bytes: 1 MiB when not given, else a whole number of bytes, 0 or more. */
