@@ -123,7 +123,12 @@ export function runDurations(options: RunDurations): { lease?: number; ttl?: num
 
 /** One of {@link runDurations}: `lease` and `ttl` must be longer than 0, `wait` may be 0. */
 export function runDuration(name: keyof RunDurations, input: Duration): number {
+  return name === 'wait' ? parseDuration(input, name) : parsePositiveDuration(input, name)
+}
+
+/** {@link parseDuration} for a duration that must be longer than 0 (a poll interval of 0 is a busy loop). */
+export function parsePositiveDuration(input: Duration, name: string): number {
   const ms = parseDuration(input, name)
-  if (name !== 'wait' && ms <= 0) throw new IdempotencyError('INVALID_OPTION', `${name} must be longer than 0, got ${ms}ms.`)
+  if (ms <= 0) throw new IdempotencyError('INVALID_OPTION', `${name} must be longer than 0, got ${ms}ms.`)
   return ms
 }

@@ -43,4 +43,19 @@ describe('PgCdcRelay without a server', () => {
   it('needs a connection and a publisher', () => {
     expect(() => new PgCdcRelay({} as never)).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
   })
+
+  it('refuses what would loop or fail later: a publisher without publish(), an onEvent that is no function, a first backoff or standby retry of 0', () => {
+    const connection = 'postgres://127.0.0.1/db'
+    const refusals: Array<[Record<string, unknown>, string]> = [
+      [{ publisher: { name: 'p' } }, 'PgCdcRelay: publisher must be an object with publish(); it has no publish().'],
+      [{ onEvent: 'log' }, 'PgCdcRelay: onEvent must be a function'],
+      [{ backoffInitial: 0 }, 'backoffInitial must be longer than 0, got 0ms.'],
+      [{ standbyRetry: '0s' }, 'standbyRetry must be longer than 0, got 0ms.'],
+    ]
+    for (const [bad, message] of refusals) {
+      expect(() => new PgCdcRelay({ connection, publisher, ...bad } as never), message).toThrow(
+        expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining(message) }),
+      )
+    }
+  })
 })

@@ -4,7 +4,8 @@
  */
 import { hostname } from 'node:os'
 import type { LogicalReplicationService } from 'pg-logical-replication'
-import { type Duration, formatDuration, parseDuration } from '../../core/duration.js'
+import { type Duration, formatDuration, parseDuration, parsePositiveDuration } from '../../core/duration.js'
+import { assertFunctions, assertMethods } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { fitPgName, type OutboxMessage, type Publisher, type PublishResult, quoteName } from '../message.js'
 import type { RelayEvent } from './relay.js'
@@ -209,6 +210,8 @@ export class PgCdcRelay {
       connectionTimeoutMillis: 10_000,
       ...(typeof options.connection === 'string' ? { connectionString: options.connection } : options.connection),
     }
+    assertMethods('PgCdcRelay', 'publisher', options.publisher, ['publish'])
+    assertFunctions('PgCdcRelay', { onEvent: options.onEvent })
     this.#publisher = options.publisher
     const table = options.table ?? 'idemkey_outbox'
     this.#table = quoteName(table, 'PgCdcRelay table')
@@ -221,9 +224,10 @@ export class PgCdcRelay {
     quoteName(this.publication, 'PgCdcRelay publication')
     this.#batchSize = positiveInteger(options.batchSize ?? 256, 'batchSize')
     this.#maxAttempts = positiveInteger(options.maxAttempts ?? 10, 'maxAttempts')
-    this.#backoffInitialMs = parseDuration(options.backoffInitial ?? '200ms', 'backoffInitial')
+    // A first delay of 0 doubles to 0: every reconnect and retry would follow at once.
+    this.#backoffInitialMs = parsePositiveDuration(options.backoffInitial ?? '200ms', 'backoffInitial')
     this.#backoffMaxMs = parseDuration(options.backoffMax ?? '30s', 'backoffMax')
-    this.#standbyRetryMs = parseDuration(options.standbyRetry ?? '2s', 'standbyRetry')
+    this.#standbyRetryMs = parsePositiveDuration(options.standbyRetry ?? '2s', 'standbyRetry')
     this.#silentConnectionMs = parseDuration(options.silentConnectionTimeout ?? SILENT_CONNECTION_MS, 'silentConnectionTimeout')
     if (this.#silentConnectionMs < 2 * STATUS_INTERVAL_MS) {
       throw new IdempotencyError(

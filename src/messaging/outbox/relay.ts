@@ -1,6 +1,7 @@
 import { hostname } from 'node:os'
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, parseDuration, parsePositiveDuration } from '../../core/duration.js'
 import { longTimeout } from '../../core/long-timer.js'
+import { assertFunctions, assertMethods } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import type { OutboxMessage, Publisher, PublishResult } from '../message.js'
 import type { RelayStorage, RowFailure } from './storage.js'
@@ -82,6 +83,8 @@ export class OutboxRelay {
     if (!options?.outbox || !options.publisher) {
       throw new IdempotencyError('INVALID_OPTION', 'OutboxRelay needs { outbox, publisher }.')
     }
+    assertMethods('OutboxRelay', 'publisher', options.publisher, ['publish'])
+    assertFunctions('OutboxRelay', { onEvent: options.onEvent })
     this.#storage = 'storage' in options.outbox ? options.outbox.storage() : options.outbox
     this.#publisher = options.publisher
     this.#batchSize = options.batchSize ?? 256
@@ -92,13 +95,14 @@ export class OutboxRelay {
     if (!Number.isSafeInteger(this.#concurrency) || this.#concurrency < 1) {
       throw new IdempotencyError('INVALID_OPTION', `OutboxRelay concurrency must be a positive integer, got ${options.concurrency}.`)
     }
-    this.#leaseMs = parseDuration(options.lease ?? '30s', 'lease')
-    this.#pollMs = parseDuration(options.pollInterval ?? '1s', 'pollInterval')
+    // A lease of 0 leaves a claimed row free for every other relay at once; a poll interval of 0 is a busy loop.
+    this.#leaseMs = parsePositiveDuration(options.lease ?? '30s', 'lease')
+    this.#pollMs = parsePositiveDuration(options.pollInterval ?? '1s', 'pollInterval')
     this.#maxAttempts = options.maxAttempts ?? 10
     if (!Number.isSafeInteger(this.#maxAttempts) || this.#maxAttempts < 1) {
       throw new IdempotencyError('INVALID_OPTION', `OutboxRelay maxAttempts must be a positive integer, got ${options.maxAttempts}.`)
     }
-    this.#backoffInitialMs = parseDuration(options.backoffInitial ?? '1s', 'backoffInitial')
+    this.#backoffInitialMs = parsePositiveDuration(options.backoffInitial ?? '1s', 'backoffInitial')
     this.#backoffMaxMs = parseDuration(options.backoffMax ?? '5m', 'backoffMax')
     this.relayId = options.relayId ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
     this.#onEvent = options.onEvent ?? (() => {})

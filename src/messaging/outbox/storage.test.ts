@@ -56,10 +56,25 @@ describe('outbox event encoding', () => {
 
 describe('OutboxRelay options', () => {
   const storage = {} as RelayStorage
-  const publisher = {} as Publisher
-  it('refuses a zero batch size, zero attempts, zero concurrency and an unreadable lease', () => {
-    for (const bad of [{ batchSize: 0 }, { maxAttempts: 0 }, { concurrency: 0 }, { lease: 'soon' }]) {
-      expect(() => new OutboxRelay({ outbox: storage, publisher, ...bad })).toThrow(expect.objectContaining({ code: 'INVALID_OPTION' }))
+  const publisher: Publisher = { name: 'p', publish: async () => [] }
+  it('refuses a zero batch size, zero attempts, zero concurrency, an unreadable lease, and what would spin or fail later (a lease, poll interval or first backoff of 0, a publisher without publish(), an onEvent that is no function)', () => {
+    expect(() => new OutboxRelay({ outbox: storage, publisher })).not.toThrow()
+    const refusals: Array<[Record<string, unknown>, string]> = [
+      [{ batchSize: 0 }, 'batchSize must be a positive integer'],
+      [{ maxAttempts: 0 }, 'maxAttempts must be a positive integer'],
+      [{ concurrency: 0 }, 'concurrency must be a positive integer'],
+      [{ lease: 'soon' }, 'lease "soon" is not a duration'],
+      // A claim with a lease of 0 leaves the row to every other relay at once; a poll interval of 0 is a busy loop.
+      [{ lease: 0 }, 'lease must be longer than 0'],
+      [{ pollInterval: '0s' }, 'pollInterval must be longer than 0'],
+      [{ backoffInitial: 0 }, 'backoffInitial must be longer than 0'],
+      [{ publisher: { name: 'p' } }, 'OutboxRelay: publisher must be an object with publish()'],
+      [{ onEvent: 'console' }, 'OutboxRelay: onEvent must be a function'],
+    ]
+    for (const [bad, message] of refusals) {
+      expect(() => new OutboxRelay({ outbox: storage, publisher, ...bad } as never), message).toThrow(
+        expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining(message) }),
+      )
     }
   })
 })
