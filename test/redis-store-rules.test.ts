@@ -102,7 +102,7 @@ describe('RedisStore options and arguments, checked before Redis is asked', () =
     expect(() => new RedisStore({ client: lazy, expiredGrace: 'soon' })).toThrow(named('expiredGrace'))
     expect(() => new RedisStore({ url: URL, socketTimeout: 'soon' })).toThrow(named('socketTimeout'))
     expect(() => new RedisStore({ client: lazy, listScanLimit: 0 })).toThrow(
-      expect.objectContaining({ code: 'INVALID_ARGUMENT', message: 'listScanLimit must be a positive integer, got 0.' }),
+      expect.objectContaining({ code: 'INVALID_OPTION', message: 'RedisStore listScanLimit must be a positive integer, got 0.' }),
     )
     const prefixed = new Redis({ keyPrefix: 'app:', lazyConnect: true })
     expect(() => new RedisStore({ client: prefixed })).toThrow(

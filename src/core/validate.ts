@@ -54,6 +54,13 @@ export function assertPositiveInteger(value: unknown, name: string): asserts val
   }
 }
 
+/** Throws `INVALID_OPTION` unless an option is undefined or a positive safe integer (a pool of "x" or 0 connections). */
+export function assertOptionalPositiveInteger(value: unknown, name: string): void {
+  if (value !== undefined && (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0)) {
+    throw new IdempotencyError('INVALID_OPTION', `${name} must be a positive integer, got ${JSON.stringify(value) ?? String(value)}.`)
+  }
+}
+
 /** Checks the identity of a record: what every store operation starts with. */
 export function assertIdentity(scope: unknown, key: unknown): void {
   assertScope(scope)

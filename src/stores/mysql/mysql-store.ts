@@ -12,7 +12,7 @@ import {
   type StoredRecord,
   type TransactionalStore,
 } from '../../core/store.js'
-import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { assertFingerprint, assertIdentity, assertOptionalPositiveInteger, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { batchStatements } from './batch-statements.js'
 import { type AcquireInput, type FencedInput, fitsBatch, type GroupCommits, groupCommits, type KeyInput, lostRaces } from './batches.js'
@@ -110,12 +110,13 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
   constructor(options: MySqlStoreOptions<Tx>) {
     const table = options?.table ?? 'idemkey_records'
     // At most 53 characters: index names append up to 11 (`_created_at`), and MySQL allows 64.
-    if (!/^[A-Za-z_][A-Za-z0-9_]{0,52}$/.test(table)) {
+    if (typeof table !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]{0,52}$/.test(table)) {
       throw new IdempotencyError(
         'INVALID_OPTION',
         `MySqlStore table "${table}" must be a plain SQL identifier (letters, digits, underscore).`,
       )
     }
+    assertOptionalPositiveInteger(options?.connectionLimit, 'MySqlStore connectionLimit')
     if ((options?.pool === undefined) === (options?.uri === undefined)) {
       throw new IdempotencyError(
         'INVALID_OPTION',

@@ -10,7 +10,7 @@ import {
   type TransactionalStore,
   type Unsubscribe,
 } from '../../core/store.js'
-import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { assertFingerprint, assertIdentity, assertOptionalPositiveInteger, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { assertOutcome, encodeHeaders } from '../shared.js'
 import { batchStatements } from './batch-statements.js'
@@ -108,7 +108,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
       ['schema', schema],
       ['table', table],
     ] as const) {
-      if (!IDENTIFIER.test(value)) {
+      if (typeof value !== 'string' || !IDENTIFIER.test(value)) {
         throw new IdempotencyError(
           'INVALID_OPTION',
           `PostgresStore ${name} "${value}" must be a plain SQL identifier (letters, digits, underscore; up to 63).`,
@@ -121,6 +121,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
         'PostgresStore needs exactly one of { pool } (a pg.Pool) or { connectionString } (postgres://user:password@host:port/database).',
       )
     }
+    assertOptionalPositiveInteger((options as { max?: unknown }).max, 'PostgresStore max (connections)')
     this.schema = schema
     this.table = table
     this.#sql = statements(schema, table)

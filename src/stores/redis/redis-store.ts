@@ -10,7 +10,7 @@ import {
   type StoredRecord,
   type Unsubscribe,
 } from '../../core/store.js'
-import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { assertFingerprint, assertIdentity, assertOptionalPositiveInteger, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
 import {
@@ -164,7 +164,7 @@ export class RedisStore implements IdempotencyStore {
     this.#compareAndSet = options.nativeCompareAndSet
     this.#afterLeaseMs = Number(this.#retention) + Number(this.#grace)
     this.#listScanLimit = options.listScanLimit ?? 100_000
-    assertPositiveInteger(this.#listScanLimit, 'listScanLimit')
+    assertOptionalPositiveInteger(this.#listScanLimit, 'RedisStore listScanLimit')
     this.#notifications = options.notifications ?? true
     this.#ownsClient = options.client === undefined
     if ((options.client as { options?: { keyPrefix?: string } } | undefined)?.options?.keyPrefix) {

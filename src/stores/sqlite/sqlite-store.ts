@@ -13,7 +13,7 @@ import {
   type StoredRecord,
   type Unsubscribe,
 } from '../../core/store.js'
-import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
+import { assertFingerprint, assertIdentity, assertMethods, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { assertOutcome, decodeHeaders, encodeHeaders } from '../shared.js'
 import { connect, openNodeSqlite, type SqliteConnection, type SqliteDatabase, type SqliteDriverName } from './driver.js'
@@ -87,12 +87,13 @@ export class SqliteStore implements IdempotencyStore {
 
   constructor(options: SqliteStoreOptions = {}) {
     const table = options.table ?? 'idemkey_records'
-    if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(table)) {
+    if (typeof table !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(table)) {
       throw new IdempotencyError(
         'INVALID_OPTION',
         `SqliteStore table "${table}" must be a plain SQL identifier (letters, digits, underscore).`,
       )
     }
+    assertMethods('new SqliteStore()', 'clock', options.clock, ['now', 'sleep', 'timer'])
     this.#clock = options.clock ?? systemClock
     this.#abandonedRetentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
     const path = options.path ?? 'idemkey.db'
