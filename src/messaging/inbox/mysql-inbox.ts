@@ -1,5 +1,6 @@
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
+import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { InboxMismatchError, purgeBatchSize } from '../message.js'
 import {
@@ -122,7 +123,9 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
     this.consumer = options.consumer
     this.#consumerBytes = Buffer.from(options.consumer, 'utf8')
     this.#table = mysqlTableName(options.table ?? 'idemkey_inbox', 'MySqlInbox table')
-    this.#retentionMs = parseDuration(options.retention ?? '7d', 'retention')
+    // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
+    this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
+    assertFunctions('MySqlInbox', { onEvent: options.onEvent })
     this.#onEvent = options.onEvent ?? (() => {})
     // INSERT IGNORE: 0 rows for a known ID whatever CLIENT_FOUND_ROWS says; lengths are checked first.
     this.#insert = `INSERT IGNORE INTO ${this.#table.sql} (consumer, message_id, payload_hash, processed_at) VALUES (?, ?, ?, ${NOW_MS})`

@@ -1,6 +1,7 @@
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { sha256Hex } from '../../core/fingerprint.js'
 import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
+import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import { type PgPool, type PgPoolClient, type PgQueryable, withPoolClient } from '../pg.js'
@@ -93,7 +94,9 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
     this.consumer = options.consumer
     this.#name = options.table ?? 'idemkey_inbox'
     this.#table = quoteName(this.#name, 'PgInbox table')
-    this.#retentionMs = parseDuration(options.retention ?? '7d', 'retention')
+    // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
+    this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
+    assertFunctions('PgInbox', { onEvent: options.onEvent })
     this.#onEvent = options.onEvent ?? (() => {})
   }
 

@@ -1,4 +1,5 @@
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { type Duration, parsePositiveDuration } from '../../core/duration.js'
+import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { connect, type SqliteConnection } from '../../stores/sqlite/driver.js'
 import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
@@ -50,7 +51,9 @@ export class SqliteInbox implements Inbox<SqliteDb> {
     }
     this.consumer = options.consumer
     this.#table = quoteName(options.table ?? 'idemkey_inbox', 'SqliteInbox table')
-    this.#retentionMs = parseDuration(options.retention ?? '7d', 'retention')
+    // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
+    this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
+    assertFunctions('SqliteInbox', { now: options.now, onEvent: options.onEvent })
     this.#now = options.now ?? Date.now
     this.#onEvent = options.onEvent ?? (() => {})
   }
