@@ -7,9 +7,9 @@
  */
 import { describe, expect, it } from 'vitest'
 import type { Inbox } from '../inbox/types.js'
-import { consumeNats } from './nats/index.js'
-import { consumeRabbitMq } from './rabbitmq/index.js'
-import { consumeRedisStreams } from './redis-streams/index.js'
+import { consumeNats, NatsPublisher } from './nats/index.js'
+import { consumeRabbitMq, RabbitMqPublisher } from './rabbitmq/index.js'
+import { consumeRedisStreams, RedisStreamsPublisher } from './redis-streams/index.js'
 import { delayOption, positive } from './shared.js'
 
 /** A broker handle that fails the test if the helper reaches it. */
@@ -70,5 +70,31 @@ describe('consumer options', () => {
     await expect(consumeRedisStreams({ ...base, blockMs: 0 })).rejects.toEqual(refused('blockMs is a delay in milliseconds from 1'))
     await expect(consumeRedisStreams({ ...base, claimIdleMs: Number.NaN })).rejects.toEqual(refused('claimIdleMs'))
     await expect(consumeRedisStreams({ ...base, count: 0 })).rejects.toEqual(refused('count must be a positive integer'))
+  })
+
+  it('publishers refuse a timeout of 0 (every publish failed at once, and each message went on to the dead letters), a Redis maxAge or maxLen of 0 (each entry trimmed as it is added), and a subject, routing key or stream that is no function', () => {
+    const connection = { jetstream: () => ({}) } as never
+    const channel = { on: () => {}, publish: () => true, waitForConfirms: async () => {} } as never
+    const redis = { pipeline: () => ({}) } as never
+    expect(() => new NatsPublisher({ connection })).not.toThrow()
+    expect(() => new RabbitMqPublisher({ channel })).not.toThrow()
+    expect(() => new RedisStreamsPublisher({ redis })).not.toThrow()
+    expect(() => new NatsPublisher({ connection, timeout: 0 })).toThrow(refused('timeout must be longer than 0'))
+    expect(() => new NatsPublisher({ connection, timeout: '30d' })).toThrow(refused('longer than 24.8 days'))
+    expect(() => new RabbitMqPublisher({ channel, timeout: '0s' })).toThrow(refused('timeout must be longer than 0'))
+    expect(() => new RedisStreamsPublisher({ redis, timeout: 0 })).toThrow(refused('timeout must be longer than 0'))
+    expect(() => new RedisStreamsPublisher({ redis, maxAge: 0 })).toThrow(refused('maxAge must be longer than 0'))
+    expect(() => new RedisStreamsPublisher({ redis, maxLen: 0 })).toThrow(
+      refused('RedisStreamsPublisher maxLen must be a positive integer'),
+    )
+    expect(() => new NatsPublisher({ connection, subject: 'orders' as never })).toThrow(
+      refused('NatsPublisher: subject must be a function'),
+    )
+    expect(() => new RabbitMqPublisher({ channel, routingKey: 'orders' as never })).toThrow(
+      refused('RabbitMqPublisher: routingKey must be a function'),
+    )
+    expect(() => new RedisStreamsPublisher({ redis, stream: 'orders' as never })).toThrow(
+      refused('RedisStreamsPublisher: stream must be a function'),
+    )
   })
 })

@@ -1,5 +1,6 @@
 import { type JetStreamClient, type JetStreamManager, type NatsConnection, headers as natsHeaders, type PubAck } from 'nats'
-import { type Duration, parseDuration } from '../../../core/duration.js'
+import { type Duration, parsePositiveDuration, parseTimerDuration } from '../../../core/duration.js'
+import { assertFunctions } from '../../../core/validate.js'
 import { IdempotencyError } from '../../../errors.js'
 import { type OutboxMessage, type Publisher, PublishMismatchError, type PublishResult, publishFailed } from '../../message.js'
 
@@ -45,8 +46,10 @@ export class NatsPublisher implements Publisher {
     }
     this.#connection = options.connection
     this.#js = options.connection.jetstream()
+    assertFunctions('NatsPublisher', { subject: options.subject })
     this.#subject = options.subject ?? ((message) => message.topic)
-    this.#timeoutMs = parseDuration(options.timeout ?? '10s', 'timeout')
+    // A timeout of 0 fails every publish at once (each message then retried to the dead letters).
+    this.#timeoutMs = parsePositiveDuration(parseTimerDuration(options.timeout ?? '10s', 'timeout'), 'timeout')
   }
 
   async publish(messages: readonly OutboxMessage[]): Promise<PublishResult[]> {

@@ -1,5 +1,6 @@
 import type { ConfirmChannel, Message } from 'amqplib'
-import { type Duration, parseDuration } from '../../../core/duration.js'
+import { type Duration, parsePositiveDuration } from '../../../core/duration.js'
+import { assertFunctions } from '../../../core/validate.js'
 import { IdempotencyError } from '../../../errors.js'
 import { type OutboxMessage, PublishError, type Publisher, type PublishResult, publishFailed, withTimeout } from '../../message.js'
 
@@ -44,9 +45,11 @@ export class RabbitMqPublisher implements Publisher {
     }
     this.#channel = options.channel
     this.#exchange = options.exchange ?? ''
+    assertFunctions('RabbitMqPublisher', { routingKey: options.routingKey })
     this.#routingKey = options.routingKey ?? ((message) => message.topic)
     this.#persistent = options.persistent ?? true
-    this.#timeoutMs = parseDuration(options.timeout ?? '10s', 'timeout')
+    // A timeout of 0 fails every publish at once (each message then retried to the dead letters).
+    this.#timeoutMs = parsePositiveDuration(options.timeout ?? '10s', 'timeout')
     // The broker sends basic.return before the ack of the same message, so the set is filled in time.
     this.#channel.on('return', (returned: Message) => {
       const id = returned.properties.messageId

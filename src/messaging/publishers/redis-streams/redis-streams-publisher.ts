@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis'
-import { type Duration, parseDuration } from '../../../core/duration.js'
+import { type Duration, parsePositiveDuration } from '../../../core/duration.js'
+import { assertFunctions, assertOptionalPositiveInteger } from '../../../core/validate.js'
 import { IdempotencyError } from '../../../errors.js'
 import { type OutboxMessage, type Publisher, type PublishResult, publishFailed, withTimeout } from '../../message.js'
 
@@ -43,13 +44,17 @@ export class RedisStreamsPublisher implements Publisher {
       throw new IdempotencyError('INVALID_OPTION', 'RedisStreamsPublisher needs { redis }: an ioredis client.')
     }
     this.#redis = options.redis
+    assertFunctions('RedisStreamsPublisher', { stream: options.stream })
+    assertOptionalPositiveInteger(options.maxLen, 'RedisStreamsPublisher maxLen')
     this.#stream = options.stream ?? ((message) => message.topic)
     if (options.maxLen !== undefined && options.maxAge !== undefined) {
       throw new IdempotencyError('INVALID_OPTION', 'RedisStreamsPublisher: give maxLen or maxAge, not both (XADD trims by one of them).')
     }
     this.#maxLen = options.maxLen
-    this.#maxAgeMs = options.maxAge === undefined ? undefined : parseDuration(options.maxAge, 'maxAge')
-    this.#timeoutMs = parseDuration(options.timeout ?? '10s', 'timeout')
+    // A maxAge of 0 would trim each entry as it is added, before any consumer reads it.
+    this.#maxAgeMs = options.maxAge === undefined ? undefined : parsePositiveDuration(options.maxAge, 'maxAge')
+    // A timeout of 0 fails every publish at once (each message then retried to the dead letters).
+    this.#timeoutMs = parsePositiveDuration(options.timeout ?? '10s', 'timeout')
   }
 
   async publish(messages: readonly OutboxMessage[]): Promise<PublishResult[]> {
