@@ -1,4 +1,4 @@
-import { type Duration, parseDuration } from '../core/duration.js'
+import { type Duration, parseDuration, parsePositiveDuration } from '../core/duration.js'
 import { longTimeout } from '../core/long-timer.js'
 import { assertFunctions, assertKey, nameList } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
@@ -162,13 +162,10 @@ export function createIdempotentFetch(options: IdempotentFetchOptions = {}): Ide
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
     throw new IdempotencyError('INVALID_OPTION', `maxAttempts must be a whole number of at least 1 (1 means no retry), got ${maxAttempts}.`)
   }
-  const maxElapsedMs = positive(parseDuration(options.maxElapsed ?? IDEMPOTENT_FETCH_DEFAULTS.maxElapsed, 'maxElapsed'), 'maxElapsed')
+  const maxElapsedMs = parsePositiveDuration(options.maxElapsed ?? IDEMPOTENT_FETCH_DEFAULTS.maxElapsed, 'maxElapsed')
   const baseDelayMs = parseDuration(options.baseDelay ?? IDEMPOTENT_FETCH_DEFAULTS.baseDelay, 'baseDelay')
   const maxDelayMs = parseDuration(options.maxDelay ?? IDEMPOTENT_FETCH_DEFAULTS.maxDelay, 'maxDelay')
-  const attemptTimeoutMs = positive(
-    parseDuration(options.attemptTimeout ?? IDEMPOTENT_FETCH_DEFAULTS.attemptTimeout, 'attemptTimeout'),
-    'attemptTimeout',
-  )
+  const attemptTimeoutMs = parsePositiveDuration(options.attemptTimeout ?? IDEMPOTENT_FETCH_DEFAULTS.attemptTimeout, 'attemptTimeout')
   const throwOnError = options.throwOnError ?? true
   const now = options.now ?? Date.now
   const sleep = options.sleep ?? abortableSleep
@@ -278,11 +275,6 @@ async function rejected(method: string, url: string, key: string, attempts: numb
 function describeLast(response: Response | undefined, error: unknown, hintedMs: number | undefined): string {
   if (!response) return `last error: ${error instanceof Error ? error.message : String(error)}`
   return `last status ${response.status}${hintedMs === undefined ? '' : `, Retry-After ${Math.ceil(hintedMs / 1_000)}s`}`
-}
-
-function positive(ms: number, name: string): number {
-  if (ms <= 0) throw new IdempotencyError('INVALID_OPTION', `${name} must be longer than 0, got ${ms}ms.`)
-  return ms
 }
 
 /** Hooks are for logs and metrics: a broken one must not break the call. */

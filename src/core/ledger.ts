@@ -1,7 +1,7 @@
 import { IdempotencyError } from '../errors.js'
 import { Attempt, STEPS } from './attempt.js'
 import { type Clock, systemClock } from './clock.js'
-import { parseDuration, runDuration } from './duration.js'
+import { parsePositiveDuration, runDuration } from './duration.js'
 import { fingerprintOf } from './fingerprint.js'
 import type {
   Begun,
@@ -110,7 +110,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     this.leaseMs = runDuration('lease', options.lease ?? '30s')
     this.ttlMs = runDuration('ttl', options.ttl ?? '24h')
     this.waitMs = runDuration('wait', options.wait ?? '10s')
-    const storeTimeoutMs = positive(parseDuration(options.storeTimeout ?? '5s', 'storeTimeout'), 'storeTimeout')
+    const storeTimeoutMs = parsePositiveDuration(options.storeTimeout ?? '5s', 'storeTimeout')
     this.#telemetry = options.telemetry
     this.#core = new Core(this.store, this.clock, storeTimeoutMs, options.onEvent, options.storeTimeoutClock ?? systemClock)
   }
@@ -399,11 +399,6 @@ function withTelemetry(listener: ((event: LedgerEvent) => void) | undefined, tel
 
 /** What a {@link Clock} must have. */
 const CLOCK_METHODS = ['now', 'sleep', 'timer'] as const
-
-function positive(ms: number, name: string): number {
-  if (ms <= 0) throw new IdempotencyError('INVALID_OPTION', `${name} must be longer than 0, got ${ms}ms.`)
-  return ms
-}
 
 /** The longest `retryAfterMs` of an `in_progress` answer (the HTTP layer's `Retry-After`): 2 s. */
 export const RETRY_AFTER_MAX_MS = 2_000
