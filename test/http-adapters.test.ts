@@ -165,6 +165,21 @@ describe('Express adapter', () => {
   })
 })
 
+describe('Express adapter options', () => {
+  it('refuses an abandonAfterMs that is no delay when the middleware is made (NaN or negative released the record at once after the client left, its handler still running)', () => {
+    const ledger = new Ledger({ store: new MemoryStore() })
+    for (const abandonAfterMs of [Number.NaN, -1, '30s', 2 ** 31]) {
+      expect(() => expressIdempotency({ ledger, abandonAfterMs: abandonAfterMs as number }), String(abandonAfterMs)).toThrow(
+        expect.objectContaining({
+          code: 'INVALID_OPTION',
+          message: expect.stringMatching(/^abandonAfterMs is a delay in milliseconds from 0 to 2147483647/),
+        }),
+      )
+    }
+    expect(() => expressIdempotency({ ledger, abandonAfterMs: 0 })).not.toThrow()
+  })
+})
+
 describe('Express adapter: how it takes its copy of the response', () => {
   let url: string
   let close: () => Promise<void> = async () => {}

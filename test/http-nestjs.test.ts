@@ -174,6 +174,9 @@ describe.each<Platform>(['express', 'fastify'])('NestJS on %s', (platform) => {
       // The ledger refuses both at each run; a route said so with a 500 at every request.
       [{ lease: 0 }, /^lease must be longer than 0/],
       [{ ttl: '0s' }, /^ttl must be longer than 0/],
+      // NaN or negative: the record was released at once after the client left, its handler still running.
+      [{ abandonAfterMs: Number.NaN }, /^abandonAfterMs is a delay in milliseconds from 0/],
+      [{ abandonAfterMs: -1 }, /^abandonAfterMs is a delay in milliseconds from 0/],
       [{ keyHeader: 'Idempotency Key' }, /Idempotency Key/],
     ]
     for (const [options, message] of refusals) {

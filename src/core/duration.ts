@@ -132,3 +132,20 @@ export function parsePositiveDuration(input: Duration, name: string): number {
   if (ms <= 0) throw new IdempotencyError('INVALID_OPTION', `${name} must be longer than 0, got ${ms}ms.`)
   return ms
 }
+
+/**
+ * A delay option in ms (a consumer's `requeueDelayMs`, Express's `abandonAfterMs`): a number from
+ * `min` up to what one Node timer can wait (about 24.8 days; a longer one fires after 1 ms), else
+ * `INVALID_OPTION`. A string, NaN or a negative number would otherwise fire at once: a redelivery
+ * loop, or a record released while its handler still runs.
+ */
+export function delayOption(value: number | undefined, fallback: number, name: string, min = 0): number {
+  const ms = value ?? fallback
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < min || ms > MAX_TIMER_MS) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `${name} is a delay in milliseconds from ${min} to ${MAX_TIMER_MS} (about 24.8 days), got ${typeof ms === 'string' ? JSON.stringify(ms) : String(ms)}.`,
+    )
+  }
+  return ms
+}

@@ -4,6 +4,7 @@
  * and Fastify's `reply.raw`) end up writing to one, so both adapters share this.
  */
 import { IncomingMessage, ServerResponse } from 'node:http'
+import { delayOption } from '../core/duration.js'
 import { longTimeout } from '../core/long-timer.js'
 import { plainHeaders } from './node-body.js'
 import type { HttpResponseLike, IdempotencyContext } from './types.js'
@@ -18,6 +19,15 @@ export function sendNode(res: ServerResponse, response: HttpResponseLike): void 
   res.statusCode = response.status
   for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value)
   res.end(Buffer.from(response.body))
+}
+
+/**
+ * The `abandonAfterMs` option (Express, NestJS): 30 s when not given, else a delay in ms. Checked
+ * where the middleware is made: a NaN or negative one released the record at once after the client
+ * left, while its handler still ran, so a retry could run the effect beside it.
+ */
+export function abandonAfter(value: number | undefined): number {
+  return delayOption(value, 30_000, 'abandonAfterMs')
 }
 
 /**

@@ -5,7 +5,7 @@
 import type { ServerResponse } from 'node:http'
 import type { Request as ExpressRequest, NextFunction, Response } from 'express'
 import { createEngine } from '../engine.js'
-import { attachContext, capture, holdUntilCommit, sendNode } from '../node-response.js'
+import { abandonAfter, attachContext, capture, holdUntilCommit, sendNode } from '../node-response.js'
 import type { EngineOptions, IdempotencyContext } from '../types.js'
 import { type BodyCarrier, expressRequestLike } from './request.js'
 
@@ -61,7 +61,7 @@ export type IdempotencyMiddleware = <
  */
 export function idempotency(options: ExpressIdempotencyOptions): IdempotencyMiddleware {
   const engine = createEngine(options)
-  const abandonAfterMs = options.abandonAfterMs ?? 30_000
+  const abandonAfterMs = abandonAfter(options.abandonAfterMs)
   const keepAtMost = options.maxStoredBody ?? 1024 * 1024
   return function idempotencyMiddleware(request, response, next) {
     const req = request as unknown as BodyCarrier & { idempotency?: IdempotencyContext }

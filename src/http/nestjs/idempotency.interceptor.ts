@@ -3,7 +3,7 @@ import { Reflector } from '@nestjs/core'
 import { from, type Observable, of } from 'rxjs'
 import { mergeMap } from 'rxjs/operators'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
-import { attachContext, capture, holdUntilCommit } from '../node-response.js'
+import { abandonAfter, attachContext, capture, holdUntilCommit } from '../node-response.js'
 import type { Decision, HttpResponseLike, IdempotencyContext } from '../types.js'
 import { IDEMPOTENCY_OPTIONS, IDEMPOTENT_METADATA, type IdempotencyModuleOptions, type RouteIdempotency } from './options.js'
 import { handlesResponse, platformOf } from './platform.js'
@@ -40,6 +40,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
   readonly #handlers = new WeakMap<object, boolean>()
 
   constructor(@Inject(IDEMPOTENCY_OPTIONS) options: IdempotencyModuleOptions<unknown>, @Inject(Reflector) reflector: Reflector) {
+    abandonAfter(options.abandonAfterMs)
     this.#options = options
     this.#reflector = reflector
     this.#engine = createEngine(options)
@@ -70,7 +71,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         }
         attachContext(request, decision.context)
         const options = { ...this.#options, ...(route || {}) }
-        const abandonAfterMs = options.abandonAfterMs ?? 30_000
+        const abandonAfterMs = abandonAfter(options.abandonAfterMs)
         const finish = settleUnlessRejected(request, decision)
         if (options.transactional) holdUntilCommit(platform.rawResponse, abandonAfterMs, finish, decision.fail)
         else capture(platform.rawResponse, abandonAfterMs, options.maxStoredBody ?? 1024 * 1024, finish, decision.fail)

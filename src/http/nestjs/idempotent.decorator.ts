@@ -1,5 +1,6 @@
 import { applyDecorators, createParamDecorator, type ExecutionContext, SetMetadata, UseInterceptors } from '@nestjs/common'
 import { checkRouteOptions } from '../engine-config.js'
+import { abandonAfter } from '../node-response.js'
 import type { IdempotencyContext } from '../types.js'
 import { IdempotencyInterceptor } from './idempotency.interceptor.js'
 import { IDEMPOTENT_METADATA, type RouteIdempotency } from './options.js'
@@ -18,6 +19,7 @@ import { IDEMPOTENT_METADATA, type RouteIdempotency } from './options.js'
 export function Idempotent(options: RouteIdempotency = {}): MethodDecorator & ClassDecorator {
   if (options === false) return SetMetadata(IDEMPOTENT_METADATA, false)
   checkRouteOptions(options)
+  abandonAfter(options.abandonAfterMs)
   return applyDecorators(SetMetadata(IDEMPOTENT_METADATA, options), UseInterceptors(IdempotencyInterceptor)) as MethodDecorator &
     ClassDecorator
 }

@@ -31,9 +31,7 @@ describe('consumer options', () => {
     expect(delayOption(0, 1000, 'requeueDelayMs')).toBe(0)
     expect(delayOption(2 ** 31 - 1, 1000, 'requeueDelayMs')).toBe(2 ** 31 - 1)
     for (const bad of ['5s', Number.NaN, -1, 2 ** 31, Number.POSITIVE_INFINITY]) {
-      expect(() => delayOption(bad as number, 1000, 'requeueDelayMs')).toThrow(
-        refused('consumer: requeueDelayMs is a delay in milliseconds'),
-      )
+      expect(() => delayOption(bad as number, 1000, 'requeueDelayMs')).toThrow(refused('requeueDelayMs is a delay in milliseconds'))
     }
     expect(() => delayOption(0, 1000, 'blockMs', 1)).toThrow(refused('blockMs is a delay in milliseconds from 1 to'))
     expect(() => delayOption('5s' as unknown as number, 1000, 'nakDelayMs')).toThrow('got "5s"')

@@ -1,23 +1,9 @@
 /** What the three broker consumer helpers share. */
-import { MAX_TIMER_MS } from '../../core/long-timer.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
-import type { Inbox, InboxMessage } from '../inbox/types.js'
 
-/**
- * A delay option in ms: a number from `min` up to what one Node timer can wait (about 24.8 days; a
- * longer one fires after 1 ms), else `INVALID_OPTION`. A string, NaN or a negative number would
- * otherwise turn a delay into a loop that redelivers at once.
- */
-export function delayOption(value: number | undefined, fallback: number, name: string, min = 0): number {
-  const ms = value ?? fallback
-  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < min || ms > MAX_TIMER_MS) {
-    throw new IdempotencyError(
-      'INVALID_OPTION',
-      `consumer: ${name} is a delay in milliseconds from ${min} to ${MAX_TIMER_MS} (about 24.8 days), got ${typeof ms === 'string' ? JSON.stringify(ms) : String(ms)}.`,
-    )
-  }
-  return ms
-}
+export { delayOption } from '../../core/duration.js'
+
+import type { Inbox, InboxMessage } from '../inbox/types.js'
 
 /** Effects running at once unless told otherwise. */
 export const DEFAULT_CONSUMER_CONCURRENCY = 16
