@@ -27,7 +27,11 @@ export interface KnexTransactionsOptions {
  * @example new MySqlStore({ pool, transactions: knexTransactions(knex) })
  */
 export function knexTransactions(knex: Knex, options: KnexTransactionsOptions = {}): SqlTransactions<Knex.Transaction> {
-  const client = String((knex.client as { config?: { client?: unknown } }).config?.client ?? (knex.client as { dialect?: string }).dialect)
+  // Anything but a Knex instance (a pg Pool, a Prisma client) has no client: the refusal below names it.
+  const client = String(
+    (knex?.client as { config?: { client?: unknown } } | undefined)?.config?.client ??
+      (knex?.client as { dialect?: string } | undefined)?.dialect,
+  )
   const dialect = /^(pg|postgres|postgresql|pgnative|cockroachdb)$/.test(client)
     ? 'postgres'
     : /^(mysql|mysql2|mariadb)$/.test(client)

@@ -31,6 +31,12 @@ export interface KyselyTransactionsOptions {
  * @example new MySqlStore({ pool, transactions: kyselyTransactions(db) })
  */
 export function kyselyTransactions<DB>(db: Kysely<DB>, options: KyselyTransactionsOptions = {}): SqlTransactions<Transaction<DB>> {
+  if (typeof db?.transaction !== 'function') {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      'kyselyTransactions needs a Kysely instance (new Kysely({ dialect })) on PostgreSQL or MySQL.',
+    )
+  }
   const dialect = options.dialect ?? dialectOf(db)
   return {
     tool: 'kysely',

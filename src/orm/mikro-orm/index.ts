@@ -47,6 +47,12 @@ export function mikroOrmTransactions<Em extends MikroOrmEntityManagerLike>(
   em: Em,
   options: MikroOrmTransactionsOptions = {},
 ): SqlTransactions<Em> {
+  if (typeof em?.transactional !== 'function' || typeof em.execute !== 'function') {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      'mikroOrmTransactions needs a MikroORM EntityManager (orm.em) on PostgreSQL or MySQL: one with transactional() and execute().',
+    )
+  }
   const dialect = options.dialect ?? dialectOf(em)
   return {
     tool: 'mikro-orm',

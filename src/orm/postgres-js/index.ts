@@ -14,6 +14,7 @@
  */
 import type { ListenMeta, ReservedSql, Sql, TransactionSql } from 'postgres'
 import type { SqlTransactions } from '../../core/sql-transactions.js'
+import { IdempotencyError } from '../../errors.js'
 import type { PgClientLike, PgNotification, PgPoolLike, PgQueryConfig, PgQueryResult } from '../../stores/postgres/pool.js'
 
 /** Options of {@link postgresJsTransactions}. */
@@ -33,6 +34,7 @@ export function postgresJsTransactions<Types extends Record<string, unknown> = {
   sql: Sql<Types>,
   options: PostgresJsTransactionsOptions = {},
 ): SqlTransactions<TransactionSql<Types>> {
+  assertPostgresJs(sql, 'postgresJsTransactions')
   return {
     tool: 'postgres.js',
     dialect: 'postgres',
@@ -61,6 +63,7 @@ export function postgresJsTransactions<Types extends Record<string, unknown> = {
  */
 // biome-ignore lint/complexity/noBannedTypes: postgres.js defaults its custom types to {}; the same default keeps a plain postgres() assignable.
 export function postgresJsPool<Types extends Record<string, unknown> = {}>(sql: Sql<Types>): PgPoolLike<PgClientLike> {
+  assertPostgresJs(sql, 'postgresJsPool')
   const run = async (on: Sql<Types> | ReservedSql<Types>, text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> => {
     const config = typeof text === 'string' ? { text, values } : text
     const rows = await on.unsafe(config.text, (config.values ?? []) as never[], { prepare: true })
@@ -103,5 +106,16 @@ export function postgresJsPool<Types extends Record<string, unknown> = {}>(sql: 
       }
       return client as PgClientLike
     },
+  }
+}
+
+/** Refuses what is not a postgres.js `sql` (a pg Pool, a Drizzle database), which failed only at the first statement. */
+function assertPostgresJs(sql: unknown, where: string): void {
+  const given = sql as { begin?: unknown; unsafe?: unknown; reserve?: unknown } | null | undefined
+  if (typeof given?.begin !== 'function' || typeof given.unsafe !== 'function' || typeof given.reserve !== 'function') {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `${where}(sql) needs a postgres.js instance: import postgres from 'postgres'; const sql = postgres(url). (For a pg Pool, give the store { pool } without it.)`,
+    )
   }
 }

@@ -47,6 +47,12 @@ export function prismaTransactions<Client extends PrismaClientLike>(
   prisma: Client,
   options: PrismaTransactionsOptions = {},
 ): SqlTransactions<PrismaTransactionOf<Client>> {
+  if (typeof prisma?.$transaction !== 'function' || typeof prisma.$queryRawUnsafe !== 'function') {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      'prismaTransactions needs a PrismaClient (new PrismaClient({ adapter })): one with $transaction() and $queryRawUnsafe().',
+    )
+  }
   const dialect = options.dialect ?? 'postgres'
   if (dialect !== 'postgres' && dialect !== 'mysql') {
     throw new IdempotencyError(

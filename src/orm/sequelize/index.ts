@@ -28,7 +28,8 @@ export interface SequelizeTransactionsOptions {
  * @example new MySqlStore({ pool, transactions: sequelizeTransactions(sequelize) })
  */
 export function sequelizeTransactions(sequelize: Sequelize, options: SequelizeTransactionsOptions = {}): SqlTransactions<Transaction> {
-  const name = sequelize.getDialect()
+  // Anything but a Sequelize instance has no getDialect(): the refusal below names it.
+  const name = typeof sequelize?.getDialect === 'function' ? sequelize.getDialect() : undefined
   const dialect = name === 'postgres' ? 'postgres' : name === 'mysql' || name === 'mariadb' ? 'mysql' : undefined
   if (!dialect) {
     throw new IdempotencyError(

@@ -29,7 +29,8 @@ export interface TypeormTransactionsOptions {
  * @example new MySqlStore({ pool, transactions: typeormTransactions(dataSource) })
  */
 export function typeormTransactions(dataSource: DataSource, options: TypeormTransactionsOptions = {}): SqlTransactions<EntityManager> {
-  const type = String(dataSource.options.type)
+  // Anything but a DataSource (an EntityManager, a pg Pool) has no options.type: the refusal below names it.
+  const type = String((dataSource as { options?: { type?: unknown } } | undefined)?.options?.type)
   const dialect = type === 'postgres' ? 'postgres' : type === 'mysql' || type === 'mariadb' ? 'mysql' : undefined
   if (!dialect) {
     throw new IdempotencyError(
