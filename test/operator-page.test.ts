@@ -226,6 +226,21 @@ describe.skipIf(!executablePath)('operator page in headless Chromium', () => {
   })
 })
 
+describe('operator page options (no browser)', () => {
+  it('refuses, when made, a short token, a count limit that is no positive integer, a store without list() and get(), and a now that is no function', () => {
+    const store = new SqliteStore({ path: ':memory:' })
+    const invalid = (message: string) => expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining(message) })
+    expect(() => operatorPage({ store, token: 'short' })).toThrow(invalid('at least 16 characters'))
+    expect(() => operatorPage({ store, token: 1234567890123456 as never })).toThrow(invalid('at least 16 characters'))
+    expect(() => operatorPage({ store, countLimit: 0 })).toThrow(invalid('operatorPage() countLimit must be a positive integer'))
+    expect(() => operatorPage({ store: { name: 'x' } as never })).toThrow(
+      invalid('operatorPage(): store must be an object with list(), get()'),
+    )
+    expect(() => operatorPage({ store, now: 5 as never })).toThrow(invalid('operatorPage(): now must be a function'))
+    expect(() => operatorPage({ store, token: 'a'.repeat(16), countLimit: 10 })).not.toThrow()
+  })
+})
+
 describe('operator page summary of inboxes (no browser)', () => {
   it("answers each inbox's retention and oldest kept ID, and an inbox that fails as unavailable, not the whole page", async () => {
     const store = new SqliteStore({ path: ':memory:' })

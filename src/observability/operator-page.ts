@@ -1,6 +1,8 @@
 import { timingSafeEqual } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { IdempotencyStore, RecordStatus, StoredRecord } from '../core/store.js'
+import { assertFunctions, assertMethods, assertOptionalPositiveInteger } from '../core/validate.js'
+import { IdempotencyError } from '../errors.js'
 import type { EngineEvent } from '../http/types.js'
 import type { Inbox } from '../messaging/inbox/types.js'
 import type { PgCdcRelay } from '../messaging/outbox/pg-cdc-relay.js'
@@ -99,13 +101,19 @@ const STATES: RecordStatus[] = ['in_progress', 'completed', 'failed']
  */
 export function operatorPage(options: OperatorPageOptions): OperatorPage {
   const { store } = options
+  assertMethods('operatorPage()', 'store', store, ['list', 'get'])
+  assertFunctions('operatorPage()', { now: options.now })
+  assertOptionalPositiveInteger(options.countLimit, 'operatorPage() countLimit')
   const activity = options.activity ?? new Activity()
   const countLimit = options.countLimit ?? 1_000
   const now = options.now ?? Date.now
-  const token = options.token === undefined ? undefined : Buffer.from(options.token)
-  if (token && token.byteLength < 16) {
-    throw new TypeError('operatorPage({ token }) needs a token of at least 16 characters; make one with `openssl rand -hex 24`.')
+  if (options.token !== undefined && (typeof options.token !== 'string' || Buffer.byteLength(options.token) < 16)) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      'operatorPage({ token }) needs a token of at least 16 characters; make one with `openssl rand -hex 24`.',
+    )
   }
+  const token = options.token === undefined ? undefined : Buffer.from(options.token)
 
   async function summary(): Promise<OperatorSummary> {
     const counts = {} as OperatorSummary['counts']
