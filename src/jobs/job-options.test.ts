@@ -42,6 +42,19 @@ describe('job-queue wrappers', () => {
     expect(() => idempotentProcessor(() => 1, { ledger, scope: 'emails' })).not.toThrow()
   })
 
+  it("BullMQ: a job run without a lock token while another holds its key fails with IN_PROGRESS, as pg-boss's and graphile-worker's do", async () => {
+    let release: () => void = () => {}
+    const holding = ledger.run({ key: 'held-job', scope: 'bullmq:q' }, () => new Promise<void>((resolve) => (release = resolve)))
+    const processor = idempotentProcessor(() => 'ran', { ledger, wait: 0 })
+    const job = { id: 'held-job', queueName: 'q', data: null, opts: { jobId: 'held-job' }, stalledCounter: 0 }
+    await expect(processor(job as never)).rejects.toMatchObject({
+      code: 'IN_PROGRESS',
+      message: expect.stringContaining('is being processed by another worker'),
+    })
+    release()
+    await holding
+  })
+
   it('run a job with the durations they were given', async () => {
     const handler = idempotentHandler((job: { data: { n: number } }) => job.data.n * 2, {
       ledger,

@@ -129,7 +129,10 @@ export function idempotentProcessor<D = unknown, R = unknown>(
         // Another live worker holds the same logical key (the same work enqueued twice, running at once):
         // come back when its lease ends, without spending one of this job's attempts.
         if (token === undefined) {
-          throw new Error(`idemkey: job key "${key}" is being processed by another worker; retry after ${result.retryAfterMs} ms.`)
+          throw new IdempotencyError(
+            'IN_PROGRESS',
+            `idemkey: job key "${key}" is being processed by another worker; retry after ${result.retryAfterMs} ms.`,
+          )
         }
         await job.moveToDelayed(Date.now() + Math.max(50, result.retryAfterMs), token)
         throw new DelayedError()
