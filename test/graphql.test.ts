@@ -131,6 +131,16 @@ describe('idemkey/graphql: the Envelop plugin in GraphQL Yoga', () => {
     expect(charges - before).toBe(3)
     expect((await send('{ charges }', {}, randomUUID())).body.data).toEqual({ charges })
   })
+
+  it('refuses an extensions.idempotencyKey that is no string with 400 IDEMPOTENCY_KEY_INVALID, nothing run (it was dropped, and each retry ran again)', async () => {
+    const before = charges
+    for (const idempotencyKey of [12345, { id: 'k' }, ['k']]) {
+      const refused = await send(CHARGE, { amount: 1 }, undefined, { idempotencyKey })
+      expect(refused.status, JSON.stringify(idempotencyKey)).toBe(400)
+      expect(refused.body.errors?.[0]?.extensions?.code).toBe('IDEMPOTENCY_KEY_INVALID')
+    }
+    expect(charges - before).toBe(0)
+  })
 })
 
 describe('idemkey/graphql: the Apollo Server plugin', async () => {

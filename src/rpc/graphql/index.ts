@@ -50,6 +50,16 @@ export interface IdempotencyPlugin<C> {
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 
+/**
+ * `extensions.idempotencyKey` as sent: a value that is no string (a number, an object) is passed on
+ * for the ledger to refuse (400 IDEMPOTENCY_KEY_INVALID), where it used to be dropped, running the
+ * mutation without a key, once per retry.
+ */
+function extensionKey(extensions: Record<string, unknown> | undefined): string | undefined {
+  const key = extensions?.idempotencyKey
+  return key === undefined || key === null ? undefined : (key as string)
+}
+
 const refusal = (message: string, code: string, status: number): ExecutionResult => ({
   errors: [new GraphQLError(message, { extensions: { code, http: { status } } })],
 })
@@ -71,8 +81,7 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
     ((context: C) => {
       const header = context.request?.headers.get('idempotency-key')
       if (header) return header
-      const fromExtensions = context.params?.extensions?.idempotencyKey
-      return typeof fromExtensions === 'string' ? fromExtensions : undefined
+      return extensionKey(context.params?.extensions)
     })
   const scopeFn = options.scope
   // Only the default scope needs the secret, so only it warns when none is set.
@@ -241,10 +250,7 @@ export function apolloIdempotency<C = unknown>(
       return {
         async responseForOperation(rc) {
           if (rc.operation?.operation !== 'mutation' || !rc.document) return null
-          const key =
-            options.key?.(rc) ??
-            rc.request.http?.headers.get('idempotency-key') ??
-            (typeof rc.request.extensions?.idempotencyKey === 'string' ? rc.request.extensions.idempotencyKey : undefined)
+          const key = options.key?.(rc) ?? rc.request.http?.headers.get('idempotency-key') ?? extensionKey(rc.request.extensions)
           let answer: ExecutionResult | undefined
           const hooks = await envelop.onExecute({
             args: {
