@@ -173,7 +173,9 @@ describe('openTelemetry(): metrics', () => {
     const [sample] = await points(reader, 'idemkey.wait.duration')
     const histogram = sample?.value as { count: number; sum: number }
     expect(histogram.count).toBe(1)
-    expect(histogram.sum).toBeGreaterThanOrEqual(0.1)
+    // The waiter waited about 120 ms, in seconds. Its wait begins when its first acquire answers, which
+    // on a loaded machine can be a few tens of ms after the line above started it (0.097 was seen in CI).
+    expect(histogram.sum).toBeGreaterThanOrEqual(0.05)
     expect(histogram.sum).toBeLessThan(2)
   })
 })
