@@ -348,6 +348,20 @@ describe('sqsBatchHandler', () => {
     expect(errors).toHaveLength(1)
     expect(isIdempotencyError(errors[0]) && errors[0].code).toBe('KEY_MISSING')
   })
+
+  it('refuses a key that is neither a function nor { attribute } when made (a bare name failed every record with KEY_MISSING)', () => {
+    const apply = async () => {}
+    for (const key of ['orderEventId', { attribute: '' }, { name: 'orderEventId' }]) {
+      expect(() => sqsBatchHandler(ledger, apply, { key: key as never }), JSON.stringify(key)).toThrow(
+        expect.objectContaining({
+          code: 'INVALID_OPTION',
+          message: expect.stringContaining("sqsBatchHandler(): key must be a function (record) => key, or { attribute: 'name' }"),
+        }),
+      )
+    }
+    // A string scope is a fixed scope; anything else that is no function is refused too.
+    expect(() => sqsBatchHandler(ledger, apply, { scope: 5 as never })).toThrow('scope must be a function or a string')
+  })
 })
 
 describe('makeIdempotent', () => {

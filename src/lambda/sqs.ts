@@ -108,6 +108,13 @@ export function sqsBatchHandler<R extends SqsRecordLike, C extends LambdaContext
 
 function recordKey<R extends SqsRecordLike>(key: SqsBatchOptions<R>['key']): (record: R) => string {
   if (key === undefined) return (record) => record.messageId
+  if (typeof key !== 'function' && (typeof key?.attribute !== 'string' || key.attribute === '')) {
+    // A bare attribute name ('orderId') read as no attribute: every record failed with KEY_MISSING.
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `sqsBatchHandler(): key must be a function (record) => key, or { attribute: 'name' } for a message attribute, got ${JSON.stringify(key)}.`,
+    )
+  }
   const read =
     typeof key === 'function'
       ? key
