@@ -236,6 +236,7 @@ describe('operator page options (no browser)', () => {
     expect(() => operatorPage({ store: { name: 'x' } as never })).toThrow(
       invalid('operatorPage(): store must be an object with list(), get()'),
     )
+    expect(() => operatorPage({} as never)).toThrow(invalid('operatorPage(): store must be an object with list(), get(); got null.'))
     expect(() => operatorPage({ store, now: 5 as never })).toThrow(invalid('operatorPage(): now must be a function'))
     expect(() => operatorPage({ store, token: 'a'.repeat(16), countLimit: 10 })).not.toThrow()
   })

@@ -101,7 +101,7 @@ const STATES: RecordStatus[] = ['in_progress', 'completed', 'failed']
  */
 export function operatorPage(options: OperatorPageOptions): OperatorPage {
   const { store } = options
-  assertMethods('operatorPage()', 'store', store, ['list', 'get'])
+  assertMethods('operatorPage()', 'store', store ?? null, ['list', 'get'])
   assertFunctions('operatorPage()', { now: options.now })
   assertOptionalPositiveInteger(options.countLimit, 'operatorPage() countLimit')
   const activity = options.activity ?? new Activity()
