@@ -216,6 +216,16 @@ describe('idemkey operator commands (built CLI on a SQLite file)', () => {
     }
   })
 
+  it('refuses an empty --host or --admin-host (an unset variable in --host "$HOST"), which Node reads as every interface, not the loopback default', async () => {
+    for (const flag of ['--host', '--admin-host']) {
+      const out = await cli('proxy', '--upstream', 'http://127.0.0.1:3000', flag, '')
+      expect(out.code, flag).toBe(1)
+      expect(out.stderr, flag).toContain(
+        `${flag} is an address to listen on, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every interface), got "".`,
+      )
+    }
+  })
+
   it('refuses a timeout past 24.8 days, which the timer below would fire after 1 ms (a drain that ends at once)', async () => {
     for (const args of [
       ['proxy', '--upstream', 'http://127.0.0.1:3000', '--upstream-timeout', '25d'],

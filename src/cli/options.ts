@@ -100,6 +100,22 @@ export const storeArg = urlArg('--store <url>', (value) => {
   }
 })
 
+/**
+ * A commander parser for an address to listen on: an empty one (an unset variable in `--host "$HOST"`)
+ * would make Node listen on every interface, the opposite of the loopback default, so it is refused.
+ */
+export function hostArg(flag: string): (value: string) => string {
+  return (value) => {
+    const host = value.trim()
+    if (host === '' || /\s/.test(host)) {
+      throw new InvalidArgumentError(
+        `${flag} is an address to listen on, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every interface), got "${value}".`,
+      )
+    }
+    return host
+  }
+}
+
 /** A commander parser for an integer within bounds. */
 export function intArg(flag: string, min: number, max = Number.MAX_SAFE_INTEGER): (value: string) => number {
   return (value) => {

@@ -3,6 +3,7 @@ import { isHeaderName } from '../core/key-header.js'
 import { redactUrl } from '../core/redact-url.js'
 import {
   durationOption,
+  hostArg,
   intArg,
   logFormatOption,
   logLevelOption,
@@ -22,7 +23,7 @@ export function registerProxy(program: Command): void {
     .description('reverse proxy that gives any HTTP API idempotency keys: replays, 422 on reuse, 409 while in flight')
     .requiredOption('--upstream <url>', 'the API behind the proxy, e.g. http://127.0.0.1:3000', urlArg('--upstream <url>', upstreamArg))
     .option('--port <port>', 'port to listen on (0: any free port)', intArg('--port', 0, 65535), 8080)
-    .option('--host <host>', 'address to listen on', '127.0.0.1')
+    .option('--host <host>', 'address to listen on', hostArg('--host'), '127.0.0.1')
     .addOption(storeOption())
     .addOption(
       durationOption(
@@ -66,7 +67,12 @@ export function registerProxy(program: Command): void {
       'serve /metrics (Prometheus), /healthz, /readyz and the operator page on this port (0: any free port)',
       intArg('--admin-port', 0, 65535),
     )
-    .option('--admin-host <host>', 'address of the admin port; the operator page answers other hosts only with --admin-token', '127.0.0.1')
+    .option(
+      '--admin-host <host>',
+      'address of the admin port; the operator page answers other hosts only with --admin-token',
+      hostArg('--admin-host'),
+      '127.0.0.1',
+    )
     .addOption(
       new Option(
         '--admin-token <token>',
