@@ -13,7 +13,14 @@ import { Ledger } from '../src/core/ledger.js'
 import { operatorPagePlugin } from '../src/http/fastify/index.js'
 import { SqliteInbox } from '../src/messaging/inbox/index.js'
 import type { PgCdcRelayHealth } from '../src/messaging/outbox/index.js'
-import { isLoopback, type OperatorPage, type OperatorPageRelay, type OperatorSummary, operatorPage } from '../src/observability/index.js'
+import {
+  Activity,
+  isLoopback,
+  type OperatorPage,
+  type OperatorPageRelay,
+  type OperatorSummary,
+  operatorPage,
+} from '../src/observability/index.js'
 import { keyHash } from '../src/observability/recorder.js'
 import { SqliteStore } from '../src/stores/sqlite/index.js'
 import { isCI } from './helpers/services.js'
@@ -239,6 +246,10 @@ describe('operator page options (no browser)', () => {
     expect(() => operatorPage({} as never)).toThrow(invalid('operatorPage(): store must be an object with list(), get(); got null.'))
     expect(() => operatorPage({ store, now: 5 as never })).toThrow(invalid('operatorPage(): now must be a function'))
     expect(() => operatorPage({ store, token: 'a'.repeat(16), countLimit: 10 })).not.toThrow()
+    // The activity ring: a bucket of 0 ms divided by 0, a fractional count broke the ring.
+    expect(() => new Activity({ bucketMs: 0 })).toThrow(invalid('new Activity() bucketMs must be a positive integer, got 0.'))
+    expect(() => new Activity({ buckets: 1.5 })).toThrow(invalid('new Activity() buckets must be a positive integer, got 1.5.'))
+    expect(() => new Activity({ bucketMs: 1_000, buckets: 60 })).not.toThrow()
   })
 })
 

@@ -1,3 +1,4 @@
+import { assertFunctions, assertOptionalPositiveInteger } from '../core/validate.js'
 import type { EngineEvent } from '../http/types.js'
 import { keyHash } from './recorder.js'
 
@@ -43,6 +44,10 @@ export class Activity {
   #head: number
 
   constructor(options: { bucketMs?: number; buckets?: number; now?: () => number } = {}) {
+    // A bucket of 0 ms divides by 0 (the head is Infinity); a count of 0 or 1.5 buckets breaks the ring.
+    assertOptionalPositiveInteger(options.bucketMs, 'new Activity() bucketMs')
+    assertOptionalPositiveInteger(options.buckets, 'new Activity() buckets')
+    assertFunctions('new Activity()', { now: options.now })
     this.bucketMs = options.bucketMs ?? 10_000
     this.buckets = options.buckets ?? 30
     this.#now = options.now ?? Date.now
