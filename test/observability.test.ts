@@ -180,6 +180,22 @@ describe('openTelemetry(): metrics', () => {
   })
 })
 
+describe('openTelemetry(): options', () => {
+  it('refuses a meter or tracer provider of the wrong kind with INVALID_OPTION (it crashed with a TypeError)', () => {
+    const exporter = new InMemorySpanExporter()
+    expect(() => openTelemetry({ tracerProvider: exporter as never })).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_OPTION',
+        message: 'openTelemetry(): tracerProvider must be an object with getTracer(); it has no getTracer().',
+      }),
+    )
+    expect(() => openTelemetry({ meterProvider: 'otel' as never })).toThrow(
+      'openTelemetry(): meterProvider must be an object with getMeter(); got a string of 4 characters.',
+    )
+    expect(() => openTelemetry({ meterProvider: new MeterProvider(), tracerProvider: new BasicTracerProvider() })).not.toThrow()
+  })
+})
+
 describe('openTelemetry(): spans', () => {
   it('makes one intent span per run with a child span per store operation, and no raw key or scope', async () => {
     const { ledger, spans } = setup()

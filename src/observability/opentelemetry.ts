@@ -19,6 +19,7 @@ import {
   trace,
 } from '@opentelemetry/api'
 import type { LedgerTelemetry } from '../core/ledger.js'
+import { assertMethods } from '../core/validate.js'
 import { isIdempotencyError } from '../errors.js'
 import {
   DURATION_BUCKETS_S,
@@ -60,6 +61,9 @@ export interface OpenTelemetryOptions {
  * const ledger = new Ledger({ store, telemetry: openTelemetry() })
  */
 export function openTelemetry(options: OpenTelemetryOptions = {}): LedgerTelemetry {
+  // A provider of the wrong kind (an SDK's exporter, a tracer) crashed here with a TypeError.
+  assertMethods('openTelemetry()', 'meterProvider', options.meterProvider, ['getMeter'])
+  assertMethods('openTelemetry()', 'tracerProvider', options.tracerProvider, ['getTracer'])
   const sinks: MetricSink[] = []
   if (options.metrics !== false) {
     const meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(INSTRUMENTATION_NAME)
