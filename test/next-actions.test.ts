@@ -39,6 +39,19 @@ describe('idemkey/next: server actions', () => {
     await expect(pay(form({ amount: '6' }))).rejects.toThrow(/render <input type="hidden" name="idempotencyKey"/)
   })
 
+  it('refuses a field or name that is no non-empty string when made (a field of 5 was found in no form: every submit refused)', () => {
+    const action = async () => 'ok'
+    for (const bad of [{ field: 5 }, { field: '' }, { name: {} }]) {
+      expect(() => idempotentAction(action, { ledger, scope: () => 's', ...(bad as object) }), JSON.stringify(bad)).toThrow(
+        expect.objectContaining({
+          code: 'INVALID_OPTION',
+          message: expect.stringMatching(/^idempotentAction\(\): (field|name) must be a non-empty string/),
+        }),
+      )
+    }
+    expect(() => idempotentAction(action, { ledger, scope: () => 's', field: 'submitKey', name: 'checkout' })).not.toThrow()
+  })
+
   it('tells files apart by their bytes: another file of the same name, type and size is other form values', async () => {
     const upload = idempotentAction(async (data: FormData) => ({ bytes: (data.get('doc') as File).size }), { ledger })
     const key = actionKey()

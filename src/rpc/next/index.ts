@@ -88,6 +88,18 @@ export function idempotentAction<A extends unknown[], R>(
   if (options.scope === undefined) {
     warnSharedScope('idempotentAction() (idemkey/next)', 'scope: async () => (await auth()).user.id')
   }
+  for (const [option, value] of [
+    ['field', options.field],
+    ['name', options.name],
+  ] as const) {
+    // A field that is no name (a number, '') was looked up in every form, found in none: every submit refused.
+    if (value !== undefined && (typeof value !== 'string' || value === '')) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        `idempotentAction(): ${option} must be a non-empty string, got ${JSON.stringify(value)}.`,
+      )
+    }
+  }
   const field = options.field ?? ACTION_KEY_FIELD
   const name = options.name ?? (action.name || 'action')
   const runOptions = {
