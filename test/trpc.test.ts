@@ -94,6 +94,11 @@ describe('idemkey/trpc: options checked when made', () => {
       'payload must be a function',
     )
     expect(() => idempotent({ ledger, key: () => 'k', scope: () => 't' }, undefined as never)).toThrow('resolver must be a function')
+    // A transformer given as its name, or a data transformer without both halves: every call failed.
+    expect(() => idempotent({ ledger, key: () => 'k', scope: () => 't', transformer: 'superjson' as never }, () => 1)).toThrow(
+      'transformer must be an object with serialize(), deserialize()',
+    )
+    expect(() => idempotent({ ledger, key: () => 'k', scope: () => 't', transformer: superjson }, () => 1)).not.toThrow()
   })
 })
 

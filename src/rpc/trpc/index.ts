@@ -7,7 +7,7 @@ import { TRPCError } from '@trpc/server'
 import { type Duration, runDurations } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
-import { assertFunctions } from '../../core/validate.js'
+import { assertFunctions, assertMethods } from '../../core/validate.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
 import { warnSharedScope } from '../../http/scope.js'
 
@@ -75,6 +75,8 @@ export function idempotent<O extends ResolverOptionsLike, R>(
     throw new IdempotencyError('INVALID_OPTION', "idempotent({ ledger, key }, resolver) needs key: (opts) => the call's idempotency key.")
   }
   assertFunctions('idempotent() (idemkey/trpc)', { resolver, scope: options.scope, payload: options.payload }, { required: ['resolver'] })
+  // The router's transformer (superjson): what each output is recorded and replayed through.
+  assertMethods('idempotent() (idemkey/trpc)', 'transformer', options.transformer, ['serialize', 'deserialize'])
   if (options.scope === undefined) warnSharedScope('idempotent() (idemkey/trpc)', 'scope: ({ ctx }) => ctx.userId')
   const transformer = options.transformer
   const encode = (value: R): StoredResponse => ({
