@@ -426,6 +426,9 @@ describe('makeIdempotent', () => {
       'makeIdempotent(): scope must be a function or a string',
     )
     expect(() => makeIdempotent(async () => 1, { ledger, key, payload: 'detail' as never })).toThrow('payload must be a function')
+    expect(() => makeIdempotent(async () => 1, { ledger, key, encode: JSON as never })).toThrow(
+      'makeIdempotent(): encode must be a function',
+    )
     const handler = makeIdempotent(async () => 'ran', { ledger, key, scope: 'orders', lease: '10s', ttl: '1h', wait: '2s' })
     expect(await handler({ id: randomUUID() }, context())).toBe('ran')
   })

@@ -40,7 +40,11 @@ export function makeIdempotent<E, R, C extends LambdaContextLike>(
       'makeIdempotent(fn, { ledger, key }) needs key: (event) => string, e.g. (event) => event.id.',
     )
   }
-  assertFunctions('makeIdempotent()', { fn, scope: options.scope, payload: options.payload }, { required: ['fn'], orString: ['scope'] })
+  assertFunctions(
+    'makeIdempotent()',
+    { fn, scope: options.scope, payload: options.payload, encode: options.encode, decode: options.decode, onEvent: options.onEvent },
+    { required: ['fn'], orString: ['scope'] },
+  )
   const { ledger, key: keyOf, payload, scope } = options
   const runOptions: RunOptions<R> = {
     encode: options.encode,
