@@ -128,8 +128,9 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, onTimeout: () =>
 
 /** A plain SQL identifier, optionally schema-qualified, quoted for PostgreSQL or SQLite. */
 export function quoteName(name: string, what: string): string {
-  const parts = name.split('.')
-  if (parts.length > 2 || !parts.every((p) => /^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(p))) {
+  // A name that is no string (a number from a config file) is refused as any other bad name, not with a TypeError.
+  const parts = typeof name === 'string' ? name.split('.') : []
+  if (parts.length === 0 || parts.length > 2 || !parts.every((p) => /^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(p))) {
     throw new IdempotencyError(
       'INVALID_OPTION',
       `${what} "${name}" must be a plain SQL identifier (letters, digits, underscore), optionally "schema.table".`,

@@ -26,6 +26,10 @@ describe('inbox options', () => {
       expect(() => make({ retention: '0s' }), name).toThrow(invalid('retention must be longer than 0'))
       expect(() => make({ onEvent: 'log' }), name).toThrow(invalid(`${name}: onEvent must be a function`))
     }
+    // A table that is no string (a number from a config file) crashed with a TypeError in the name check.
+    expect(() => new PgInbox({ pool, consumer: 'c', table: 5 as never })).toThrow(
+      invalid('PgInbox table "5" must be a plain SQL identifier'),
+    )
     expect(() => new SqliteInbox({ database: new Database(':memory:'), consumer: 'c', now: 5 as never })).toThrow(
       invalid('SqliteInbox: now must be a function'),
     )
