@@ -1,4 +1,5 @@
 import { longTimeout } from './long-timer.js'
+import { assertMethods } from './validate.js'
 
 /**
  * Where the ledger and the single-process stores get time from. All times are integer epoch
@@ -10,6 +11,14 @@ export interface Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void>
   /** Calls `callback` once after `ms` of this clock's time; returns a function that cancels it. */
   timer(ms: number, callback: () => void): () => void
+}
+
+/**
+ * Refuses, with `INVALID_OPTION`, a `clock` option that is not a {@link Clock} (one without `sleep()`
+ * or `timer()` failed at the first operation that waits). `undefined` passes: the system clock.
+ */
+export function assertClock(where: string, name: string, value: unknown): void {
+  assertMethods(where, name, value, ['now', 'sleep', 'timer'])
 }
 
 function abortReason(signal: AbortSignal): unknown {

@@ -1,6 +1,6 @@
 import { IdempotencyError } from '../errors.js'
 import { Attempt, STEPS } from './attempt.js'
-import { type Clock, systemClock } from './clock.js'
+import { assertClock, type Clock, systemClock } from './clock.js'
 import { parsePositiveDuration, runDuration } from './duration.js'
 import { fingerprintOf } from './fingerprint.js'
 import type {
@@ -102,8 +102,8 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
       )
     }
     assertFunctions('new Ledger()', { onEvent: options.onEvent })
-    assertMethods('new Ledger()', 'clock', options.clock, CLOCK_METHODS)
-    assertMethods('new Ledger()', 'storeTimeoutClock', options.storeTimeoutClock, CLOCK_METHODS)
+    assertClock('new Ledger()', 'clock', options.clock)
+    assertClock('new Ledger()', 'storeTimeoutClock', options.storeTimeoutClock)
     assertMethods('new Ledger()', 'telemetry', options.telemetry, ['startRun'])
     this.store = options.store
     this.clock = options.clock ?? systemClock
@@ -396,9 +396,6 @@ function withTelemetry(listener: ((event: LedgerEvent) => void) | undefined, tel
     if (listener) listener(event)
   }
 }
-
-/** What a {@link Clock} must have. */
-const CLOCK_METHODS = ['now', 'sleep', 'timer'] as const
 
 /** The longest `retryAfterMs` of an `in_progress` answer (the HTTP layer's `Retry-After`): 2 s. */
 export const RETRY_AFTER_MAX_MS = 2_000

@@ -34,13 +34,15 @@ type PlatformRequest = {
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
   readonly #options: IdempotencyModuleOptions<unknown>
+  /** The module's `abandonAfterMs`, checked once; a route's own was checked by `@Idempotent(...)`. */
+  readonly #abandonAfterMs: number
   readonly #reflector: Reflector
   readonly #engine: IdempotencyEngine
   readonly #perRoute = new WeakMap<object, IdempotencyEngine>()
   readonly #handlers = new WeakMap<object, boolean>()
 
   constructor(@Inject(IDEMPOTENCY_OPTIONS) options: IdempotencyModuleOptions<unknown>, @Inject(Reflector) reflector: Reflector) {
-    abandonAfter(options.abandonAfterMs)
+    this.#abandonAfterMs = abandonAfter(options.abandonAfterMs)
     this.#options = options
     this.#reflector = reflector
     this.#engine = createEngine(options)
@@ -71,7 +73,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         }
         attachContext(request, decision.context)
         const options = { ...this.#options, ...(route || {}) }
-        const abandonAfterMs = abandonAfter(options.abandonAfterMs)
+        const abandonAfterMs = (route ? route.abandonAfterMs : undefined) ?? this.#abandonAfterMs
         const finish = settleUnlessRejected(request, decision)
         if (options.transactional) holdUntilCommit(platform.rawResponse, abandonAfterMs, finish, decision.fail)
         else capture(platform.rawResponse, abandonAfterMs, options.maxStoredBody ?? 1024 * 1024, finish, decision.fail)

@@ -44,9 +44,7 @@ export function idempotentTask<P = unknown, H extends GraphileHelpersLike = Grap
   }
   assertFunctions('idempotentTask()', { task, key: options.key, scope: options.scope }, { required: ['task'] })
   // Checked here, so a bad duration fails where the worker is set up, not every job it takes.
-  const runOptions = {
-    ...runDurations({ lease: options.lease, wait: options.wait }),
-  }
+  const runOptions = runDurations({ lease: options.lease, wait: options.wait })
   return async (raw, helpers) => {
     const payload = raw as P
     const key = helpers.job.key ?? options.key?.(payload, helpers)

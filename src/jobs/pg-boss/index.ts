@@ -139,9 +139,7 @@ export function idempotentHandler<D, R>(
   }
   assertFunctions('idempotentHandler()', { handler, scope: options.scope, payload: options.payload }, { required: ['handler'] })
   // Checked here, so a bad duration fails where the worker is set up, not every job it takes.
-  const runOptions = {
-    ...runDurations({ lease: options.lease, wait: options.wait }),
-  }
+  const runOptions = runDurations({ lease: options.lease, wait: options.wait })
   const one = async (job: PgBossJobLike<D>): Promise<R> => {
     const key = options.key(job)
     const scope = options.scope ? options.scope(job) : `pg-boss:${job.name}`

@@ -5,7 +5,7 @@
 import { hostname } from 'node:os'
 import type { LogicalReplicationService } from 'pg-logical-replication'
 import { type Duration, formatDuration, parseDuration, parsePositiveDuration } from '../../core/duration.js'
-import { assertFunctions, assertMethods } from '../../core/validate.js'
+import { assertFunctions, assertMethods, assertOptionalPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { fitPgName, type OutboxMessage, type Publisher, type PublishResult, quoteName } from '../message.js'
 import type { RelayEvent } from './relay.js'
@@ -222,8 +222,10 @@ export class PgCdcRelay {
     }
     this.publication = options.publication ?? this.slot
     quoteName(this.publication, 'PgCdcRelay publication')
-    this.#batchSize = positiveInteger(options.batchSize ?? 256, 'batchSize')
-    this.#maxAttempts = positiveInteger(options.maxAttempts ?? 10, 'maxAttempts')
+    assertOptionalPositiveInteger(options.batchSize, 'PgCdcRelay batchSize')
+    assertOptionalPositiveInteger(options.maxAttempts, 'PgCdcRelay maxAttempts')
+    this.#batchSize = options.batchSize ?? 256
+    this.#maxAttempts = options.maxAttempts ?? 10
     // A first delay of 0 doubles to 0: every reconnect and retry would follow at once.
     this.#backoffInitialMs = parsePositiveDuration(options.backoffInitial ?? '200ms', 'backoffInitial')
     this.#backoffMaxMs = parseDuration(options.backoffMax ?? '30s', 'backoffMax')
@@ -690,13 +692,6 @@ function toMessage(row: Record<string, unknown>): OutboxMessage {
     attempts: 1,
     createdAtMs: row.created_at instanceof Date ? row.created_at.getTime() : Date.parse(String(row.created_at)),
   }
-}
-
-function positiveInteger(value: number, name: string): number {
-  if (!Number.isSafeInteger(value) || value < 1) {
-    throw new IdempotencyError('INVALID_OPTION', `PgCdcRelay ${name} must be a positive integer, got ${value}.`)
-  }
-  return value
 }
 
 function ignoreDuplicate(error: unknown): void {

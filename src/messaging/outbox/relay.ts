@@ -1,7 +1,7 @@
 import { hostname } from 'node:os'
 import { type Duration, parseDuration, parsePositiveDuration } from '../../core/duration.js'
 import { longTimeout } from '../../core/long-timer.js'
-import { assertFunctions, assertMethods } from '../../core/validate.js'
+import { assertFunctions, assertMethods, assertOptionalPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import type { OutboxMessage, Publisher, PublishResult } from '../message.js'
 import type { RelayStorage, RowFailure } from './storage.js'
@@ -87,21 +87,15 @@ export class OutboxRelay {
     assertFunctions('OutboxRelay', { onEvent: options.onEvent })
     this.#storage = 'storage' in options.outbox ? options.outbox.storage() : options.outbox
     this.#publisher = options.publisher
+    assertOptionalPositiveInteger(options.batchSize, 'OutboxRelay batchSize')
+    assertOptionalPositiveInteger(options.concurrency, 'OutboxRelay concurrency')
+    assertOptionalPositiveInteger(options.maxAttempts, 'OutboxRelay maxAttempts')
     this.#batchSize = options.batchSize ?? 256
-    if (!Number.isSafeInteger(this.#batchSize) || this.#batchSize < 1) {
-      throw new IdempotencyError('INVALID_OPTION', `OutboxRelay batchSize must be a positive integer, got ${options.batchSize}.`)
-    }
     this.#concurrency = options.concurrency ?? 1
-    if (!Number.isSafeInteger(this.#concurrency) || this.#concurrency < 1) {
-      throw new IdempotencyError('INVALID_OPTION', `OutboxRelay concurrency must be a positive integer, got ${options.concurrency}.`)
-    }
     // A lease of 0 leaves a claimed row free for every other relay at once; a poll interval of 0 is a busy loop.
     this.#leaseMs = parsePositiveDuration(options.lease ?? '30s', 'lease')
     this.#pollMs = parsePositiveDuration(options.pollInterval ?? '1s', 'pollInterval')
     this.#maxAttempts = options.maxAttempts ?? 10
-    if (!Number.isSafeInteger(this.#maxAttempts) || this.#maxAttempts < 1) {
-      throw new IdempotencyError('INVALID_OPTION', `OutboxRelay maxAttempts must be a positive integer, got ${options.maxAttempts}.`)
-    }
     this.#backoffInitialMs = parsePositiveDuration(options.backoffInitial ?? '1s', 'backoffInitial')
     this.#backoffMaxMs = parseDuration(options.backoffMax ?? '5m', 'backoffMax')
     this.relayId = options.relayId ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`

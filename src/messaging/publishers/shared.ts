@@ -1,4 +1,5 @@
 /** What the three broker consumer helpers share. */
+import { assertOptionalPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
 
 export { delayOption } from '../../core/duration.js'
@@ -77,11 +78,8 @@ export async function processMessage<Tx>(options: ConsumeOptions<Tx>, message: I
 
 /** A count option: a positive integer, else `INVALID_OPTION` (0 would stall the consumer: it waits for room it never gets). */
 export function positive(value: number | undefined, fallback: number, name: string): number {
-  const n = value ?? fallback
-  if (!Number.isInteger(n) || n < 1) {
-    throw new IdempotencyError('INVALID_OPTION', `consumer: ${name} must be a positive integer, got ${String(n)}.`)
-  }
-  return n
+  assertOptionalPositiveInteger(value, `consumer: ${name}`)
+  return value ?? fallback
 }
 
 /** The `concurrency` option, checked. */

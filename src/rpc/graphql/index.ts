@@ -240,9 +240,7 @@ export function apolloIdempotency<C = unknown>(
     ...(options.required !== undefined ? { required: options.required } : {}),
     ...(scopeOf ? { scope: (context: ApolloEnvelopContext<C>) => scopeOf(context.apollo) } : {}),
     ...(options.scopeSecret !== undefined ? { scopeSecret: options.scopeSecret } : {}),
-    ...(options.lease !== undefined ? { lease: options.lease } : {}),
-    ...(options.ttl !== undefined ? { ttl: options.ttl } : {}),
-    ...(options.wait !== undefined ? { wait: options.wait } : {}),
+    ...runDurations(options),
   })
   return {
     async requestDidStart() {

@@ -102,9 +102,7 @@ export function idempotentAction<A extends unknown[], R>(
   }
   const field = options.field ?? ACTION_KEY_FIELD
   const name = options.name ?? (action.name || 'action')
-  const runOptions = {
-    ...runDurations(options),
-  }
+  const runOptions = runDurations(options)
   return async (...args: A): Promise<R> => {
     const form = formDataOf(args)
     const key = form?.get(field)

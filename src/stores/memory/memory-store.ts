@@ -1,4 +1,4 @@
-import { type Clock, systemClock } from '../../core/clock.js'
+import { assertClock, type Clock, systemClock } from '../../core/clock.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { applyStep } from '../../core/steps.js'
 import { assertRecordStep } from '../../core/steps-store.js'
@@ -12,7 +12,7 @@ import {
   type StoredRecord,
   type Unsubscribe,
 } from '../../core/store.js'
-import { assertFingerprint, assertIdentity, assertMethods, assertPositiveInteger } from '../../core/validate.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { assertOutcome, copyRecord, copyResponse, matchesFilter } from '../shared.js'
 
 /** Options of {@link MemoryStore}. */
@@ -41,7 +41,7 @@ export class MemoryStore implements IdempotencyStore {
   readonly #steps = new WeakMap<StoredRecord, Map<string, string | null>>()
 
   constructor(options: MemoryStoreOptions = {}) {
-    assertMethods('new MemoryStore()', 'clock', options.clock, ['now', 'sleep', 'timer'])
+    assertClock('new MemoryStore()', 'clock', options.clock)
     this.#clock = options.clock ?? systemClock
     this.#abandonedRetentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
   }

@@ -1,6 +1,6 @@
 import { statSync } from 'node:fs'
 import { join } from 'node:path'
-import { type Clock, systemClock } from '../../core/clock.js'
+import { assertClock, type Clock, systemClock } from '../../core/clock.js'
 import { type Duration, parseDuration } from '../../core/duration.js'
 import { assertRecordStep, stepsFromJson } from '../../core/steps-store.js'
 import {
@@ -13,7 +13,7 @@ import {
   type StoredRecord,
   type Unsubscribe,
 } from '../../core/store.js'
-import { assertFingerprint, assertIdentity, assertMethods, assertPositiveInteger } from '../../core/validate.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { assertOutcome, decodeHeaders, encodeHeaders } from '../shared.js'
 import { connect, openNodeSqlite, type SqliteConnection, type SqliteDatabase, type SqliteDriverName } from './driver.js'
@@ -93,7 +93,7 @@ export class SqliteStore implements IdempotencyStore {
         `SqliteStore table "${table}" must be a plain SQL identifier (letters, digits, underscore).`,
       )
     }
-    assertMethods('new SqliteStore()', 'clock', options.clock, ['now', 'sleep', 'timer'])
+    assertClock('new SqliteStore()', 'clock', options.clock)
     this.#clock = options.clock ?? systemClock
     this.#abandonedRetentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
     const path = options.path ?? 'idemkey.db'
