@@ -72,8 +72,12 @@ Examples:
   idemkey migrate --store postgres://app@127.0.0.1:5432/app --layout plain   (back to one table)`,
     )
     .action(async (options: { store: string; layout?: string; partitionInterval?: string; json?: boolean }) => {
-      const url = withLayout(options.store, options.layout, options.partitionInterval)
-      if (options.partitionInterval !== undefined) await checkInterval(url, options.layout, options.partitionInterval)
+      let url = withLayout(options.store, options.layout, options.partitionInterval)
+      if (options.partitionInterval !== undefined) {
+        await checkInterval(url, options.layout, options.partitionInterval)
+        // The check found the table partitioned (or --layout says it will be): the store need not look again.
+        url = withLayout(options.store, 'partitioned', options.partitionInterval)
+      }
       await withStore(url, async (opened) => {
         if (options.layout !== undefined) {
           const converted = await (opened.store as unknown as LayoutConvertible).convertLayout()
