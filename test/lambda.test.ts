@@ -5,6 +5,7 @@ import { Ledger } from '../src/core/ledger.js'
 import { isIdempotencyError } from '../src/errors.js'
 import { lambdaLedger, makeIdempotent, sqsBatchHandler, withIdempotency } from '../src/lambda/index.js'
 import { DynamoDbStore } from '../src/stores/dynamodb/index.js'
+import { MemoryStore } from '../src/stores/memory/index.js'
 import { type DynamoDbEndpoint, startDynamoDb } from './helpers/dynalite.js'
 
 // The wrappers invoked in-process with the event shapes Lambda delivers, the records in DynamoDbStore on a
@@ -347,6 +348,27 @@ describe('sqsBatchHandler', () => {
     expect(result).toEqual({ batchItemFailures: [{ itemIdentifier: keyless }] })
     expect(errors).toHaveLength(1)
     expect(isIdempotencyError(errors[0]) && errors[0].code).toBe('KEY_MISSING')
+  })
+
+  it('reports a record whose handler ran but whose outcome could not be stored as applied: SQS must not deliver it again to run a second time', async () => {
+    // The store takes acquires but not completions (it went away after the effect).
+    class LosesCompletions extends MemoryStore {
+      override async complete(): Promise<boolean> {
+        throw new Error('connection reset')
+      }
+    }
+    const events: string[] = []
+    const flaky = new Ledger({ store: new LosesCompletions(), onEvent: (event) => events.push(event.type) })
+    let applied = 0
+    const errors: unknown[] = []
+    const handler = sqsBatchHandler(flaky, async () => void applied++, { onRecordError: (error) => errors.push(error) })
+    const result = await handler({ Records: [sqsRecord(randomUUID(), '{"order":1}')] }, context(300))
+    expect(applied).toBe(1)
+    // Reported failed, SQS would deliver it again once the record's lease (the invocation) ended, and it would run again.
+    expect(result).toEqual({ batchItemFailures: [] })
+    expect(errors).toEqual([])
+    // The ledger reports the lost outcome loudly (its event, metric and log), not the batch.
+    expect(events).toContain('unrecorded')
   })
 
   it('refuses a key that is neither a function nor { attribute } when made (a bare name failed every record with KEY_MISSING)', () => {

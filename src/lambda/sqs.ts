@@ -76,14 +76,10 @@ export function sqsBatchHandler<R extends SqsRecordLike, C extends LambdaContext
           // No lease outlives the invocation: a timed-out one frees its record when it ends.
           { deadlineMs: invocationDeadline(ledger.clock) },
         )
-        if (result.kind === 'executed') {
-          if (result.outcome === 'completed' || result.outcome === 'failed') return true
-          throw new IdempotencyError(
-            'STORE_UNAVAILABLE',
-            `The record ran but its outcome could not be stored (${result.outcome}); it is reported failed so SQS delivers it again.`,
-          )
-        }
-        if (result.kind === 'replayed') return true
+        // The handler ran, whatever became of its outcome: reported failed, the record would be delivered
+        // again and, its record not completed, run a second time. An outcome the store did not take
+        // (`unrecorded`) is reported loudly by the ledger (its `unrecorded` event), not by the batch.
+        if (result.kind === 'executed' || result.kind === 'replayed') return true
         if (result.kind === 'mismatch') {
           throw new IdempotencyError(
             'FINGERPRINT_MISMATCH',
