@@ -371,6 +371,27 @@ describe('sqsBatchHandler', () => {
     expect(events).toContain('unrecorded')
   })
 
+  it('applies a record once whose handler returns a value JSON cannot hold (a BigInt, a circular object): SQS ignores it, so it is not stored', async () => {
+    let applied = 0
+    const errors: unknown[] = []
+    const circular: { self?: unknown } = {}
+    circular.self = circular
+    const handler = sqsBatchHandler(
+      ledger,
+      async (record: SQSRecord) => {
+        applied++
+        return record.body === 'big' ? { rowId: 1n } : circular
+      },
+      { onRecordError: (error) => errors.push(error) },
+    )
+    const event: SQSEvent = { Records: [sqsRecord(randomUUID(), 'big'), sqsRecord(randomUUID(), 'circular')] }
+    expect(await handler(event, context(1_000))).toEqual({ batchItemFailures: [] })
+    expect(errors).toEqual([])
+    // Delivered again (SQS is at least once): both are replayed, not applied a second time.
+    expect(await handler(event, context())).toEqual({ batchItemFailures: [] })
+    expect(applied).toBe(2)
+  })
+
   it('refuses a key that is neither a function nor { attribute } when made (a bare name failed every record with KEY_MISSING)', () => {
     const apply = async () => {}
     for (const key of ['orderEventId', { attribute: '' }, { name: 'orderEventId' }]) {

@@ -72,7 +72,12 @@ export function sqsBatchHandler<R extends SqsRecordLike, C extends LambdaContext
         const scope = scopeOf(record)
         const result = await ledger.run(
           { key, scope, payload: payloadOf(record) ?? null },
-          async () => (await handler(record, context)) ?? null,
+          // The handler's value goes nowhere (a batch answers only with its failures), so none is stored:
+          // one JSON cannot hold (a BigInt, a circular object) failed the record after its effect had run.
+          async () => {
+            await handler(record, context)
+            return null
+          },
           // No lease outlives the invocation: a timed-out one frees its record when it ends.
           { deadlineMs: invocationDeadline(ledger.clock) },
         )

@@ -29,7 +29,8 @@ export interface GraphileIdempotencyOptions<P> {
  * effect is recorded), a retried job (graphile-worker retries a throw with backoff, and a job whose worker
  * died once its lock expires) resumes after its last recorded step, and a key reused with another payload
  * fails with `FINGERPRINT_MISMATCH` (graphile-worker retries it up to `maxAttempts`: it keeps failing).
- * The task gets the ledger's context as a third argument (`ctx.step` for durable steps).
+ * The task gets the ledger's context as a third argument (`ctx.step` for durable steps). Its value is not
+ * recorded (graphile-worker does not use it).
  *
  * @example
  * await run({ connectionString, taskList: { charge: idempotentTask(async (payload, helpers, ctx) => ..., { ledger }) } })
@@ -55,7 +56,13 @@ export function idempotentTask<P = unknown, H extends GraphileHelpersLike = Grap
       )
     }
     const scope = options.scope ? options.scope(payload, helpers) : `graphile-worker:${helpers.job.task_identifier}`
-    const result = await ledger.run({ key, scope, payload: payload ?? null }, (ctx) => task(payload, helpers, ctx), runOptions)
+    // graphile-worker does nothing with a task's value, so none is stored: one JSON cannot hold (a row with
+    // a bigint id, an HTTP response) failed the job after its effect, and each retry ran it again.
+    const work = async (ctx: IntentContext) => {
+      await task(payload, helpers, ctx)
+      return null
+    }
+    const result = await ledger.run({ key, scope, payload: payload ?? null }, work, runOptions)
     if (result.kind === 'mismatch') {
       throw new IdempotencyError(
         'FINGERPRINT_MISMATCH',
