@@ -104,10 +104,14 @@ export function idempotentProcessor<D = unknown, R = unknown>(
     }
     const scope = scopeOf(job)
     const intent = { key, scope, payload: options.payload ? options.payload(job) : (job.data ?? null) }
-    const run = () => ledger.run<R>(intent, (ctx) => processor(job, ctx), { lease: leaseMs, wait: waitMs })
+    const run = (wait: number) => ledger.run<R>(intent, (ctx) => processor(job, ctx), { lease: leaseMs, wait })
+    // A job BullMQ re-delivered after a stall, whose record can only be its own (see below): asked without
+    // waiting, so the dead worker's record is taken over now. Waiting (`wait`, a lease by default) only
+    // ever ended at the dead worker's lease, up to a whole lease after BullMQ handed the job on.
+    const stalledOwn = job.stalledCounter > 0 && keyedByJobId
 
-    let result = await run()
-    if (result.kind === 'in_progress' && job.stalledCounter > 0 && keyedByJobId) {
+    let result = await run(stalledOwn ? 0 : waitMs)
+    if (result.kind === 'in_progress' && stalledOwn) {
       // BullMQ re-delivered this job after a stall: the worker that held it lost BullMQ's lock (it
       // died, or stopped answering). Its record's lease would end about now anyway; take it over at
       // once. Its steps stay, and its late writes are fenced out by its token.
@@ -117,7 +121,7 @@ export function idempotentProcessor<D = unknown, R = unknown>(
       // twice. Such a job waits for the holder's lease instead, as any other.
       const held = await ledger.store.get(scope, key)
       if (held?.status === 'in_progress') await ledger.store.release(scope, key, held.token)
-      result = await run()
+      result = await run(waitMs)
     }
     switch (result.kind) {
       case 'executed':
