@@ -203,6 +203,31 @@ describe.skipIf(skip !== undefined)('idemkey/pg-boss on a real PostgreSQL', () =
       expect((await pool.query(`SELECT count(*)::int AS n FROM joined_deferred_${run}`)).rows[0]).toEqual({ n: 0 })
     })
 
+    it('the same work sent twice and fetched in one batch runs once, and both jobs complete', async () => {
+      const queue = `joined-batch-${run}`
+      await boss.createQueue(queue)
+      const ids = [
+        (await boss.send(queue, { order: 'j-3' }, { retryLimit: 0 })) as string,
+        (await boss.send(queue, { order: 'j-3' }, { retryLimit: 0 })) as string,
+      ]
+      let runs = 0
+      await boss.work<{ order: string }>(
+        queue,
+        { pollingIntervalSeconds: 0.5, transactional: true, batchSize: 2 },
+        idempotentHandler<{ order: string }, string, PgBossDb>(
+          async (job, ctx) => {
+            runs++
+            await ctx.tx.executeSql(`INSERT INTO joined_orders_${run} (id, xid) VALUES ($1, 'x')`, [job.data.order])
+            return job.data.order
+          },
+          { ledger: joined, key: (job) => job.data.order, transactional: true },
+        ),
+      )
+      expect((await settled(queue, ids)).map((job) => job.state)).toEqual(['completed', 'completed'])
+      expect(runs).toBe(1)
+      expect((await pool.query(`SELECT count(*)::int AS n FROM joined_orders_${run} WHERE id = 'j-3'`)).rows[0]).toEqual({ n: 1 })
+    }, 30_000)
+
     it('refuses a run outside a transactional pg-boss handler with a clear error, and releases its record', async () => {
       let ran = 0
       await expect(joined.runInTransaction({ key: `outside-${run}`, payload: 1 }, async () => ++ran)).rejects.toThrow(

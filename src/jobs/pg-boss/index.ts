@@ -7,6 +7,7 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks'
 import { type Duration, runDurations } from '../../core/duration.js'
+import { fingerprintOf } from '../../core/fingerprint.js'
 import type { IntentContext, Ledger, RunResult, TransactionContext } from '../../core/ledger.js'
 import type { SqlTransactions } from '../../core/sql-transactions.js'
 import { assertFunctions } from '../../core/validate.js'
@@ -140,10 +141,17 @@ export function idempotentHandler<D, R>(
   assertFunctions('idempotentHandler()', { handler, scope: options.scope, payload: options.payload }, { required: ['handler'] })
   // Checked here, so a bad duration fails where the worker is set up, not every job it takes.
   const runOptions = runDurations({ lease: options.lease, wait: options.wait })
-  const one = async (job: PgBossJobLike<D>): Promise<R> => {
+  const one = async (job: PgBossJobLike<D>, batch: Map<string, { fingerprint: string; value: R }> | undefined): Promise<R> => {
     const key = options.key(job)
     const scope = options.scope ? options.scope(job) : `pg-boss:${job.name}`
     const intent = { key, scope, payload: options.payload ? options.payload(job) : (job.data ?? null) }
+    const seen = batch && { id: JSON.stringify([scope, key]), fingerprint: fingerprintOf(intent.payload ?? null) }
+    const earlier = seen && batch?.get(seen.id)
+    if (earlier) {
+      // Run earlier in this batch: its record is completed in pg-boss's transaction, not yet committed.
+      if (earlier.fingerprint !== seen.fingerprint) throw new PgBossKeyReusedError(job.name, key)
+      return earlier.value
+    }
     const work = (ctx: IntentContext) => handler(job, ctx as never)
     const result: RunResult<R> = options.transactional
       ? await ledger.runInTransaction<R>(intent, work as never, runOptions)
@@ -151,6 +159,7 @@ export function idempotentHandler<D, R>(
     switch (result.kind) {
       case 'executed':
       case 'replayed':
+        if (seen) batch?.set(seen.id, { fingerprint: seen.fingerprint, value: result.value })
         return result.value
       case 'mismatch':
         throw new PgBossKeyReusedError(job.name, key)
@@ -162,12 +171,17 @@ export function idempotentHandler<D, R>(
         )
     }
   }
-  const all = async (jobs: Array<PgBossJobLike<D>>) => {
+  const all = async (jobs: Array<PgBossJobLike<D>>, joined: boolean) => {
+    // In pg-boss's transaction a job's record completes uncommitted, its row locked until the batch
+    // commits: a later job of the same batch under the same key waited on that lock from the pool (for
+    // the store's timeout, then the whole batch failed, again at each retry). It gets the earlier job's
+    // value instead, as a replay would, or the reused-key error.
+    const batch = joined && jobs.length > 1 ? new Map<string, { fingerprint: string; value: R }>() : undefined
     const values: R[] = []
-    for (const job of jobs) values.push(await one(job))
+    for (const job of jobs) values.push(await one(job, batch))
     return jobs.length === 1 ? (values[0] as R) : values
   }
   return (jobs, tx) =>
     // A transactional worker's transaction, for a store made with pgBossTransactions() to join.
-    options.transactional && tx !== undefined ? batchTransaction.run(tx, () => all(jobs)) : all(jobs)
+    options.transactional && tx !== undefined ? batchTransaction.run(tx, () => all(jobs, true)) : all(jobs, false)
 }
