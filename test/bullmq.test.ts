@@ -121,6 +121,32 @@ describe.skipIf(skip !== undefined)('idemkey/bullmq on a real Redis', () => {
     expect([count(all, 'retry', 'reserve'), count(all, 'retry', 'charge')]).toEqual([1, 1])
   })
 
+  it("hands BullMQ's cancellation signal to the processor: worker.cancelJob() stops a running job, and its record is released", async () => {
+    const { queueName, queue, events } = setup('cancel')
+    let started!: () => void
+    const running = new Promise<void>((resolve) => (started = resolve))
+    const worker = new Worker(
+      queueName,
+      idempotentProcessor<{ n: number }, string>(
+        (_job, _ctx, signal) =>
+          new Promise<string>((_, reject) => {
+            started()
+            signal?.addEventListener('abort', () => reject(new Error(`cancelled: ${String(signal.reason)}`)), { once: true })
+          }),
+        { ledger, lease: 1_000 },
+      ),
+      { connection, lockDuration: 1_000 },
+    )
+    queues.push(worker)
+    const job = await queue.add('slow', { n: 1 }, { jobId: 'cancel-1' })
+    await running
+    expect(worker.cancelJob('cancel-1', 'shutting down')).toBe(true)
+    await expect(job.waitUntilFinished(events, 5_000)).rejects.toThrow('cancelled: shutting down')
+    // Released, not left held for its lease: the same work runs again at once.
+    const again = await ledger.run({ scope: `bullmq:${queueName}`, key: 'cancel-1', payload: { n: 1 } }, () => 'again', { wait: 0 })
+    expect(again).toMatchObject({ kind: 'executed', value: 'again' })
+  })
+
   it("a stalled job keyed by the user's key does not take over the record another live holder of the same work has: the effect runs once", async () => {
     const { queueName, queue } = setup('stall-other')
     let open!: () => void

@@ -67,7 +67,8 @@ function generatedId<D>(job: Job<D>): boolean {
 /**
  * Wraps `processor` so its effect runs once per logical key. `ctx` is the ledger's intent context:
  * `ctx.step(name, fn)` records each side effect's result, so a retry or a re-processed stalled job
- * resumes after the last recorded step; `ctx.signal` aborts when this worker lost the record.
+ * resumes after the last recorded step; `ctx.signal` aborts when this worker lost the record. The third
+ * argument is BullMQ's own signal, aborted by `worker.cancelJob(id)` and `worker.cancelAllJobs()`.
  *
  * What BullMQ sees: the processor's value (executed, or replayed from the record: a job enqueued again
  * under a finished key completes with the first run's result, without running); an
@@ -86,7 +87,7 @@ function generatedId<D>(job: Job<D>): boolean {
  * }, { ledger }), { connection, lockDuration: 30_000 })
  */
 export function idempotentProcessor<D = unknown, R = unknown>(
-  processor: (job: Job<D>, ctx: IntentContext) => Promise<R> | R,
+  processor: (job: Job<D>, ctx: IntentContext, signal?: AbortSignal) => Promise<R> | R,
   options: IdempotentProcessorOptions<D>,
 ): BullProcessor<D, R> {
   const ledger = options?.ledger
@@ -102,7 +103,8 @@ export function idempotentProcessor<D = unknown, R = unknown>(
   const keyedByJobId = options.key === undefined && options.scope === undefined
   const scopeOf = (job: Job<D>) => (typeof options.scope === 'function' ? options.scope(job) : (options.scope ?? queueScope(job)))
 
-  return async function idempotentJob(job: Job<D>, token?: string): Promise<R> {
+  // Three parameters: BullMQ hands its cancellation signal only to a processor that declares a third.
+  return async function idempotentJob(job: Job<D>, token?: string, signal?: AbortSignal): Promise<R> {
     let key: string
     if (options.key) key = options.key(job)
     else if (generatedId(job)) {
@@ -117,7 +119,7 @@ export function idempotentProcessor<D = unknown, R = unknown>(
     }
     const scope = scopeOf(job)
     const intent = { key, scope, payload: options.payload ? options.payload(job) : (job.data ?? null) }
-    const run = (wait: number) => ledger.run<R>(intent, (ctx) => processor(job, ctx), { lease: leaseMs, wait })
+    const run = (wait: number) => ledger.run<R>(intent, (ctx) => processor(job, ctx, signal), { lease: leaseMs, wait })
     // A job BullMQ re-delivered after a stall, whose record can only be its own (see below): asked without
     // waiting, so the dead worker's record is taken over now. Waiting (`wait`, a lease by default) only
     // ever ended at the dead worker's lease, up to a whole lease after BullMQ handed the job on.
