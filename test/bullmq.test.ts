@@ -97,6 +97,24 @@ describe.skipIf(skip !== undefined)('idemkey/bullmq on a real Redis', () => {
     await expect(unkeyed.waitUntilFinished(events, 10_000)).rejects.toThrow(/has no logical key: BullMQ generated its id/)
   })
 
+  it('fails a job whose key was used for other data without a retry in a sandboxed processor too (its error crosses a process by name)', async () => {
+    const { queueName, queue, events } = setup('reuse-sandboxed')
+    const worker = new Worker(queueName, join(import.meta.dirname, 'fixtures/bullmq/sandboxed.ts'), {
+      connection,
+      lockDuration: 1_000,
+      useWorkerThreads: false,
+      workerForkOptions: { execArgv: ['--import', 'tsx'], env: { ...process.env, IDEMKEY_PREFIX: prefix } },
+    })
+    queues.push(worker)
+    const ok = await queue.add('charge', { amount: 1 }, { jobId: 'k-1', removeOnComplete: true })
+    expect(await ok.waitUntilFinished(events, 20_000)).toEqual({ charged: 1 })
+    const reused = await queue.add('charge', { amount: 2 }, { jobId: 'k-1', attempts: 3 })
+    await expect(reused.waitUntilFinished(events, 20_000)).rejects.toThrow(/was used before for other data/)
+    const failed = await queue.getJob(reused.id as string)
+    expect(failed?.attemptsMade).toBe(1)
+    expect(failed?.failedReason).toMatch(/was used before for other data/)
+  }, 40_000)
+
   it('retries a failed job with backoff and resumes after its last recorded step: each effect once', async () => {
     const { queueName, queue, events } = setup('retry')
     let attempts = 0

@@ -38,14 +38,19 @@ export interface IdempotentProcessorOptions<D> {
 /** A BullMQ processor: what `new Worker(queue, processor)` takes. */
 export type BullProcessor<D, R> = (job: Job<D>, token?: string, signal?: AbortSignal) => Promise<R>
 
-/** Thrown (to BullMQ) for a key reused with other data: the job fails without a retry. */
+/**
+ * Thrown (to BullMQ) for a key reused with other data: the job fails without a retry. Its `name` stays
+ * `UnrecoverableError`: an error from a sandboxed processor reaches the worker as a plain object, and
+ * BullMQ then knows an unrecoverable one only by that name (a name of its own had it retried). Tell it
+ * apart by `code` (`FINGERPRINT_MISMATCH`), which crosses too, or by `instanceof` in the same process.
+ */
 export class JobKeyReusedError extends UnrecoverableError {
   readonly code = 'FINGERPRINT_MISMATCH'
   constructor(queue: string, key: string) {
     super(
       `idemkey: job key "${key}" in queue "${queue}" was used before for other data, so this job was not run. Two different pieces of work share one key: give each its own jobId (or key).`,
     )
-    this.name = 'JobKeyReusedError'
+    this.name = 'UnrecoverableError'
   }
 }
 
