@@ -433,6 +433,19 @@ describe('makeIdempotent', () => {
     unblock()
   })
 
+  it("keeps the records of two functions apart: one event fanned out to two functions runs in both, neither replays the other's result", async () => {
+    // One EventBridge rule, two targets: the same event (same id) reaches a shipping and an email function.
+    const event = { id: randomUUID(), detail: { orderId: 'o-7' } }
+    const key = (e: typeof event) => e.id
+    const ship = makeIdempotent(async () => ({ shipped: true }), { ledger, key, payload: (e) => e.detail })
+    const email = makeIdempotent(async () => ({ emailed: true }), { ledger, key, payload: (e) => e.detail })
+    const invocation = (functionName: string) => ({ ...context(), functionName })
+    expect(await ship(event, invocation('ship-order'))).toEqual({ shipped: true })
+    expect(await email(event, invocation('email-receipt'))).toEqual({ emailed: true })
+    // Each function's own repeat still replays.
+    expect(await email({ ...event }, invocation('email-receipt'))).toEqual({ emailed: true })
+  })
+
   it('runs an event once per key and returns the stored result to repeats', async () => {
     let runs = 0
     const handler = makeIdempotent(

@@ -16,7 +16,10 @@ export interface MakeIdempotentOptions<E, R> extends Pick<RunOptions<R>, 'encode
   key: (event: E) => string | undefined
   /** What is fingerprinted: the same key with another payload throws `FINGERPRINT_MISMATCH` instead of replaying. @default the event */
   payload?: (event: E) => unknown
-  /** The namespace of the keys. @default 'default' */
+  /**
+   * The namespace of the keys. @default `lambda:<function name>` (the context's `functionName`), so one
+   * event delivered to two functions (a rule with two targets) runs in each; 'default' without a name
+   */
   scope?: string | ((event: E) => string)
 }
 
@@ -63,7 +66,11 @@ export function makeIdempotent<E, R, C extends LambdaContextLike>(
         )
       }
       const result = await ledger.run(
-        { key, scope: typeof scope === 'function' ? scope(event) : scope, payload: payload ? payload(event) : event },
+        {
+          key,
+          scope: typeof scope === 'function' ? scope(event) : (scope ?? functionScope(context)),
+          payload: payload ? payload(event) : event,
+        },
         () => fn(event, context),
         // No lease outlives the invocation: a timed-out one frees its record when it ends.
         { ...runOptions, deadlineMs: invocationDeadline(ledger.clock) },
@@ -85,4 +92,13 @@ export function makeIdempotent<E, R, C extends LambdaContextLike>(
       }
     })
   }
+}
+
+/**
+ * The default scope: the function's. Every function shares a table's default scope otherwise, and the
+ * second function an event reaches (one EventBridge rule, two targets) replayed the first one's result.
+ */
+function functionScope(context: LambdaContextLike): string | undefined {
+  const name = context.functionName
+  return typeof name === 'string' && name !== '' ? `lambda:${name}` : undefined
 }

@@ -9,6 +9,8 @@ export interface LambdaContextLike {
   /** Milliseconds left before Lambda stops the invocation. */
   getRemainingTimeInMillis(): number
   awsRequestId?: string
+  /** The function's name (without version or alias): `makeIdempotent`'s default scope. */
+  functionName?: string
 }
 
 type Headers = Record<string, string | undefined> | null | undefined
