@@ -67,7 +67,7 @@ export function postgresJsPool<Types extends Record<string, unknown> = {}>(sql: 
   const run = async (on: Sql<Types> | ReservedSql<Types>, text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> => {
     const config = typeof text === 'string' ? { text, values } : text
     const rows = await on.unsafe(config.text, (config.values ?? []) as never[], { prepare: true })
-    return { rows: [...rows], rowCount: rows.count ?? rows.length }
+    return { rows: [...rows], rowCount: rows.count ?? rows.length, command: rows.command }
   }
   return {
     query: ((text: string | PgQueryConfig, values?: unknown[]) => run(sql, text, values)) as PgPoolLike['query'],
