@@ -67,8 +67,8 @@ export function mikroOrmTransactions<Em extends MikroOrmEntityManagerLike>(
     tool: 'mikro-orm',
     dialect,
     transaction: (fn) => em.transactional((fork: Em) => fn(fork), config),
-    async execute(fork, sql, values) {
-      if (dialect === 'postgres') {
+    async execute(fork, sql, values, options) {
+      if (dialect === 'postgres' && options?.prepare !== false) {
         // On MikroORM's pg driver (Kysely's PostgresConnection), the statement goes to the transaction's
         // connection as a named prepared statement: parsed and planned once per connection, not formatted
         // into a new text on every transaction.

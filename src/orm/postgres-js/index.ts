@@ -42,9 +42,9 @@ export function postgresJsTransactions<Types extends Record<string, unknown> = {
       const run = (tx: TransactionSql<Types>) => fn(tx)
       return (await (options.begin ? sql.begin(options.begin, run) : sql.begin(run))) as Awaited<ReturnType<typeof fn>>
     },
-    async execute(tx, text, values) {
+    async execute(tx, text, values, options) {
       // Prepared: postgres.js parses and plans it once per connection, as the raw path does.
-      const rows = await tx.unsafe(text, values as never[], { prepare: true })
+      const rows = await tx.unsafe(text, values as never[], { prepare: options?.prepare !== false })
       return { count: rows.length }
     },
   }

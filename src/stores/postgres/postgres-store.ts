@@ -545,7 +545,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
       // The pg client under the tool's transaction takes the prepared statement, as on the raw path.
       const client = tool.pgClient?.(tx)
       if (client) return this.#query(operation, statement, values, client as unknown as Tx & PgQueryable, true)
-      return tool.execute(tx, statement.text, values as SqlValue[]).then(
+      return tool.execute(tx, statement.text, values as SqlValue[], { prepare: this.#prepared }).then(
         (outcome) => ({ rows: [], rowCount: outcome.count }),
         (error: unknown) => {
           throw toStoreError(`${operation} (through ${tool.tool})`, error, this.schema, this.table)
