@@ -21,6 +21,7 @@ export {
   type TransactionContext,
 } from './core/ledger.js'
 export { type Classification, classifyStatus, TRANSIENT_4XX } from './core/outcome.js'
+export type { PgClientOfTool, SqlExecuteOptions, SqlOutcome, SqlTransactions, SqlValue } from './core/sql-transactions.js'
 export {
   MAX_STEP_RESULT_BYTES,
   MAX_STEPS_PER_RECORD,

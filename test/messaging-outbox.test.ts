@@ -695,6 +695,38 @@ describe.skipIf(pgSkip !== undefined)('outbox relay on PostgreSQL: LISTEN/NOTIFY
     }
   })
 
+  it('listens once the database answers when its first LISTEN failed (the relay started before the database was up)', async () => {
+    // The pool refuses its first connection, as a database still starting does: the relay's LISTEN.
+    let refusals = 1
+    const flaky = {
+      query: db.pool.query.bind(db.pool),
+      connect: () => (refusals-- > 0 ? Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432')) : db.pool.connect()),
+    } as unknown as pg.Pool
+    const late = new PgOutbox({ pool: flaky, table })
+    const sent: string[] = []
+    const errors: unknown[] = []
+    const relay = new OutboxRelay({
+      outbox: late,
+      publisher: new NatsPublisher({ connection: nats.connection }),
+      pollInterval: '10m',
+      onEvent: (e) => {
+        if (e.type === 'sent') sent.push(...e.messages.map((m) => m.id))
+        if (e.type === 'error') errors.push(e.error)
+      },
+    })
+    relay.start()
+    try {
+      await eventually(() => errors.length > 0, 'the first LISTEN to fail')
+      const listening = async () =>
+        (await db.pool.query(`SELECT 1 FROM pg_stat_activity WHERE query = $1`, [`LISTEN "${late.channel}"`])).rows.length === 1
+      await eventually(listening, 'the relay to LISTEN once the database answers', 10_000)
+      const { id } = await inTransaction(db.pool, (tx) => late.add(tx, { topic: nats.subject('late'), payload: 1 }))
+      await eventually(() => sent.includes(id), 'the relay to publish after NOTIFY (its poll is 10 minutes)', 10_000)
+    } finally {
+      await relay.stop()
+    }
+  })
+
   it('listens again after its LISTEN connection is killed, and publishes what was committed meanwhile', async () => {
     const sent: string[] = []
     const relay = new OutboxRelay({

@@ -41,14 +41,25 @@ export interface SqlTransactions<Tx> {
   readonly dialect: 'postgres' | 'mysql'
   /** Runs `fn` in one of the tool's transactions: commits when it resolves, rolls back when it throws. */
   transaction<R>(fn: (tx: Tx) => Promise<R>): Promise<R>
-  /** Runs one of the store's statements inside `tx`, with its values bound to its placeholders. */
-  execute(tx: Tx, sql: string, values: readonly SqlValue[]): Promise<SqlOutcome>
+  /**
+   * Runs one of the store's statements inside `tx`, with its values bound to its placeholders. An
+   * adapter that can have its tool prepare the statement (name it, so it is parsed and planned once per
+   * connection) does so unless `options.prepare` is `false`: the store's `preparedStatements: false`
+   * (behind a pooler that cannot keep them) and its partitioned layout ask for unnamed statements.
+   */
+  execute(tx: Tx, sql: string, values: readonly SqlValue[], options?: SqlExecuteOptions): Promise<SqlOutcome>
   /**
    * The node-postgres client under `tx`, when the tool runs on one and lets it be reached. The store
    * then sends its statements to it as named prepared statements (parsed and planned once per
    * connection, as on the raw path) instead of through `execute`. Optional.
    */
   pgClient?(tx: Tx): PgClientOfTool | undefined
+}
+
+/** Options of {@link SqlTransactions.execute}. */
+export interface SqlExecuteOptions {
+  /** Whether the statement may be prepared under a name on the tool's connection. @default true */
+  prepare?: boolean
 }
 
 /** What {@link SqlTransactions.pgClient} answers: a node-postgres `Client`/`PoolClient` inside the transaction. */

@@ -9,6 +9,11 @@ import { holding } from '../stores/postgres/connect.js'
 export interface PgResult<R> {
   rows: R[]
   rowCount: number | null
+  /**
+   * The command tag (`pg` sets it): a `COMMIT` of a transaction an error had aborted answers
+   * `ROLLBACK`, with no error. Optional, for pools that do not report it.
+   */
+  command?: string
 }
 
 /** Anything that runs SQL: a `pg.Pool`, a `pg.Client` or a `pg.PoolClient` inside a transaction. */

@@ -50,6 +50,14 @@ function assertMessageId(message: InboxMessage): void {
   }
 }
 
+/** The COMMIT of {@link PgInbox}'s transaction rolled it back: a statement in it had failed and its error was caught. */
+function abortedAtCommit(label: string): IdempotencyError {
+  return new IdempotencyError(
+    'STORE_UNAVAILABLE',
+    `PgInbox: ${label}: the transaction was rolled back at COMMIT, because a statement in it failed and the effect caught that error and went on (PostgreSQL aborts the whole transaction on a failed statement). Neither the effect's writes nor the message ID were kept: do not ack; the redelivery runs the effect again. Let the effect's database errors propagate, or run the statement that may fail under a SAVEPOINT.`,
+  )
+}
+
 /**
  * The inbox on PostgreSQL: records each message ID in the same transaction as the effect, so the
  * effect is applied once however often the broker redelivers. A redelivered ID is reported as
@@ -222,8 +230,12 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
         await client.query('BEGIN')
         inTransaction = true
         const { value, rollback } = await work(client, runEffect)
-        await client.query(rollback ? 'ROLLBACK' : 'COMMIT')
+        const ended = await client.query(rollback ? 'ROLLBACK' : 'COMMIT')
         inTransaction = false
+        // An effect that caught a failed statement of its own and went on left the transaction aborted:
+        // PostgreSQL then answers the COMMIT with a rollback, not an error. Nothing was kept, the message
+        // ID neither, so this must not count as applied (the caller would ack a lost message).
+        if (!rollback && ended.command === 'ROLLBACK') throw abortedAtCommit(label)
         return value
       } catch (error) {
         if (inTransaction) await client.query('ROLLBACK').catch(() => {})

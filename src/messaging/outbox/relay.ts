@@ -6,6 +6,9 @@ import { IdempotencyError } from '../../errors.js'
 import type { OutboxMessage, Publisher, PublishResult } from '../message.js'
 import type { RelayStorage, RowFailure } from './storage.js'
 
+/** First pause before a failed LISTEN is tried again; it doubles per failure (up to `backoffMax`). */
+const LISTEN_RETRY_MS = 1_000
+
 /** What the relay reports, for logs and metrics. */
 export type RelayEvent =
   | { type: 'claimed'; relayId: string; count: number }
@@ -134,13 +137,33 @@ export class OutboxRelay {
 
   async #loop(): Promise<void> {
     let unlisten: (() => Promise<void>) | undefined
-    try {
-      unlisten = await this.#storage.listen?.(() => this.wake())
-    } catch (error) {
-      this.#emit({ type: 'error', relayId: this.relayId, error })
-    }
+    const listening = this.#listen().then((stop) => {
+      unlisten = stop
+    })
     await Promise.all(Array.from({ length: this.#concurrency }, () => this.#worker()))
+    await listening
     await unlisten?.().catch(() => {})
+  }
+
+  /**
+   * Starts the storage's LISTEN, beside the workers' polls. A first attempt that fails (the database
+   * not up yet when the relay starts) is retried with backoff until it succeeds or the relay stops:
+   * the storage re-listens by itself only after a LISTEN it once had breaks.
+   */
+  async #listen(): Promise<(() => Promise<void>) | undefined> {
+    if (!this.#storage.listen) return undefined
+    for (let failures = 0; !this.#stopping; failures++) {
+      try {
+        const unlisten = await this.#storage.listen(() => this.wake())
+        // Rows committed while nobody listened are the polls' to find; with a long poll, look now.
+        if (failures > 0) this.wake()
+        return unlisten
+      } catch (error) {
+        this.#emit({ type: 'error', relayId: this.relayId, error })
+        await this.#idle(Math.min(this.#backoffMaxMs, LISTEN_RETRY_MS * 2 ** Math.min(failures, 5)))
+      }
+    }
+    return undefined
   }
 
   async #worker(): Promise<void> {

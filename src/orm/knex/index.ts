@@ -47,12 +47,13 @@ export function knexTransactions(knex: Knex, options: KnexTransactionsOptions = 
     tool: 'knex',
     dialect,
     transaction: (fn) => knex.transaction(fn, options.config),
-    async execute(trx, sql, values) {
+    async execute(trx, sql, values, options) {
       const bound = dialect === 'postgres' ? positional(sql, values) : { sql, values: [...values] }
       const query = trx.raw(bound.sql, bound.values as Knex.ValueDict[keyof Knex.ValueDict][])
       // Knex hands query options to pg: with a name, pg prepares the statement once per connection, as
       // the raw path does (parsing and planning it on every transaction costs more than running it).
-      const result = (await (dialect === 'postgres' ? query.options({ name: preparedName('knex', bound.sql) }) : query)) as unknown
+      const prepare = dialect === 'postgres' && options?.prepare !== false
+      const result = (await (prepare ? query.options({ name: preparedName('knex', bound.sql) }) : query)) as unknown
       if (dialect === 'postgres') return { count: ((result as { rows?: unknown[] }).rows ?? []).length }
       const header = (Array.isArray(result) ? result[0] : result) as { affectedRows?: number }
       return { count: Number(header?.affectedRows ?? 0) }

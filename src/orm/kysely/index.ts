@@ -45,8 +45,9 @@ export function kyselyTransactions<DB>(db: Kysely<DB>, options: KyselyTransactio
       const builder = db.transaction()
       return (options.isolationLevel ? builder.setIsolationLevel(options.isolationLevel) : builder).execute(fn)
     },
-    async execute(trx, sql, values) {
-      const prepared = dialect === 'postgres' ? await preparedOnKyselyPg(trx, 'kysely', sql, values) : undefined
+    async execute(trx, sql, values, options) {
+      const prepare = dialect === 'postgres' && options?.prepare !== false
+      const prepared = prepare ? await preparedOnKyselyPg(trx, 'kysely', sql, values) : undefined
       const result = prepared ?? (await trx.executeQuery(CompiledQuery.raw(sql, [...values])))
       return { count: dialect === 'postgres' ? result.rows.length : Number(result.numAffectedRows ?? 0n) }
     },

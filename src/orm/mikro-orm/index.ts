@@ -30,7 +30,12 @@ export interface MikroOrmEntityManagerLike {
 export interface MikroOrmTransactionsOptions {
   /** The database's SQL dialect; read from the EntityManager's platform when left out. */
   dialect?: 'postgres' | 'mysql'
-  /** Passed to `em.transactional` (`isolationLevel`, …). */
+  /**
+   * Passed to `em.transactional` (`isolationLevel`, …). `propagation` defaults to `'requires_new'`: a
+   * top-level transaction of its own even when called inside an open `em.transactional` (MikroORM's own
+   * default nests a savepoint in it, and the record's completion would then commit, or roll back, with
+   * the outer transaction, after the ledger answered). @default { propagation: 'requires_new' }
+   */
   // biome-ignore lint/suspicious/noExplicitAny: MikroORM's TransactionOptions.
   config?: any
 }
@@ -54,12 +59,16 @@ export function mikroOrmTransactions<Em extends MikroOrmEntityManagerLike>(
     )
   }
   const dialect = options.dialect ?? dialectOf(em)
+  // MikroORM finds a transaction already open in the async context (an outer em.transactional, a
+  // @Transactional() method) and by default nests in it; runInTransaction's is a transaction of its own
+  // (docs/orm.md, "Nesting"), so its writes and the record commit when the ledger says they did.
+  const config = { propagation: 'requires_new', ...options.config }
   return {
     tool: 'mikro-orm',
     dialect,
-    transaction: (fn) => em.transactional((fork: Em) => fn(fork), options.config),
-    async execute(fork, sql, values) {
-      if (dialect === 'postgres') {
+    transaction: (fn) => em.transactional((fork: Em) => fn(fork), config),
+    async execute(fork, sql, values, options) {
+      if (dialect === 'postgres' && options?.prepare !== false) {
         // On MikroORM's pg driver (Kysely's PostgresConnection), the statement goes to the transaction's
         // connection as a named prepared statement: parsed and planned once per connection, not formatted
         // into a new text on every transaction.

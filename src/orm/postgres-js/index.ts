@@ -42,9 +42,9 @@ export function postgresJsTransactions<Types extends Record<string, unknown> = {
       const run = (tx: TransactionSql<Types>) => fn(tx)
       return (await (options.begin ? sql.begin(options.begin, run) : sql.begin(run))) as Awaited<ReturnType<typeof fn>>
     },
-    async execute(tx, text, values) {
+    async execute(tx, text, values, options) {
       // Prepared: postgres.js parses and plans it once per connection, as the raw path does.
-      const rows = await tx.unsafe(text, values as never[], { prepare: true })
+      const rows = await tx.unsafe(text, values as never[], { prepare: options?.prepare !== false })
       return { count: rows.length }
     },
   }
@@ -67,7 +67,7 @@ export function postgresJsPool<Types extends Record<string, unknown> = {}>(sql: 
   const run = async (on: Sql<Types> | ReservedSql<Types>, text: string | PgQueryConfig, values?: unknown[]): Promise<PgQueryResult> => {
     const config = typeof text === 'string' ? { text, values } : text
     const rows = await on.unsafe(config.text, (config.values ?? []) as never[], { prepare: true })
-    return { rows: [...rows], rowCount: rows.count ?? rows.length }
+    return { rows: [...rows], rowCount: rows.count ?? rows.length, command: rows.command }
   }
   return {
     query: ((text: string | PgQueryConfig, values?: unknown[]) => run(sql, text, values)) as PgPoolLike['query'],

@@ -11,6 +11,8 @@
 export interface PgQueryResult {
   rows: unknown[]
   rowCount: number | null
+  /** The command tag (`COMMIT` of an aborted transaction answers `ROLLBACK`), where the driver reports it. */
+  command?: string
 }
 
 /**

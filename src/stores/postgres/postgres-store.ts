@@ -91,6 +91,11 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   /** The one close(), once asked for. */
   #closing: Promise<void> | undefined
   readonly #begin: string
+  /**
+   * The isolation asked for with `isolationLevel`, set as the first statement of a tool's transaction
+   * (`undefined`: the option was not given, and the tool's transaction keeps its own level).
+   */
+  readonly #toolIsolation: string | undefined
   readonly #ownsPool: boolean
   readonly #listener: Listener | undefined
   readonly #tasks: PostgresTasks
@@ -156,6 +161,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
       )
     }
     this.#begin = `BEGIN ISOLATION LEVEL ${isolation.toUpperCase()}`
+    this.#toolIsolation = options.isolationLevel === undefined ? undefined : `SET TRANSACTION ISOLATION LEVEL ${isolation.toUpperCase()}`
     if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'PostgresStore', 'postgres')
     this.#tool = options.transactions
     this.#ownsPool = options.pool === undefined
@@ -442,11 +448,24 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
    * commits when it resolves, rolls back when it throws. Errors of `fn` come through unchanged,
    * except when the connection broke under it; a failing BEGIN or COMMIT and a lost connection
    * become `STORE_UNAVAILABLE` (see `isTransientTransactionError` for serialization failures).
-   * With the `transactions` option, it is your tool's transaction (and its isolation level) instead.
+   * With the `transactions` option, it is your tool's transaction instead, at the tool's isolation
+   * level, or at `isolationLevel` when that option is given (set as the transaction's first statement).
    */
   async transaction<R>(fn: (tx: Tx) => Promise<R>): Promise<R> {
-    if (this.#tool) return this.#tool.transaction(fn)
+    if (this.#tool) return this.#toolTransaction(this.#tool, fn)
     return this.#clientTransaction(fn as unknown as (tx: Client) => Promise<R>)
+  }
+
+  #toolTransaction<R>(tool: SqlTransactions<Tx>, fn: (tx: Tx) => Promise<R>): Promise<R> {
+    const isolation = this.#toolIsolation
+    if (isolation === undefined) return tool.transaction(fn)
+    return tool.transaction(async (tx) => {
+      // Before any query of the transaction, as PostgreSQL requires: the tool has sent only its BEGIN.
+      await tool.execute(tx, isolation, [], { prepare: false }).catch((error: unknown) => {
+        throw toStoreError(`${isolation} (through ${tool.tool})`, error, this.schema, this.table)
+      })
+      return fn(tx)
+    })
   }
 
   async #clientTransaction<R>(fn: (tx: Client) => Promise<R>): Promise<R> {
@@ -545,7 +564,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
       // The pg client under the tool's transaction takes the prepared statement, as on the raw path.
       const client = tool.pgClient?.(tx)
       if (client) return this.#query(operation, statement, values, client as unknown as Tx & PgQueryable, true)
-      return tool.execute(tx, statement.text, values as SqlValue[]).then(
+      return tool.execute(tx, statement.text, values as SqlValue[], { prepare: this.#prepared }).then(
         (outcome) => ({ rows: [], rowCount: outcome.count }),
         (error: unknown) => {
           throw toStoreError(`${operation} (through ${tool.tool})`, error, this.schema, this.table)
