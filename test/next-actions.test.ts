@@ -80,6 +80,28 @@ describe('idemkey/next: server actions', () => {
     expect(retry).toEqual(first)
     expect(runs).toBe(1)
   })
+
+  it("replays a useActionState double submit, which React calls with the first submit's result as its previous state", async () => {
+    let runs = 0
+    const subscribe = idempotentAction(
+      async (_previous: { ok: boolean; run: number } | null, data: FormData) => ({
+        ok: true,
+        run: ++runs,
+        email: String(data.get('email')),
+      }),
+      { ledger, name: 'subscribe-queued' },
+    )
+    const key = actionKey()
+    // React queues a second submit of the form behind the first and hands it the first's result as state.
+    const first = await subscribe(null, form({ [ACTION_KEY_FIELD]: key, email: 'b@example.com' }))
+    const second = await subscribe(first, form({ [ACTION_KEY_FIELD]: key, email: 'b@example.com' }))
+    expect(second).toEqual(first)
+    expect(runs).toBe(1)
+    // Other form values under the key are still refused, whatever the state.
+    await expect(subscribe(first, form({ [ACTION_KEY_FIELD]: key, email: 'c@example.com' }))).rejects.toMatchObject({
+      code: 'FINGERPRINT_MISMATCH',
+    })
+  })
 })
 
 describe('idemkey/next: durable steps in an action', () => {

@@ -68,7 +68,8 @@ async function formPayload(form: FormData, field: string): Promise<Array<[string
 /**
  * Wraps a server action (`(formData)` or `(previousState, formData)`, as `useActionState` calls it) so it
  * runs once per key of its form's hidden field: a double submit or a retry of the same render gets the
- * first result; the same key with other form values is refused (`FINGERPRINT_MISMATCH`); a submit while
+ * first result, whatever previous state it is handed; the same key with other form values is refused
+ * (`FINGERPRINT_MISMATCH`); a submit while
  * the first still runs waits for it. The action's value must be JSON (it is what replays return).
  * A `function` (not an arrow) gets the ledger's context as `this` (`this.step(...)` for durable steps).
  *
@@ -114,7 +115,10 @@ export function idempotentAction<A extends unknown[], R>(
       )
     }
     const scope = options.scope ? await options.scope(...args) : `next-action:${name}`
-    const payload = { form: await formPayload(form as FormData, field), args: args.filter((arg) => !(arg instanceof FormData)) }
+    // The form alone: useActionState hands a queued second submit the first one's result as its previous
+    // state, so the arguments before the form are no part of what the key stands for (bound arguments
+    // are fixed by the render that made the key, and a form posted without JavaScript carries none).
+    const payload = { form: await formPayload(form as FormData, field) }
     const result = await ledger.run<R>({ key, scope, payload }, (ctx) => action.call(ctx, ...args), runOptions)
     switch (result.kind) {
       case 'executed':
