@@ -5,7 +5,7 @@
  * the retry runs; queries and keyless mutations pass through; the key may come in extensions.
  */
 import { randomUUID } from 'node:crypto'
-import { createSchema, createYoga } from 'graphql-yoga'
+import { createSchema, createYoga, type Plugin, useExecutionCancellation } from 'graphql-yoga'
 import { Ledger } from '../src/core/ledger.js'
 import { apolloIdempotency, useIdempotency } from '../src/rpc/graphql/index.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
@@ -140,6 +140,91 @@ describe('idemkey/graphql: the Envelop plugin in GraphQL Yoga', () => {
       expect(refused.body.errors?.[0]?.extensions?.code).toBe('IDEMPOTENCY_KEY_INVALID')
     }
     expect(charges - before).toBe(0)
+  })
+})
+
+describe('idemkey/graphql: a client that goes away while its mutation runs', () => {
+  it('records the mutation a cancelled request started, so the retry gets its result (the record was held, renewed, until the process ended: every retry 409)', async () => {
+    let runs = 0
+    let started: () => void = () => {}
+    let finish: () => void = () => {}
+    const running = new Promise<void>((resolve) => (started = resolve))
+    const cancellable = createYoga({
+      schema: createSchema({
+        typeDefs: 'type Shipment { id: Int! } type Query { ok: Boolean } type Mutation { ship: Shipment! }',
+        resolvers: {
+          Mutation: {
+            ship: async () => {
+              started()
+              await new Promise<void>((resolve) => (finish = resolve))
+              return { id: ++runs }
+            },
+          },
+        },
+      }),
+      // Yoga's request cancellation: a client that disconnects aborts the execution.
+      plugins: [
+        useExecutionCancellation(),
+        useIdempotency({ ledger: new Ledger({ store: new MemoryStore(), wait: '500ms' }), scope: () => 'shop' }),
+      ],
+      logging: false,
+    })
+    const key = randomUUID()
+    const ship = (signal?: AbortSignal) =>
+      cancellable.fetch('http://yoga/graphql', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: JSON.stringify({ query: 'mutation { ship { id } }' }),
+        ...(signal ? { signal } : {}),
+      })
+    const client = new AbortController()
+    const first = ship(client.signal)
+    await running
+    client.abort()
+    finish()
+    await Promise.resolve(first).catch(() => undefined)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    const retry = await ship()
+    expect(retry.status).toBe(200)
+    expect(await retry.json()).toEqual({ data: { ship: { id: 1 } }, extensions: { idempotency: { key, replayed: true } } })
+    expect(runs).toBe(1)
+  })
+})
+
+describe('idemkey/graphql: an execution that throws', () => {
+  it('releases the held mutation, so the retry with the same key runs it (it stayed held, and every retry got 409)', async () => {
+    let runs = 0
+    let executorDown = true
+    const yogaWithFlakyExecutor = createYoga({
+      schema: createSchema({
+        typeDefs: 'type Query { ok: Boolean } type Mutation { ship: Int! }',
+        resolvers: { Mutation: { ship: () => ++runs } },
+      }),
+      plugins: [
+        <Plugin>{
+          onExecute({ executeFn, setExecuteFn }) {
+            setExecuteFn((args) => {
+              if (!executorDown) return executeFn(args)
+              executorDown = false
+              throw new Error('the executor is down')
+            })
+          },
+        },
+        useIdempotency({ ledger: new Ledger({ store: new MemoryStore(), wait: '300ms' }), scope: () => 'shop' }),
+      ],
+      logging: false,
+    })
+    const key = randomUUID()
+    const ship = () =>
+      yogaWithFlakyExecutor.fetch('http://yoga/graphql', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: JSON.stringify({ query: 'mutation { ship }' }),
+      })
+    expect((await ship()).status).toBe(500)
+    const retry = await ship()
+    expect(retry.status).toBe(200)
+    expect(await retry.json()).toEqual({ data: { ship: 1 } })
   })
 })
 

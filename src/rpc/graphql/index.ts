@@ -39,11 +39,17 @@ export interface GraphQLIdempotencyOptions<C> {
   wait?: Duration
 }
 
+/** An Envelop execute function (structural): what runs the operation, given its arguments. */
+export type ExecuteFnLike = (args: { signal?: AbortSignal | undefined; [arg: string]: unknown }) => unknown
+
 /** The part of an Envelop plugin this one implements (structural: no import of @envelop/types). */
 export interface IdempotencyPlugin<C> {
   onExecute(payload: {
     args: { document: Parameters<typeof getOperationAST>[0]; operationName?: string | null; variableValues?: unknown; contextValue: C }
     setResultAndStopExecution(result: ExecutionResult): void
+    /** Envelop's execute function and its setter: a held mutation runs through a wrapper of it. */
+    executeFn?: ExecuteFnLike
+    setExecuteFn?(executeFn: ExecuteFnLike): void
   }): Promise<void | { onExecuteDone(payload: { result: unknown }): Promise<void> }>
 }
 
@@ -102,7 +108,7 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
   }
 
   return {
-    async onExecute({ args, setResultAndStopExecution }) {
+    async onExecute({ args, setResultAndStopExecution, executeFn, setExecuteFn }) {
       const operation = getOperationAST(args.document, args.operationName ?? undefined)
       if (operation?.operation !== 'mutation') return
       const key = keyOf(args.contextValue)
@@ -164,6 +170,21 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
           )
           return
         case 'acquired':
+          if (executeFn && setExecuteFn) {
+            // Envelop calls onExecuteDone only for an execution that returns. Yoga's cancellation makes one
+            // whose client went away throw instead, which left the record held (and renewed) with no one to
+            // finish it: every retry got 409 until the process ended. A held mutation runs to its end
+            // without the request's signal (it ran, so its result is stored and the retry gets it), and an
+            // execution that throws anyway is released.
+            setExecuteFn(async ({ signal: _signal, ...executeArgs }) => {
+              try {
+                return await executeFn(executeArgs)
+              } catch (error) {
+                await begun.fail(error)
+                throw error
+              }
+            })
+          }
           return {
             async onExecuteDone({ result }) {
               const single = result as ExecutionResult & { [Symbol.asyncIterator]?: unknown }
