@@ -147,3 +147,39 @@ describe('idemkey/trpc: idempotent mutations', () => {
     expect(b.data).toEqual(a.data)
   })
 })
+
+describe('idemkey/trpc: a router without a transformer', () => {
+  const plain = initTRPC.context<Context>().create()
+  let forgotten = 0
+  const plainRouter = plain.router({
+    forget: plain.procedure
+      .input((raw) => raw as { id: string })
+      .mutation(
+        idempotent({ ledger, key: ({ ctx }) => ctx.idempotencyKey, scope: ({ ctx }) => ctx.tenant }, async () => {
+          forgotten++
+        }),
+      ),
+  })
+  const send = async (key: string) => {
+    const response = await fetchRequestHandler({
+      endpoint: '/trpc',
+      req: new Request('http://api/trpc/forget', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: JSON.stringify({ id: 'x' }),
+      }),
+      router: plainRouter,
+      createContext: ({ req }) => ({ idempotencyKey: req.headers.get('idempotency-key') ?? undefined, tenant: 'a' }),
+    })
+    return { status: response.status, body: await response.text() }
+  }
+
+  it('replays a mutation that returns nothing as nothing, the same bytes as the first answer (the replay said null)', async () => {
+    const key = randomUUID()
+    const first = await send(key)
+    const retry = await send(key)
+    expect(first.status).toBe(200)
+    expect(retry).toEqual(first)
+    expect(forgotten).toBe(1)
+  })
+})

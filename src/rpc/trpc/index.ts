@@ -79,14 +79,19 @@ export function idempotent<O extends ResolverOptionsLike, R>(
   assertMethods('idempotent() (idemkey/trpc)', 'transformer', options.transformer, ['serialize', 'deserialize'])
   if (options.scope === undefined) warnSharedScope('idempotent() (idemkey/trpc)', 'scope: ({ ctx }) => ctx.userId')
   const transformer = options.transformer
-  const encode = (value: R): StoredResponse => ({
-    status: 200,
-    headers: { 'content-type': 'application/json' },
-    body: encoder.encode(JSON.stringify(transformer ? transformer.serialize(value) : (value ?? null))),
-  })
+  // The output as tRPC puts it on the wire. Nothing (a mutation that returns undefined) is stored as no
+  // bytes and replayed as undefined: tRPC leaves `data` out of such an answer, and `null` would differ.
+  const encode = (value: R): StoredResponse => {
+    const wire = transformer ? transformer.serialize(value) : value
+    return {
+      status: 200,
+      headers: { 'content-type': 'application/json' },
+      body: wire === undefined ? new Uint8Array(0) : encoder.encode(JSON.stringify(wire)),
+    }
+  }
   const decode = (response: StoredResponse): R => {
-    const parsed = JSON.parse(decoder.decode(response.body)) as unknown
-    return (transformer ? transformer.deserialize(parsed) : parsed) as R
+    const wire = response.body.length === 0 ? undefined : (JSON.parse(decoder.decode(response.body)) as unknown)
+    return (transformer ? transformer.deserialize(wire) : wire) as R
   }
   const runOptions = {
     encode,
