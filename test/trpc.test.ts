@@ -35,6 +35,14 @@ const router = t.router({
         },
       ),
     ),
+  fillCart: t.procedure
+    .input((raw) => raw as { lines: Map<string, number>; gifts: Set<string> })
+    .mutation(
+      idempotent(
+        { ledger, key: ({ ctx }) => ctx.idempotencyKey, scope: ({ ctx }) => ctx.tenant, transformer: superjson },
+        async ({ input }) => ({ cart: ++runs, lines: input.lines, gifts: input.gifts.size }),
+      ),
+    ),
   pay: t.procedure
     .input((raw) => raw as { requestId: string; amount: number })
     .mutation(idempotent({ ledger, key: ({ input }) => input.requestId }, async ({ input }) => ({ paid: input.amount, n: ++runs }))),
@@ -134,6 +142,21 @@ describe('idemkey/trpc: idempotent mutations', () => {
     release()
     const [a, b] = await Promise.all([first, second])
     expect(b.data).toEqual(a.data)
+    expect(runs - before).toBe(1)
+  })
+
+  it('takes an input the transformer carries (a Map, a Set): replayed to the retry, refused with other entries (every such call failed with INVALID_ARGUMENT)', async () => {
+    const key = randomUUID()
+    const before = runs
+    const cart = (qty: number) => ({ lines: new Map([['sku-1', qty]]), gifts: new Set(['card']) })
+    const first = await call('fillCart', cart(2), { 'idempotency-key': key })
+    expect(first.status).toBe(200)
+    const retry = await call('fillCart', cart(2), { 'idempotency-key': key })
+    expect(retry.data).toEqual(first.data)
+    expect((retry.data as { lines: unknown }).lines).toEqual(new Map([['sku-1', 2]]))
+    expect(runs - before).toBe(1)
+    const other = await call('fillCart', cart(3), { 'idempotency-key': key })
+    expect(other.status).toBe(422)
     expect(runs - before).toBe(1)
   })
 

@@ -38,7 +38,7 @@ export interface IdempotentMutationOptions<O extends ResolverOptionsLike> {
   optional?: boolean
   /** Namespace of the records, e.g. the caller's tenant from the context. @default `trpc:<procedure path>` */
   scope?: (opts: O) => string
-  /** What must be equal for two calls with one key to be the same call. @default the input */
+  /** What must be equal for two calls with one key to be the same call. @default the input (through `transformer`, when given) */
   payload?: (opts: O) => unknown
   /** The router's transformer, so a replay returns what the first call returned (Dates, Maps, ...). @default JSON */
   transformer?: TransformerLike
@@ -93,6 +93,9 @@ export function idempotent<O extends ResolverOptionsLike, R>(
     const wire = response.body.length === 0 ? undefined : (JSON.parse(decoder.decode(response.body)) as unknown)
     return (transformer ? transformer.deserialize(wire) : wire) as R
   }
+  // The input as the client sent it, through the transformer: a superjson Map or Set has no JSON of its
+  // own, and the fingerprint refused it (every such call failed).
+  const payloadOf = options.payload ?? ((opts: O) => (transformer ? transformer.serialize(opts.input) : opts.input) ?? null)
   const runOptions = {
     encode,
     decode,
@@ -109,7 +112,7 @@ export function idempotent<O extends ResolverOptionsLike, R>(
       })
     }
     const scope = options.scope ? options.scope(opts) : `trpc:${opts.path ?? 'mutation'}`
-    const payload = options.payload ? options.payload(opts) : (opts.input ?? null)
+    const payload = payloadOf(opts)
     let result: Awaited<ReturnType<typeof ledger.run<R>>>
     try {
       result = await ledger.run<R>({ key, scope, payload }, (ctx) => resolver({ ...opts, idempotency: ctx }), runOptions)
