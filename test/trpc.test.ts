@@ -43,6 +43,22 @@ const router = t.router({
         async ({ input }) => ({ cart: ++runs, lines: input.lines, gifts: input.gifts.size }),
       ),
     ),
+  archive: t.procedure
+    .input((raw) => raw as { id: string })
+    .mutation(
+      idempotent({ ledger, key: ({ ctx }) => ctx.idempotencyKey, scope: ({ ctx }) => ctx.tenant }, async ({ input }) => ({
+        archived: input.id,
+        n: ++runs,
+      })),
+    ),
+  remove: t.procedure
+    .input((raw) => raw as { id: string })
+    .mutation(
+      idempotent({ ledger, key: ({ ctx }) => ctx.idempotencyKey, scope: ({ ctx }) => ctx.tenant }, async ({ input }) => ({
+        removed: input.id,
+        n: ++runs,
+      })),
+    ),
   pay: t.procedure
     .input((raw) => raw as { requestId: string; amount: number })
     .mutation(idempotent({ ledger, key: ({ input }) => input.requestId }, async ({ input }) => ({ paid: input.amount, n: ++runs }))),
@@ -158,6 +174,18 @@ describe('idemkey/trpc: idempotent mutations', () => {
     const other = await call('fillCart', cart(3), { 'idempotency-key': key })
     expect(other.status).toBe(422)
     expect(runs - before).toBe(1)
+  })
+
+  it("refuses the key with the same input on another procedure of the scope as UNPROCESSABLE_CONTENT (it replayed the first procedure's output, and the second never ran)", async () => {
+    const key = randomUUID()
+    const before = runs
+    const archived = await call('archive', { id: 'doc-1' }, { 'idempotency-key': key })
+    expect(archived.data).toMatchObject({ archived: 'doc-1' })
+    const removed = await call('remove', { id: 'doc-1' }, { 'idempotency-key': key })
+    expect(removed.status).toBe(422)
+    expect(removed.error?.data.code).toBe('UNPROCESSABLE_CONTENT')
+    expect(runs - before).toBe(1)
+    expect((await call('archive', { id: 'doc-1' }, { 'idempotency-key': key })).data).toEqual(archived.data)
   })
 
   it('refuses a call without a key as BAD_REQUEST, and takes the key from an input field when told to', async () => {

@@ -38,7 +38,10 @@ export interface IdempotentMutationOptions<O extends ResolverOptionsLike> {
   optional?: boolean
   /** Namespace of the records, e.g. the caller's tenant from the context. @default `trpc:<procedure path>` */
   scope?: (opts: O) => string
-  /** What must be equal for two calls with one key to be the same call. @default the input (through `transformer`, when given) */
+  /**
+   * What must be equal for two calls with one key to be the same call, besides the procedure (always
+   * compared). @default the input (through `transformer`, when given)
+   */
   payload?: (opts: O) => unknown
   /** The router's transformer, so a replay returns what the first call returned (Dates, Maps, ...). @default JSON */
   transformer?: TransformerLike
@@ -52,7 +55,7 @@ const decoder = new TextDecoder()
 
 /**
  * Wraps a mutation resolver: with a key, its output is recorded and replayed; the same key with
- * another input is a `UNPROCESSABLE_CONTENT` error (the call is not run); a call while another with
+ * another input or on another procedure is a `UNPROCESSABLE_CONTENT` error (the call is not run); a call while another with
  * the same key still runs waits for it (up to `wait`), then replays it or gets `CONFLICT` (retry
  * later with the same key). A resolver that throws is released: a retry runs it again.
  * The resolver also receives `idempotency`, the ledger's context (`step` for durable steps, `signal`).
@@ -112,7 +115,9 @@ export function idempotent<O extends ResolverOptionsLike, R>(
       })
     }
     const scope = options.scope ? options.scope(opts) : `trpc:${opts.path ?? 'mutation'}`
-    const payload = payloadOf(opts)
+    // The procedure too: under a scope of the caller's (`ctx.userId`), one key sent to another procedure
+    // with the same input replayed the first procedure's output, and the second never ran.
+    const payload = { procedure: opts.path ?? null, input: payloadOf(opts) }
     let result: Awaited<ReturnType<typeof ledger.run<R>>>
     try {
       result = await ledger.run<R>({ key, scope, payload }, (ctx) => resolver({ ...opts, idempotency: ctx }), runOptions)
