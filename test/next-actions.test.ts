@@ -39,6 +39,26 @@ describe('idemkey/next: server actions', () => {
     await expect(pay(form({ amount: '6' }))).rejects.toThrow(/render <input type="hidden" name="idempotencyKey"/)
   })
 
+  it("refuses the key on another action of the user's scope (a form's second button, formAction) with FINGERPRINT_MISMATCH: it got the first action's result, and never ran", async () => {
+    const calls: string[] = []
+    const scope = () => 'user-1'
+    const save = idempotentAction(async (data: FormData) => ({ saved: calls.push(`save ${data.get('title')}`) }), {
+      ledger,
+      scope,
+      name: 'save',
+    })
+    const publish = idempotentAction(async (data: FormData) => ({ published: calls.push(`publish ${data.get('title')}`) }), {
+      ledger,
+      scope,
+      name: 'publish',
+    })
+    const rendered = form({ [ACTION_KEY_FIELD]: actionKey(), title: 'Hello' })
+    expect(await save(rendered)).toEqual({ saved: 1 })
+    await expect(publish(rendered)).rejects.toMatchObject({ code: 'FINGERPRINT_MISMATCH' })
+    expect(calls).toEqual(['save Hello'])
+    expect(await save(rendered)).toEqual({ saved: 1 })
+  })
+
   it('refuses a field or name that is no non-empty string when made (a field of 5 was found in no form: every submit refused)', () => {
     const action = async () => 'ok'
     for (const bad of [{ field: 5 }, { field: '' }, { name: {} }]) {

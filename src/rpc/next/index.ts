@@ -26,7 +26,11 @@ export interface IdempotentActionOptions<A extends unknown[]> {
   field?: string
   /** Namespace of the records, e.g. the signed-in user (read from your session). @default 'next-action:<name>' */
   scope?: (...args: A) => string | Promise<string>
-  /** The action's name in the default scope. @default the function's name */
+  /**
+   * The action's name: in the default scope, and in what the key stands for, so one key posted to two
+   * actions is refused. Give it to an anonymous action (`idempotentAction(async (form) => …)`).
+   * @default the function's name, else `'action'`
+   */
   name?: string
   /** Run submissions without a key as plain calls instead of refusing them. @default false */
   optional?: boolean
@@ -118,7 +122,9 @@ export function idempotentAction<A extends unknown[], R>(
     // The form alone: useActionState hands a queued second submit the first one's result as its previous
     // state, so the arguments before the form are no part of what the key stands for (bound arguments
     // are fixed by the render that made the key, and a form posted without JavaScript carries none).
-    const payload = { form: await formPayload(form as FormData, field) }
+    // The action's name too: under a scope of the user's, a form whose second button posts to another
+    // action (`formAction`) with the same key got the first action's result, and the second never ran.
+    const payload = { action: name, form: await formPayload(form as FormData, field) }
     const result = await ledger.run<R>({ key, scope, payload }, (ctx) => action.call(ctx, ...args), runOptions)
     switch (result.kind) {
       case 'executed':
