@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto'
 import { createSchema, createYoga, type Plugin, useExecutionCancellation } from 'graphql-yoga'
 import { Ledger } from '../src/core/ledger.js'
+import { IdempotencyError } from '../src/errors.js'
 import { apolloIdempotency, useIdempotency } from '../src/rpc/graphql/index.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
@@ -225,6 +226,105 @@ describe('idemkey/graphql: an execution that throws', () => {
     const retry = await ship()
     expect(retry.status).toBe(200)
     expect(await retry.json()).toEqual({ data: { ship: 1 } })
+  })
+})
+
+/** A mutation that runs until told to finish, so a second request with its key finds it in flight. */
+function blockingShip() {
+  let started: () => void = () => {}
+  let finish: () => void = () => {}
+  const running = new Promise<void>((resolve) => (started = resolve))
+  return {
+    running,
+    finish: () => finish(),
+    typeDefs: 'type Query { ok: Boolean } type Mutation { ship: Int! }',
+    resolvers: {
+      Mutation: {
+        ship: async () => {
+          started()
+          await new Promise<void>((resolve) => (finish = resolve))
+          return 1
+        },
+      },
+    },
+  }
+}
+
+describe('idemkey/graphql: answers that say retry later carry Retry-After', () => {
+  it('answers a mutation still in flight at the end of the wait 409 IDEMPOTENCY_KEY_IN_PROGRESS with a Retry-After, as the HTTP layer does (clients backed off blind)', async () => {
+    const ship = blockingShip()
+    const yogaInFlight = createYoga({
+      schema: createSchema({ typeDefs: ship.typeDefs, resolvers: ship.resolvers }),
+      plugins: [useIdempotency({ ledger: new Ledger({ store: new MemoryStore(), wait: '100ms' }), scope: () => 'shop' })],
+      logging: false,
+    })
+    const key = randomUUID()
+    const send = () =>
+      yogaInFlight.fetch('http://yoga/graphql', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: JSON.stringify({ query: 'mutation { ship }' }),
+      })
+    const first = send()
+    await ship.running
+    const duplicate = await send()
+    expect(duplicate.status).toBe(409)
+    expect(((await duplicate.json()) as { errors: Array<{ extensions: { code: string } }> }).errors[0]?.extensions.code).toBe(
+      'IDEMPOTENCY_KEY_IN_PROGRESS',
+    )
+    expect(duplicate.headers.get('retry-after')).toMatch(/^[12]$/)
+    ship.finish()
+    expect((await first).status).toBe(200)
+  })
+
+  it('answers a store that is down 503 STORE_UNAVAILABLE with a Retry-After, nothing run', async () => {
+    const down = new MemoryStore()
+    down.acquire = async () => {
+      throw new IdempotencyError('STORE_UNAVAILABLE', 'connect ECONNREFUSED 127.0.0.1:5432')
+    }
+    const before = charges
+    const yogaStoreDown = createYoga({
+      schema,
+      plugins: [useIdempotency({ ledger: new Ledger({ store: down }), scope: () => 'shop' })],
+      logging: false,
+    })
+    const response = await yogaStoreDown.fetch('http://yoga/graphql', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': randomUUID() },
+      body: JSON.stringify({ query: CHARGE, variables: { amount: 1 } }),
+    })
+    expect(response.status).toBe(503)
+    expect(response.headers.get('retry-after')).toBe('1')
+    expect(charges).toBe(before)
+  })
+
+  it('answers so in the Apollo plugin too, with the Retry-After header', async () => {
+    const { ApolloServer, HeaderMap } = await import('@apollo/server')
+    const ship = blockingShip()
+    const apollo = new ApolloServer({
+      typeDefs: ship.typeDefs,
+      resolvers: ship.resolvers,
+      plugins: [apolloIdempotency({ ledger: new Ledger({ store: new MemoryStore(), wait: '100ms' }), scope: () => 'shop' })],
+    })
+    await apollo.start()
+    try {
+      const key = randomUUID()
+      const send = () =>
+        apollo.executeOperation({
+          query: 'mutation { ship }',
+          extensions: { idempotencyKey: key },
+          http: { method: 'POST', headers: new HeaderMap(), search: '', body: {} },
+        })
+      const first = send()
+      await ship.running
+      const duplicate = await send()
+      expect(duplicate.http.status).toBe(409)
+      expect(duplicate.http.headers.get('retry-after')).toMatch(/^[12]$/)
+      ship.finish()
+      await first
+    } finally {
+      await apollo.stop()
+    }
   })
 })
 

@@ -66,8 +66,16 @@ function extensionKey(extensions: Record<string, unknown> | undefined): string |
   return key === undefined || key === null ? undefined : (key as string)
 }
 
-const refusal = (message: string, code: string, status: number): ExecutionResult => ({
-  errors: [new GraphQLError(message, { extensions: { code, http: { status } } })],
+/**
+ * An answer of the plugin's own. `retryAfterS` is sent as `Retry-After` (Yoga sends an error's
+ * `extensions.http.headers`; the Apollo plugin copies them), as the HTTP layer answers 409 and 503.
+ */
+const refusal = (message: string, code: string, status: number, retryAfterS?: number): ExecutionResult => ({
+  errors: [
+    new GraphQLError(message, {
+      extensions: { code, http: { status, ...(retryAfterS === undefined ? {} : { headers: { 'retry-after': String(retryAfterS) } }) } },
+    }),
+  ],
 })
 
 /**
@@ -141,6 +149,7 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
               'The idempotency store is unavailable, so this mutation was not run. Retry with the same key.',
               'STORE_UNAVAILABLE',
               503,
+              1,
             ),
           )
           return
@@ -160,15 +169,18 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
             ),
           )
           return
-        case 'in_progress':
+        case 'in_progress': {
+          const retryAfterS = Math.max(1, Math.ceil(begun.retryAfterMs / 1_000))
           setResultAndStopExecution(
             refusal(
-              `A mutation with the idempotency key "${key}" is still running. Retry with the same key in ${Math.ceil(begun.retryAfterMs / 1_000)} s to get its result.`,
+              `A mutation with the idempotency key "${key}" is still running. Retry with the same key in ${retryAfterS} s to get its result.`,
               'IDEMPOTENCY_KEY_IN_PROGRESS',
               409,
+              retryAfterS,
             ),
           )
           return
+        }
         case 'acquired':
           if (executeFn && setExecuteFn) {
             // Envelop calls onExecuteDone only for an execution that returns. Yoga's cancellation makes one
@@ -289,8 +301,11 @@ export function apolloIdempotency<C = unknown>(
           })
           if (hooks) done = (result) => hooks.onExecuteDone({ result })
           if (!answer) return null
-          const status = (answer.errors?.[0]?.extensions?.http as { status?: number } | undefined)?.status
-          if (status !== undefined) rc.response.http.status = status
+          const http = answer.errors?.[0]?.extensions?.http as { status?: number; headers?: Record<string, string> } | undefined
+          if (http?.status !== undefined) rc.response.http.status = http.status
+          // Apollo's head carries a HeaderMap: the Retry-After of a 409 or 503.
+          const headers = (rc.response.http as { headers?: { set(name: string, value: string): unknown } }).headers
+          for (const [name, value] of Object.entries(http?.headers ?? {})) headers?.set(name, value)
           const formatted: FormattedResultLike = {
             ...(answer.data !== undefined ? { data: answer.data as Record<string, unknown> | null } : {}),
             ...(answer.errors ? { errors: answer.errors.map((error) => error.toJSON()) } : {}),
