@@ -124,6 +124,45 @@ describe('idemkey/next: server actions', () => {
   })
 })
 
+/** What Next.js's `redirect()` throws: an error whose digest names the redirect (next/dist/client/components/redirect-error). */
+function nextRedirect(url: string): never {
+  throw Object.assign(new Error('NEXT_REDIRECT'), { digest: `NEXT_REDIRECT;push;${url};307;` })
+}
+
+describe('idemkey/next: an action that ends with redirect()', () => {
+  it('records the redirect: a second submit of the form is sent to the same page and does not run again (the record was released, and each submit placed an order)', async () => {
+    let orders = 0
+    const placeOrder = idempotentAction(
+      async (data: FormData) => {
+        const id = ++orders
+        nextRedirect(`/orders/${id}?sku=${String(data.get('sku'))}`)
+      },
+      { ledger, name: 'place-and-redirect' },
+    )
+    const rendered = form({ [ACTION_KEY_FIELD]: actionKey(), sku: 'R' })
+    const first = await placeOrder(rendered).catch((error: unknown) => error)
+    const second = await placeOrder(rendered).catch((error: unknown) => error)
+    expect(first).toMatchObject({ message: 'NEXT_REDIRECT', digest: 'NEXT_REDIRECT;push;/orders/1?sku=R;307;' })
+    expect(second).toBeInstanceOf(Error)
+    expect(second).toMatchObject({ message: 'NEXT_REDIRECT', digest: 'NEXT_REDIRECT;push;/orders/1?sku=R;307;' })
+    expect(orders).toBe(1)
+  })
+
+  it('still releases an action that throws any other error: the retry runs it', async () => {
+    let attempts = 0
+    const flaky = idempotentAction(
+      async (_data: FormData) => {
+        if (++attempts === 1) throw Object.assign(new Error('db down'), { digest: '12345' })
+        return { ok: attempts }
+      },
+      { ledger, name: 'flaky' },
+    )
+    const rendered = form({ [ACTION_KEY_FIELD]: actionKey() })
+    await expect(flaky(rendered)).rejects.toThrow('db down')
+    expect(await flaky(rendered)).toEqual({ ok: 2 })
+  })
+})
+
 describe('idemkey/next: durable steps in an action', () => {
   it('gives a function action the ledger context as this: its steps are recorded', async () => {
     const checkout = idempotentAction(

@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto'
 import { uuidv7 } from '../../client/uuid.js'
 import { type Duration, runDurations } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
+import type { StoredResponse } from '../../core/store.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { warnSharedScope } from '../../http/scope.js'
@@ -37,6 +38,42 @@ export interface IdempotentActionOptions<A extends unknown[]> {
   lease?: Duration
   ttl?: Duration
   wait?: Duration
+}
+
+/**
+ * An action that ended with Next.js's `redirect()`: it throws an error whose `digest` names the
+ * redirect (`NEXT_REDIRECT;push;/orders/1;307;`), which Next.js reads to send the browser on. That is
+ * the action's answer, not a failure: it is recorded (status 303, the digest as body) and a replay
+ * throws the same redirect again. `error` is the thrown one, when this run threw it.
+ */
+class Redirected {
+  constructor(
+    readonly digest: string,
+    readonly error: unknown,
+  ) {}
+}
+
+function redirectDigest(error: unknown): string | undefined {
+  const digest = typeof error === 'object' && error !== null ? (error as { digest?: unknown }).digest : undefined
+  return typeof digest === 'string' && digest.startsWith('NEXT_REDIRECT') ? digest : undefined
+}
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+/** A value as the ledger stores it by default (JSON, status 200); a redirect as a 303 with its digest. */
+function encodeAnswer(answer: unknown): StoredResponse {
+  if (answer instanceof Redirected) return { status: 303, headers: { 'content-type': 'text/plain' }, body: encoder.encode(answer.digest) }
+  return {
+    status: 200,
+    headers: { 'content-type': 'application/json' },
+    body: encoder.encode(JSON.stringify(answer === undefined ? null : answer)),
+  }
+}
+
+function decodeAnswer(response: StoredResponse): unknown {
+  const text = decoder.decode(response.body)
+  return response.status === 303 ? new Redirected(text, undefined) : (JSON.parse(text) as unknown)
 }
 
 function formDataOf(args: unknown[]): FormData | undefined {
@@ -107,7 +144,11 @@ export function idempotentAction<A extends unknown[], R>(
   }
   const field = options.field ?? ACTION_KEY_FIELD
   const name = options.name ?? (action.name || 'action')
-  const runOptions = runDurations(options)
+  const runOptions = {
+    encode: encodeAnswer,
+    decode: decodeAnswer as (response: StoredResponse) => R | Redirected,
+    ...runDurations(options),
+  }
   return async (...args: A): Promise<R> => {
     const form = formDataOf(args)
     const key = form?.get(field)
@@ -125,10 +166,25 @@ export function idempotentAction<A extends unknown[], R>(
     // The action's name too: under a scope of the user's, a form whose second button posts to another
     // action (`formAction`) with the same key got the first action's result, and the second never ran.
     const payload = { action: name, form: await formPayload(form as FormData, field) }
-    const result = await ledger.run<R>({ key, scope, payload }, (ctx) => action.call(ctx, ...args), runOptions)
+    const result = await ledger.run<R | Redirected>(
+      { key, scope, payload },
+      async (ctx) => {
+        try {
+          return await action.call(ctx, ...args)
+        } catch (error) {
+          const digest = redirectDigest(error)
+          if (digest === undefined) throw error
+          return new Redirected(digest, error)
+        }
+      },
+      runOptions,
+    )
     switch (result.kind) {
       case 'executed':
       case 'replayed':
+        if (result.value instanceof Redirected) {
+          throw result.value.error ?? Object.assign(new Error('NEXT_REDIRECT'), { digest: result.value.digest })
+        }
         return result.value
       case 'mismatch':
         throw new IdempotencyError(
