@@ -59,6 +59,20 @@ describe('idemkey/next: server actions', () => {
     expect(await save(rendered)).toEqual({ saved: 1 })
   })
 
+  it('replays an action that returns nothing as nothing (undefined), as the first submit got it (the replay said null)', async () => {
+    let runs = 0
+    const archive = idempotentAction(
+      async (_data: FormData): Promise<void> => {
+        runs++
+      },
+      { ledger, name: 'archive' },
+    )
+    const rendered = form({ [ACTION_KEY_FIELD]: actionKey(), id: 'doc-1' })
+    expect(await archive(rendered)).toBeUndefined()
+    expect(await archive(rendered)).toBeUndefined()
+    expect(runs).toBe(1)
+  })
+
   it('refuses a field or name that is no non-empty string when made (a field of 5 was found in no form: every submit refused)', () => {
     const action = async () => 'ok'
     for (const bad of [{ field: 5 }, { field: '' }, { name: {} }]) {

@@ -61,19 +61,20 @@ function redirectDigest(error: unknown): string | undefined {
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 
-/** A value as the ledger stores it by default (JSON, status 200); a redirect as a 303 with its digest. */
+/**
+ * A value as JSON (status 200), nothing (an action that returns `undefined`, most form actions) as no
+ * bytes, so its replay is `undefined` too rather than `null`; a redirect as a 303 with its digest.
+ */
 function encodeAnswer(answer: unknown): StoredResponse {
   if (answer instanceof Redirected) return { status: 303, headers: { 'content-type': 'text/plain' }, body: encoder.encode(answer.digest) }
-  return {
-    status: 200,
-    headers: { 'content-type': 'application/json' },
-    body: encoder.encode(JSON.stringify(answer === undefined ? null : answer)),
-  }
+  const body = answer === undefined ? new Uint8Array(0) : encoder.encode(JSON.stringify(answer))
+  return { status: 200, headers: { 'content-type': 'application/json' }, body }
 }
 
 function decodeAnswer(response: StoredResponse): unknown {
   const text = decoder.decode(response.body)
-  return response.status === 303 ? new Redirected(text, undefined) : (JSON.parse(text) as unknown)
+  if (response.status === 303) return new Redirected(text, undefined)
+  return text === '' ? undefined : (JSON.parse(text) as unknown)
 }
 
 function formDataOf(args: unknown[]): FormData | undefined {
