@@ -59,6 +59,15 @@ const router = t.router({
         n: ++runs,
       })),
     ),
+  // A scope that reads a field the context does not set (a session that is missing, a renamed field).
+  profile: t.procedure
+    .input((raw) => raw as { bio: string })
+    .mutation(
+      idempotent(
+        { ledger, key: ({ ctx }) => ctx.idempotencyKey, scope: ({ ctx }) => (ctx as Context & { userId?: string }).userId as string },
+        async ({ input }) => ({ saved: input.bio, n: ++runs }),
+      ),
+    ),
   pay: t.procedure
     .input((raw) => raw as { requestId: string; amount: number })
     .mutation(idempotent({ ledger, key: ({ input }) => input.requestId }, async ({ input }) => ({ paid: input.amount, n: ++runs }))),
@@ -186,6 +195,19 @@ describe('idemkey/trpc: idempotent mutations', () => {
     expect(removed.error?.data.code).toBe('UNPROCESSABLE_CONTENT')
     expect(runs - before).toBe(1)
     expect((await call('archive', { id: 'doc-1' }, { 'idempotency-key': key })).data).toEqual(archived.data)
+  })
+
+  it("refuses a call whose scope function yields nothing as INTERNAL_SERVER_ERROR, not run (it fell back to a scope shared by every such caller, and replayed one caller's output to another)", async () => {
+    const key = randomUUID()
+    const before = runs
+    const alice = await call('profile', { bio: 'hi' }, { 'idempotency-key': key, 'x-tenant': 'alice' })
+    const bob = await call('profile', { bio: 'hi' }, { 'idempotency-key': key, 'x-tenant': 'bob' })
+    for (const answer of [alice, bob]) {
+      expect(answer.status).toBe(500)
+      expect(answer.error?.data.code).toBe('INTERNAL_SERVER_ERROR')
+      expect(answer.error?.message).toMatch(/scope/)
+    }
+    expect(runs - before).toBe(0)
   })
 
   it('refuses a call without a key as BAD_REQUEST, and takes the key from an input field when told to', async () => {

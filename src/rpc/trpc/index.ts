@@ -115,6 +115,14 @@ export function idempotent<O extends ResolverOptionsLike, R>(
       })
     }
     const scope = options.scope ? options.scope(opts) : `trpc:${opts.path ?? 'mutation'}`
+    if (typeof scope !== 'string' || scope === '') {
+      // A scope function that yields nothing (a session the context lacks) is a configuration error:
+      // the ledger would have put the call in its default scope, shared by every such caller.
+      throw new TRPCError({
+        code: 'INTERNAL_SERVER_ERROR',
+        message: `The idempotency scope of ${opts.path ?? 'this mutation'} came out empty for this call, so it was not run: scope must return a user or tenant id for every call.`,
+      })
+    }
     // The procedure too: under a scope of the caller's (`ctx.userId`), one key sent to another procedure
     // with the same input replayed the first procedure's output, and the second never ran.
     const payload = { procedure: opts.path ?? null, input: payloadOf(opts) }
