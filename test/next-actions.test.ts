@@ -73,6 +73,21 @@ describe('idemkey/next: server actions', () => {
     expect(runs).toBe(1)
   })
 
+  it("refuses a submit whose scope function yields nothing (INVALID_OPTION), not run (it fell back to a scope shared by every such user, and replayed one user's result to another)", async () => {
+    let runs = 0
+    const session: { user?: string } = {}
+    const save = idempotentAction(async (data: FormData) => ({ saved: String(data.get('bio')), run: ++runs }), {
+      ledger,
+      name: 'save-profile',
+      scope: async () => session.user as string,
+    })
+    const rendered = form({ [ACTION_KEY_FIELD]: actionKey(), bio: 'hi' })
+    await expect(save(rendered)).rejects.toMatchObject({ code: 'INVALID_OPTION', message: expect.stringMatching(/scope/) })
+    expect(runs).toBe(0)
+    session.user = 'user-1'
+    expect(await save(rendered)).toEqual({ saved: 'hi', run: 1 })
+  })
+
   it('refuses a field or name that is no non-empty string when made (a field of 5 was found in no form: every submit refused)', () => {
     const action = async () => 'ok'
     for (const bad of [{ field: 5 }, { field: '' }, { name: {} }]) {

@@ -161,6 +161,14 @@ export function idempotentAction<A extends unknown[], R>(
       )
     }
     const scope = options.scope ? await options.scope(...args) : `next-action:${name}`
+    if (typeof scope !== 'string' || scope === '') {
+      // A scope that yields nothing (no session) is a configuration error: the ledger would have put the
+      // submit in its default scope, shared by every such user.
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        `Server action "${name}": its idempotency scope came out empty for this submit, so it was not run. scope must return the user's id for every submit; answer signed-out users before the action.`,
+      )
+    }
     // The form alone: useActionState hands a queued second submit the first one's result as its previous
     // state, so the arguments before the form are no part of what the key stands for (bound arguments
     // are fixed by the render that made the key, and a form posted without JavaScript carries none).
