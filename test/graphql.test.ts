@@ -133,6 +133,28 @@ describe('idemkey/graphql: the Envelop plugin in GraphQL Yoga', () => {
     expect((await send('{ charges }', {}, randomUUID())).body.data).toEqual({ charges })
   })
 
+  it('reads the Idempotency-Key header as the HTTP layer does: "k" (an RFC 8941 string) and k are one key, an empty one is refused 400 (it ran twice, or without a key)', async () => {
+    const key = randomUUID()
+    const before = charges
+    const first = await send(CHARGE, { amount: 4 }, `"${key}"`)
+    const retry = await send(CHARGE, { amount: 4 }, key)
+    expect(retry.body.data).toEqual(first.body.data)
+    expect(retry.body.extensions).toEqual({ idempotency: { key, replayed: true } })
+    expect(charges - before).toBe(1)
+    for (const header of ['""', '"unterminated']) {
+      const refused = await send(CHARGE, { amount: 4 }, header)
+      expect(refused.status, header).toBe(400)
+      expect(refused.body.errors?.[0]?.extensions?.code).toBe('IDEMPOTENCY_KEY_INVALID')
+    }
+    const empty = await yoga.fetch('http://yoga/graphql', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': '' },
+      body: JSON.stringify({ query: CHARGE, variables: { amount: 4 } }),
+    })
+    expect(empty.status).toBe(400)
+    expect(charges - before).toBe(1)
+  })
+
   it('refuses an extensions.idempotencyKey that is no string with 400 IDEMPOTENCY_KEY_INVALID, nothing run (it was dropped, and each retry ran again)', async () => {
     const before = charges
     for (const idempotencyKey of [12345, { id: 'k' }, ['k']]) {
@@ -362,6 +384,28 @@ describe('idemkey/graphql: the Apollo Server plugin', async () => {
     const other = await execute({ amount: 10 }, key)
     expect(other.status).toBe(422)
     expect(other.result?.errors?.[0]?.extensions?.code).toBe('IDEMPOTENCY_KEY_REUSED')
+  })
+
+  it('reads an RFC 8941 string in the Idempotency-Key header as its content, as the HTTP layer does', async () => {
+    const key = randomUUID()
+    const before = charges
+    const viaHeader = async (value: string) => {
+      const headers = new HeaderMap()
+      headers.set('idempotency-key', value)
+      const response = await server.executeOperation({
+        query: CHARGE,
+        variables: { amount: 11 },
+        http: { method: 'POST', headers, search: '', body: {} },
+      })
+      return { status: response.http.status, result: response.body.kind === 'single' ? response.body.singleResult : undefined }
+    }
+    const first = await viaHeader(`"${key}"`)
+    const retry = await viaHeader(key)
+    expect(retry.result?.data).toEqual(first.result?.data)
+    expect(charges - before).toBe(1)
+    const refused = await viaHeader('"unterminated')
+    expect(refused.status).toBe(400)
+    expect(refused.result?.errors?.[0]?.extensions?.code).toBe('IDEMPOTENCY_KEY_INVALID')
   })
 
   it('keeps callers apart by default: another Authorization credential with the same key runs on its own', async () => {

@@ -7,6 +7,7 @@
  */
 import { type ExecutionResult, GraphQLError, type GraphQLFormattedError, getOperationAST, print } from 'graphql'
 import { type Duration, runDurations } from '../../core/duration.js'
+import { parseKeyHeader } from '../../core/key-header.js'
 import type { Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
 import { assertFunctions } from '../../core/validate.js'
@@ -94,7 +95,7 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
     options.key ??
     ((context: C) => {
       const header = context.request?.headers.get('idempotency-key')
-      if (header) return header
+      if (header !== null && header !== undefined) return parseKeyHeader(header)
       return extensionKey(context.params?.extensions)
     })
   const scopeFn = options.scope
@@ -119,7 +120,15 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
     async onExecute({ args, setResultAndStopExecution, executeFn, setExecuteFn }) {
       const operation = getOperationAST(args.document, args.operationName ?? undefined)
       if (operation?.operation !== 'mutation') return
-      const key = keyOf(args.contextValue)
+      let key: string | undefined
+      try {
+        // The header as the HTTP layer reads it: bare or an RFC 8941 string ("k" is k); empty is refused.
+        key = keyOf(args.contextValue)
+      } catch (error) {
+        if (!isIdempotencyError(error) || error.code !== 'KEY_INVALID') throw error
+        setResultAndStopExecution(refusal(error.message, 'IDEMPOTENCY_KEY_INVALID', 400))
+        return
+      }
       if (!key) {
         if (options.required) {
           setResultAndStopExecution(
@@ -235,7 +244,7 @@ export interface ApolloRequestContextLike<C, H extends { status?: number }> {
 }
 
 /** What the Envelop plugin inside {@link apolloIdempotency} reads: Apollo's context, the key found, the headers. */
-type ApolloEnvelopContext<C> = GraphQLContextLike & { apollo: C; key: string | undefined }
+type ApolloEnvelopContext<C> = GraphQLContextLike & { apollo: C; key: () => string | undefined }
 
 /** An Apollo Server plugin (structural: `plugins: [apolloIdempotency({ ledger })]`). */
 export interface ApolloIdempotencyPlugin<C> {
@@ -269,7 +278,7 @@ export function apolloIdempotency<C = unknown>(
   const scopeOf = options.scope
   const envelop = useIdempotency<ApolloEnvelopContext<C>>({
     ledger,
-    key: (context) => context.key,
+    key: (context) => context.key(),
     ...(options.required !== undefined ? { required: options.required } : {}),
     ...(scopeOf ? { scope: (context: ApolloEnvelopContext<C>) => scopeOf(context.apollo) } : {}),
     ...(options.scopeSecret !== undefined ? { scopeSecret: options.scopeSecret } : {}),
@@ -281,7 +290,11 @@ export function apolloIdempotency<C = unknown>(
       return {
         async responseForOperation(rc) {
           if (rc.operation?.operation !== 'mutation' || !rc.document) return null
-          const key = options.key?.(rc) ?? rc.request.http?.headers.get('idempotency-key') ?? extensionKey(rc.request.extensions)
+          // Read where the Envelop plugin reads it, so a malformed header is its 400, not a crash here.
+          const key = () => {
+            const header = rc.request.http?.headers.get('idempotency-key')
+            return options.key?.(rc) ?? (header === undefined ? undefined : parseKeyHeader(header)) ?? extensionKey(rc.request.extensions)
+          }
           let answer: ExecutionResult | undefined
           const hooks = await envelop.onExecute({
             args: {
