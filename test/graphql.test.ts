@@ -166,6 +166,39 @@ describe('idemkey/graphql: the Envelop plugin in GraphQL Yoga', () => {
   })
 })
 
+describe('idemkey/graphql: file uploads (the GraphQL multipart request)', () => {
+  it('replays the retry of an upload and refuses the key with another file (422): files count by name, type, size and bytes (the retry was refused 422)', async () => {
+    let uploads = 0
+    const yogaUploads = createYoga({
+      schema: createSchema({
+        typeDefs: 'scalar File type Query { ok: Boolean } type Mutation { upload(file: File!): Int! }',
+        resolvers: { Mutation: { upload: async (_: unknown, { file }: { file: File }) => (await file.text()).length + 100 * ++uploads } },
+      }),
+      plugins: [useIdempotency({ ledger: new Ledger({ store: new MemoryStore() }), scope: () => 'shop' })],
+      logging: false,
+    })
+    const key = randomUUID()
+    const upload = async (text: string) => {
+      const body = new FormData()
+      body.append('operations', JSON.stringify({ query: 'mutation ($f: File!) { upload(file: $f) }', variables: { f: null } }))
+      body.append('map', JSON.stringify({ 0: ['variables.f'] }))
+      body.append('0', new File([text], 'invoice.txt', { type: 'text/plain' }))
+      const response = await yogaUploads.fetch('http://yoga/graphql', { method: 'POST', headers: { 'idempotency-key': key }, body })
+      return {
+        status: response.status,
+        body: (await response.json()) as { data?: unknown; errors?: Array<{ extensions?: { code?: string } }> },
+      }
+    }
+    const first = await upload('aaaa')
+    expect(first.body.data).toEqual({ upload: 104 })
+    expect((await upload('aaaa')).body.data).toEqual({ upload: 104 })
+    const other = await upload('bbbb')
+    expect(other.status).toBe(422)
+    expect(other.body.errors?.[0]?.extensions?.code).toBe('IDEMPOTENCY_KEY_REUSED')
+    expect(uploads).toBe(1)
+  })
+})
+
 describe('idemkey/graphql: a client that goes away while its mutation runs', () => {
   it('records the mutation a cancelled request started, so the retry gets its result (the record was held, renewed, until the process ended: every retry 409)', async () => {
     let runs = 0

@@ -7,6 +7,7 @@
  */
 import { type ExecutionResult, GraphQLError, type GraphQLFormattedError, getOperationAST, print } from 'graphql'
 import { type Duration, runDurations } from '../../core/duration.js'
+import { sha256Hex } from '../../core/fingerprint.js'
 import { parseKeyHeader } from '../../core/key-header.js'
 import type { Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
@@ -71,6 +72,45 @@ function extensionKey(extensions: Record<string, unknown> | undefined): string |
  * An answer of the plugin's own. `retryAfterS` is sent as `Retry-After` (Yoga sends an error's
  * `extensions.http.headers`; the Apollo plugin copies them), as the HTTP layer answers 409 and 503.
  */
+/** A file of a GraphQL multipart request (the platform's `File`, or the ponyfill a server parses into). */
+interface FileLike {
+  name?: unknown
+  type: string
+  size: number
+  arrayBuffer(): Promise<ArrayBuffer>
+}
+
+function isFileLike(value: object): value is FileLike {
+  const file = value as Partial<FileLike>
+  return typeof file.arrayBuffer === 'function' && typeof file.size === 'number' && typeof file.type === 'string'
+}
+
+/**
+ * The variables as the fingerprint takes them: an uploaded file (the GraphQL multipart request) by its
+ * name, type, size and a SHA-256 of its bytes. Taken as it is, Yoga's file was its own fields to the
+ * fingerprint, a `lastModified` set when the request was parsed among them, so every retry of an upload
+ * was refused 422 (and a platform `File`, `{}` to JSON, would let another file pass for the first).
+ * Nesting past `depth` is left as it is (the fingerprint refuses it).
+ */
+async function fingerprintVariables(value: unknown, depth = 0): Promise<unknown> {
+  if (typeof value !== 'object' || value === null || depth > 64) return value
+  if (isFileLike(value)) {
+    const bytes = new Uint8Array(await value.arrayBuffer())
+    return {
+      file: typeof value.name === 'string' ? value.name : null,
+      type: value.type,
+      size: value.size,
+      sha256: sha256Hex(bytes),
+    }
+  }
+  if (Array.isArray(value)) return Promise.all(value.map((item) => fingerprintVariables(item, depth + 1)))
+  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return value
+  const entries = await Promise.all(
+    Object.entries(value).map(async ([name, item]) => [name, await fingerprintVariables(item, depth + 1)] as const),
+  )
+  return Object.fromEntries(entries)
+}
+
 const refusal = (message: string, code: string, status: number, retryAfterS?: number): ExecutionResult => ({
   errors: [
     new GraphQLError(message, {
@@ -143,7 +183,11 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
       }
       // The document (the operation with the fragments its selection uses) and the variables are what the
       // key stands for: the same key with another one is refused.
-      const payload = { document: print(args.document), operationName: args.operationName ?? null, variables: args.variableValues ?? {} }
+      const payload = {
+        document: print(args.document),
+        operationName: args.operationName ?? null,
+        variables: await fingerprintVariables(args.variableValues ?? {}),
+      }
       let begun: Awaited<ReturnType<typeof ledger.begin<ExecutionResult>>>
       try {
         begun = await ledger.begin<ExecutionResult>({ key, scope: scopeOf(args.contextValue), payload }, runOptions)
