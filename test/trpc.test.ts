@@ -256,3 +256,45 @@ describe('idemkey/trpc: a router without a transformer', () => {
     expect(forgotten).toBe(1)
   })
 })
+
+describe('idemkey/trpc: a FormData input (tRPC 11 non-JSON inputs)', () => {
+  const forms = initTRPC.context<Context>().create()
+  let avatars = 0
+  const formRouter = forms.router({
+    setAvatar: forms.procedure
+      .input((raw) => {
+        if (!(raw instanceof FormData)) throw new Error('a form is expected')
+        return raw
+      })
+      .mutation(
+        idempotent({ ledger, key: ({ ctx }) => ctx.idempotencyKey, scope: ({ ctx }) => ctx.tenant }, async ({ input }) => ({
+          avatar: ++avatars,
+          bytes: ((input.get('image') as File | null)?.size ?? 0) + String(input.get('alt')).length,
+        })),
+      ),
+  })
+  const send = async (key: string, alt: string, image: string) => {
+    const body = new FormData()
+    body.append('alt', alt)
+    body.append('image', new File([image], 'me.png', { type: 'image/png' }))
+    const response = await fetchRequestHandler({
+      endpoint: '/trpc',
+      req: new Request('http://api/trpc/setAvatar', { method: 'POST', headers: { 'idempotency-key': key }, body }),
+      router: formRouter,
+      createContext: ({ req }) => ({ idempotencyKey: req.headers.get('idempotency-key') ?? undefined, tenant: 'a' }),
+    })
+    return { status: response.status, body: (await response.json()) as { result?: { data: unknown }; error?: { data: { code: string } } } }
+  }
+
+  it("tells forms apart by their fields and files' bytes: the same key with another form is refused, the same form replayed (every form was {} to the fingerprint)", async () => {
+    const key = randomUUID()
+    const first = await send(key, 'me', 'png-1')
+    expect(first.body.result?.data).toEqual({ avatar: 1, bytes: 7 })
+    expect((await send(key, 'me', 'png-1')).body.result?.data).toEqual({ avatar: 1, bytes: 7 })
+    const otherField = await send(key, 'you', 'png-1')
+    expect(otherField.status).toBe(422)
+    const otherFile = await send(key, 'me', 'png-2')
+    expect(otherFile.status).toBe(422)
+    expect(avatars).toBe(1)
+  })
+})

@@ -3,7 +3,6 @@
  * hidden field once (`actionKey()`), and `idempotentAction` runs the action once per key, so a double
  * submit or a retried action gets the first result. Route handlers use `idemkey/fetch` as they are.
  */
-import { createHash } from 'node:crypto'
 import { uuidv7 } from '../../client/uuid.js'
 import { type Duration, runDurations } from '../../core/duration.js'
 import type { IntentContext, Ledger } from '../../core/ledger.js'
@@ -11,6 +10,7 @@ import type { StoredResponse } from '../../core/store.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { warnSharedScope } from '../../http/scope.js'
+import { formPayload } from '../form-payload.js'
 
 /** The hidden field's default name. */
 export const ACTION_KEY_FIELD = 'idempotencyKey'
@@ -83,31 +83,6 @@ function formDataOf(args: unknown[]): FormData | undefined {
 }
 
 /**
- * What the form asked for, without the key itself: text fields as they are, files by name, type, size
- * and a SHA-256 of their bytes (another file of the same name and size is other form values).
- */
-async function formPayload(form: FormData, field: string): Promise<Array<[string, unknown]>> {
-  const entries: Array<[string, unknown]> = []
-  for (const [name, value] of form.entries()) {
-    if (name === field || name.startsWith('$ACTION_')) continue
-    entries.push([
-      name,
-      typeof value === 'string'
-        ? value
-        : {
-            file: value.name,
-            type: value.type,
-            size: value.size,
-            sha256: createHash('sha256')
-              .update(new Uint8Array(await value.arrayBuffer()))
-              .digest('hex'),
-          },
-    ])
-  }
-  return entries
-}
-
-/**
  * Wraps a server action (`(formData)` or `(previousState, formData)`, as `useActionState` calls it) so it
  * runs once per key of its form's hidden field: a double submit or a retry of the same render gets the
  * first result, whatever previous state it is handed; the same key with other form values is refused
@@ -174,7 +149,7 @@ export function idempotentAction<A extends unknown[], R>(
     // are fixed by the render that made the key, and a form posted without JavaScript carries none).
     // The action's name too: under a scope of the user's, a form whose second button posts to another
     // action (`formAction`) with the same key got the first action's result, and the second never ran.
-    const payload = { action: name, form: await formPayload(form as FormData, field) }
+    const payload = { action: name, form: await formPayload(form as FormData, (entry) => entry === field || entry.startsWith('$ACTION_')) }
     const result = await ledger.run<R | Redirected>(
       { key, scope, payload },
       async (ctx) => {

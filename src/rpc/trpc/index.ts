@@ -10,6 +10,7 @@ import type { StoredResponse } from '../../core/store.js'
 import { assertFunctions, assertMethods } from '../../core/validate.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
 import { warnSharedScope } from '../../http/scope.js'
+import { filePayload, formPayload } from '../form-payload.js'
 
 /** What tRPC hands a resolver (the parts idemkey reads). */
 export interface ResolverOptionsLike {
@@ -97,8 +98,15 @@ export function idempotent<O extends ResolverOptionsLike, R>(
     return (transformer ? transformer.deserialize(wire) : wire) as R
   }
   // The input as the client sent it, through the transformer: a superjson Map or Set has no JSON of its
-  // own, and the fingerprint refused it (every such call failed).
-  const payloadOf = options.payload ?? ((opts: O) => (transformer ? transformer.serialize(opts.input) : opts.input) ?? null)
+  // own, and the fingerprint refused it (every such call failed). A FormData or a file (tRPC 11's non-JSON
+  // inputs) by its entries and bytes: to JSON every form was {}, so another form under the key replayed.
+  const payloadOf = async (opts: O): Promise<unknown> => {
+    if (options.payload) return options.payload(opts)
+    const input = opts.input
+    if (input instanceof FormData) return { form: await formPayload(input) }
+    if (input instanceof Blob) return { file: await filePayload(input) }
+    return (transformer ? transformer.serialize(input) : input) ?? null
+  }
   const runOptions = {
     encode,
     decode,
@@ -125,7 +133,7 @@ export function idempotent<O extends ResolverOptionsLike, R>(
     }
     // The procedure too: under a scope of the caller's (`ctx.userId`), one key sent to another procedure
     // with the same input replayed the first procedure's output, and the second never ran.
-    const payload = { procedure: opts.path ?? null, input: payloadOf(opts) }
+    const payload = { procedure: opts.path ?? null, input: await payloadOf(opts) }
     let result: Awaited<ReturnType<typeof ledger.run<R>>>
     try {
       result = await ledger.run<R>({ key, scope, payload }, (ctx) => resolver({ ...opts, idempotency: ctx }), runOptions)
