@@ -68,10 +68,6 @@ function extensionKey(extensions: Record<string, unknown> | undefined): string |
   return key === undefined || key === null ? undefined : (key as string)
 }
 
-/**
- * An answer of the plugin's own. `retryAfterS` is sent as `Retry-After` (Yoga sends an error's
- * `extensions.http.headers`; the Apollo plugin copies them), as the HTTP layer answers 409 and 503.
- */
 /** A file of a GraphQL multipart request (the platform's `File`, or the ponyfill a server parses into). */
 interface FileLike {
   name?: unknown
@@ -111,6 +107,10 @@ async function fingerprintVariables(value: unknown, depth = 0): Promise<unknown>
   return Object.fromEntries(entries)
 }
 
+/**
+ * An answer of the plugin's own. `retryAfterS` is sent as `Retry-After` (Yoga sends an error's
+ * `extensions.http.headers`; the Apollo plugin copies them), as the HTTP layer answers 409 and 503.
+ */
 const refusal = (message: string, code: string, status: number, retryAfterS?: number): ExecutionResult => ({
   errors: [
     new GraphQLError(message, {

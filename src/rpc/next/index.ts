@@ -85,9 +85,10 @@ function formDataOf(args: unknown[]): FormData | undefined {
 /**
  * Wraps a server action (`(formData)` or `(previousState, formData)`, as `useActionState` calls it) so it
  * runs once per key of its form's hidden field: a double submit or a retry of the same render gets the
- * first result, whatever previous state it is handed; the same key with other form values is refused
- * (`FINGERPRINT_MISMATCH`); a submit while
- * the first still runs waits for it. The action's value must be JSON (it is what replays return).
+ * first result, whatever previous state it is handed; the same key with other form values, or posted to
+ * another action, is refused (`FINGERPRINT_MISMATCH`); a submit while the first still runs waits for it;
+ * an action that ends with `redirect()` is recorded so, and replayed as that redirect. The action's value
+ * must be JSON (it is what replays return).
  * A `function` (not an arrow) gets the ledger's context as `this` (`this.step(...)` for durable steps).
  *
  * @example

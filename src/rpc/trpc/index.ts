@@ -56,9 +56,9 @@ const decoder = new TextDecoder()
 
 /**
  * Wraps a mutation resolver: with a key, its output is recorded and replayed; the same key with
- * another input or on another procedure is a `UNPROCESSABLE_CONTENT` error (the call is not run); a call while another with
- * the same key still runs waits for it (up to `wait`), then replays it or gets `CONFLICT` (retry
- * later with the same key). A resolver that throws is released: a retry runs it again.
+ * another input or on another procedure is a `UNPROCESSABLE_CONTENT` error (the call is not run); a
+ * call while another with the same key still runs waits for it (up to `wait`), then replays it or gets
+ * `CONFLICT` (retry later with the same key). A resolver that throws is released: a retry runs it again.
  * The resolver also receives `idempotency`, the ledger's context (`step` for durable steps, `signal`).
  *
  * @example
