@@ -7,6 +7,8 @@
  */
 import { type ExecutionResult, GraphQLError, type GraphQLFormattedError, getOperationAST, print } from 'graphql'
 import { type Duration, runDurations } from '../../core/duration.js'
+import { sha256Hex } from '../../core/fingerprint.js'
+import { parseKeyHeader } from '../../core/key-header.js'
 import type { Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
 import { assertFunctions } from '../../core/validate.js'
@@ -39,11 +41,17 @@ export interface GraphQLIdempotencyOptions<C> {
   wait?: Duration
 }
 
+/** An Envelop execute function (structural): what runs the operation, given its arguments. */
+export type ExecuteFnLike = (args: { signal?: AbortSignal | undefined; [arg: string]: unknown }) => unknown
+
 /** The part of an Envelop plugin this one implements (structural: no import of @envelop/types). */
 export interface IdempotencyPlugin<C> {
   onExecute(payload: {
     args: { document: Parameters<typeof getOperationAST>[0]; operationName?: string | null; variableValues?: unknown; contextValue: C }
     setResultAndStopExecution(result: ExecutionResult): void
+    /** Envelop's execute function and its setter: a held mutation runs through a wrapper of it. */
+    executeFn?: ExecuteFnLike
+    setExecuteFn?(executeFn: ExecuteFnLike): void
   }): Promise<void | { onExecuteDone(payload: { result: unknown }): Promise<void> }>
 }
 
@@ -60,8 +68,55 @@ function extensionKey(extensions: Record<string, unknown> | undefined): string |
   return key === undefined || key === null ? undefined : (key as string)
 }
 
-const refusal = (message: string, code: string, status: number): ExecutionResult => ({
-  errors: [new GraphQLError(message, { extensions: { code, http: { status } } })],
+/** A file of a GraphQL multipart request (the platform's `File`, or the ponyfill a server parses into). */
+interface FileLike {
+  name?: unknown
+  type: string
+  size: number
+  arrayBuffer(): Promise<ArrayBuffer>
+}
+
+function isFileLike(value: object): value is FileLike {
+  const file = value as Partial<FileLike>
+  return typeof file.arrayBuffer === 'function' && typeof file.size === 'number' && typeof file.type === 'string'
+}
+
+/**
+ * The variables as the fingerprint takes them: an uploaded file (the GraphQL multipart request) by its
+ * name, type, size and a SHA-256 of its bytes. Taken as it is, Yoga's file was its own fields to the
+ * fingerprint, a `lastModified` set when the request was parsed among them, so every retry of an upload
+ * was refused 422 (and a platform `File`, `{}` to JSON, would let another file pass for the first).
+ * Nesting past `depth` is left as it is (the fingerprint refuses it).
+ */
+async function fingerprintVariables(value: unknown, depth = 0): Promise<unknown> {
+  if (typeof value !== 'object' || value === null || depth > 64) return value
+  if (isFileLike(value)) {
+    const bytes = new Uint8Array(await value.arrayBuffer())
+    return {
+      file: typeof value.name === 'string' ? value.name : null,
+      type: value.type,
+      size: value.size,
+      sha256: sha256Hex(bytes),
+    }
+  }
+  if (Array.isArray(value)) return Promise.all(value.map((item) => fingerprintVariables(item, depth + 1)))
+  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return value
+  const entries = await Promise.all(
+    Object.entries(value).map(async ([name, item]) => [name, await fingerprintVariables(item, depth + 1)] as const),
+  )
+  return Object.fromEntries(entries)
+}
+
+/**
+ * An answer of the plugin's own. `retryAfterS` is sent as `Retry-After` (Yoga sends an error's
+ * `extensions.http.headers`; the Apollo plugin copies them), as the HTTP layer answers 409 and 503.
+ */
+const refusal = (message: string, code: string, status: number, retryAfterS?: number): ExecutionResult => ({
+  errors: [
+    new GraphQLError(message, {
+      extensions: { code, http: { status, ...(retryAfterS === undefined ? {} : { headers: { 'retry-after': String(retryAfterS) } }) } },
+    }),
+  ],
 })
 
 /**
@@ -80,7 +135,7 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
     options.key ??
     ((context: C) => {
       const header = context.request?.headers.get('idempotency-key')
-      if (header) return header
+      if (header !== null && header !== undefined) return parseKeyHeader(header)
       return extensionKey(context.params?.extensions)
     })
   const scopeFn = options.scope
@@ -102,10 +157,18 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
   }
 
   return {
-    async onExecute({ args, setResultAndStopExecution }) {
+    async onExecute({ args, setResultAndStopExecution, executeFn, setExecuteFn }) {
       const operation = getOperationAST(args.document, args.operationName ?? undefined)
       if (operation?.operation !== 'mutation') return
-      const key = keyOf(args.contextValue)
+      let key: string | undefined
+      try {
+        // The header as the HTTP layer reads it: bare or an RFC 8941 string ("k" is k); empty is refused.
+        key = keyOf(args.contextValue)
+      } catch (error) {
+        if (!isIdempotencyError(error) || error.code !== 'KEY_INVALID') throw error
+        setResultAndStopExecution(refusal(error.message, 'IDEMPOTENCY_KEY_INVALID', 400))
+        return
+      }
       if (!key) {
         if (options.required) {
           setResultAndStopExecution(
@@ -120,7 +183,11 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
       }
       // The document (the operation with the fragments its selection uses) and the variables are what the
       // key stands for: the same key with another one is refused.
-      const payload = { document: print(args.document), operationName: args.operationName ?? null, variables: args.variableValues ?? {} }
+      const payload = {
+        document: print(args.document),
+        operationName: args.operationName ?? null,
+        variables: await fingerprintVariables(args.variableValues ?? {}),
+      }
       let begun: Awaited<ReturnType<typeof ledger.begin<ExecutionResult>>>
       try {
         begun = await ledger.begin<ExecutionResult>({ key, scope: scopeOf(args.contextValue), payload }, runOptions)
@@ -135,6 +202,7 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
               'The idempotency store is unavailable, so this mutation was not run. Retry with the same key.',
               'STORE_UNAVAILABLE',
               503,
+              1,
             ),
           )
           return
@@ -154,16 +222,34 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
             ),
           )
           return
-        case 'in_progress':
+        case 'in_progress': {
+          const retryAfterS = Math.max(1, Math.ceil(begun.retryAfterMs / 1_000))
           setResultAndStopExecution(
             refusal(
-              `A mutation with the idempotency key "${key}" is still running. Retry with the same key in ${Math.ceil(begun.retryAfterMs / 1_000)} s to get its result.`,
+              `A mutation with the idempotency key "${key}" is still running. Retry with the same key in ${retryAfterS} s to get its result.`,
               'IDEMPOTENCY_KEY_IN_PROGRESS',
               409,
+              retryAfterS,
             ),
           )
           return
+        }
         case 'acquired':
+          if (executeFn && setExecuteFn) {
+            // Envelop calls onExecuteDone only for an execution that returns. Yoga's cancellation makes one
+            // whose client went away throw instead, which left the record held (and renewed) with no one to
+            // finish it: every retry got 409 until the process ended. A held mutation runs to its end
+            // without the request's signal (it ran, so its result is stored and the retry gets it), and an
+            // execution that throws anyway is released.
+            setExecuteFn(async ({ signal: _signal, ...executeArgs }) => {
+              try {
+                return await executeFn(executeArgs)
+              } catch (error) {
+                await begun.fail(error)
+                throw error
+              }
+            })
+          }
           return {
             async onExecuteDone({ result }) {
               const single = result as ExecutionResult & { [Symbol.asyncIterator]?: unknown }
@@ -202,7 +288,7 @@ export interface ApolloRequestContextLike<C, H extends { status?: number }> {
 }
 
 /** What the Envelop plugin inside {@link apolloIdempotency} reads: Apollo's context, the key found, the headers. */
-type ApolloEnvelopContext<C> = GraphQLContextLike & { apollo: C; key: string | undefined }
+type ApolloEnvelopContext<C> = GraphQLContextLike & { apollo: C; key: () => string | undefined }
 
 /** An Apollo Server plugin (structural: `plugins: [apolloIdempotency({ ledger })]`). */
 export interface ApolloIdempotencyPlugin<C> {
@@ -236,7 +322,7 @@ export function apolloIdempotency<C = unknown>(
   const scopeOf = options.scope
   const envelop = useIdempotency<ApolloEnvelopContext<C>>({
     ledger,
-    key: (context) => context.key,
+    key: (context) => context.key(),
     ...(options.required !== undefined ? { required: options.required } : {}),
     ...(scopeOf ? { scope: (context: ApolloEnvelopContext<C>) => scopeOf(context.apollo) } : {}),
     ...(options.scopeSecret !== undefined ? { scopeSecret: options.scopeSecret } : {}),
@@ -248,7 +334,11 @@ export function apolloIdempotency<C = unknown>(
       return {
         async responseForOperation(rc) {
           if (rc.operation?.operation !== 'mutation' || !rc.document) return null
-          const key = options.key?.(rc) ?? rc.request.http?.headers.get('idempotency-key') ?? extensionKey(rc.request.extensions)
+          // Read where the Envelop plugin reads it, so a malformed header is its 400, not a crash here.
+          const key = () => {
+            const header = rc.request.http?.headers.get('idempotency-key')
+            return options.key?.(rc) ?? (header === undefined ? undefined : parseKeyHeader(header)) ?? extensionKey(rc.request.extensions)
+          }
           let answer: ExecutionResult | undefined
           const hooks = await envelop.onExecute({
             args: {
@@ -268,8 +358,11 @@ export function apolloIdempotency<C = unknown>(
           })
           if (hooks) done = (result) => hooks.onExecuteDone({ result })
           if (!answer) return null
-          const status = (answer.errors?.[0]?.extensions?.http as { status?: number } | undefined)?.status
-          if (status !== undefined) rc.response.http.status = status
+          const http = answer.errors?.[0]?.extensions?.http as { status?: number; headers?: Record<string, string> } | undefined
+          if (http?.status !== undefined) rc.response.http.status = http.status
+          // Apollo's head carries a HeaderMap: the Retry-After of a 409 or 503.
+          const headers = (rc.response.http as { headers?: { set(name: string, value: string): unknown } }).headers
+          for (const [name, value] of Object.entries(http?.headers ?? {})) headers?.set(name, value)
           const formatted: FormattedResultLike = {
             ...(answer.data !== undefined ? { data: answer.data as Record<string, unknown> | null } : {}),
             ...(answer.errors ? { errors: answer.errors.map((error) => error.toJSON()) } : {}),

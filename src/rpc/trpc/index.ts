@@ -10,6 +10,7 @@ import type { StoredResponse } from '../../core/store.js'
 import { assertFunctions, assertMethods } from '../../core/validate.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
 import { warnSharedScope } from '../../http/scope.js'
+import { filePayload, formPayload } from '../form-payload.js'
 
 /** What tRPC hands a resolver (the parts idemkey reads). */
 export interface ResolverOptionsLike {
@@ -38,7 +39,10 @@ export interface IdempotentMutationOptions<O extends ResolverOptionsLike> {
   optional?: boolean
   /** Namespace of the records, e.g. the caller's tenant from the context. @default `trpc:<procedure path>` */
   scope?: (opts: O) => string
-  /** What must be equal for two calls with one key to be the same call. @default the input */
+  /**
+   * What must be equal for two calls with one key to be the same call, besides the procedure (always
+   * compared). @default the input (through `transformer`, when given)
+   */
   payload?: (opts: O) => unknown
   /** The router's transformer, so a replay returns what the first call returned (Dates, Maps, ...). @default JSON */
   transformer?: TransformerLike
@@ -52,9 +56,9 @@ const decoder = new TextDecoder()
 
 /**
  * Wraps a mutation resolver: with a key, its output is recorded and replayed; the same key with
- * another input is a `UNPROCESSABLE_CONTENT` error (the call is not run); a call while another with
- * the same key still runs waits for it (up to `wait`), then replays it or gets `CONFLICT` (retry
- * later with the same key). A resolver that throws is released: a retry runs it again.
+ * another input or on another procedure is a `UNPROCESSABLE_CONTENT` error (the call is not run); a
+ * call while another with the same key still runs waits for it (up to `wait`), then replays it or gets
+ * `CONFLICT` (retry later with the same key). A resolver that throws is released: a retry runs it again.
  * The resolver also receives `idempotency`, the ledger's context (`step` for durable steps, `signal`).
  *
  * @example
@@ -79,14 +83,29 @@ export function idempotent<O extends ResolverOptionsLike, R>(
   assertMethods('idempotent() (idemkey/trpc)', 'transformer', options.transformer, ['serialize', 'deserialize'])
   if (options.scope === undefined) warnSharedScope('idempotent() (idemkey/trpc)', 'scope: ({ ctx }) => ctx.userId')
   const transformer = options.transformer
-  const encode = (value: R): StoredResponse => ({
-    status: 200,
-    headers: { 'content-type': 'application/json' },
-    body: encoder.encode(JSON.stringify(transformer ? transformer.serialize(value) : (value ?? null))),
-  })
+  // The output as tRPC puts it on the wire. Nothing (a mutation that returns undefined) is stored as no
+  // bytes and replayed as undefined: tRPC leaves `data` out of such an answer, and `null` would differ.
+  const encode = (value: R): StoredResponse => {
+    const wire = transformer ? transformer.serialize(value) : value
+    return {
+      status: 200,
+      headers: { 'content-type': 'application/json' },
+      body: wire === undefined ? new Uint8Array(0) : encoder.encode(JSON.stringify(wire)),
+    }
+  }
   const decode = (response: StoredResponse): R => {
-    const parsed = JSON.parse(decoder.decode(response.body)) as unknown
-    return (transformer ? transformer.deserialize(parsed) : parsed) as R
+    const wire = response.body.length === 0 ? undefined : (JSON.parse(decoder.decode(response.body)) as unknown)
+    return (transformer ? transformer.deserialize(wire) : wire) as R
+  }
+  // The input as the client sent it, through the transformer: a superjson Map or Set has no JSON of its
+  // own, and the fingerprint refused it (every such call failed). A FormData or a file (tRPC 11's non-JSON
+  // inputs) by its entries and bytes: to JSON every form was {}, so another form under the key replayed.
+  const payloadOf = async (opts: O): Promise<unknown> => {
+    if (options.payload) return options.payload(opts)
+    const input = opts.input
+    if (input instanceof FormData) return { form: await formPayload(input) }
+    if (input instanceof Blob) return { file: await filePayload(input) }
+    return (transformer ? transformer.serialize(input) : input) ?? null
   }
   const runOptions = {
     encode,
@@ -104,7 +123,17 @@ export function idempotent<O extends ResolverOptionsLike, R>(
       })
     }
     const scope = options.scope ? options.scope(opts) : `trpc:${opts.path ?? 'mutation'}`
-    const payload = options.payload ? options.payload(opts) : (opts.input ?? null)
+    if (typeof scope !== 'string' || scope === '') {
+      // A scope function that yields nothing (a session the context lacks) is a configuration error:
+      // the ledger would have put the call in its default scope, shared by every such caller.
+      throw new TRPCError({
+        code: 'INTERNAL_SERVER_ERROR',
+        message: `The idempotency scope of ${opts.path ?? 'this mutation'} came out empty for this call, so it was not run: scope must return a user or tenant id for every call.`,
+      })
+    }
+    // The procedure too: under a scope of the caller's (`ctx.userId`), one key sent to another procedure
+    // with the same input replayed the first procedure's output, and the second never ran.
+    const payload = { procedure: opts.path ?? null, input: await payloadOf(opts) }
     let result: Awaited<ReturnType<typeof ledger.run<R>>>
     try {
       result = await ledger.run<R>({ key, scope, payload }, (ctx) => resolver({ ...opts, idempotency: ctx }), runOptions)
