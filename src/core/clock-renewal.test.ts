@@ -353,15 +353,16 @@ describe('Held: the run telemetry ends exactly once', () => {
     expect(ends).toEqual([{ kind: undefined, error: boom }])
   })
 
-  it('run() whose outcome cannot be encoded: rejects with that error and ends once with it', async () => {
+  it('run() whose outcome cannot be encoded: rejects with INVALID_ARGUMENT caused by that error and ends once with it', async () => {
     const { telemetry, ends } = recording()
     const { ledger } = setup({ telemetry })
     const boom = new Error('cannot encode')
     const encode = () => {
       throw boom
     }
-    await expect(ledger.run({ key: key(), payload: 1 }, () => 'ok', { encode })).rejects.toBe(boom)
-    expect(ends).toEqual([{ kind: undefined, error: boom }])
+    const error = await ledger.run({ key: key(), payload: 1 }, () => 'ok', { encode }).catch((e: unknown) => e)
+    expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', cause: boom })
+    expect(ends).toEqual([{ kind: undefined, error }])
   })
 
   it('begin(): nothing ends at begin; finish ends it with the result kind', async () => {
@@ -384,7 +385,7 @@ describe('Held: the run telemetry ends exactly once', () => {
     expect(ends).toEqual([{ kind: undefined, error: boom }])
   })
 
-  it('begin(): a finish whose outcome cannot be encoded rejects with that error and ends with it', async () => {
+  it('begin(): a finish whose outcome cannot be encoded rejects with INVALID_ARGUMENT caused by that error and ends with it', async () => {
     const { telemetry, ends } = recording()
     const { ledger } = setup({ telemetry })
     const boom = new Error('cannot encode')
@@ -397,7 +398,8 @@ describe('Held: the run telemetry ends exactly once', () => {
       },
     )
     if (begun.kind !== 'acquired') throw new Error(begun.kind)
-    await expect(begun.finish('done')).rejects.toBe(boom)
-    expect(ends).toEqual([{ kind: undefined, error: boom }])
+    const error = await begun.finish('done').catch((e: unknown) => e)
+    expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', cause: boom })
+    expect(ends).toEqual([{ kind: undefined, error }])
   })
 })

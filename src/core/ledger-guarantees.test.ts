@@ -70,6 +70,32 @@ describe('Ledger: what the work is told, and outcomes a store cannot record', ()
     expect(events.find((e) => e.type === 'store_error')).toMatchObject({ key: k, operation: 'complete' })
   })
 
+  it('keeps the record of work whose value cannot be encoded held until its lease ends, reported unrecorded, never released to run again', async () => {
+    const { clock, store, ledger, events } = setup()
+    const k = key()
+    let runs = 0
+    // A BigInt: JSON.stringify throws, after the work (a charge, say) has run.
+    const work = () => {
+      runs++
+      return { id: 10n }
+    }
+    const error = await ledger.run({ key: k, payload: 1 }, work).catch((e: unknown) => e)
+    expect(error).toBeInstanceOf(IdempotencyError)
+    expect(error).toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      message: expect.stringMatching(/ran, but its value could not be recorded.*BigInt/),
+    })
+    expect((error as Error).cause).toBeInstanceOf(TypeError)
+    expect(events.find((e) => e.type === 'unrecorded')).toMatchObject({ key: k, token: 1, attempts: 0 })
+    // A retry within the lease finds the work in progress, not a released record to run again.
+    expect(await ledger.run({ key: k, payload: 1 }, work)).toMatchObject({ kind: 'in_progress' })
+    expect(runs).toBe(1)
+    expect(await store.get('default', k)).toMatchObject({ status: 'in_progress', token: 1 })
+    // No renewal keeps it: once the lease has ended, the record can be taken over.
+    clock.advance(30_001)
+    expect(await store.acquire('default', k, fingerprintOf(1), 1_000)).toMatchObject({ kind: 'acquired', token: 2 })
+  })
+
   it('reports each way a run ends as an event naming the key, with how long it took by the ledger clock', async () => {
     const { clock, ledger, events } = setup()
     const k = key()

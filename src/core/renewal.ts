@@ -4,7 +4,7 @@ import { type Attempt, LOSE } from './attempt.js'
 import type { Acquired, IntentContext, RunResult } from './ledger-types.js'
 import { type Core, leaseFor, type Plan, type RunLimits } from './run-core.js'
 import type { Scheduled } from './schedule.js'
-import type { Outcome } from './store.js'
+import type { Outcome, StoredResponse } from './store.js'
 
 /**
  * Renews the lease every third of it while the work runs. When the store says the token is no
@@ -108,8 +108,14 @@ export class Held<T> extends Renewal implements Acquired<T> {
     const run = plan as Plan<T>
     let result: RunResult<T>
     try {
-      const response = run.encode(value)
-      const classification = run.classify(value, response)
+      let response: StoredResponse
+      let classification: ReturnType<Plan<T>['classify']>
+      try {
+        response = run.encode(value)
+        classification = run.classify(value, response)
+      } catch (error) {
+        throw this.#unstorable(error)
+      }
       if (classification === 'transient') {
         await core.release(scope, key, token, plan)
         result = { kind: 'executed', value, token, outcome: 'released', response }
@@ -132,6 +138,26 @@ export class Held<T> extends Renewal implements Acquired<T> {
     if (inFlight) await inFlight
     await this.core.release(this.attempt.scope, this.attempt.key, this.attempt.token, this.plan)
     if (this.endsTelemetry) this.plan.telemetry?.end(undefined, error)
+  }
+
+  /**
+   * The work ran, but its value cannot become an outcome (`encode` or `classify` threw: a value JSON
+   * cannot hold, such as a BigInt or a cycle). Released, a retry would run the work again at once; so the
+   * record stays held until its lease ends (it is no longer renewed), and this is reported as the
+   * outcome the store could not take: an `unrecorded` event, and an error that says what to fix.
+   */
+  #unstorable(error: unknown): IdempotencyError {
+    const { scope, key, token } = this.attempt
+    this.core.emit(
+      { type: 'unrecorded', scope, key, token, status: 'completed', attempts: 0, error, durationMs: this.core.since(this.plan) },
+      this.plan,
+    )
+    const reason = error instanceof Error ? error.message : String(error)
+    return new IdempotencyError(
+      'INVALID_ARGUMENT',
+      `The work of ${scope}/${key} ran, but its value could not be recorded (encode or classify threw: ${reason}). The record stays in progress until its lease ends, and a retry after that runs the work again: return a value JSON can hold, or give encode() that turns it into one.`,
+      { cause: error },
+    )
   }
 
   #settle(): void {
