@@ -79,11 +79,14 @@ interface Trail {
 /** A running proxy's handle. */
 export interface ProxyServer {
   server: Server
-  /** Requests being served now. */
+  /** Requests being served now: from their arrival until their answer has left (or their client is gone). */
   inFlight(): number
   /** Bytes the byte budget counts now (covered request bodies and upstream responses held); 0 when idle. */
   buffered(): number
-  /** Stops accepting, waits for in-flight requests (up to `timeoutMs`), then closes connections. Resolves `true` when all finished. */
+  /**
+   * Stops accepting, waits for in-flight requests (up to `timeoutMs`) until their answers have left,
+   * then closes connections. Resolves `true` when all finished.
+   */
   drain(timeoutMs: number): Promise<boolean>
 }
 
@@ -402,16 +405,16 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
           )
         } else res.destroy()
       })
-      void served.finally(() => {
-        active--
-        if (active === 0) idle?.()
-      })
       // The bytes a request took are given back once it is over in every way: served, and its answer
-      // sent or its connection gone. The connection counts as idle again from then.
+      // sent or its connection gone. The connection counts as idle again from then, and a drain waits
+      // for this too: served alone means the answer was handed to the socket, not that it left, and
+      // closing the connection then would cut a large answer short.
       void Promise.all([served, closed]).then(() => {
         ticket.release()
         connections.free(req.socket)
         if (trail && onAccess) onAccess(accessEntry(req, res, trail))
+        active--
+        if (active === 0) idle?.()
       })
     },
   )

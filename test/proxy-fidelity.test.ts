@@ -1,0 +1,123 @@
+/**
+ * `idemkey proxy` in-process: what a client gets through it is what the upstream sent, on the first
+ * answer and on every replay, and a drain lets answers already given reach their clients whole.
+ */
+import { randomUUID } from 'node:crypto'
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { gzipSync } from 'node:zlib'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createProxyServer, type ProxyServer, type ProxyServerOptions } from '../src/cli/proxy-server.js'
+import { Ledger } from '../src/core/ledger.js'
+import { MemoryStore } from '../src/stores/memory/memory-store.js'
+
+const MiB = 1024 * 1024
+
+/** The API behind the proxy: `/gzip` answers compressed JSON, `/big?mb=N&ms=M` N MiB after M ms. */
+class Upstream {
+  readonly runs = new Map<string, number>()
+  server: Server
+  port = 0
+
+  constructor() {
+    this.server = createServer((req, res) => {
+      req.resume()
+      req.on('end', () => {
+        const url = new URL(req.url ?? '/', 'http://x')
+        const key = String(req.headers['idempotency-key'] ?? '')
+        this.runs.set(key, (this.runs.get(key) ?? 0) + 1)
+        if (url.pathname === '/gzip') {
+          const body = gzipSync(JSON.stringify({ id: 'ch_1', run: this.runs.get(key) }))
+          res.writeHead(201, { 'content-type': 'application/json', 'content-encoding': 'gzip', vary: 'Accept-Encoding' })
+          return void res.end(body)
+        }
+        if (url.pathname === '/big') {
+          const bytes = Number(url.searchParams.get('mb') ?? 1) * MiB
+          setTimeout(
+            () => {
+              res.writeHead(201, { 'content-type': 'application/octet-stream', 'content-length': String(bytes) })
+              res.end(Buffer.alloc(bytes, 'y'))
+            },
+            Number(url.searchParams.get('ms') ?? 0),
+          )
+          return
+        }
+        res.writeHead(201, { 'content-type': 'application/json' })
+        res.end(JSON.stringify({ run: this.runs.get(key) }))
+      })
+    })
+  }
+
+  async start(): Promise<void> {
+    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', () => resolve()))
+    this.port = (this.server.address() as AddressInfo).port
+  }
+}
+
+const upstream = new Upstream()
+const proxies: ProxyServer[] = []
+
+async function inProcess(options: Partial<ProxyServerOptions> = {}): Promise<{ proxy: ProxyServer; port: number }> {
+  const proxy = createProxyServer({
+    upstream: `http://127.0.0.1:${upstream.port}`,
+    ledger: new Ledger({ store: new MemoryStore() }),
+    scopeSecret: 'proxy-fidelity-test',
+    log: () => {},
+    ...options,
+  })
+  proxies.push(proxy)
+  await new Promise<void>((resolve) => proxy.server.listen(0, '127.0.0.1', () => resolve()))
+  return { proxy, port: (proxy.server.address() as AddressInfo).port }
+}
+
+/** A POST with an Idempotency-Key; resolves with the raw body bytes, undecoded. */
+function post(
+  port: number,
+  path: string,
+  key: string,
+  onResponse?: () => void,
+): Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer; complete: boolean }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      { host: '127.0.0.1', port, method: 'POST', path, headers: { 'content-type': 'application/json', 'idempotency-key': key } },
+      (res) => {
+        onResponse?.()
+        const chunks: Buffer[] = []
+        res.on('data', (c: Buffer) => chunks.push(c))
+        const done = () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks), complete: res.complete })
+        res.once('end', done)
+        res.once('error', done)
+        res.once('aborted', done)
+      },
+    )
+    req.once('error', reject)
+    req.end('{"amount":100}')
+  })
+}
+
+beforeAll(async () => {
+  await upstream.start()
+})
+
+afterAll(async () => {
+  await Promise.all(proxies.map((p) => p.drain(100)))
+  upstream.server.closeAllConnections()
+  upstream.server.close()
+})
+
+describe('idemkey proxy: what reaches the client', () => {
+  it('a drain lets a large answer already being sent reach its client whole', async () => {
+    const { proxy, port } = await inProcess({ maxStoredBodyBytes: 64 * MiB, maxBufferedBytes: 128 * MiB })
+    const key = randomUUID()
+    const answer = post(port, '/big?mb=32&ms=300', key)
+    // Wait for the request to reach the proxy, then drain while the upstream still works on it.
+    while (proxy.inFlight() === 0) await new Promise((r) => setTimeout(r, 10))
+    const finished = await proxy.drain(10_000)
+    const got = await answer
+    expect(finished).toBe(true)
+    expect(got.status).toBe(201)
+    expect(got.body.byteLength).toBe(32 * MiB)
+    expect(got.complete).toBe(true)
+  })
+})
