@@ -2,10 +2,10 @@
  * `idemkey proxy` in-process: what a client gets through it is what the upstream sent, on the first
  * answer and on every replay, and a drain lets answers already given reach their clients whole.
  */
-import { randomUUID } from 'node:crypto'
+import { randomBytes, randomUUID } from 'node:crypto'
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { gzipSync } from 'node:zlib'
+import { gunzipSync, gzipSync } from 'node:zlib'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createProxyServer, type ProxyServer, type ProxyServerOptions } from '../src/cli/proxy-server.js'
 import { Ledger } from '../src/core/ledger.js'
@@ -13,7 +13,7 @@ import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 const MiB = 1024 * 1024
 
-/** The API behind the proxy: `/gzip` answers compressed JSON, `/big?mb=N&ms=M` N MiB after M ms. */
+/** The API behind the proxy: `/gzip` answers gzip-encoded JSON, `/big?mb=N&ms=M` N MiB after M ms. */
 class Upstream {
   readonly runs = new Map<string, number>()
   server: Server
@@ -27,7 +27,9 @@ class Upstream {
         const key = String(req.headers['idempotency-key'] ?? '')
         this.runs.set(key, (this.runs.get(key) ?? 0) + 1)
         if (url.pathname === '/gzip') {
-          const body = gzipSync(JSON.stringify({ id: 'ch_1', run: this.runs.get(key) }))
+          // ?pad=N: N random bytes in the JSON, which gzip cannot shrink.
+          const pad = randomBytes(Number(url.searchParams.get('pad') ?? 0)).toString('hex')
+          const body = gzipSync(JSON.stringify({ id: 'ch_1', run: this.runs.get(key), ...(pad ? { pad } : {}) }))
           res.writeHead(201, { 'content-type': 'application/json', 'content-encoding': 'gzip', vary: 'Accept-Encoding' })
           return void res.end(body)
         }
@@ -107,6 +109,34 @@ afterAll(async () => {
 })
 
 describe('idemkey proxy: what reaches the client', () => {
+  it('replays a gzip-encoded response with its Content-Encoding, so the replay decodes to the first answer', async () => {
+    const { port } = await inProcess()
+    const key = randomUUID()
+    const first = await post(port, '/gzip', key)
+    expect(first.status).toBe(201)
+    expect(first.headers['content-encoding']).toBe('gzip')
+    const replay = await post(port, '/gzip', key)
+    expect(replay.headers['idempotent-replayed']).toBe('true')
+    expect(upstream.runs.get(key)).toBe(1)
+    expect(replay.body.equals(first.body)).toBe(true)
+    expect(replay.headers['content-encoding']).toBe('gzip')
+    expect(JSON.parse(gunzipSync(replay.body).toString())).toEqual({ id: 'ch_1', run: 1 })
+  })
+
+  it('replays a gzip-encoded response too large to store with a plain body-omitted problem, not labelled gzip', async () => {
+    const { port } = await inProcess({ maxStoredBodyBytes: 1024 })
+    const key = randomUUID()
+    const first = await post(port, '/gzip?pad=4096', key)
+    expect(first.headers['content-encoding']).toBe('gzip')
+    expect(JSON.parse(gunzipSync(first.body).toString()).id).toBe('ch_1')
+    const replay = await post(port, '/gzip?pad=4096', key)
+    expect(replay.headers['idempotent-replayed']).toBe('true')
+    expect(upstream.runs.get(key)).toBe(1)
+    expect(replay.headers['content-encoding']).toBeUndefined()
+    expect(replay.headers['content-type']).toBe('application/problem+json')
+    expect(JSON.parse(replay.body.toString()).code).toBe('BODY_OMITTED')
+  })
+
   it('a drain lets a large answer already being sent reach its client whole', async () => {
     const { proxy, port } = await inProcess({ maxStoredBodyBytes: 64 * MiB, maxBufferedBytes: 128 * MiB })
     const key = randomUUID()

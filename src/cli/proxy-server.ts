@@ -145,6 +145,9 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       ttl: options.ttlMs,
       maxRequestBody: options.maxBodyBytes,
       maxStoredBody: options.maxStoredBodyBytes,
+      // The upstream's body is stored as it came, encoded: a replay without its Content-Encoding would
+      // hand the client gzip bytes labelled as plain JSON.
+      storedHeaders: ['content-encoding'],
       onEvent: options.onEvent,
     },
     { scopeOf: trailScope(proxyScope(options.scopeHeader, options.scopeSecret)) },
