@@ -3,7 +3,7 @@
  * answer and on every replay, and a drain lets answers already given reach their clients whole.
  */
 import { randomBytes, randomUUID } from 'node:crypto'
-import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http'
+import { Agent, createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { gunzipSync, gzipSync } from 'node:zlib'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -77,13 +77,12 @@ function post(
   port: number,
   path: string,
   key: string,
-  onResponse?: () => void,
+  agent?: Agent,
 ): Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer; complete: boolean }> {
   return new Promise((resolve, reject) => {
     const req = httpRequest(
-      { host: '127.0.0.1', port, method: 'POST', path, headers: { 'content-type': 'application/json', 'idempotency-key': key } },
+      { host: '127.0.0.1', port, method: 'POST', path, agent, headers: { 'content-type': 'application/json', 'idempotency-key': key } },
       (res) => {
-        onResponse?.()
         const chunks: Buffer[] = []
         res.on('data', (c: Buffer) => chunks.push(c))
         const done = () =>
@@ -149,5 +148,23 @@ describe('idemkey proxy: what reaches the client', () => {
     expect(got.status).toBe(201)
     expect(got.body.byteLength).toBe(32 * MiB)
     expect(got.complete).toBe(true)
+  })
+
+  it('a drain answers the requests it waits for with Connection: close, so keep-alive clients send nothing more on a closing connection', async () => {
+    const { proxy, port } = await inProcess()
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    try {
+      // A keep-alive connection, in use before the drain.
+      expect((await post(port, '/charges', randomUUID(), agent)).headers.connection).toBe('keep-alive')
+      const answer = post(port, '/big?mb=1&ms=300', randomUUID(), agent)
+      while (proxy.inFlight() === 0) await new Promise((r) => setTimeout(r, 10))
+      const drained = proxy.drain(5_000)
+      const got = await answer
+      expect(got.status).toBe(201)
+      expect(got.headers.connection).toBe('close')
+      expect(await drained).toBe(true)
+    } finally {
+      agent.destroy()
+    }
   })
 })

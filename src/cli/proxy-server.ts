@@ -154,6 +154,10 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   )
   let active = 0
   let idle: (() => void) | undefined
+  /** Set by drain(): answers from then on close their connection, so keep-alive clients send nothing more on it. */
+  let draining = false
+  /** Responses not over yet (see `active`), for drain() to mark `Connection: close`. */
+  const answering = new Set<ServerResponse>()
   const maxBody = options.maxBodyBytes ?? MiB
   const maxStoredBody = options.maxStoredBodyBytes ?? MiB
   const headerTimeoutMs = options.headerTimeoutMs ?? 10_000
@@ -386,6 +390,8 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       // A request that follows an early answer on a closing connection: dropped, as is the rest of it.
       if (lingering.has(req.socket)) return void req.resume()
       active++
+      answering.add(res)
+      if (draining) res.shouldKeepAlive = false
       connections.busy(req.socket)
       const ticket = budget.ticket()
       const closed = new Promise<void>((resolve) => res.once('close', resolve))
@@ -416,6 +422,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
         ticket.release()
         connections.free(req.socket)
         if (trail && onAccess) onAccess(accessEntry(req, res, trail))
+        answering.delete(res)
         active--
         if (active === 0) idle?.()
       })
@@ -431,6 +438,10 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     async drain(timeoutMs) {
       server.close()
       server.closeIdleConnections()
+      // Node keeps serving keep-alive connections after close() and says keep-alive: a client would
+      // send its next request on a connection about to be closed under it.
+      draining = true
+      for (const res of answering) if (!res.headersSent) res.shouldKeepAlive = false
       const finished =
         active === 0 ||
         (await new Promise<boolean>((resolve) => {
