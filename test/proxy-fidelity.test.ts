@@ -4,7 +4,7 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto'
 import { Agent, createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { type AddressInfo, connect } from 'node:net'
 import { gunzipSync, gzipSync } from 'node:zlib'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createProxyServer, type ProxyServer, type ProxyServerOptions } from '../src/cli/proxy-server.js'
@@ -16,6 +16,8 @@ const MiB = 1024 * 1024
 /** The API behind the proxy: `/gzip` answers gzip-encoded JSON, `/big?mb=N&ms=M` N MiB after M ms. */
 class Upstream {
   readonly runs = new Map<string, number>()
+  /** The request targets the upstream was sent, in order. */
+  readonly targets: string[] = []
   server: Server
   port = 0
 
@@ -25,6 +27,7 @@ class Upstream {
       req.on('end', () => {
         const url = new URL(req.url ?? '/', 'http://x')
         const key = String(req.headers['idempotency-key'] ?? '')
+        this.targets.push(`${req.method} ${req.url}`)
         this.runs.set(key, (this.runs.get(key) ?? 0) + 1)
         if (url.pathname === '/gzip') {
           // ?pad=N: N random bytes in the JSON, which gzip cannot shrink.
@@ -167,4 +170,40 @@ describe('idemkey proxy: what reaches the client', () => {
       agent.destroy()
     }
   })
+
+  it('forwards an absolute-form request target (RFC 9112 §3.2.2) to its path and query, after the upstream prefix', async () => {
+    const { port } = await inProcess({ upstream: `http://127.0.0.1:${upstream.port}/v1` })
+    const key = randomUUID()
+    const target = `http://127.0.0.1:${port}/charges?currency=eur`
+    const covered = await rawExchange(
+      port,
+      `POST ${target} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nIdempotency-Key: ${key}\r\nContent-Type: application/json\r\nContent-Length: 14\r\nConnection: close\r\n\r\n{"amount":100}`,
+    )
+    expect(covered).toMatch(/^HTTP\/1\.1 201 /)
+    expect(upstream.targets.at(-1)).toBe('POST /v1/charges?currency=eur')
+    // The same request in origin form is the same request: a replay, not a 422.
+    const replay = await post(port, '/charges?currency=eur', key)
+    expect(replay.status).toBe(201)
+    expect(replay.headers['idempotent-replayed']).toBe('true')
+    const uncovered = await rawExchange(
+      port,
+      `GET http://127.0.0.1:${port}/charges/1 HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nConnection: close\r\n\r\n`,
+    )
+    expect(uncovered).toMatch(/^HTTP\/1\.1 201 /)
+    expect(upstream.targets.at(-1)).toBe('GET /v1/charges/1')
+  })
 })
+
+/** Sends `text` as is on a new connection and resolves with everything the proxy answered. */
+function rawExchange(port: number, text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(text))
+    let answer = ''
+    socket.setEncoding('latin1')
+    socket.on('data', (chunk: string) => {
+      answer += chunk
+    })
+    socket.once('error', reject)
+    socket.once('close', () => resolve(answer))
+  })
+}

@@ -112,6 +112,22 @@ export function oneLine(error: unknown): string {
   return (error instanceof Error ? error.message : String(error)).replace(/\s+/g, ' ').trim()
 }
 
+/**
+ * The request target in origin form (`/path?query`). A client may send the absolute form
+ * (`POST http://host/path HTTP/1.1`, RFC 9112 §3.2.2), which a server must accept: forwarded as it
+ * came, it would be appended to the upstream's prefix as a path, and fingerprinted as another request.
+ */
+export function originForm(url: string | undefined): string {
+  if (url === undefined) return '/'
+  if (url.startsWith('/') || !/^[a-z][a-z\d+.-]*:\/\//i.test(url)) return url
+  try {
+    const parsed = new URL(url)
+    return `${parsed.pathname}${parsed.search}`
+  } catch {
+    return url
+  }
+}
+
 /** The request's path without its query, which may carry secrets: for log lines. */
 export function pathOf(req: IncomingMessage): string {
   return (req.url ?? '/').split('?')[0] as string

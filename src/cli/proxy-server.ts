@@ -9,7 +9,7 @@ import { distinctHeaders, readNodeBody } from '../http/node-body.js'
 import { credentialScope, headerScope, resolveScopeSecret } from '../http/scope.js'
 import type { AnswerOutcome, Decision, EngineEvent, HttpRequestLike, HttpResponseLike } from '../http/types.js'
 import { keyHash } from '../observability/recorder.js'
-import { oneLine, pathOf, proxyProblem, Refusal, requestHeaders, responseHeaders, send, upstreamProblem } from './proxy-http.js'
+import { oneLine, originForm, pathOf, proxyProblem, Refusal, requestHeaders, responseHeaders, send, upstreamProblem } from './proxy-http.js'
 import {
   type BudgetTicket,
   ByteBudget,
@@ -389,6 +389,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     (req, res) => {
       // A request that follows an early answer on a closing connection: dropped, as is the rest of it.
       if (lingering.has(req.socket)) return void req.resume()
+      req.url = originForm(req.url)
       active++
       answering.add(res)
       if (draining) res.shouldKeepAlive = false
