@@ -36,6 +36,10 @@ class Upstream {
           res.writeHead(201, { 'content-type': 'application/json', 'content-encoding': 'gzip', vary: 'Accept-Encoding' })
           return void res.end(body)
         }
+        if (url.pathname === '/no-content') {
+          res.writeHead(204, { etag: '"v2"' })
+          return void res.end()
+        }
         if (url.pathname === '/big') {
           const bytes = Number(url.searchParams.get('mb') ?? 1) * MiB
           setTimeout(
@@ -137,6 +141,27 @@ describe('idemkey proxy: what reaches the client', () => {
     expect(replay.headers['content-encoding']).toBeUndefined()
     expect(replay.headers['content-type']).toBe('application/problem+json')
     expect(JSON.parse(replay.body.toString()).code).toBe('BODY_OMITTED')
+  })
+
+  it('answers a 204 without Content-Length (RFC 9110 §8.6), the first time and on replay', async () => {
+    const { port } = await inProcess()
+    const key = randomUUID()
+    const first = await rawExchange(
+      port,
+      `PATCH /no-content HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: ${key}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`,
+    )
+    const replay = await rawExchange(
+      port,
+      `PATCH /no-content HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: ${key}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`,
+    )
+    expect(upstream.runs.get(key)).toBe(1)
+    for (const answer of [first, replay]) {
+      expect(answer).toMatch(/^HTTP\/1\.1 204 /)
+      expect(answer).toMatch(/\r\netag: "v2"\r\n/i)
+      expect(answer).not.toMatch(/\r\ncontent-length:/i)
+      expect(answer).not.toMatch(/\r\ntransfer-encoding:/i)
+    }
+    expect(replay).toMatch(/\r\nidempotent-replayed: true\r\n/i)
   })
 
   it('a drain lets a large answer already being sent reach its client whole', async () => {

@@ -16,7 +16,10 @@ export const VIA = '1.1 idemkey'
 export function send(res: ServerResponse, response: HttpResponseLike, stallMs = 0): void {
   if (res.headersSent || res.destroyed) return
   if (stallMs > 0) res.setTimeout(stallMs)
-  const headers: Record<string, string | string[]> = { ...response.headers, 'content-length': String(response.body.byteLength) }
+  const headers: Record<string, string | string[]> = { ...response.headers }
+  // A 204 may not carry Content-Length (RFC 9110 §8.6), and a 304's would be the length of the
+  // representation it stands for, not of its empty body: neither gets one it did not come with.
+  if (response.status !== 204 && response.status !== 304) headers['content-length'] = String(response.body.byteLength)
   if (!headers.via) headers.via = VIA
   res.writeHead(response.status, headers)
   res.end(response.body)
