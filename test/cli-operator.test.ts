@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { isBuiltin } from 'node:module'
-import { type AddressInfo, createServer } from 'node:net'
+import { type AddressInfo, createServer, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
@@ -662,4 +662,25 @@ describe('idemkey relay to a broker it cannot reach', () => {
     expect(out.stderr).toMatch(new RegExp(`Could not connect to redis://127\\.0\\.0\\.1:${port}`))
     expect(out.stderr).not.toMatch(/Unhandled error event/)
   })
+})
+
+describe('idemkey operator commands on a Redis that accepts connections and never answers', () => {
+  it('inspect reports the store unavailable and exits 1, rather than stay alive reconnecting after its answer', async () => {
+    // A port that accepts and then says nothing: a hung Redis, or the URL of another service.
+    const sockets: Socket[] = []
+    const silent = createServer((socket) => {
+      sockets.push(socket)
+      socket.resume()
+    })
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+    const port = (silent.address() as AddressInfo).port
+    try {
+      const out = await cliWithin(45_000, 'inspect', 'some-key', '--store', `redis://127.0.0.1:${port}`)
+      expect(out.stderr).toMatch(/redis: get failed/)
+      expect(out.code).toBe(1)
+    } finally {
+      for (const socket of sockets) socket.destroy()
+      silent.close()
+    }
+  }, 60_000)
 })
