@@ -4,7 +4,7 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto'
 import { Agent, createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http'
-import { type AddressInfo, connect } from 'node:net'
+import { type AddressInfo, connect, createServer as createTcpServer } from 'node:net'
 import { gunzipSync, gzipSync } from 'node:zlib'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createProxyServer, type ProxyServer, type ProxyServerOptions } from '../src/cli/proxy-server.js'
@@ -58,6 +58,12 @@ class Upstream {
   }
 
   async start(): Promise<void> {
+    // A WebSocket-style endpoint: switches protocols, then echoes what it gets.
+    this.server.on('upgrade', (req, socket) => {
+      this.targets.push(`UPGRADE ${req.url} ${req.headers.upgrade} via=${req.headers.via} xff=${req.headers['x-forwarded-for']}`)
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n')
+      socket.pipe(socket)
+    })
     await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', () => resolve()))
     this.port = (this.server.address() as AddressInfo).port
   }
@@ -216,6 +222,63 @@ describe('idemkey proxy: what reaches the client', () => {
     )
     expect(uncovered).toMatch(/^HTTP\/1\.1 201 /)
     expect(upstream.targets.at(-1)).toBe('GET /v1/charges/1')
+  })
+
+  it('tunnels an Upgrade request (WebSocket) to the upstream and relays both ways once it switches protocols', async () => {
+    // Short request deadlines: a tunnel is no request, and outlives them.
+    const { port } = await inProcess({ upstream: `http://127.0.0.1:${upstream.port}/v1`, headerTimeoutMs: 200, bodyTimeoutMs: 200 })
+    const socket = connect(port, '127.0.0.1')
+    socket.setEncoding('latin1')
+    let received = ''
+    socket.on('data', (chunk: string) => {
+      received += chunk
+    })
+    const until = async (what: string) => {
+      for (let i = 0; i < 200 && !received.includes(what); i++) await new Promise((r) => setTimeout(r, 10))
+    }
+    try {
+      socket.write(
+        'GET /socket HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+      )
+      await until('\r\n\r\n')
+      expect(received).toMatch(/^HTTP\/1\.1 101 /)
+      expect(upstream.targets.at(-1)).toBe('UPGRADE /v1/socket websocket via=1.1 idemkey xff=127.0.0.1')
+      socket.write('ping-1')
+      await until('ping-1')
+      expect(received.endsWith('ping-1')).toBe(true)
+      await new Promise((r) => setTimeout(r, 1_000))
+      socket.write('ping-2')
+      await until('ping-2')
+      expect(received.endsWith('ping-2')).toBe(true)
+    } finally {
+      socket.destroy()
+    }
+  })
+
+  it('serves a covered POST that offers an h2c upgrade as the covered request it is: run once, then replayed', async () => {
+    const { port } = await inProcess()
+    const key = randomUUID()
+    const request = `POST /charges HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade, HTTP2-Settings, close\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nIdempotency-Key: ${key}\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{"amount":100}`
+    const first = await rawExchange(port, request)
+    const replay = await rawExchange(port, request)
+    expect(first).toMatch(/^HTTP\/1\.1 201 /)
+    expect(replay).toMatch(/\r\nidempotent-replayed: true\r\n/i)
+    expect(upstream.runs.get(key)).toBe(1)
+  })
+
+  it('answers 502 problem+json to an Upgrade request whose upstream refuses connections', async () => {
+    const holder = createTcpServer()
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve))
+    const closed = (holder.address() as AddressInfo).port
+    await new Promise((resolve) => holder.close(resolve))
+    const { port } = await inProcess({ upstream: `http://127.0.0.1:${closed}` })
+    const answer = await rawExchange(
+      port,
+      'GET /socket HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+    )
+    expect(answer).toMatch(/^HTTP\/1\.1 502 /)
+    expect(answer).toMatch(/\r\ncontent-type: application\/problem\+json\r\n/)
+    expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).type).toMatch(/#upstream-unreachable$/)
   })
 })
 

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import { pipeline } from 'node:stream/promises'
 import { type Dispatcher, Pool } from 'undici'
 import type { Ledger } from '../core/ledger.js'
@@ -20,6 +21,7 @@ import {
   sendAndClose,
   throttledLog,
 } from './proxy-limits.js'
+import { tunnelUpgrade } from './proxy-upgrade.js'
 
 /** Options of {@link createProxyServer}; the {@link ProxyLimits} bound what clients can hold of it. */
 export interface ProxyServerOptions extends ProxyLimits {
@@ -375,62 +377,82 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   }
 
   const checkMs = Math.max(50, Math.min(1_000, Math.floor(headerTimeoutMs / 2)))
-  const server = createServer(
-    {
-      noDelay: true,
-      keepAlive: true,
-      headersTimeout: headerTimeoutMs,
-      // Every request, covered or not, is received whole by then, or Node answers 408 and closes; a
-      // covered body's own deadline (bodyTimeoutMs from its headers) comes first.
-      requestTimeout: headerTimeoutMs + bodyTimeoutMs + checkMs,
-      // How often Node checks those two: its default (30 s) would let them run over by that much.
-      connectionsCheckingInterval: checkMs,
-    },
-    (req, res) => {
-      // A request that follows an early answer on a closing connection: dropped, as is the rest of it.
-      if (lingering.has(req.socket)) return void req.resume()
-      req.url = originForm(req.url)
-      active++
-      answering.add(res)
-      if (draining) res.shouldKeepAlive = false
-      connections.busy(req.socket)
-      const ticket = budget.ticket()
-      const closed = new Promise<void>((resolve) => res.once('close', resolve))
-      // Kept only for an access log: without one a request costs what it did.
-      const trail: Trail | undefined = onAccess ? { startedAt: performance.now(), outcome: 'passthrough' } : undefined
-      const served = serve(req, res, ticket, trail).catch((error: unknown) => {
-        if (req.destroyed && !req.complete) return // the client went away mid-body: no one to answer
-        if (trail) trail.outcome = 'proxy_error'
-        log('proxy-error', `proxy error on ${req.method} ${pathOf(req)}: ${oneLine(error)}`)
-        if (!res.headersSent) {
-          answer(
-            req,
-            res,
-            proxyProblem(
-              500,
-              'proxy-error',
-              'Proxy error',
-              'The proxy failed while serving this request; nothing was stored for it. Retry with the same Idempotency-Key.',
-            ),
-          )
-        } else res.destroy()
-      })
-      // The bytes a request took are given back once it is over in every way: served, and its answer
-      // sent or its connection gone. The connection counts as idle again from then, and a drain waits
-      // for this too: served alone means the answer was handed to the socket, not that it left, and
-      // closing the connection then would cut a large answer short.
-      void Promise.all([served, closed]).then(() => {
-        ticket.release()
-        connections.free(req.socket)
-        if (trail && onAccess) onAccess(accessEntry(req, res, trail))
-        answering.delete(res)
-        active--
-        if (active === 0) idle?.()
-      })
-    },
-  )
+  const serverOptions: ServerOptions & { shouldUpgradeCallback?: (req: IncomingMessage) => boolean } = {
+    noDelay: true,
+    keepAlive: true,
+    headersTimeout: headerTimeoutMs,
+    // Every request, covered or not, is received whole by then, or Node answers 408 and closes; a
+    // covered body's own deadline (bodyTimeoutMs from its headers) comes first.
+    requestTimeout: headerTimeoutMs + bodyTimeoutMs + checkMs,
+    // How often Node checks those two: its default (30 s) would let them run over by that much.
+    connectionsCheckingInterval: checkMs,
+    // Only a WebSocket upgrade the layer does not cover is tunnelled (below); any other request with
+    // an Upgrade header (curl's `Upgrade: h2c` on a POST) is served as the plain request it also is.
+    shouldUpgradeCallback: (req: IncomingMessage) => isTunnelled(req),
+  }
+  const server = createServer(serverOptions, (req, res) => {
+    // A request that follows an early answer on a closing connection: dropped, as is the rest of it.
+    if (lingering.has(req.socket)) return void req.resume()
+    req.url = originForm(req.url)
+    active++
+    answering.add(res)
+    if (draining) res.shouldKeepAlive = false
+    connections.busy(req.socket)
+    const ticket = budget.ticket()
+    const closed = new Promise<void>((resolve) => res.once('close', resolve))
+    // Kept only for an access log: without one a request costs what it did.
+    const trail: Trail | undefined = onAccess ? { startedAt: performance.now(), outcome: 'passthrough' } : undefined
+    const served = serve(req, res, ticket, trail).catch((error: unknown) => {
+      if (req.destroyed && !req.complete) return // the client went away mid-body: no one to answer
+      if (trail) trail.outcome = 'proxy_error'
+      log('proxy-error', `proxy error on ${req.method} ${pathOf(req)}: ${oneLine(error)}`)
+      if (!res.headersSent) {
+        answer(
+          req,
+          res,
+          proxyProblem(
+            500,
+            'proxy-error',
+            'Proxy error',
+            'The proxy failed while serving this request; nothing was stored for it. Retry with the same Idempotency-Key.',
+          ),
+        )
+      } else res.destroy()
+    })
+    // The bytes a request took are given back once it is over in every way: served, and its answer
+    // sent or its connection gone. The connection counts as idle again from then, and a drain waits
+    // for this too: served alone means the answer was handed to the socket, not that it left, and
+    // closing the connection then would cut a large answer short.
+    void Promise.all([served, closed]).then(() => {
+      ticket.release()
+      connections.free(req.socket)
+      if (trail && onAccess) onAccess(accessEntry(req, res, trail))
+      answering.delete(res)
+      active--
+      if (active === 0) idle?.()
+    })
+  })
   server.keepAliveTimeout = 5_000
   const connections = capConnections(server, options.maxConnections ?? defaultMaxConnections(), log)
+  /** A WebSocket upgrade of a request the layer does not cover: tunnelled to the upstream. */
+  function isTunnelled(req: IncomingMessage): boolean {
+    const upgrade = req.headers.upgrade
+    return (
+      typeof upgrade === 'string' &&
+      upgrade.toLowerCase() === 'websocket' &&
+      !engine.applies(req.method ?? 'GET', req.headers[KEY_HEADER] !== undefined)
+    )
+  }
+  // Node lines without shouldUpgradeCallback would hand every request with an Upgrade header to this
+  // listener, covered POSTs included: there, upgrades stay plain requests (the upstream sees no Upgrade).
+  if (typeof (server as { shouldUpgradeCallback?: unknown }).shouldUpgradeCallback === 'function') {
+    server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      if (!isTunnelled(req)) return void socket.destroy()
+      // A tunnel is a connection in use, never the idle one closed to make room.
+      connections.busy(socket)
+      tunnelUpgrade(req, socket, head, { base, prefix, timeoutMs, log })
+    })
+  }
 
   return {
     server,
