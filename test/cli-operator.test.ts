@@ -684,3 +684,12 @@ describe('idemkey operator commands on a Redis that accepts connections and neve
     }
   }, 60_000)
 })
+
+describe('idemkey migrate on a Redis it cannot reach', () => {
+  it('exits 1 with the store error rather than report "needs no schema" as a success', async () => {
+    const port = await closedPort()
+    const out = await cliWithin(20_000, 'migrate', '--store', `redis://127.0.0.1:${port}`)
+    expect(out.stderr).toMatch(/STORE_UNAVAILABLE/)
+    expect(out.code).toBe(1)
+  })
+})
