@@ -36,6 +36,14 @@ class Upstream {
           res.writeHead(201, { 'content-type': 'application/json', 'content-encoding': 'gzip', vary: 'Accept-Encoding' })
           return void res.end(body)
         }
+        if (url.pathname === '/slow') {
+          setTimeout(() => {
+            if (res.destroyed) return
+            res.writeHead(200, { 'content-type': 'text/plain' })
+            res.end('late')
+          }, 1_000)
+          return
+        }
         if (url.pathname === '/no-content') {
           res.writeHead(204, { etag: '"v2"' })
           return void res.end()
@@ -279,6 +287,18 @@ describe('idemkey proxy: what reaches the client', () => {
     expect(answer).toMatch(/^HTTP\/1\.1 502 /)
     expect(answer).toMatch(/\r\ncontent-type: application\/problem\+json\r\n/)
     expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).type).toMatch(/#upstream-unreachable$/)
+  })
+
+  it('logs nothing about the upstream when a client gives up on an uncovered request before the upstream answers', async () => {
+    const lines: string[] = []
+    const { port } = await inProcess({ log: (line) => lines.push(line) })
+    const gone = new AbortController()
+    const request = fetch(`http://127.0.0.1:${port}/slow`, { signal: gone.signal }).catch((error: Error) => error.name)
+    await new Promise((r) => setTimeout(r, 200))
+    gone.abort()
+    expect(await request).toBe('AbortError')
+    await new Promise((r) => setTimeout(r, 300))
+    expect(lines).toEqual([])
   })
 })
 

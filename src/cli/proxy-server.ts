@@ -369,6 +369,8 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
         signal: abort.signal,
       })
     } catch (error) {
+      // The client left before the upstream answered: nothing went wrong upstream, and no one to answer.
+      if (abort.signal.aborted) return
       return send(res, upstreamProblem(error, req, log))
     }
     if (trail) trail.upstreamStatus = upstream.statusCode
