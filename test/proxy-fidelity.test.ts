@@ -300,6 +300,39 @@ describe('idemkey proxy: what reaches the client', () => {
     await new Promise((r) => setTimeout(r, 300))
     expect(lines).toEqual([])
   })
+
+  it('tunnels an Upgrade request to an upstream given by an IPv6 literal (http://[::1]:PORT)', async () => {
+    const v6 = createServer((_req, res) => res.end('plain'))
+    v6.on('upgrade', (_req, socket) => {
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n')
+      socket.pipe(socket)
+    })
+    await new Promise<void>((resolve) => v6.listen(0, '::1', () => resolve()))
+    try {
+      const { port } = await inProcess({ upstream: `http://[::1]:${(v6.address() as AddressInfo).port}` })
+      const answer = await new Promise<string>((resolve, reject) => {
+        const socket = connect(port, '127.0.0.1', () =>
+          socket.write(
+            'GET /socket HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+          ),
+        )
+        let received = ''
+        socket.setEncoding('latin1')
+        socket.on('data', (chunk: string) => {
+          received += chunk
+          if (received.includes('\r\n\r\n')) {
+            socket.destroy()
+            resolve(received)
+          }
+        })
+        socket.once('error', reject)
+      })
+      expect(answer).toMatch(/^HTTP\/1\.1 101 /)
+    } finally {
+      v6.closeAllConnections()
+      v6.close()
+    }
+  })
 })
 
 /** Sends `text` as is on a new connection and resolves with everything the proxy answered. */

@@ -5,7 +5,7 @@
  * upgrade is never a covered request.
  */
 import type { IncomingMessage } from 'node:http'
-import { connect as connectTcp, type Socket } from 'node:net'
+import { connect as connectTcp, isIP, type Socket } from 'node:net'
 import { connect as connectTls } from 'node:tls'
 import { originForm, proxyProblem, requestHeaders } from './proxy-http.js'
 
@@ -26,10 +26,13 @@ export interface UpgradeTarget {
 export function tunnelUpgrade(req: IncomingMessage, socket: Socket, head: Buffer, target: UpgradeTarget): void {
   const { base, prefix, timeoutMs, log } = target
   const port = Number(base.port) || (base.protocol === 'https:' ? 443 : 80)
+  // A URL writes an IPv6 literal in brackets (`[::1]`), which net.connect would look up as a name.
+  const host = base.hostname.replace(/^\[(.*)\]$/, '$1')
   const upstream =
     base.protocol === 'https:'
-      ? connectTls({ host: base.hostname, port, servername: base.hostname })
-      : connectTcp({ host: base.hostname, port })
+      ? // SNI carries names only (RFC 6066): none for an address.
+        connectTls({ host, port, ...(isIP(host) ? {} : { servername: host }) })
+      : connectTcp({ host, port })
   upstream.setNoDelay(true)
   upstream.setTimeout(timeoutMs, () => upstream.destroy(Object.assign(new Error('upstream connect timed out'), { code: 'ETIMEDOUT' })))
   let joined = false
