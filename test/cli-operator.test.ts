@@ -1,7 +1,8 @@
+import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { isBuiltin } from 'node:module'
-import { type AddressInfo, createServer } from 'node:net'
+import { type AddressInfo, createServer, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
@@ -612,5 +613,83 @@ describe('idemkey migrate --layout and gc on a partitioned PostgreSQL table', { 
       await pool.query(`DROP TABLE IF EXISTS "${other}"`)
       await pool.end()
     }
+  })
+})
+
+/** A loopback port nothing listens on (taken, then given back). */
+async function closedPort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const port = (server.address() as AddressInfo).port
+  await new Promise((resolve) => server.close(resolve))
+  return port
+}
+
+/** Runs the built CLI; a process still running after `ms` is killed and reported with code `'hung'`. */
+function cliWithin(ms: number, ...args: string[]): Promise<{ code: number | null | 'hung'; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'ignore', 'pipe'] })
+    let stderr = ''
+    let hung = false
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => {
+      stderr += chunk
+    })
+    const timer = setTimeout(() => {
+      hung = true
+      child.kill('SIGKILL')
+    }, ms)
+    child.on('error', reject)
+    child.on('close', (code) => {
+      clearTimeout(timer)
+      resolve({ code: hung ? 'hung' : code, stderr })
+    })
+  })
+}
+
+describe('idemkey relay to a broker it cannot reach', () => {
+  it('exits 1 with one line when the Redis broker refuses connections, rather than hang reconnecting', async () => {
+    const port = await closedPort()
+    const out = await cliWithin(
+      15_000,
+      'relay',
+      '--from',
+      'postgres://app@127.0.0.1:5432/app',
+      '--to',
+      `redis://127.0.0.1:${port}`,
+      '--no-setup',
+    )
+    expect(out.code).toBe(1)
+    expect(out.stderr).toMatch(new RegExp(`Could not connect to redis://127\\.0\\.0\\.1:${port}`))
+    expect(out.stderr).not.toMatch(/Unhandled error event/)
+  })
+})
+
+describe('idemkey operator commands on a Redis that accepts connections and never answers', () => {
+  it('inspect reports the store unavailable and exits 1, rather than stay alive reconnecting after its answer', async () => {
+    // A port that accepts and then says nothing: a hung Redis, or the URL of another service.
+    const sockets: Socket[] = []
+    const silent = createServer((socket) => {
+      sockets.push(socket)
+      socket.resume()
+    })
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+    const port = (silent.address() as AddressInfo).port
+    try {
+      const out = await cliWithin(45_000, 'inspect', 'some-key', '--store', `redis://127.0.0.1:${port}`)
+      expect(out.stderr).toMatch(/redis: get failed/)
+      expect(out.code).toBe(1)
+    } finally {
+      for (const socket of sockets) socket.destroy()
+      silent.close()
+    }
+  }, 60_000)
+})
+
+describe('idemkey migrate on a Redis it cannot reach', () => {
+  it('exits 1 with the store error rather than report "needs no schema" as a success', async () => {
+    const port = await closedPort()
+    const out = await cliWithin(20_000, 'migrate', '--store', `redis://127.0.0.1:${port}`)
+    expect(out.stderr).toMatch(/STORE_UNAVAILABLE/)
+    expect(out.code).toBe(1)
   })
 })

@@ -266,3 +266,65 @@ describe('idemkey proxy logging flags', () => {
     expect(proxy.stderr()).not.toContain('pretty-1')
   })
 })
+
+describe('idemkey proxy --admin-port while it drains', () => {
+  const children: ChildProcess[] = []
+  let upstream: Server
+  let arrived: (() => void) | undefined
+
+  beforeAll(async () => {
+    upstream = createServer((req, res) => {
+      req.resume()
+      req.on('end', () => {
+        arrived?.()
+        setTimeout(() => {
+          res.writeHead(201, { 'content-type': 'application/json' })
+          res.end('{}')
+        }, 1_500)
+      })
+    })
+    await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', () => resolve()))
+  })
+
+  afterAll(async () => {
+    for (const child of children) child.kill('SIGKILL')
+    upstream.closeAllConnections()
+    await new Promise((resolve) => upstream.close(resolve))
+  })
+
+  it('answers /readyz 503 from SIGTERM on, so a load balancer stops sending while in-flight requests finish', async () => {
+    const adminPort = await freePort()
+    const admin = `http://127.0.0.1:${adminPort}`
+    const proxy = await startProxy(
+      [
+        '--upstream',
+        `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`,
+        '--store',
+        'memory:',
+        '--admin-port',
+        String(adminPort),
+        '--log-level',
+        'warn',
+      ],
+      children,
+      { env: { IDEMKEY_SCOPE_SECRET: 'draining-proxy-secret' } },
+    )
+    await vi.waitFor(async () => expect((await fetch(`${admin}/readyz`)).status).toBe(200), { timeout: 5_000 })
+    const reached = new Promise<void>((resolve) => {
+      arrived = resolve
+    })
+    const inFlight = fetch(`http://127.0.0.1:${proxy.port}/charges`, {
+      method: 'POST',
+      headers: { 'idempotency-key': 'draining-1', 'content-type': 'application/json' },
+      body: '{}',
+    })
+    await reached
+    proxy.child.kill('SIGTERM')
+    await sleep(200)
+    const ready = await fetch(`${admin}/readyz`)
+    expect(ready.status).toBe(503)
+    expect(await ready.json()).toMatchObject({ status: 'draining' })
+    expect((await inFlight).status).toBe(201)
+    expect(await proxy.exited).toEqual({ code: 0, signal: null })
+  })
+})

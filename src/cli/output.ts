@@ -94,7 +94,8 @@ export function isStuck(record: StoredRecord, nowMs: number): boolean {
 export function bodyPreview(body: Uint8Array): string | null {
   if (body.byteLength === 0) return ''
   try {
-    const text = new TextDecoder('utf-8', { fatal: true }).decode(body.subarray(0, 480))
+    // `stream`: the 480 bytes may end inside a character, which is no sign of a binary body.
+    const text = new TextDecoder('utf-8', { fatal: true }).decode(body.subarray(0, 480), { stream: true })
     // biome-ignore lint/suspicious/noControlCharactersInRegex: binary bodies are recognized by their control characters
     if (/[\x00-\x08\x0e-\x1f]/.test(text)) return null
     return text.length > 120 ? `${text.slice(0, 117)}...` : text

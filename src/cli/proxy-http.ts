@@ -16,7 +16,10 @@ export const VIA = '1.1 idemkey'
 export function send(res: ServerResponse, response: HttpResponseLike, stallMs = 0): void {
   if (res.headersSent || res.destroyed) return
   if (stallMs > 0) res.setTimeout(stallMs)
-  const headers: Record<string, string | string[]> = { ...response.headers, 'content-length': String(response.body.byteLength) }
+  const headers: Record<string, string | string[]> = { ...response.headers }
+  // A 204 may not carry Content-Length (RFC 9110 §8.6), and a 304's would be the length of the
+  // representation it stands for, not of its empty body: neither gets one it did not come with.
+  if (response.status !== 204 && response.status !== 304) headers['content-length'] = String(response.body.byteLength)
   if (!headers.via) headers.via = VIA
   res.writeHead(response.status, headers)
   res.end(response.body)
@@ -110,6 +113,22 @@ export class Refusal extends Error {
 
 export function oneLine(error: unknown): string {
   return (error instanceof Error ? error.message : String(error)).replace(/\s+/g, ' ').trim()
+}
+
+/**
+ * The request target in origin form (`/path?query`). A client may send the absolute form
+ * (`POST http://host/path HTTP/1.1`, RFC 9112 §3.2.2), which a server must accept: forwarded as it
+ * came, it would be appended to the upstream's prefix as a path, and fingerprinted as another request.
+ */
+export function originForm(url: string | undefined): string {
+  if (url === undefined) return '/'
+  if (url.startsWith('/') || !/^[a-z][a-z\d+.-]*:\/\//i.test(url)) return url
+  try {
+    const parsed = new URL(url)
+    return `${parsed.pathname}${parsed.search}`
+  } catch {
+    return url
+  }
 }
 
 /** The request's path without its query, which may carry secrets: for log lines. */

@@ -103,9 +103,11 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
   await listen(proxy.server, flags.port, flags.host, { port: '--port', host: '--host' })
   const address = proxy.server.address()
   const port = typeof address === 'object' && address ? address.port : flags.port
+  /** Set on SIGTERM/SIGINT: the drain has begun (and `/readyz` says so). */
+  let stopping = false
   let adminServer: ReturnType<typeof createAdminServer> | undefined
   if (metrics && page && flags.adminPort !== undefined) {
-    adminServer = createAdminServer({ registry: metrics.registry, page, ready: () => probeStore(store) })
+    adminServer = createAdminServer({ registry: metrics.registry, page, ready: () => probeStore(store), draining: () => stopping })
     try {
       await listen(adminServer, flags.adminPort, flags.adminHost, { port: '--admin-port', host: '--admin-host' })
     } catch (error) {
@@ -130,7 +132,6 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
     )
   }
 
-  let stopping = false
   const stop = async (signal: string) => {
     if (stopping) return
     stopping = true

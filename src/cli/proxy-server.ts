@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import { pipeline } from 'node:stream/promises'
 import { type Dispatcher, Pool } from 'undici'
 import type { Ledger } from '../core/ledger.js'
@@ -9,7 +10,7 @@ import { distinctHeaders, readNodeBody } from '../http/node-body.js'
 import { credentialScope, headerScope, resolveScopeSecret } from '../http/scope.js'
 import type { AnswerOutcome, Decision, EngineEvent, HttpRequestLike, HttpResponseLike } from '../http/types.js'
 import { keyHash } from '../observability/recorder.js'
-import { oneLine, pathOf, proxyProblem, Refusal, requestHeaders, responseHeaders, send, upstreamProblem } from './proxy-http.js'
+import { oneLine, originForm, pathOf, proxyProblem, Refusal, requestHeaders, responseHeaders, send, upstreamProblem } from './proxy-http.js'
 import {
   type BudgetTicket,
   ByteBudget,
@@ -20,6 +21,7 @@ import {
   sendAndClose,
   throttledLog,
 } from './proxy-limits.js'
+import { tunnelUpgrade } from './proxy-upgrade.js'
 
 /** Options of {@link createProxyServer}; the {@link ProxyLimits} bound what clients can hold of it. */
 export interface ProxyServerOptions extends ProxyLimits {
@@ -79,11 +81,14 @@ interface Trail {
 /** A running proxy's handle. */
 export interface ProxyServer {
   server: Server
-  /** Requests being served now. */
+  /** Requests being served now: from their arrival until their answer has left (or their client is gone). */
   inFlight(): number
   /** Bytes the byte budget counts now (covered request bodies and upstream responses held); 0 when idle. */
   buffered(): number
-  /** Stops accepting, waits for in-flight requests (up to `timeoutMs`), then closes connections. Resolves `true` when all finished. */
+  /**
+   * Stops accepting, waits for in-flight requests (up to `timeoutMs`) until their answers have left,
+   * then closes connections. Resolves `true` when all finished.
+   */
   drain(timeoutMs: number): Promise<boolean>
 }
 
@@ -142,12 +147,19 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       ttl: options.ttlMs,
       maxRequestBody: options.maxBodyBytes,
       maxStoredBody: options.maxStoredBodyBytes,
+      // The upstream's body is stored as it came, encoded: a replay without its Content-Encoding would
+      // hand the client gzip bytes labelled as plain JSON.
+      storedHeaders: ['content-encoding'],
       onEvent: options.onEvent,
     },
     { scopeOf: trailScope(proxyScope(options.scopeHeader, options.scopeSecret)) },
   )
   let active = 0
   let idle: (() => void) | undefined
+  /** Set by drain(): answers from then on close their connection, so keep-alive clients send nothing more on it. */
+  let draining = false
+  /** Responses not over yet (see `active`), for drain() to mark `Connection: close`. */
+  const answering = new Set<ServerResponse>()
   const maxBody = options.maxBodyBytes ?? MiB
   const maxStoredBody = options.maxStoredBodyBytes ?? MiB
   const headerTimeoutMs = options.headerTimeoutMs ?? 10_000
@@ -357,6 +369,8 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
         signal: abort.signal,
       })
     } catch (error) {
+      // The client left before the upstream answered: nothing went wrong upstream, and no one to answer.
+      if (abort.signal.aborted) return
       return send(res, upstreamProblem(error, req, log))
     }
     if (trail) trail.upstreamStatus = upstream.statusCode
@@ -365,58 +379,82 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   }
 
   const checkMs = Math.max(50, Math.min(1_000, Math.floor(headerTimeoutMs / 2)))
-  const server = createServer(
-    {
-      noDelay: true,
-      keepAlive: true,
-      headersTimeout: headerTimeoutMs,
-      // Every request, covered or not, is received whole by then, or Node answers 408 and closes; a
-      // covered body's own deadline (bodyTimeoutMs from its headers) comes first.
-      requestTimeout: headerTimeoutMs + bodyTimeoutMs + checkMs,
-      // How often Node checks those two: its default (30 s) would let them run over by that much.
-      connectionsCheckingInterval: checkMs,
-    },
-    (req, res) => {
-      // A request that follows an early answer on a closing connection: dropped, as is the rest of it.
-      if (lingering.has(req.socket)) return void req.resume()
-      active++
-      connections.busy(req.socket)
-      const ticket = budget.ticket()
-      const closed = new Promise<void>((resolve) => res.once('close', resolve))
-      // Kept only for an access log: without one a request costs what it did.
-      const trail: Trail | undefined = onAccess ? { startedAt: performance.now(), outcome: 'passthrough' } : undefined
-      const served = serve(req, res, ticket, trail).catch((error: unknown) => {
-        if (req.destroyed && !req.complete) return // the client went away mid-body: no one to answer
-        if (trail) trail.outcome = 'proxy_error'
-        log('proxy-error', `proxy error on ${req.method} ${pathOf(req)}: ${oneLine(error)}`)
-        if (!res.headersSent) {
-          answer(
-            req,
-            res,
-            proxyProblem(
-              500,
-              'proxy-error',
-              'Proxy error',
-              'The proxy failed while serving this request; nothing was stored for it. Retry with the same Idempotency-Key.',
-            ),
-          )
-        } else res.destroy()
-      })
-      void served.finally(() => {
-        active--
-        if (active === 0) idle?.()
-      })
-      // The bytes a request took are given back once it is over in every way: served, and its answer
-      // sent or its connection gone. The connection counts as idle again from then.
-      void Promise.all([served, closed]).then(() => {
-        ticket.release()
-        connections.free(req.socket)
-        if (trail && onAccess) onAccess(accessEntry(req, res, trail))
-      })
-    },
-  )
+  const serverOptions: ServerOptions & { shouldUpgradeCallback?: (req: IncomingMessage) => boolean } = {
+    noDelay: true,
+    keepAlive: true,
+    headersTimeout: headerTimeoutMs,
+    // Every request, covered or not, is received whole by then, or Node answers 408 and closes; a
+    // covered body's own deadline (bodyTimeoutMs from its headers) comes first.
+    requestTimeout: headerTimeoutMs + bodyTimeoutMs + checkMs,
+    // How often Node checks those two: its default (30 s) would let them run over by that much.
+    connectionsCheckingInterval: checkMs,
+    // Only a WebSocket upgrade the layer does not cover is tunnelled (below); any other request with
+    // an Upgrade header (curl's `Upgrade: h2c` on a POST) is served as the plain request it also is.
+    shouldUpgradeCallback: (req: IncomingMessage) => isTunnelled(req),
+  }
+  const server = createServer(serverOptions, (req, res) => {
+    // A request that follows an early answer on a closing connection: dropped, as is the rest of it.
+    if (lingering.has(req.socket)) return void req.resume()
+    req.url = originForm(req.url)
+    active++
+    answering.add(res)
+    if (draining) res.shouldKeepAlive = false
+    connections.busy(req.socket)
+    const ticket = budget.ticket()
+    const closed = new Promise<void>((resolve) => res.once('close', resolve))
+    // Kept only for an access log: without one a request costs what it did.
+    const trail: Trail | undefined = onAccess ? { startedAt: performance.now(), outcome: 'passthrough' } : undefined
+    const served = serve(req, res, ticket, trail).catch((error: unknown) => {
+      if (req.destroyed && !req.complete) return // the client went away mid-body: no one to answer
+      if (trail) trail.outcome = 'proxy_error'
+      log('proxy-error', `proxy error on ${req.method} ${pathOf(req)}: ${oneLine(error)}`)
+      if (!res.headersSent) {
+        answer(
+          req,
+          res,
+          proxyProblem(
+            500,
+            'proxy-error',
+            'Proxy error',
+            'The proxy failed while serving this request; nothing was stored for it. Retry with the same Idempotency-Key.',
+          ),
+        )
+      } else res.destroy()
+    })
+    // The bytes a request took are given back once it is over in every way: served, and its answer
+    // sent or its connection gone. The connection counts as idle again from then, and a drain waits
+    // for this too: served alone means the answer was handed to the socket, not that it left, and
+    // closing the connection then would cut a large answer short.
+    void Promise.all([served, closed]).then(() => {
+      ticket.release()
+      connections.free(req.socket)
+      if (trail && onAccess) onAccess(accessEntry(req, res, trail))
+      answering.delete(res)
+      active--
+      if (active === 0) idle?.()
+    })
+  })
   server.keepAliveTimeout = 5_000
   const connections = capConnections(server, options.maxConnections ?? defaultMaxConnections(), log)
+  /** A WebSocket upgrade of a request the layer does not cover: tunnelled to the upstream. */
+  function isTunnelled(req: IncomingMessage): boolean {
+    const upgrade = req.headers.upgrade
+    return (
+      typeof upgrade === 'string' &&
+      upgrade.toLowerCase() === 'websocket' &&
+      !engine.applies(req.method ?? 'GET', req.headers[KEY_HEADER] !== undefined)
+    )
+  }
+  // Node lines without shouldUpgradeCallback would hand every request with an Upgrade header to this
+  // listener, covered POSTs included: there, upgrades stay plain requests (the upstream sees no Upgrade).
+  if (typeof (server as { shouldUpgradeCallback?: unknown }).shouldUpgradeCallback === 'function') {
+    server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      if (!isTunnelled(req)) return void socket.destroy()
+      // A tunnel is a connection in use, never the idle one closed to make room.
+      connections.busy(socket)
+      tunnelUpgrade(req, socket, head, { base, prefix, timeoutMs, log })
+    })
+  }
 
   return {
     server,
@@ -425,6 +463,10 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     async drain(timeoutMs) {
       server.close()
       server.closeIdleConnections()
+      // Node keeps serving keep-alive connections after close() and says keep-alive: a client would
+      // send its next request on a connection about to be closed under it.
+      draining = true
+      for (const res of answering) if (!res.headersSent) res.shouldKeepAlive = false
       const finished =
         active === 0 ||
         (await new Promise<boolean>((resolve) => {

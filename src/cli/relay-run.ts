@@ -117,7 +117,17 @@ async function openBroker(kind: BrokerKind, url: string, exchange: string): Prom
     const { Redis } = await importPeer<typeof import('ioredis')>('ioredis')
     const { RedisStreamsPublisher } = await import('../messaging/publishers/redis-streams/redis-streams-publisher.js')
     const redis = new Redis(url, { maxRetriesPerRequest: 3 })
-    await redis.ping()
+    // Until it answers, each failed attempt is the one line below, not an "Unhandled error event" per retry.
+    const quiet = () => {}
+    redis.on('error', quiet)
+    try {
+      await redis.ping()
+    } catch (error) {
+      // ioredis keeps reconnecting, which would keep the process alive after the error is reported.
+      redis.disconnect()
+      throw error
+    }
+    redis.off('error', quiet)
     return { publisher: new RedisStreamsPublisher({ redis }), close: async () => void redis.disconnect() }
   } catch (error) {
     if (error instanceof CliError) throw error

@@ -61,6 +61,8 @@ export function toStored(response: HttpResponseLike, allow: Set<string>, maxBody
 export function fromStored(stored: StoredResponse, problemBase = DEFAULT_PROBLEM_BASE): HttpResponseLike {
   const omitted = stored.headers[BODY_OMITTED_HEADER]
   if (omitted === undefined) return { status: stored.status, headers: { ...stored.headers, [REPLAYED_HEADER]: 'true' }, body: stored.body }
+  // The problem below replaces the body: the original's encoding and language do not describe it.
+  const { 'content-encoding': _encoding, 'content-language': _language, ...headers } = stored.headers
   const body = {
     type: `${problemBase}body-omitted`,
     title: 'Response body not stored',
@@ -70,7 +72,7 @@ export function fromStored(stored: StoredResponse, problemBase = DEFAULT_PROBLEM
   }
   return {
     status: stored.status,
-    headers: { ...stored.headers, 'content-type': 'application/problem+json', [REPLAYED_HEADER]: 'true' },
+    headers: { ...headers, 'content-type': 'application/problem+json', [REPLAYED_HEADER]: 'true' },
     body: new TextEncoder().encode(JSON.stringify(body)),
   }
 }

@@ -1,6 +1,7 @@
 /**
  * The proxy's admin port (`--admin-port`): `/metrics` (Prometheus text), `/healthz` (the process is
- * alive), `/readyz` (the store answers: 503 while it does not) and the operator page at `/`.
+ * alive), `/readyz` (the store answers: 503 while it does not, or while the proxy drains) and the
+ * operator page at `/`.
  */
 import { createServer, type Server } from 'node:http'
 import type { Registry } from 'prom-client'
@@ -12,6 +13,8 @@ export interface AdminServerOptions {
   /** Resolves when the store answered, rejects with why it did not. */
   ready: () => Promise<void>
   page: OperatorPage
+  /** `true` once the proxy is shutting down: `/readyz` answers 503 from then on, whatever the store says. */
+  draining?: () => boolean
 }
 
 /**
@@ -20,7 +23,7 @@ export interface AdminServerOptions {
  * @example createAdminServer({ registry, ready, page }).listen(9090, '127.0.0.1')
  */
 export function createAdminServer(options: AdminServerOptions): Server {
-  const { registry, ready, page } = options
+  const { registry, ready, page, draining } = options
   return createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0]
     if ((path === '/metrics' || path === '/healthz' || path === '/readyz') && req.method !== 'GET' && req.method !== 'HEAD') {
@@ -32,6 +35,11 @@ export function createAdminServer(options: AdminServerOptions): Server {
       return void res.end('{"status":"ok"}\n')
     }
     if (path === '/readyz') {
+      if (draining?.()) {
+        // Stopping: new connections are refused already, so the load balancer should send no more.
+        res.writeHead(503, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+        return void res.end('{"status":"draining"}\n')
+      }
       ready().then(
         () => {
           res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' })

@@ -154,7 +154,12 @@ export async function openStore(url: string): Promise<OpenedStore> {
         await migratable.migrate()
         return `schema of ${describeStore(spec)} is up to date`
       }
-      if (spec.kind === 'redis') return `${describeStore(spec)} needs no schema`
+      if (spec.kind === 'redis') {
+        // Nothing to create, but a deploy step that runs migrate learns whether the store answers:
+        // a wrong port or host is an error here, not a success that the first request finds out.
+        await store.get('idemkey', 'migrate-probe')
+        return `${describeStore(spec)} needs no schema`
+      }
       if (spec.kind === 'memory') return 'memory: keeps nothing between runs and needs no schema'
       // SqliteStore creates and upgrades its table when it opens the file.
       return `schema of ${describeStore(spec)} is up to date`

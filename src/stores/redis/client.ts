@@ -16,6 +16,8 @@ export interface RedisClientLike {
   /** A new connection with the same options: the store's subscriber for wake-ups. */
   duplicate(): RedisSubscriberLike
   quit(): Promise<unknown>
+  /** Drops the connection at once and stops reconnecting (ioredis); used by `close()` when QUIT gets no answer. */
+  disconnect?(): void
   /** `true` on an ioredis `Cluster`. */
   readonly isCluster?: boolean
   /** The master nodes of a cluster (ioredis `Cluster#nodes('master')`), scanned by `list` and `purgeExpired`. */

@@ -37,6 +37,9 @@ import { Notifier } from './notifier.js'
 import { casCompleted, fromPacked, packedHead, packedIdentity, stepsFromFields, toMs, toRecord } from './record.js'
 import { ResumableScan, scanAll } from './scan.js'
 
+/** How long close() lets QUIT wait for its reply before dropping the connection. */
+const CLOSE_WAIT_MS = 1_000
+
 /** Options of {@link RedisStore}: give it a client, or a URL to open one. */
 export interface RedisStoreOptions {
   /**
@@ -446,7 +449,19 @@ export class RedisStore implements IdempotencyStore {
     if (!this.#ownsClient) return
     const client = await this.#opening?.catch(() => undefined)
     this.#client = undefined
-    await client?.quit().catch(() => {})
+    if (!client) return
+    // QUIT needs a connection that answers. On one that does not (a hung server, another service on
+    // the port) it waits out the socket timeout, and the client then goes on reconnecting for ever,
+    // which keeps the process alive: a moment for QUIT, then the connection is dropped.
+    let timer: NodeJS.Timeout | undefined
+    await Promise.race([
+      client.quit().catch(() => {}),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, CLOSE_WAIT_MS)
+      }),
+    ])
+    clearTimeout(timer)
+    client.disconnect?.()
   }
 
   /**
