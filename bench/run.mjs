@@ -27,6 +27,7 @@ const order = [
   'orm',
   'record-size',
   'scale',
+  'sim',
 ]
 const benches = readdirSync(join(root, 'bench'))
   .filter((name) => name.endsWith('.bench.ts'))
