@@ -44,6 +44,19 @@ export function assertOutcome(outcome: Outcome): void {
   }
 }
 
+/**
+ * The list filter's limit (100 when not given); throws `INVALID_ARGUMENT` unless it is a non-negative
+ * integer. Unchecked, SQLite read a negative LIMIT as none at all (every record) and an array's slice
+ * left out the last records.
+ */
+export function listLimit(filter: ListFilter): number {
+  const limit = filter.limit ?? 100
+  if (!Number.isSafeInteger(limit) || limit < 0) {
+    throw new IdempotencyError('INVALID_ARGUMENT', `list limit must be a non-negative integer, got ${String(limit)}.`)
+  }
+  return limit
+}
+
 /** Whether a record passes a list filter at `nowMs`. */
 export function matchesFilter(record: StoredRecord, filter: ListFilter, nowMs: number): boolean {
   if (!filter.includeExpired && record.expiresAtMs <= nowMs) return false

@@ -13,7 +13,7 @@ import {
   type Unsubscribe,
 } from '../../core/store.js'
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
-import { assertOutcome, copyRecord, copyResponse, matchesFilter } from '../shared.js'
+import { assertOutcome, copyRecord, copyResponse, listLimit, matchesFilter } from '../shared.js'
 
 /** Options of {@link MemoryStore}. */
 export interface MemoryStoreOptions {
@@ -158,13 +158,14 @@ export class MemoryStore implements IdempotencyStore {
   }
 
   async list(filter: ListFilter = {}): Promise<StoredRecord[]> {
+    const limit = listLimit(filter)
     const now = this.#clock.now()
     const scopes = filter.scope === undefined ? [...this.#records.values()] : [this.#records.get(filter.scope) ?? new Map()]
     return scopes
       .flatMap((records) => [...records.values()])
       .filter((record) => matchesFilter(record, filter, now))
       .sort((a, b) => a.createdAtMs - b.createdAtMs)
-      .slice(0, filter.limit ?? 100)
+      .slice(0, limit)
       .map(copyRecord)
   }
 

@@ -15,7 +15,7 @@ import {
 } from '../../core/store.js'
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { assertOutcome, decodeHeaders, encodeHeaders } from '../shared.js'
+import { assertOutcome, decodeHeaders, encodeHeaders, listLimit } from '../shared.js'
 import { connect, openNodeSqlite, type SqliteConnection, type SqliteDatabase, type SqliteDriverName } from './driver.js'
 import { migrate } from './schema.js'
 
@@ -244,13 +244,14 @@ export class SqliteStore implements IdempotencyStore {
   }
 
   async list(filter: ListFilter = {}): Promise<StoredRecord[]> {
+    const limit = listLimit(filter)
     return this.#run('list', () => {
       const rows = this.#sql.list.all({
         now: filter.includeExpired ? Number.MIN_SAFE_INTEGER : this.#clock.now(),
         scope: filter.scope ?? null,
         status: filter.status ?? null,
         created_before: filter.createdBeforeMs ?? null,
-        limit: filter.limit ?? 100,
+        limit,
       }) as Row[]
       return rows.map(toRecord)
     })
