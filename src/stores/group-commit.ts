@@ -55,6 +55,8 @@ export class GroupCommit<I, O> {
   readonly #kind: BatchKind<I, O>
   readonly #waiting: Array<Waiting<I, O>> = []
   #busy = false
+  /** Who waits for every caller to be answered (a close()). */
+  readonly #idle: Array<() => void> = []
 
   constructor(kind: BatchKind<I, O>) {
     this.#kind = kind
@@ -72,9 +74,22 @@ export class GroupCommit<I, O> {
     return answer
   }
 
+  /**
+   * Resolves once no statement of this kind is in flight and no caller waits: a store's close() waits
+   * for it before ending its pool, so the callers queued behind a batch get their answers, not a pool
+   * that was ended under them.
+   */
+  idle(): Promise<void> {
+    if (!this.#busy) return Promise.resolve()
+    return new Promise<void>((resolve) => {
+      this.#idle.push(resolve)
+    })
+  }
+
   readonly #next = (): void => {
     if (this.#waiting.length === 0) {
       this.#busy = false
+      for (const resolve of this.#idle.splice(0)) resolve()
       return
     }
     const batch: Array<{ waiting: Waiting<I, O>; id: string }> = []

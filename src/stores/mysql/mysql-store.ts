@@ -319,6 +319,9 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
 
   async #close(): Promise<void> {
     if (!this.#ownsPool) return
+    // The calls made before close() are answered first: callers queued behind a batch in flight go
+    // out in the next batch, which an ended pool would fail with STORE_UNAVAILABLE.
+    if (this.#groups) await Promise.all(Object.values(this.#groups).map((group) => group.idle()))
     const pool = this.#pool ?? (await this.#opening?.catch(() => undefined))
     const bounded = this.#bounded ?? (pool && new BoundedPool(pool, this.#queryTimeoutMs))
     this.#pool = undefined

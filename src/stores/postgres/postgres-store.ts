@@ -510,6 +510,9 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     await this.#tasks.stop()
     await this.#listener?.close()
     if (!this.#ownsPool) return
+    // The calls made before close() are answered first: callers queued behind a batch in flight go
+    // out in the next batch, which an ended pool would fail with STORE_UNAVAILABLE.
+    if (this.#groups) await Promise.all(Object.values(this.#groups).map((group) => group.idle()))
     const pool = this.#pool ?? (await this.#opening?.catch(() => undefined))
     this.#pool = undefined
     if (pool) await endPool(pool, this.#queryTimeoutMs)

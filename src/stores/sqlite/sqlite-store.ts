@@ -286,6 +286,9 @@ export class SqliteStore implements IdempotencyStore {
 
   async close(): Promise<void> {
     this.#watchers.clear()
+    // The calls made before close() wait for their group commit at the end of the turn: commit them
+    // now, or they would run on a closed database and fail (an outcome already produced, not stored).
+    this.#flush()
     if (this.#ownsDb) this.#db.close()
   }
 
