@@ -192,6 +192,20 @@ describe('DynamoDbStore items: keys, TTL, body', () => {
     expect(over?.response?.headers).toEqual({ ...headers, 'idempotent-body-omitted': String(room + 1) })
   })
 
+  it('counts the resource id against the item limit: a body that fits beside it is kept, one that does not is omitted, never an outcome DynamoDB refuses', async () => {
+    const scope = 'size-rid'
+    const resourceId = `rid_${'r'.repeat(8 * 1024)}`
+    const room = 400 * 1024 - 4 * 1024 - Buffer.byteLength('{}') - Buffer.byteLength(scope) * 2 - 'k'.length * 2
+    expect((await store.acquire(scope, 'k', fp('a'), 10_000)).kind).toBe('acquired')
+    const body = new Uint8Array(room).fill(3)
+    expect(await store.complete(scope, 'k', 1, { ...outcome(body), resourceId }, 60_000)).toBe(true)
+    const stored = await store.get(scope, 'k')
+    expect(stored?.status).toBe('completed')
+    expect(stored?.resourceId).toBe(resourceId)
+    expect(stored?.response?.body.byteLength).toBe(0)
+    expect(stored?.response?.headers).toEqual({ 'idempotent-body-omitted': String(room) })
+  })
+
   it('stores an empty body as no body attribute, and reads it back as empty', async () => {
     await store.acquire('empty', 'k', fp('a'), 10_000)
     expect(await store.complete('empty', 'k', 1, outcome(new Uint8Array(0)), 60_000)).toBe(true)

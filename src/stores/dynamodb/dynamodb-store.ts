@@ -338,8 +338,16 @@ export class DynamoDbStore implements IdempotencyStore {
     let headers = outcome.response.headers
     let body = outcome.response.body
     let headersText = encodeHeaders(headers)
+    const resourceId = outcome.resourceId ?? null
+    // The resource id is stored beside the body: a body that fits only without it made an item DynamoDB refuses.
+    const resourceBytes = resourceId === null ? 0 : Buffer.byteLength(resourceId)
     if (
-      body.byteLength + Buffer.byteLength(headersText) + Buffer.byteLength(scope) * 2 + key.length * 2 + ITEM_OVERHEAD_BYTES >
+      body.byteLength +
+        Buffer.byteLength(headersText) +
+        resourceBytes +
+        Buffer.byteLength(scope) * 2 +
+        key.length * 2 +
+        ITEM_OVERHEAD_BYTES >
       MAX_ITEM_BYTES
     ) {
       // Never a reason to run the operation twice: the status and headers replay, the body does not.
@@ -347,7 +355,6 @@ export class DynamoDbStore implements IdempotencyStore {
       headersText = encodeHeaders(headers)
       body = new Uint8Array(0)
     }
-    const resourceId = outcome.resourceId ?? null
     const set = ['#st = :st', '#rs = :rs', '#rh = :rh', '#ua = :now', '#ea = :ea', '#ttl = :ttl']
     // The steps served a takeover of the in-progress record; a completed record replays, so they go (and free room).
     const remove = ['#lu', '#sp']
