@@ -30,9 +30,9 @@ async function completeThenClose(store: IdempotencyStore, scope: string, n: numb
     if (acquired.kind !== 'acquired') throw new Error(`expected acquired, got ${acquired.kind}`)
     tokens.push(acquired.token)
   }
-  const completing = tokens.map((token, i) => store.complete(scope, `k${i}`, token, sampleOutcome(), 60_000))
+  const completing = Promise.allSettled(tokens.map((token, i) => store.complete(scope, `k${i}`, token, sampleOutcome(), 60_000)))
   await store.close()
-  return Promise.allSettled(completing)
+  return completing
 }
 
 describe('close() with calls in flight', () => {
