@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis'
 import { type Duration, parseDuration } from '../../../core/duration.js'
+import { IdempotencyError } from '../../../errors.js'
 import type { InboxMessage } from '../../inbox/types.js'
 import {
   type ConsumeOptions,
@@ -49,19 +50,40 @@ export interface ConsumeRedisStreamsOptions<Tx> extends ConsumeOptions<Tx> {
 
 type Entry = [id: Buffer, fields: Buffer[]]
 
-function toInboxMessage(stream: string, [, fields]: Entry): InboxMessage {
+/**
+ * The inbox view of an entry, and why it cannot be handled (`refused`): its `headers` field is not a
+ * JSON object. Redelivery cannot fix that, so such an entry is XACKed and reported, as one without ID.
+ */
+function toInboxMessage(stream: string, [, fields]: Entry): { message: InboxMessage; refused?: IdempotencyError } {
   const map = new Map<string, Buffer>()
   for (let i = 0; i + 1 < fields.length; i += 2) map.set(String(fields[i]), fields[i + 1] as Buffer)
-  const headers = map.has('headers') ? (JSON.parse(String(map.get('headers'))) as Record<string, string>) : {}
   // An entry without an `id` field cannot be deduplicated across republishes: the inbox refuses it.
-  return { id: map.has('id') ? String(map.get('id')) : '', payload: map.get('payload') ?? Buffer.alloc(0), topic: stream, headers }
+  const message: InboxMessage = {
+    id: map.has('id') ? String(map.get('id')) : '',
+    payload: map.get('payload') ?? Buffer.alloc(0),
+    topic: stream,
+  }
+  if (!map.has('headers')) return { message: { ...message, headers: {} } }
+  try {
+    const headers: unknown = JSON.parse(String(map.get('headers')))
+    if (headers !== null && typeof headers === 'object' && !Array.isArray(headers)) {
+      return { message: { ...message, headers: headers as Record<string, string> } }
+    }
+  } catch {
+    // Reported below.
+  }
+  const refused = new IdempotencyError(
+    'INVALID_ARGUMENT',
+    `Redis stream "${stream}": entry ${String(message.id || '(no id)')} has a "headers" field that is not a JSON object; it is acknowledged and not applied.`,
+  )
+  return { message: { ...message, headers: {} }, refused }
 }
 
 /**
  * Consumes a Redis stream through a consumer group and an inbox: an entry is XACKed only after its
  * transaction committed (or as a known duplicate). A failed entry stays pending and is claimed again
  * after `claimIdleMs`; entries of a dead consumer are claimed the same way. An entry redelivery
- * cannot fix (same ID, other payload; no ID) is XACKed and reported.
+ * cannot fix (same ID, other payload; no ID; a `headers` field that is not JSON) is XACKed and reported.
  * Entries are read in batches (XREADGROUP COUNT) and up to `concurrency` effects run at once; give
  * `partitionKey` to keep the entries of one key in order (by default there is no ordering).
  *
@@ -104,8 +126,14 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
       if (!entry) continue // XAUTOCLAIM answers nil for entries deleted meanwhile
       const entryId = String(entry[0])
       if (inHand.has(entryId)) continue
+      const { message, refused } = toInboxMessage(stream, entry)
+      if (refused) {
+        // It threw here once: the entry stayed in hand, pending for ever, and the rest of its read was dropped.
+        options.onError?.(refused, message)
+        void settle(entry, message, 'reject')
+        continue
+      }
       inHand.add(entryId)
-      const message = toInboxMessage(stream, entry)
       dispatcher.push(
         keyOf(options, message, () => null),
         message,

@@ -1,0 +1,70 @@
+/**
+ * Consumer helpers against real brokers with a fake inbox: what happens to an entry the helper cannot read.
+ */
+import { randomUUID } from 'node:crypto'
+import { Redis } from 'ioredis'
+import { IdempotencyError, isIdempotencyError } from '../src/errors.js'
+import type { Inbox, InboxMessage } from '../src/messaging/inbox/types.js'
+import { consumeRedisStreams } from '../src/messaging/publishers/redis-streams/index.js'
+import { eventually } from './fixtures/messaging/pg.js'
+import { serviceSkipReason } from './helpers/services.js'
+
+const skips = {
+  redis: await serviceSkipReason('Redis', 6379),
+}
+
+/** An inbox in memory: applies each ID once, refuses a message without ID as the real ones do. */
+function memoryInbox(): Inbox<undefined> & { applied: string[] } {
+  const applied: string[] = []
+  return {
+    consumer: 'liveness',
+    applied,
+    async handle(message, effect) {
+      if (!message.id) throw new IdempotencyError('INVALID_ARGUMENT', 'no message ID')
+      if (applied.includes(message.id)) return { status: 'duplicate' }
+      const value = await effect(undefined, message)
+      applied.push(message.id)
+      return { status: 'applied', value }
+    },
+  }
+}
+
+describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: an entry it cannot read', () => {
+  it('acks and reports an entry whose headers are not JSON, instead of leaving it pending for ever', async () => {
+    const redis = new Redis(6379, '127.0.0.1')
+    const reader = new Redis(6379, '127.0.0.1')
+    const stream = `idemkey:test:liveness:${randomUUID()}`
+    onTestFinished(async () => {
+      await redis.del(stream)
+      redis.disconnect()
+      reader.disconnect()
+    })
+    await redis.xadd(stream, '*', 'id', 'bad-1', 'payload', 'x', 'headers', '{not json')
+    await redis.xadd(stream, '*', 'id', 'good-1', 'payload', 'y')
+    const inbox = memoryInbox()
+    const errors: Array<{ error: unknown; message: InboxMessage }> = []
+    const running = await consumeRedisStreams({
+      redis: reader,
+      stream,
+      group: 'g',
+      consumer: 'c1',
+      blockMs: 100,
+      claimIdleMs: 200,
+      inbox,
+      handler: () => {},
+      onError: (error, message) => errors.push({ error, message }),
+    })
+    await eventually(
+      async () => {
+        const [pending] = (await redis.xpending(stream, 'g')) as [number]
+        return inbox.applied.includes('good-1') && Number(pending) === 0
+      },
+      'the good entry applied and nothing left pending',
+      5_000,
+    )
+    await running.stop()
+    expect(inbox.applied).toEqual(['good-1'])
+    const refused = errors.find((e) => e.message.id === 'bad-1')
+    expect(isIdempotencyError(refused?.error) && refused.error.code).toBe('INVALID_ARGUMENT')
+  })
+})
