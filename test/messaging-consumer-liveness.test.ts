@@ -1,5 +1,6 @@
 /**
- * Consumer helpers against real brokers with a fake inbox: what happens to an entry the helper cannot read.
+ * Consumer helpers against real brokers with a fake inbox: what happens to an entry the helper cannot
+ * read, and to a stream that lost its consumer group.
  */
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
@@ -66,5 +67,37 @@ describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: an entry it can
     expect(inbox.applied).toEqual(['good-1'])
     const refused = errors.find((e) => e.message.id === 'bad-1')
     expect(isIdempotencyError(refused?.error) && refused.error.code).toBe('INVALID_ARGUMENT')
+  })
+})
+
+describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: a stream that lost its group', () => {
+  it('creates its group again when Redis lost it (a restart without persistence) and consumes what comes next', async () => {
+    const redis = new Redis(6379, '127.0.0.1')
+    const reader = new Redis(6379, '127.0.0.1')
+    const stream = `idemkey:test:liveness:${randomUUID()}`
+    onTestFinished(async () => {
+      await redis.del(stream)
+      redis.disconnect()
+      reader.disconnect()
+    })
+    const inbox = memoryInbox()
+    const running = await consumeRedisStreams({
+      redis: reader,
+      stream,
+      group: 'g',
+      consumer: 'c1',
+      blockMs: 100,
+      claimIdleMs: 200,
+      inbox,
+      handler: () => {},
+      onError: () => {},
+    })
+    await redis.xadd(stream, '*', 'id', 'before', 'payload', 'x')
+    await eventually(() => inbox.applied.includes('before'), 'the first entry applied')
+    // What a Redis restart without AOF or RDB leaves: no stream, no group. The producers go on writing.
+    await redis.del(stream)
+    await redis.xadd(stream, '*', 'id', 'after', 'payload', 'y')
+    await eventually(() => inbox.applied.includes('after'), 'the entry written after the loss applied', 5_000)
+    await running.stop()
   })
 })

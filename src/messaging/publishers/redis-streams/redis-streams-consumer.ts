@@ -23,7 +23,7 @@ export interface ConsumeRedisStreamsOptions<Tx> extends ConsumeOptions<Tx> {
    */
   redis: Redis
   stream: string
-  /** Consumer group; created (from the start of the stream) if missing. */
+  /** Consumer group; created (from the start of the stream) if missing, at start and whenever Redis lost it. */
   group: string
   /** This consumer's name within the group; unique per process. */
   consumer: string
@@ -101,11 +101,14 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
     const maxAgeMs = parseDuration(options.maxAge, 'maxAge')
     checkInboxWindow(options.inbox.consumer, `Redis stream "${stream}" (maxAge)`, options.inbox.retentionMs, maxAgeMs)
   }
-  try {
-    await redis.xgroup('CREATE', stream, group, '0', 'MKSTREAM')
-  } catch (error) {
-    if (!String((error as Error).message).includes('BUSYGROUP')) throw error
+  const createGroup = async () => {
+    try {
+      await redis.xgroup('CREATE', stream, group, '0', 'MKSTREAM')
+    } catch (error) {
+      if (!String((error as Error).message).includes('BUSYGROUP')) throw error
+    }
   }
+  await createGroup()
   // XACKs must not queue behind the blocking XREADGROUP on the reader's connection.
   const acker = redis.duplicate({ enableAutoPipelining: false })
   const dispatcher = createDispatcher(options, concurrency)
@@ -181,6 +184,9 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
         if (stopping) break
         options.onError?.(error, { id: '', payload: '' })
         await new Promise((resolve) => setTimeout(resolve, 500))
+        // The stream or its group is gone (a Redis restart without persistence, a DEL, XGROUP DESTROY):
+        // every read answered NOGROUP for ever. Create the group again, as at start.
+        if (String((error as Error)?.message).includes('NOGROUP') && !stopping) await createGroup().catch(() => {})
       }
     }
     await dispatcher.idle()
