@@ -1,17 +1,20 @@
 /**
- * Consumer helpers against real brokers with a fake inbox: what happens to an entry the helper cannot
- * read, and to a stream that lost its consumer group.
+ * Consumer helpers against real brokers with a fake inbox (a Map): what happens to an entry the
+ * helper cannot read, and to a consumer whose channel the broker closed.
  */
 import { randomUUID } from 'node:crypto'
+import amqp from 'amqplib'
 import { Redis } from 'ioredis'
 import { IdempotencyError, isIdempotencyError } from '../src/errors.js'
 import type { Inbox, InboxMessage } from '../src/messaging/inbox/types.js'
+import { consumeRabbitMq } from '../src/messaging/publishers/rabbitmq/index.js'
 import { consumeRedisStreams } from '../src/messaging/publishers/redis-streams/index.js'
 import { eventually } from './fixtures/messaging/pg.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const skips = {
   redis: await serviceSkipReason('Redis', 6379),
+  rabbitmq: await serviceSkipReason('RabbitMQ', 5672),
 }
 
 /** An inbox in memory: applies each ID once, refuses a message without ID as the real ones do. */
@@ -99,5 +102,27 @@ describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: a stream that l
     await redis.xadd(stream, '*', 'id', 'after', 'payload', 'y')
     await eventually(() => inbox.applied.includes('after'), 'the entry written after the loss applied', 5_000)
     await running.stop()
+  })
+})
+
+describe.skipIf(skips.rabbitmq !== undefined)('consumeRabbitMq: a channel the broker closed', () => {
+  it('resolves done when its channel closes, so a supervisor can start a new consumer', async () => {
+    const connection = await amqp.connect('amqp://guest:guest@127.0.0.1:5672')
+    onTestFinished(() => connection.close().catch(() => {}))
+    const queue = `idemkey.test.liveness.${randomUUID()}`
+    const admin = await connection.createChannel()
+    await admin.assertQueue(queue, { durable: false, autoDelete: true })
+    const channel = await connection.createChannel()
+    channel.on('error', () => {}) // the 404 below closes it
+    const running = await consumeRabbitMq({ channel, queue, inbox: memoryInbox(), handler: () => {}, probeMessageTtl: false })
+    // Any channel-level error closes the channel, and with it the consumer, as a broker restart does.
+    await channel.checkQueue(`idemkey.test.missing.${randomUUID()}`).catch(() => {})
+    const outcome = await Promise.race([
+      running.done.then(() => 'done'),
+      new Promise((resolve) => setTimeout(() => resolve('still waiting'), 2_000)),
+    ])
+    expect(outcome).toBe('done')
+    await running.stop()
+    await admin.deleteQueue(queue)
   })
 })
