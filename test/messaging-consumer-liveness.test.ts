@@ -1,6 +1,6 @@
 /**
- * Consumer helpers against real brokers with a fake inbox (a Map): what happens to an entry the
- * helper cannot read, and to a consumer whose channel the broker closed.
+ * Consumer helpers against real brokers with an inbox in memory: what happens to an entry the helper
+ * cannot read, to a stream that lost its consumer group, and to a consumer whose channel closed.
  */
 import { randomUUID } from 'node:crypto'
 import amqp from 'amqplib'
