@@ -260,6 +260,25 @@ describe('openTelemetry(): spans', () => {
     expect(intents[1]?.attributes['idemkey.result']).toBe('error')
   })
 
+  it('ends the store operation span when a store method throws before returning a promise', async () => {
+    const inner = new MemoryStore()
+    // A store written without `async`: its method throws instead of returning a rejected promise.
+    const store: IdempotencyStore = {
+      ...flakyStore(inner, new Set()),
+      acquire: () => {
+        throw new Error('acquire: connection refused')
+      },
+    }
+    const { ledger, spans } = setup(store)
+    await expect(ledger.run({ key: 'sync-throw', payload: 1 }, () => 'ok')).rejects.toThrow()
+    const finished = spans.getFinishedSpans()
+    const intent = finished.find((s) => s.name === 'idemkey.intent')
+    const acquire = finished.find((s) => s.name === 'acquire memory')
+    expect(acquire?.status.code).toBe(2)
+    expect(acquire?.attributes['error.type']).toBe('Error')
+    expect(acquire?.parentSpanContext?.spanId).toBe(intent?.spanContext().spanId)
+  })
+
   it('records nothing when the ledger has no telemetry, even with a global provider registered', async () => {
     const spans = new InMemorySpanExporter()
     const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] })

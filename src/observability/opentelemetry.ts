@@ -192,7 +192,14 @@ class OtelRun implements RunSpan {
       { kind: SpanKind.CLIENT, attributes: { 'db.system.name': this.system, 'db.operation.name': operation } },
       this.context,
     )
-    return context.with(trace.setSpan(this.context, span), call).then(
+    let pending: Promise<R>
+    try {
+      pending = context.with(trace.setSpan(this.context, span), call)
+    } catch (error) {
+      // A store method that throws instead of returning a rejected promise: its span still ends, as an error.
+      pending = Promise.reject(error)
+    }
+    return pending.then(
       (value) => {
         span.end()
         return value

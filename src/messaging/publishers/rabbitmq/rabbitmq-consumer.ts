@@ -65,7 +65,8 @@ export function rabbitMqInboxMessage(msg: ConsumeMessage): InboxMessage {
  * redelivery cannot fix (same ID, other payload; no `messageId`) is rejected without requeue (to
  * the queue's dead-letter exchange, if it has one) and reported.
  * Up to `concurrency` effects run at once; messages of one routing key (or `partitionKey`) run in
- * delivery order (a requeued message comes back behind later ones).
+ * delivery order (a requeued message comes back behind later ones). `done` resolves when the
+ * channel closes (or the broker cancels the consumer): consume again on a new channel.
  *
  * @example
  * const running = await consumeRabbitMq({ channel, queue: 'billing', inbox, handler })
@@ -124,6 +125,17 @@ export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): 
     },
     { noAck: false },
   )
+  // A closed channel (the connection dropped, the broker closed it) delivers nothing more and amqplib
+  // does not call the consumer: without this, `done` never resolved and a supervisor never restarted it.
+  // The messages in hand still run; their acks cannot go out, so the broker redelivers them (the inbox skips them).
+  const closed = () => {
+    void dispatcher
+      .idle()
+      .then(() => Promise.all(requeues))
+      .then(() => resolveDone())
+  }
+  channel.once('close', closed)
+  void done.then(() => channel.removeListener('close', closed))
   return {
     done,
     async stop() {

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis'
 import { type Duration, parseDuration } from '../../../core/duration.js'
+import { IdempotencyError } from '../../../errors.js'
 import type { InboxMessage } from '../../inbox/types.js'
 import {
   type ConsumeOptions,
@@ -22,7 +23,7 @@ export interface ConsumeRedisStreamsOptions<Tx> extends ConsumeOptions<Tx> {
    */
   redis: Redis
   stream: string
-  /** Consumer group; created (from the start of the stream) if missing. */
+  /** Consumer group; created (from the start of the stream) if missing, at start and whenever Redis lost it. */
   group: string
   /** This consumer's name within the group; unique per process. */
   consumer: string
@@ -49,19 +50,40 @@ export interface ConsumeRedisStreamsOptions<Tx> extends ConsumeOptions<Tx> {
 
 type Entry = [id: Buffer, fields: Buffer[]]
 
-function toInboxMessage(stream: string, [, fields]: Entry): InboxMessage {
+/**
+ * The inbox view of an entry, and why it cannot be handled (`refused`): its `headers` field is not a
+ * JSON object. Redelivery cannot fix that, so such an entry is XACKed and reported, as one without ID.
+ */
+function toInboxMessage(stream: string, [, fields]: Entry): { message: InboxMessage; refused?: IdempotencyError } {
   const map = new Map<string, Buffer>()
   for (let i = 0; i + 1 < fields.length; i += 2) map.set(String(fields[i]), fields[i + 1] as Buffer)
-  const headers = map.has('headers') ? (JSON.parse(String(map.get('headers'))) as Record<string, string>) : {}
   // An entry without an `id` field cannot be deduplicated across republishes: the inbox refuses it.
-  return { id: map.has('id') ? String(map.get('id')) : '', payload: map.get('payload') ?? Buffer.alloc(0), topic: stream, headers }
+  const message: InboxMessage = {
+    id: map.has('id') ? String(map.get('id')) : '',
+    payload: map.get('payload') ?? Buffer.alloc(0),
+    topic: stream,
+  }
+  if (!map.has('headers')) return { message: { ...message, headers: {} } }
+  try {
+    const headers: unknown = JSON.parse(String(map.get('headers')))
+    if (headers !== null && typeof headers === 'object' && !Array.isArray(headers)) {
+      return { message: { ...message, headers: headers as Record<string, string> } }
+    }
+  } catch {
+    // Reported below.
+  }
+  const refused = new IdempotencyError(
+    'INVALID_ARGUMENT',
+    `Redis stream "${stream}": entry ${String(message.id || '(no id)')} has a "headers" field that is not a JSON object; it is acknowledged and not applied.`,
+  )
+  return { message: { ...message, headers: {} }, refused }
 }
 
 /**
  * Consumes a Redis stream through a consumer group and an inbox: an entry is XACKed only after its
  * transaction committed (or as a known duplicate). A failed entry stays pending and is claimed again
  * after `claimIdleMs`; entries of a dead consumer are claimed the same way. An entry redelivery
- * cannot fix (same ID, other payload; no ID) is XACKed and reported.
+ * cannot fix (same ID, other payload; no ID; a `headers` field that is not JSON) is XACKed and reported.
  * Entries are read in batches (XREADGROUP COUNT) and up to `concurrency` effects run at once; give
  * `partitionKey` to keep the entries of one key in order (by default there is no ordering).
  *
@@ -79,11 +101,14 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
     const maxAgeMs = parseDuration(options.maxAge, 'maxAge')
     checkInboxWindow(options.inbox.consumer, `Redis stream "${stream}" (maxAge)`, options.inbox.retentionMs, maxAgeMs)
   }
-  try {
-    await redis.xgroup('CREATE', stream, group, '0', 'MKSTREAM')
-  } catch (error) {
-    if (!String((error as Error).message).includes('BUSYGROUP')) throw error
+  const createGroup = async () => {
+    try {
+      await redis.xgroup('CREATE', stream, group, '0', 'MKSTREAM')
+    } catch (error) {
+      if (!String((error as Error).message).includes('BUSYGROUP')) throw error
+    }
   }
+  await createGroup()
   // XACKs must not queue behind the blocking XREADGROUP on the reader's connection.
   const acker = redis.duplicate({ enableAutoPipelining: false })
   const dispatcher = createDispatcher(options, concurrency)
@@ -104,8 +129,14 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
       if (!entry) continue // XAUTOCLAIM answers nil for entries deleted meanwhile
       const entryId = String(entry[0])
       if (inHand.has(entryId)) continue
+      const { message, refused } = toInboxMessage(stream, entry)
+      if (refused) {
+        // It threw here once: the entry stayed in hand, pending for ever, and the rest of its read was dropped.
+        options.onError?.(refused, message)
+        void settle(entry, message, 'reject')
+        continue
+      }
       inHand.add(entryId)
-      const message = toInboxMessage(stream, entry)
       dispatcher.push(
         keyOf(options, message, () => null),
         message,
@@ -153,6 +184,9 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
         if (stopping) break
         options.onError?.(error, { id: '', payload: '' })
         await new Promise((resolve) => setTimeout(resolve, 500))
+        // The stream or its group is gone (a Redis restart without persistence, a DEL, XGROUP DESTROY):
+        // every read answered NOGROUP for ever. Create the group again, as at start.
+        if (String((error as Error)?.message).includes('NOGROUP') && !stopping) await createGroup().catch(() => {})
       }
     }
     await dispatcher.idle()
