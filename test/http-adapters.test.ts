@@ -36,6 +36,21 @@ async function send(url: string, key: string | undefined, body: string, contentT
   return { status: response.status, replayed: response.headers.get('idempotent-replayed'), text: await response.text() }
 }
 
+/** POSTs `{}` twice under one new key: the first answer and the second (a replay, when it was stored). */
+async function postTwice(url: string) {
+  const key = randomUUID()
+  const once = async () => {
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: '{}',
+    })
+    return { status: response.status, headers: response.headers, text: await response.text() }
+  }
+  const first = await once()
+  return { first, replay: await once() }
+}
+
 describe('Express adapter', () => {
   let url: string
   let close: () => Promise<void> = async () => {}
@@ -436,6 +451,56 @@ describe('Fastify adapter', () => {
     const replay = await send(`${url}/stream`, key, '{}')
     expect(replay.text).toBe('ab1')
     expect(replay.replayed).toBe('true')
+  })
+})
+
+describe('Fastify adapter: a reply sent as a fetch Response or a web stream', () => {
+  let app: FastifyInstance
+  let url: string
+  let runs = 0
+
+  beforeAll(async () => {
+    app = Fastify({ forceCloseConnections: true })
+    await app.register(fastifyIdempotency, { ledger: new Ledger({ store: new MemoryStore() }) })
+    // Fastify 5 sends a fetch Response with its own status and headers.
+    app.post('/response', async (_request, reply) =>
+      reply.send(
+        new Response(JSON.stringify({ run: ++runs }), { status: 201, headers: { 'content-type': 'application/json', etag: `"r${runs}"` } }),
+      ),
+    )
+    app.post('/web-stream', async (_request, reply) => {
+      const text = `web ${++runs}`
+      reply.code(202).type('text/plain')
+      return reply.send(
+        new ReadableStream<Uint8Array>({
+          start(controller) {
+            controller.enqueue(new TextEncoder().encode(text))
+            controller.close()
+          },
+        }),
+      )
+    })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+  })
+  afterAll(() => app.close())
+
+  it('replays a fetch Response the handler sends with its status, headers and body', async () => {
+    const { first, replay } = await postTwice(`${url}/response`)
+    expect(first.status).toBe(201)
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(replay.status).toBe(201)
+    expect(replay.text).toBe(first.text)
+    expect(replay.headers.get('content-type')).toBe('application/json')
+    expect(replay.headers.get('etag')).toBe(first.headers.get('etag'))
+  })
+
+  it('replays a web ReadableStream the handler sends as the bytes it streamed', async () => {
+    const { first, replay } = await postTwice(`${url}/web-stream`)
+    expect(first).toMatchObject({ status: 202, text: expect.stringMatching(/^web \d+$/) })
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(replay.status).toBe(202)
+    expect(replay.text).toBe(first.text)
   })
 })
 

@@ -159,12 +159,20 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
 
 /** Stores what the handler sent and returns the payload to send: its own, or the engine's problem. */
 async function settle(decision: Extract<Decision, { kind: 'execute' }>, reply: FastifyReply, payload: unknown): Promise<unknown> {
-  const body = await toBuffer(payload)
+  let sent = payload
+  if (isFetchResponse(payload)) {
+    // Fastify takes a Response's status and headers after this hook: take them now, so they are stored.
+    reply.code(payload.status)
+    for (const [name, value] of payload.headers) reply.header(name, value)
+    sent = payload.body
+  }
+  const body = await toBuffer(sent)
   const captured = { status: reply.statusCode, headers: plainHeaders(reply.getHeaders()), body }
   const answer = await decision.finish(captured)
   // Hand back what the handler gave when it is still readable: a string lets Node write the headers
-  // and body as one chunk, where a Buffer costs a second one on every response.
-  if (answer === captured) return payload instanceof Readable ? body : payload
+  // and body as one chunk, where a Buffer costs a second one on every response. A stream, read by
+  // now, goes as the bytes it gave.
+  if (answer === captured) return sent instanceof Readable || sent instanceof ReadableStream ? body : sent
   // Transactional mode, and the transaction did not commit: answer the engine's problem instead.
   for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
   reply.code(answer.status).headers(answer.headers)
@@ -180,7 +188,19 @@ async function toBuffer(payload: unknown): Promise<Buffer> {
     for await (const chunk of payload) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk))
     return Buffer.concat(chunks)
   }
+  if (payload instanceof ReadableStream) {
+    // A web stream (Fastify 5 sends one as it is): read it, or its text would be "[object ReadableStream]".
+    const chunks: Buffer[] = []
+    const reader = (payload as ReadableStream<Uint8Array>).getReader()
+    for (let read = await reader.read(); !read.done; read = await reader.read()) chunks.push(Buffer.from(read.value))
+    return Buffer.concat(chunks)
+  }
   return Buffer.from(String(payload))
+}
+
+/** A fetch `Response`: Fastify 5 sends its status, headers and body. */
+function isFetchResponse(payload: unknown): payload is Response {
+  return typeof payload === 'object' && payload !== null && Object.prototype.toString.call(payload) === '[object Response]'
 }
 
 /**
