@@ -504,6 +504,32 @@ describe('Fastify adapter: a reply sent as a fetch Response or a web stream', ()
   })
 })
 
+describe('Fastify adapter: a reply without a Content-Type', () => {
+  let app: FastifyInstance
+  let url: string
+  let runs = 0
+
+  beforeAll(async () => {
+    app = Fastify({ forceCloseConnections: true })
+    await app.register(fastifyIdempotency, { ledger: new Ledger({ store: new MemoryStore() }) })
+    app.post('/created', async (_request, reply) => reply.code(201).header('location', `/things/${++runs}`).send())
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+  })
+  afterAll(() => app.close())
+
+  it('replays a response that had no Content-Type without one', async () => {
+    const { first, replay } = await postTwice(`${url}/created`)
+    expect(first.status).toBe(201)
+    expect(first.headers.get('content-type')).toBeNull()
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(replay.status).toBe(201)
+    expect(replay.headers.get('location')).toBe(first.headers.get('location'))
+    expect(replay.headers.get('content-type')).toBeNull()
+    expect(replay.text).toBe('')
+  })
+})
+
 describe('Fastify adapter with a custom JSON parser', () => {
   let app: FastifyInstance
   let url: string

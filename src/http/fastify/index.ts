@@ -7,7 +7,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { OperatorPage } from '../../observability/operator-page.js'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
 import { distinctHeaders, plainHeaders, tooLarge } from '../node-body.js'
-import type { Decision, EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
+import type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../types.js'
 
 export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
 
@@ -131,8 +131,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
       if (decision.kind === 'passthrough') return done()
       if (decision.kind === 'respond') {
         // Answered here: the handler does not run, and done() is not called.
-        reply.code(decision.response.status).headers(decision.response.headers)
-        reply.send(Buffer.from(decision.response.body))
+        sendAnswer(reply, decision.response)
         return
       }
       request.idempotency = decision.context
@@ -155,6 +154,18 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
     decisions.delete(request)
     decision.fail(new Error('The response was not sent through Fastify.')).then(() => done(), done)
   })
+}
+
+/**
+ * A replay or problem, sent through Fastify. Fastify types a Buffer as `application/octet-stream`;
+ * a stored response without a type has none, so its body goes as a stream of known length instead.
+ */
+function sendAnswer(reply: FastifyReply, response: HttpResponseLike): void {
+  reply.code(response.status).headers(response.headers)
+  const body = Buffer.from(response.body)
+  if (response.headers['content-type'] !== undefined) reply.send(body)
+  else if (body.byteLength === 0) reply.send()
+  else reply.header('content-length', String(body.byteLength)).send(Readable.from([body]))
 }
 
 /** Stores what the handler sent and returns the payload to send: its own, or the engine's problem. */
