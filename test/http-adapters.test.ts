@@ -9,10 +9,12 @@ import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
 import express from 'express'
 import Fastify, { type FastifyInstance } from 'fastify'
+import { Hono } from 'hono'
 import { Ledger } from '../src/core/ledger.js'
 import { idempotency as expressIdempotency } from '../src/http/express/index.js'
 import { idempotency as fastifyIdempotency } from '../src/http/fastify/index.js'
 import { getIdempotency, withIdempotency } from '../src/http/fetch/index.js'
+import { idempotency as honoIdempotency } from '../src/http/hono/index.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { countingStore } from './helpers/counting-store.js'
 
@@ -527,6 +529,67 @@ describe('Fastify adapter: a reply without a Content-Type', () => {
     expect(replay.headers.get('location')).toBe(first.headers.get('location'))
     expect(replay.headers.get('content-type')).toBeNull()
     expect(replay.text).toBe('')
+  })
+})
+
+describe('Fastify adapter: a reply stream that fails', () => {
+  let app: FastifyInstance
+  let url: string
+  let runs = 0
+
+  beforeAll(async () => {
+    app = Fastify({ forceCloseConnections: true })
+    await app.register(fastifyIdempotency, { ledger: new Ledger({ store: new MemoryStore(), wait: '200ms' }) })
+    app.post('/broken-stream', async (_request, reply) => {
+      runs++
+      reply.type('text/plain')
+      return reply.send(
+        new Readable({
+          read() {
+            this.destroy(new Error('upstream went away'))
+          },
+        }),
+      )
+    })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+  })
+  afterAll(() => app.close())
+
+  it('releases the record when the stream the handler sends fails, so the retry runs again', async () => {
+    const { first, replay } = await postTwice(`${url}/broken-stream`)
+    expect(first.status).toBe(500)
+    expect(replay.status).toBe(500)
+    expect(replay.headers.get('idempotent-replayed')).toBeNull()
+    expect(runs).toBe(2)
+  })
+})
+
+describe('Hono adapter: a response stream that fails', () => {
+  it('releases the record when the stream the handler answers with fails, so the retry runs again', async () => {
+    let runs = 0
+    const app = new Hono()
+    app.post('/broken-stream', honoIdempotency({ ledger: new Ledger({ store: new MemoryStore(), wait: '200ms' }) }), (c) => {
+      runs++
+      return c.body(
+        new ReadableStream<Uint8Array>({
+          pull(controller) {
+            controller.error(new Error('upstream went away'))
+          },
+        }),
+      )
+    })
+    const key = randomUUID()
+    const post = () =>
+      app.request('/broken-stream', { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{}' })
+    const onError = vi.spyOn(console, 'error').mockImplementation(() => {})
+    try {
+      expect((await post()).status).toBe(500)
+      expect((await post()).status).toBe(500)
+    } finally {
+      onError.mockRestore()
+    }
+    expect(runs).toBe(2)
   })
 })
 

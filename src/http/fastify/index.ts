@@ -144,7 +144,12 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
     const decision = decisions.get(request)
     if (!decision) return done(null, payload)
     decisions.delete(request)
-    settle(decision, reply, payload).then((result) => done(null, result), done)
+    settle(decision, reply, payload).then(
+      (result) => done(null, result),
+      // The payload could not be read (a stream that failed): nothing was stored. The record is
+      // released before Fastify answers the error, or it would stay held, its lease renewed, for good.
+      (error: Error) => decision.fail(error).then(() => done(error)),
+    )
   })
 
   // A request that never reached onSend (aborted, or the reply was hijacked): release its record.

@@ -66,7 +66,15 @@ export function idempotency<E extends Env = any>(
       return
     }
     const response = c.res
-    const body = new Uint8Array(await response.arrayBuffer())
+    let body: Uint8Array
+    try {
+      body = new Uint8Array(await response.arrayBuffer())
+    } catch (error) {
+      // The handler's stream failed: nothing to store. Release the record (else it stays held, its
+      // lease renewed, for good) and let Hono answer the error.
+      await decision.fail(error)
+      throw error
+    }
     const captured = { status: response.status, headers: headersRecord(response.headers), body }
     // The handler's response, or a problem when its transaction did not commit (transactional mode).
     const answer = await decision.finish(captured)
