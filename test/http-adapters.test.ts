@@ -593,6 +593,36 @@ describe('Hono adapter: a response stream that fails', () => {
   })
 })
 
+describe('Hono adapter: a body that middleware before it read', () => {
+  it('fingerprints a body that middleware before it read through c.req, and the handler still reads it', async () => {
+    let runs = 0
+    const app = new Hono()
+    // A webhook signature check, say: it reads the body before the layer sees the request.
+    app.use(async (c, next) => {
+      await c.req.text()
+      await next()
+    })
+    app.post('/charges', honoIdempotency({ ledger: new Ledger({ store: new MemoryStore() }) }), async (c) => {
+      const body = (await c.req.json()) as { amount: number }
+      return c.json({ run: ++runs, amount: body.amount }, 201)
+    })
+    const key = randomUUID()
+    const post = async (body: string) => {
+      const response = await app.request('/charges', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body,
+      })
+      return { status: response.status, replayed: response.headers.get('idempotent-replayed'), text: await response.text() }
+    }
+    const first = await post('{"amount":5}')
+    expect(first).toEqual({ status: 201, replayed: null, text: '{"run":1,"amount":5}' })
+    expect(await post('{"amount":5}')).toEqual({ ...first, replayed: 'true' })
+    expect((await post('{"amount":6}')).status).toBe(422)
+    expect(runs).toBe(1)
+  })
+})
+
 describe('Fastify adapter with a custom JSON parser', () => {
   let app: FastifyInstance
   let url: string
