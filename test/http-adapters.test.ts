@@ -9,10 +9,12 @@ import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
 import express from 'express'
 import Fastify, { type FastifyInstance } from 'fastify'
+import { Hono } from 'hono'
 import { Ledger } from '../src/core/ledger.js'
 import { idempotency as expressIdempotency } from '../src/http/express/index.js'
 import { idempotency as fastifyIdempotency } from '../src/http/fastify/index.js'
 import { getIdempotency, withIdempotency } from '../src/http/fetch/index.js'
+import { idempotency as honoIdempotency } from '../src/http/hono/index.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { countingStore } from './helpers/counting-store.js'
 
@@ -34,6 +36,21 @@ async function send(url: string, key: string | undefined, body: string, contentT
   if (key) headers['idempotency-key'] = key
   const response = await fetch(url, { method: 'POST', headers, body })
   return { status: response.status, replayed: response.headers.get('idempotent-replayed'), text: await response.text() }
+}
+
+/** POSTs `{}` twice under one new key: the first answer and the second (a replay, when it was stored). */
+async function postTwice(url: string) {
+  const key = randomUUID()
+  const once = async () => {
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: '{}',
+    })
+    return { status: response.status, headers: response.headers, text: await response.text() }
+  }
+  const first = await once()
+  return { first, replay: await once() }
 }
 
 describe('Express adapter', () => {
@@ -436,6 +453,173 @@ describe('Fastify adapter', () => {
     const replay = await send(`${url}/stream`, key, '{}')
     expect(replay.text).toBe('ab1')
     expect(replay.replayed).toBe('true')
+  })
+})
+
+describe('Fastify adapter: a reply sent as a fetch Response or a web stream', () => {
+  let app: FastifyInstance
+  let url: string
+  let runs = 0
+
+  beforeAll(async () => {
+    app = Fastify({ forceCloseConnections: true })
+    await app.register(fastifyIdempotency, { ledger: new Ledger({ store: new MemoryStore() }) })
+    // Fastify 5 sends a fetch Response with its own status and headers.
+    app.post('/response', async (_request, reply) =>
+      reply.send(
+        new Response(JSON.stringify({ run: ++runs }), { status: 201, headers: { 'content-type': 'application/json', etag: `"r${runs}"` } }),
+      ),
+    )
+    app.post('/web-stream', async (_request, reply) => {
+      const text = `web ${++runs}`
+      reply.code(202).type('text/plain')
+      return reply.send(
+        new ReadableStream<Uint8Array>({
+          start(controller) {
+            controller.enqueue(new TextEncoder().encode(text))
+            controller.close()
+          },
+        }),
+      )
+    })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+  })
+  afterAll(() => app.close())
+
+  it('replays a fetch Response the handler sends with its status, headers and body', async () => {
+    const { first, replay } = await postTwice(`${url}/response`)
+    expect(first.status).toBe(201)
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(replay.status).toBe(201)
+    expect(replay.text).toBe(first.text)
+    expect(replay.headers.get('content-type')).toBe('application/json')
+    expect(replay.headers.get('etag')).toBe(first.headers.get('etag'))
+  })
+
+  it('replays a web ReadableStream the handler sends as the bytes it streamed', async () => {
+    const { first, replay } = await postTwice(`${url}/web-stream`)
+    expect(first).toMatchObject({ status: 202, text: expect.stringMatching(/^web \d+$/) })
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(replay.status).toBe(202)
+    expect(replay.text).toBe(first.text)
+  })
+})
+
+describe('Fastify adapter: a reply without a Content-Type', () => {
+  let app: FastifyInstance
+  let url: string
+  let runs = 0
+
+  beforeAll(async () => {
+    app = Fastify({ forceCloseConnections: true })
+    await app.register(fastifyIdempotency, { ledger: new Ledger({ store: new MemoryStore() }) })
+    app.post('/created', async (_request, reply) => reply.code(201).header('location', `/things/${++runs}`).send())
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+  })
+  afterAll(() => app.close())
+
+  it('replays a response that had no Content-Type without one', async () => {
+    const { first, replay } = await postTwice(`${url}/created`)
+    expect(first.status).toBe(201)
+    expect(first.headers.get('content-type')).toBeNull()
+    expect(replay.headers.get('idempotent-replayed')).toBe('true')
+    expect(replay.status).toBe(201)
+    expect(replay.headers.get('location')).toBe(first.headers.get('location'))
+    expect(replay.headers.get('content-type')).toBeNull()
+    expect(replay.text).toBe('')
+  })
+})
+
+describe('Fastify adapter: a reply stream that fails', () => {
+  let app: FastifyInstance
+  let url: string
+  let runs = 0
+
+  beforeAll(async () => {
+    app = Fastify({ forceCloseConnections: true })
+    await app.register(fastifyIdempotency, { ledger: new Ledger({ store: new MemoryStore(), wait: '200ms' }) })
+    app.post('/broken-stream', async (_request, reply) => {
+      runs++
+      reply.type('text/plain')
+      return reply.send(
+        new Readable({
+          read() {
+            this.destroy(new Error('upstream went away'))
+          },
+        }),
+      )
+    })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+  })
+  afterAll(() => app.close())
+
+  it('releases the record when the stream the handler sends fails, so the retry runs again', async () => {
+    const { first, replay } = await postTwice(`${url}/broken-stream`)
+    expect(first.status).toBe(500)
+    expect(replay.status).toBe(500)
+    expect(replay.headers.get('idempotent-replayed')).toBeNull()
+    expect(runs).toBe(2)
+  })
+})
+
+describe('Hono adapter: a response stream that fails', () => {
+  it('releases the record when the stream the handler answers with fails, so the retry runs again', async () => {
+    let runs = 0
+    const app = new Hono()
+    app.post('/broken-stream', honoIdempotency({ ledger: new Ledger({ store: new MemoryStore(), wait: '200ms' }) }), (c) => {
+      runs++
+      return c.body(
+        new ReadableStream<Uint8Array>({
+          pull(controller) {
+            controller.error(new Error('upstream went away'))
+          },
+        }),
+      )
+    })
+    const key = randomUUID()
+    const post = () =>
+      app.request('/broken-stream', { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{}' })
+    const onError = vi.spyOn(console, 'error').mockImplementation(() => {})
+    try {
+      expect((await post()).status).toBe(500)
+      expect((await post()).status).toBe(500)
+    } finally {
+      onError.mockRestore()
+    }
+    expect(runs).toBe(2)
+  })
+})
+
+describe('Hono adapter: a body that middleware before it read', () => {
+  it('fingerprints a body that middleware before it read through c.req, and the handler still reads it', async () => {
+    let runs = 0
+    const app = new Hono()
+    // A webhook signature check, say: it reads the body before the layer sees the request.
+    app.use(async (c, next) => {
+      await c.req.text()
+      await next()
+    })
+    app.post('/charges', honoIdempotency({ ledger: new Ledger({ store: new MemoryStore() }) }), async (c) => {
+      const body = (await c.req.json()) as { amount: number }
+      return c.json({ run: ++runs, amount: body.amount }, 201)
+    })
+    const key = randomUUID()
+    const post = async (body: string) => {
+      const response = await app.request('/charges', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body,
+      })
+      return { status: response.status, replayed: response.headers.get('idempotent-replayed'), text: await response.text() }
+    }
+    const first = await post('{"amount":5}')
+    expect(first).toEqual({ status: 201, replayed: null, text: '{"run":1,"amount":5}' })
+    expect(await post('{"amount":5}')).toEqual({ ...first, replayed: 'true' })
+    expect((await post('{"amount":6}')).status).toBe(422)
+    expect(runs).toBe(1)
   })
 })
 

@@ -67,6 +67,11 @@ class DenyGuard implements CanActivate {
 }
 
 type RawReply = { status?(code: number): { json(body: unknown): void }; code?(code: number): { send(body: unknown): void } }
+/** Express's `res` or Fastify's `reply`, for a handler that answers 201 with a Location and no body. */
+type CreatedReply = {
+  status?(code: number): { location(url: string): { end(): void } }
+  code?(code: number): { header(name: string, value: string): { send(): void } }
+}
 
 describe.each<Platform>(['express', 'fastify'])('NestJS on %s', (platform) => {
   const store = countingStore()
@@ -125,6 +130,13 @@ describe.each<Platform>(['express', 'fastify'])('NestJS on %s', (platform) => {
       if (reply.code) reply.code(201).send(body)
       else reply.status?.(201).json(body)
     }
+
+    @Post('created')
+    created(@Res() reply: CreatedReply) {
+      const location = `/charges/${++runs}`
+      if (reply.code) reply.code(201).header('location', location).send()
+      else reply.status?.(201).location(location).end()
+    }
   }
 
   @Module({ imports: [IdempotencyModule.forRoot({ ledger: new Ledger({ store }), global: true })], controllers: [ChargesController] })
@@ -135,16 +147,19 @@ describe.each<Platform>(['express', 'fastify'])('NestJS on %s', (platform) => {
   })
   afterAll(() => app.close())
 
-  it.each(['/charges', '/accepted', '/file', '/raw'])('replays what %s sent, byte for byte, with its status and type', async (path) => {
-    const key = randomUUID()
-    const before = runs
-    const first = await send(app.url + path, key, { amount: 1 })
-    const replay = await send(app.url + path, key, { amount: 1 })
-    expect(first.status).toBe(path === '/accepted' ? 202 : 201)
-    expect(first.replayed).toBeNull()
-    expect(replay).toEqual({ ...first, replayed: 'true' })
-    expect(runs).toBe(before + 1)
-  })
+  it.each(['/charges', '/accepted', '/file', '/raw', '/created'])(
+    'replays what %s sent, byte for byte, with its status and type',
+    async (path) => {
+      const key = randomUUID()
+      const before = runs
+      const first = await send(app.url + path, key, { amount: 1 })
+      const replay = await send(app.url + path, key, { amount: 1 })
+      expect(first.status).toBe(path === '/accepted' ? 202 : 201)
+      expect(first.replayed).toBeNull()
+      expect(replay).toEqual({ ...first, replayed: 'true' })
+      expect(runs).toBe(before + 1)
+    },
+  )
 
   it('stores an HttpException the handler threw as a final failure and replays it', async () => {
     const key = randomUUID()

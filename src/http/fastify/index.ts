@@ -7,7 +7,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { OperatorPage } from '../../observability/operator-page.js'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
 import { distinctHeaders, plainHeaders, tooLarge } from '../node-body.js'
-import type { Decision, EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
+import type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../types.js'
 
 export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
 
@@ -131,8 +131,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
       if (decision.kind === 'passthrough') return done()
       if (decision.kind === 'respond') {
         // Answered here: the handler does not run, and done() is not called.
-        reply.code(decision.response.status).headers(decision.response.headers)
-        reply.send(Buffer.from(decision.response.body))
+        sendAnswer(reply, decision.response)
         return
       }
       request.idempotency = decision.context
@@ -145,7 +144,12 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
     const decision = decisions.get(request)
     if (!decision) return done(null, payload)
     decisions.delete(request)
-    settle(decision, reply, payload).then((result) => done(null, result), done)
+    settle(decision, reply, payload).then(
+      (result) => done(null, result),
+      // The payload could not be read (a stream that failed): nothing was stored. The record is
+      // released before Fastify answers the error, or it would stay held, its lease renewed, for good.
+      (error: Error) => decision.fail(error).then(() => done(error)),
+    )
   })
 
   // A request that never reached onSend (aborted, or the reply was hijacked): release its record.
@@ -157,14 +161,34 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (app, option
   })
 }
 
+/**
+ * A replay or problem, sent through Fastify. Fastify types a Buffer as `application/octet-stream`;
+ * a stored response without a type has none, so its body goes as a stream of known length instead.
+ */
+function sendAnswer(reply: FastifyReply, response: HttpResponseLike): void {
+  reply.code(response.status).headers(response.headers)
+  const body = Buffer.from(response.body)
+  if (response.headers['content-type'] !== undefined) reply.send(body)
+  else if (body.byteLength === 0) reply.send()
+  else reply.header('content-length', String(body.byteLength)).send(Readable.from([body]))
+}
+
 /** Stores what the handler sent and returns the payload to send: its own, or the engine's problem. */
 async function settle(decision: Extract<Decision, { kind: 'execute' }>, reply: FastifyReply, payload: unknown): Promise<unknown> {
-  const body = await toBuffer(payload)
+  let sent = payload
+  if (isFetchResponse(payload)) {
+    // Fastify takes a Response's status and headers after this hook: take them now, so they are stored.
+    reply.code(payload.status)
+    for (const [name, value] of payload.headers) reply.header(name, value)
+    sent = payload.body
+  }
+  const body = await toBuffer(sent)
   const captured = { status: reply.statusCode, headers: plainHeaders(reply.getHeaders()), body }
   const answer = await decision.finish(captured)
   // Hand back what the handler gave when it is still readable: a string lets Node write the headers
-  // and body as one chunk, where a Buffer costs a second one on every response.
-  if (answer === captured) return payload instanceof Readable ? body : payload
+  // and body as one chunk, where a Buffer costs a second one on every response. A stream, read by
+  // now, goes as the bytes it gave.
+  if (answer === captured) return sent instanceof Readable || sent instanceof ReadableStream ? body : sent
   // Transactional mode, and the transaction did not commit: answer the engine's problem instead.
   for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name)
   reply.code(answer.status).headers(answer.headers)
@@ -180,7 +204,19 @@ async function toBuffer(payload: unknown): Promise<Buffer> {
     for await (const chunk of payload) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk))
     return Buffer.concat(chunks)
   }
+  if (payload instanceof ReadableStream) {
+    // A web stream (Fastify 5 sends one as it is): read it, or its text would be "[object ReadableStream]".
+    const chunks: Buffer[] = []
+    const reader = (payload as ReadableStream<Uint8Array>).getReader()
+    for (let read = await reader.read(); !read.done; read = await reader.read()) chunks.push(Buffer.from(read.value))
+    return Buffer.concat(chunks)
+  }
   return Buffer.from(String(payload))
+}
+
+/** A fetch `Response`: Fastify 5 sends its status, headers and body. */
+function isFetchResponse(payload: unknown): payload is Response {
+  return typeof payload === 'object' && payload !== null && Object.prototype.toString.call(payload) === '[object Response]'
 }
 
 /**

@@ -6,7 +6,7 @@
 import type { IncomingMessage } from 'node:http'
 import type { Context, Env, MiddlewareHandler } from 'hono'
 import { createEngine } from '../engine.js'
-import { distinctHeaders, headersRecord, readWebBody, toWebResponse } from '../node-body.js'
+import { distinctHeaders, headersRecord, readWebBody, tooLarge, toWebResponse } from '../node-body.js'
 import type { EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
 
 export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
@@ -48,8 +48,10 @@ export function idempotency<E extends Env = any>(
       url: url.pathname + url.search,
       headers: incoming?.rawHeaders ? distinctHeaders(incoming as IncomingMessage) : Object.fromEntries(raw.headers),
       native: c,
-      // A clone: the handler can still read the body with c.req.json() / c.req.text().
-      body: (limit) => readWebBody(raw.clone().body, raw.headers.get('content-length'), limit),
+      // A clone: the handler can still read the body with c.req.json() / c.req.text(). A body that
+      // middleware before this one read through c.req (a validator, a signature check) cannot be
+      // cloned: Hono keeps it, and hands it over again.
+      body: (limit) => (raw.bodyUsed ? readCachedBody(c, limit) : readWebBody(raw.clone().body, raw.headers.get('content-length'), limit)),
     }
     const decision = await engine.begin(neutral)
     if (decision.kind === 'passthrough') {
@@ -66,7 +68,15 @@ export function idempotency<E extends Env = any>(
       return
     }
     const response = c.res
-    const body = new Uint8Array(await response.arrayBuffer())
+    let body: Uint8Array
+    try {
+      body = new Uint8Array(await response.arrayBuffer())
+    } catch (error) {
+      // The handler's stream failed: nothing to store. Release the record (else it stays held, its
+      // lease renewed, for good) and let Hono answer the error.
+      await decision.fail(error)
+      throw error
+    }
     const captured = { status: response.status, headers: headersRecord(response.headers), body }
     // The handler's response, or a problem when its transaction did not commit (transactional mode).
     const answer = await decision.finish(captured)
@@ -74,6 +84,23 @@ export function idempotency<E extends Env = any>(
     c.res = undefined as unknown as Response
     c.res = toWebResponse(answer)
   }
+}
+
+/**
+ * The body Hono kept after middleware read it (`c.req.text()`, `c.req.json()`, a validator). Kept
+ * only as form data, it is not the client's bytes (Hono re-encodes it with a new boundary each time),
+ * so it would fingerprint every retry differently; read from `c.req.raw`, it is gone: refused instead.
+ */
+async function readCachedBody(c: Context, limit: number): Promise<Uint8Array> {
+  const first = Object.keys(c.req.bodyCache)[0]
+  if (first !== 'text' && first !== 'arrayBuffer' && first !== 'blob') {
+    throw new Error(
+      'idemkey/hono: middleware before idempotency() read the request body in a way that does not keep its bytes (c.req.raw directly, c.req.formData(), c.req.parseBody()), so the request cannot be fingerprinted. Mount idempotency() before it.',
+    )
+  }
+  const bytes = new Uint8Array(await c.req.arrayBuffer())
+  if (bytes.byteLength > limit) throw tooLarge(limit)
+  return bytes
 }
 
 /**

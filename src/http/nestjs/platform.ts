@@ -3,6 +3,7 @@
  * engine, which Node response they write to, and how to answer through them.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import { Readable } from 'node:stream'
 import { StreamableFile } from '@nestjs/common'
 import { type BodyCarrier, expressRequestLike } from '../express/request.js'
 import { distinctHeaders, isBytes, tooLarge } from '../node-body.js'
@@ -23,7 +24,7 @@ interface FastifyReplyLike {
   raw: ServerResponse
   code(status: number): unknown
   header(name: string, value: string | string[]): unknown
-  send(payload: Buffer): unknown
+  send(payload?: Buffer | Readable): unknown
 }
 
 export interface Platform {
@@ -55,7 +56,15 @@ export function platformOf(request: unknown, response: unknown): Platform {
       send(answer) {
         response.code(answer.status)
         for (const [name, value] of Object.entries(answer.headers)) response.header(name, value)
-        response.send(Buffer.from(answer.body))
+        // Fastify types a Buffer as application/octet-stream; a stored response without a type has
+        // none, so its body goes as a stream of known length instead.
+        const bytes = Buffer.from(answer.body)
+        if (answer.headers['content-type'] !== undefined) response.send(bytes)
+        else if (bytes.byteLength === 0) response.send()
+        else {
+          response.header('content-length', String(bytes.byteLength))
+          response.send(Readable.from([bytes]))
+        }
       },
     }
   }
