@@ -156,8 +156,9 @@ describe('the packed tarball', () => {
     // 460 KB with DynamoDB, Lambda, observability and durable steps in both builds; about 612 KB with the
     // data-layer adapters, the MySQL outbox and inbox, and group commit on PostgreSQL and MySQL; about
     // 681 KB with PostgreSQL time partitions, Redis's compare-and-set complete and the inbox reports; 739 KB
-    // (1 KB under the last guard) once the docs and CHANGELOG of the fault-proxy work had grown.
-    expect(packed.size, 'packed size in bytes').toBeLessThan(800_000)
+    // (1 KB under the last guard) once the docs and CHANGELOG of the fault-proxy work had grown; 802 KB after
+    // the adapter reviews' 60-odd fixes (their CHANGELOG entries alone are about 40 KB of text).
+    expect(packed.size, 'packed size in bytes').toBeLessThan(880_000)
     console.info(`idemkey tarball: ${packed.size} bytes packed, ${packed.unpackedSize} unpacked, ${files.size} files`)
   })
 
