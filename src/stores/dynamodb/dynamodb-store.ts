@@ -12,7 +12,7 @@ import {
 } from '../../core/store.js'
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
+import { assertOutcome, encodeHeaders, listLimit, matchesFilter } from '../shared.js'
 import { type DynamoDbClientLike, type DynamoDbSdk, errorName, loadSdk } from './client.js'
 import {
   A,
@@ -402,10 +402,7 @@ export class DynamoDbStore implements IdempotencyStore {
    * another), filtered and sorted here. Its cost grows with the table: keep it off hot paths.
    */
   async list(filter: ListFilter = {}): Promise<StoredRecord[]> {
-    const limit = filter.limit ?? 100
-    if (!Number.isSafeInteger(limit) || limit < 0) {
-      throw new IdempotencyError('INVALID_ARGUMENT', `list limit must be a non-negative integer, got ${String(limit)}.`)
-    }
+    const limit = listLimit(filter)
     if (limit === 0) return []
     const now = this.#clock.now()
     const records: StoredRecord[] = []

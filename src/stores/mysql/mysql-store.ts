@@ -14,6 +14,7 @@ import {
 } from '../../core/store.js'
 import { assertFingerprint, assertIdentity, assertOptionalPositiveInteger, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
+import { listLimit } from '../shared.js'
 import { batchStatements } from './batch-statements.js'
 import { type AcquireInput, type FencedInput, fitsBatch, type GroupCommits, groupCommits, type KeyInput, lostRaces } from './batches.js'
 import { BoundedPool } from './bounded.js'
@@ -275,10 +276,7 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
   }
 
   async list(filter: ListFilter = {}): Promise<StoredRecord[]> {
-    const limit = filter.limit ?? 100
-    if (!Number.isSafeInteger(limit) || limit < 0) {
-      throw new IdempotencyError('INVALID_ARGUMENT', `list limit must be a non-negative integer, got ${String(limit)}.`)
-    }
+    const limit = listLimit(filter)
     if (limit === 0) return []
     const where: string[] = []
     const values: MySqlValue[] = []

@@ -12,7 +12,7 @@ import {
 } from '../../core/store.js'
 import { assertFingerprint, assertIdentity, assertOptionalPositiveInteger, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
-import { assertOutcome, encodeHeaders } from '../shared.js'
+import { assertOutcome, encodeHeaders, listLimit } from '../shared.js'
 import { batchStatements } from './batch-statements.js'
 import {
   type AcquireInput,
@@ -416,10 +416,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   }
 
   async list(filter: ListFilter = {}): Promise<StoredRecord[]> {
-    const limit = filter.limit ?? 100
-    if (!Number.isSafeInteger(limit) || limit < 0) {
-      throw new IdempotencyError('INVALID_ARGUMENT', `list limit must be a non-negative integer, got ${String(limit)}.`)
-    }
+    const limit = listLimit(filter)
     const where: string[] = []
     const values: unknown[] = []
     const param = (value: unknown) => `$${values.push(value)}`

@@ -12,7 +12,7 @@ import {
 } from '../../core/store.js'
 import { assertFingerprint, assertIdentity, assertOptionalPositiveInteger, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
-import { assertOutcome, encodeHeaders, matchesFilter } from '../shared.js'
+import { assertOutcome, encodeHeaders, listLimit, matchesFilter } from '../shared.js'
 import {
   databaseOf,
   openClient,
@@ -369,10 +369,7 @@ export class RedisStore implements IdempotencyStore {
    * then filters and sorts: its cost grows with the number of records, so keep it off hot paths.
    */
   async list(filter: ListFilter = {}): Promise<StoredRecord[]> {
-    const limit = filter.limit ?? 100
-    if (!Number.isSafeInteger(limit) || limit < 0) {
-      throw new IdempotencyError('INVALID_ARGUMENT', `list limit must be a non-negative integer, got ${String(limit)}.`)
-    }
+    const limit = listLimit(filter)
     if (limit === 0) return []
     const client = await this.#ready('list')
     let keys: string[]
