@@ -6,7 +6,7 @@ import { Readable, Transform, type TransformCallback } from 'node:stream'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { OperatorPage } from '../../observability/operator-page.js'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
-import { distinctHeaders, plainHeaders, tooLarge } from '../node-body.js'
+import { distinctHeaders, plainHeaders, readWebBody, tooLarge } from '../node-body.js'
 import type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../types.js'
 
 export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
@@ -206,10 +206,8 @@ async function toBuffer(payload: unknown): Promise<Buffer> {
   }
   if (payload instanceof ReadableStream) {
     // A web stream (Fastify 5 sends one as it is): read it, or its text would be "[object ReadableStream]".
-    const chunks: Buffer[] = []
-    const reader = (payload as ReadableStream<Uint8Array>).getReader()
-    for (let read = await reader.read(); !read.done; read = await reader.read()) chunks.push(Buffer.from(read.value))
-    return Buffer.concat(chunks)
+    const bytes = await readWebBody(payload as ReadableStream<Uint8Array>, null, Number.POSITIVE_INFINITY)
+    return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
   }
   return Buffer.from(String(payload))
 }
