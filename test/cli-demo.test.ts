@@ -91,7 +91,10 @@ describe('idemkey demo (built CLI)', () => {
   })
 
   it('repeats a seeded run: the same seed without crashes gives the same counts; what varies is said', async () => {
-    const noCrash = ['--intents', '30', '--workers', '1', '--seed', '9', '--json', ...FAULTY, '--crash-rate', '0']
+    // A client timeout well above a request's time on a loaded machine: at the default 1 s, a CI machine's
+    // stall once timed out an ordinary request of the unprotected run, one more retry and one more double
+    // charge than the same seed made before (41 against 42). Only the injected slow calls time out now.
+    const noCrash = ['--intents', '30', '--workers', '1', '--seed', '9', '--json', ...FAULTY, '--crash-rate', '0', '--client-timeout', '3s']
     // One after the other: two runs side by side would load the machine, and load is timing.
     const first = await runDemo(...noCrash)
     const second = await runDemo(...noCrash)
