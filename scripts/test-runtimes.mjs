@@ -2,7 +2,8 @@
 /**
  * The suites that run beyond the main line (`npm test` runs everything on one maintained Node.js):
  * - on every other supported Node.js line: the store contract suites (src/stores: every store, both
- *   SQLite drivers), the demo, the docs' examples and the package-consumer install, under vitest;
+ *   SQLite drivers), the demo, the docs' examples and the package-consumer install, under vitest (its
+ *   type checks, which no Node.js line changes, run once, in the main suite: IDEMKEY_TYPECHECKS);
  * - on Bun and on Deno 2: test/runtimes/portable.runtime.mjs (the ledger, the stores, the fetch and
  *   Hono adapters and idempotentFetch, against the built package and the real servers).
  * test/package-managers.test.ts, in the main suite, installs the tarball with npm 12 and pnpm on every line.
@@ -49,7 +50,10 @@ for (const name of wanted) {
   if (name.startsWith('node')) {
     const node = nodeBinary(Number(name.slice(4)))
     results.push(
-      step(`Node.js ${name.slice(4)}`, node, [join(ROOT, 'node_modules/vitest/vitest.mjs'), 'run', ...NODE_SUITES], onPath(node)),
+      step(`Node.js ${name.slice(4)}`, node, [join(ROOT, 'node_modules/vitest/vitest.mjs'), 'run', ...NODE_SUITES], {
+        ...onPath(node),
+        IDEMKEY_TYPECHECKS: 'main-line-only',
+      }),
     )
   } else if (name === 'bun') {
     const [bun] = toolCommand('bun')

@@ -10,6 +10,10 @@
  * Integrations add what they need beside the tarball in test/fixtures/consumer/extras/<name>.json:
  * `{ "dependencies": { "drizzle-orm": "^1" }, "files": ["test/fixtures/consumer/extras/…/x.ts"] }`;
  * the files (their docs' examples) must type-check there under node16 and bundler resolution.
+ *
+ * The type checks (publint and attw, the four module settings, the extras) look at the tarball's files
+ * and declarations, which no Node.js line changes: `npm run test:runtimes` runs this file on the other
+ * lines with IDEMKEY_TYPECHECKS=main-line-only, and they run once, in the main suite.
  */
 import { randomBytes } from 'node:crypto'
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
@@ -99,6 +103,8 @@ async function npmInstall(dir: string, specs: string[], env: Record<string, stri
 const idemkey = (dir: string, ...args: string[]) => run('npx', ['--no', '--', 'idemkey', ...args], dir, { timeoutMs: 90_000 })
 
 const pgSkip = await serviceSkipReason('PostgreSQL', 5432)
+/** Set by scripts/test-runtimes.mjs on the other Node.js lines: the type checks run on the main line only. */
+const typecheckSkip = process.env.IDEMKEY_TYPECHECKS === 'main-line-only'
 const dropTables: string[] = []
 
 beforeAll(async () => {
@@ -198,7 +204,7 @@ describe('the packed tarball', () => {
     }
   })
 
-  it('passes publint --strict and attw in every resolution mode', async () => {
+  it('passes publint --strict and attw in every resolution mode', { skip: typecheckSkip }, async () => {
     const publint = await run(process.execPath, [PUBLINT, 'run', tarball, '--strict'], work)
     expect(publint.code, show(publint)).toBe(0)
     const attw = await run(process.execPath, [ATTW, tarball, '--format', 'table-flipped'], work)
@@ -234,7 +240,10 @@ describe('idemkey in a project with its peer dependencies', () => {
     expect(JSON.parse(out.stdout)).toEqual({ separateCopies: true, esmSeesCjs: true, cjsSeesEsm: true })
   })
 
-  it('type-checks under node16, nodenext, bundler, and node10 with module commonjs', async () => {
+  it('type-checks under node16, nodenext, bundler, and node10 with module commonjs', {
+    skip: typecheckSkip,
+    timeout: 300_000,
+  }, async () => {
     const source = readFileSync(join(FIXTURES, 'consumer.ts.txt'), 'utf8')
     const settings: Array<{ name: string; options: Record<string, unknown>; files: string[] }> = [
       { name: 'node16', options: { module: 'node16', moduleResolution: 'node16' }, files: ['consumer.mts', 'consumer.cts'] },
@@ -268,7 +277,7 @@ describe('idemkey in a project with its peer dependencies', () => {
     )
     expect(failures.join('\n')).toBe('')
     // Four full type-checks (library declarations included) at once on two cores.
-  }, 300_000)
+  })
 })
 
 describe('the idemkey command in a project with nothing but idemkey', () => {
@@ -351,7 +360,7 @@ const extras: Extra[] = existsSync(EXTRAS_DIR)
       }))
   : []
 
-describe.skipIf(extras.length === 0)('idemkey beside the tools its integrations adapt', () => {
+describe.skipIf(extras.length === 0 || typecheckSkip)('idemkey beside the tools its integrations adapt', () => {
   it.each(extras.map((extra) => [extra.name, extra] as const))(
     'extras %s: installs beside its tools, and its examples type-check under node16 and bundler resolution',
     async (_name, extra) => {
