@@ -126,10 +126,14 @@ describe.skipIf(skip)('RedisStore complete by SET IFEQ: the records it leaves', 
     // Created when acquired: the holder measured how long it held the record.
     expect(done?.createdAtMs).toBeGreaterThanOrEqual(fresh?.createdAtMs as number)
     expect(done?.createdAtMs).toBeLessThanOrEqual(done?.updatedAtMs as number)
-    // Replayed (by the acquire script: the native replay needs absolute times), listed, fenced.
+    // Replayed (first by the acquire script: the native replay needs absolute times), listed, fenced.
     const replay = await store.acquire(s, 'k', fp('a'), 60_000)
     expect(replay).toMatchObject({ kind: 'replay', record: { status: 'completed', token: 1, expiresAtMs: done?.expiresAtMs } })
     expect(new TextDecoder().decode((replay as { record: { response: { body: Uint8Array } } }).record.response.body)).toBe('{"id":1}')
+    // That replay kept the record in the absolute form, its TTL unchanged: the next is the native SET NX GET's.
+    expect(await redis.get(names.key)).toMatch(/^ik100c\|1\|/)
+    expect(await redis.pttl(names.key)).toBeGreaterThan(3_600_000)
+    expect(await store.acquire(s, 'k', fp('a'), 60_000)).toEqual(replay)
     expect(await store.acquire(s, 'k', fp('b'), 60_000)).toEqual({ kind: 'mismatch' })
     expect((await store.list({ scope: s })).map((r) => r.key)).toEqual(['k'])
     expect(await store.complete(s, 'k', 1, outcome('again'), 60_000)).toBe(false)

@@ -135,6 +135,18 @@ const idemkeyRedis: Adapter = {
   },
 }
 
+/** The same store with its group commit off (`groupCommit: false`): one command per operation, as before it. */
+const idemkeyRedisAlone: Adapter = {
+  name: 'idemkey-redis-alone',
+  shown: '**idemkey** (`groupCommit: false`), Redis',
+  storage: 'redis',
+  packages: ['express4', 'ioredis'],
+  async build(kit) {
+    const { RedisStore } = await import('idemkey/redis')
+    return idemkeyApp(kit, new RedisStore({ url: kit.redisUrl, prefix: IDEMKEY_REDIS_PREFIX, groupCommit: false }))
+  },
+}
+
 /**
  * The same store on the driver @node-idempotency and Powertools use: a node-redis client the app holds
  * (docs/redis.md), passed as `client`. The store's own client (`url`) is ioredis.
@@ -381,6 +393,7 @@ export const ADAPTERS: Adapter[] = [
   idemkeySqlite,
   idemkeyRedis,
   idemkeyRedisNode,
+  idemkeyRedisAlone,
   idemkeyPostgres,
   nodeIdempotencyMemory,
   nodeIdempotencyRedis,

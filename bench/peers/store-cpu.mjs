@@ -2,9 +2,11 @@
  * CPU per new-key cycle below the HTTP layer, in one process: `node bench/peers/store-cpu.mjs [--cycles n]
  * [--rounds n] [--only text]`. Sixteen callers each loop over new keys; every row is the process's user + system CPU
  * (`process.cpuUsage()`) over the cycles it ran: two plain SETs through ioredis and through node-redis
- * (what @node-idempotency does with a new key), RedisStore's acquire + complete, the same on MemoryStore,
- * and `Ledger.run` over each store. The rows alternate within each round, so they share the machine's
- * drift. Needs `npm run build` and Redis (`REDIS_URL`); deletes the keys it wrote.
+ * (what @node-idempotency does with a new key), RedisStore's acquire + complete (with its group commit, the
+ * default, and without), the same on MemoryStore, and `Ledger.run` over each store. Beside each row, the
+ * Redis server's CPU per cycle (`INFO cpu`: on a shared machine Redis's time is CPU the app does not get).
+ * The rows alternate within each round, so they share the machine's drift. Needs `npm run build` and Redis
+ * (`REDIS_URL`); deletes the keys it wrote.
  */
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
@@ -37,20 +39,29 @@ const CHARGE = { id: 'ch_2616841a-800a-44aa-9219-20fd9f269c3b', amount: 1299 }
 const FINGERPRINT = 'a'.repeat(64)
 const DAY = 86_400_000
 
+/** The Redis server's CPU seconds so far (user + system), from INFO cpu. */
+async function redisCpuSeconds() {
+  const info = await io.info('cpu')
+  const field = (name) => Number(info.match(new RegExp(`${name}:([0-9.]+)`))?.[1])
+  return field('used_cpu_user') + field('used_cpu_sys')
+}
+
 async function measure(cycle) {
   let next = 0
   const caller = async () => {
     while (next < cycles) await cycle(next++)
   }
+  const server = await redisCpuSeconds()
   const cpu = process.cpuUsage()
   await Promise.all(Array.from({ length: CALLERS }, caller))
   const used = process.cpuUsage(cpu)
-  return (used.user + used.system) / cycles
+  return { app: (used.user + used.system) / cycles, redis: (((await redisCpuSeconds()) - server) * 1e6) / cycles }
 }
 
 const io = new Redis(URL, { enableAutoPipelining: true })
 const nodeRedis = await createClient({ url: URL }).connect()
 const redisStore = new RedisStore({ url: URL, prefix: PREFIX })
+const redisAlone = new RedisStore({ url: URL, prefix: PREFIX, groupCommit: false })
 const memoryStore = new MemoryStore()
 const onRedis = new Ledger({ store: redisStore })
 const onMemory = new Ledger({ store: memoryStore })
@@ -62,6 +73,10 @@ const allRows = {
   'RedisStore acquire + complete': async (k) => {
     const acquired = await redisStore.acquire('s', k, FINGERPRINT, 30_000)
     await redisStore.complete('s', k, acquired.token, outcome, DAY)
+  },
+  'RedisStore acquire + complete, groupCommit: false': async (k) => {
+    const acquired = await redisAlone.acquire('s', k, FINGERPRINT, 30_000)
+    await redisAlone.complete('s', k, acquired.token, outcome, DAY)
   },
   'MemoryStore acquire + complete': async (k) => {
     const acquired = await memoryStore.acquire('s', k, FINGERPRINT, 30_000)
@@ -81,8 +96,10 @@ for (let round = -1; round < rounds; round++) {
     if (round >= 0) results[name].push(micros) // round -1 warms every path up
   }
 }
-console.log(`CPU per new-key cycle, ${CALLERS} callers, ${cycles} cycles a row, ${rounds} rounds (µs):`)
-for (const [name, micros] of Object.entries(results)) console.log(`${name.padEnd(32)} ${micros.map((m) => m.toFixed(1)).join('  ')}`)
+console.log(`CPU per new-key cycle, ${CALLERS} callers, ${cycles} cycles a row, ${rounds} rounds (µs, this process / the Redis server):`)
+for (const [name, micros] of Object.entries(results)) {
+  console.log(`${name.padEnd(50)} ${micros.map((m) => `${m.app.toFixed(1)} / ${m.redis.toFixed(1)}`).join('   ')}`)
+}
 
 let cursor = '0'
 do {
@@ -91,5 +108,6 @@ do {
   cursor = next
 } while (cursor !== '0')
 await redisStore.close()
+await redisAlone.close()
 io.disconnect()
 await nodeRedis.quit()

@@ -69,7 +69,13 @@ export class GroupCommit<I, O> {
       })
     }
     this.#busy = true
-    const answer = this.#kind.one(input)
+    let answer: Promise<O>
+    try {
+      answer = this.#kind.one(input)
+    } catch (error) {
+      // A driver that throws instead of rejecting must not leave the kind busy for ever.
+      answer = Promise.reject(error)
+    }
     void answer.then(this.#next, this.#next)
     return answer
   }
@@ -107,7 +113,10 @@ export class GroupCommit<I, O> {
     this.#waiting.push(...later)
     if (batch.length === 1) {
       const only = (batch[0] as { waiting: Waiting<I, O> }).waiting
-      void this.#kind.one(only.input).then(only.resolve, only.reject).finally(this.#next)
+      void Promise.resolve()
+        .then(() => this.#kind.one(only.input))
+        .then(only.resolve, only.reject)
+        .finally(this.#next)
       return
     }
     batch.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))

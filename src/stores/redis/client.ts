@@ -138,9 +138,13 @@ export class Script {
 
   /** Runs the script on the record's key and, when given, its steps key (the same hash tag, so the same slot). */
   run(client: RedisClientLike, key: string, args: RedisArg[], stepsKey?: string): Promise<unknown> {
+    return this.runOn(client, stepsKey === undefined ? [1, key] : [2, key, stepsKey], args)
+  }
+
+  /** Runs the script on several keys (a group commit's batch, on one server): `keys` starts with their count. */
+  runOn(client: RedisClientLike, keys: RedisArg[], args: RedisArg[]): Promise<unknown> {
     // A plain promise chain, not an async function: this runs twice per cycle, and each async
     // layer costs the event loop a few microtask turns. A client that throws still rejects.
-    const keys: RedisArg[] = stepsKey === undefined ? [1, key] : [2, key, stepsKey]
     let sent: Promise<unknown>
     try {
       sent = sendBuffer(client, 'evalsha', [this.sha, ...keys, ...args])

@@ -12,6 +12,7 @@ import {
 } from '../../core/store.js'
 import { assertFingerprint, assertIdentity, assertOptionalPositiveInteger, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
+import { type BatchAnswer, GroupCommit } from '../group-commit.js'
 import { assertOutcome, encodeHeaders, listLimit, matchesFilter } from '../shared.js'
 import {
   databaseOf,
@@ -24,7 +25,18 @@ import {
   toStoreError,
 } from './client.js'
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
-import { acquireLua, completeLua, evictLua, purgeLua, readLua, recordStepLua, releaseLua, renewLua, watchLua } from './lua.generated.js'
+import {
+  acquireLua,
+  completeBatchLua,
+  completeLua,
+  evictLua,
+  purgeLua,
+  readLua,
+  recordStepLua,
+  releaseLua,
+  renewLua,
+  watchLua,
+} from './lua.generated.js'
 import {
   fromNodeRedis,
   fromNodeRedisCluster,
@@ -82,6 +94,28 @@ export interface RedisStoreOptions {
    * @default detected from the server's version
    */
   nativeCompareAndSet?: boolean
+  /**
+   * Group commit of completes, on one server (a Cluster sends each alone): the completes callers issue
+   * while one is in flight go to Redis together, and the fresh records among them (acquired by this
+   * store, token 1, untouched since) are completed by compare-and-set in one script call (what `SET ...
+   * IFEQ` does on the servers that have it), each caller answered with its own answer; anything else (a
+   * renewed record, one someone waits on, a taken-over one) by the complete script, fenced by its token, as
+   * without group commit. Under load it spares Redis a script call per complete; a caller alone sends its
+   * command at once (no timer). `false`: one script call per complete. See docs/redis.md, "Group commit".
+   * @default true
+   */
+  groupCommit?: boolean
+}
+
+/**
+ * A complete, as a group commit's input: the complete script's arguments (token, status, head, body, ttl,
+ * the key's TTL, channel), and the fresh record its acquire wrote when a batch may complete it by
+ * compare-and-set.
+ */
+interface Completion {
+  names: RecordNames
+  args: [token: number, status: 'c' | 'f', head: string, body: string | Buffer, ttlMs: number, keyTtlMs: number, channel: string]
+  fresh: FreshRecord | undefined
 }
 
 /** What the native acquire wrote to a key, kept until its holder completes it with SET ... IFEQ. */
@@ -98,6 +132,7 @@ const scripts = {
   acquire: new Script('acquire', acquireLua),
   renew: new Script('renew', renewLua),
   complete: new Script('complete', completeLua),
+  completeBatch: new Script('completeBatch', completeBatchLua),
   release: new Script('release', releaseLua),
   read: new Script('read', readLua),
   evict: new Script('evict', evictLua),
@@ -151,6 +186,17 @@ export class RedisStore implements IdempotencyStore {
   #detecting = false
   /** The fresh records this store's native acquire wrote, by key, for the IFEQ complete (bounded). */
   readonly #fresh = new Map<string, FreshRecord>()
+  /** Whether operations may be grouped (the option); off for good once the client turns out to be a Cluster. */
+  #grouping: boolean
+  /** Completes, grouped (one server). */
+  readonly #completions = new GroupCommit<Completion, boolean | Error>({
+    one: (input) => this.#completeOne(input),
+    many: (inputs) => this.#completeMany(inputs),
+    identity: (input) => input.names.key,
+    distinct: false,
+    gaveUp: () => new Error('unreachable: a grouped complete is never sent again'),
+    alone: () => false,
+  })
 
   constructor(options: RedisStoreOptions) {
     if ((options?.client === undefined) === (options?.url === undefined)) {
@@ -169,6 +215,7 @@ export class RedisStore implements IdempotencyStore {
     this.#listScanLimit = options.listScanLimit ?? 100_000
     assertOptionalPositiveInteger(this.#listScanLimit, 'RedisStore listScanLimit')
     this.#notifications = options.notifications ?? true
+    this.#grouping = options.groupCommit ?? true
     this.#ownsClient = options.client === undefined
     if ((options.client as { options?: { keyPrefix?: string } } | undefined)?.options?.keyPrefix) {
       // ioredis would prefix script keys but not SCAN patterns, so list and purge would miss records.
@@ -256,7 +303,7 @@ export class RedisStore implements IdempotencyStore {
       throw toStoreError('acquire', redisKey, error, client)
     }
     if (prior === null) {
-      if (this.#compareAndSet !== false) this.#rememberFresh(client, redisKey, fresh, fingerprint + identity)
+      if (this.#compareAndSet !== false || this.#groups(client)) this.#rememberFresh(client, redisKey, fresh, fingerprint + identity)
       return { kind: 'acquired', token: 1 }
     }
     return Buffer.isBuffer(prior) ? settledRecord(prior, redisKey, fingerprint, scope, key) : undefined
@@ -280,7 +327,61 @@ export class RedisStore implements IdempotencyStore {
 
   #settleCompareAndSet(available: boolean): void {
     this.#compareAndSet = available
-    if (!available) this.#fresh.clear()
+    // Group commit completes fresh records by compare-and-set without the native SET: they stay.
+    if (!available && !this.#grouping) this.#fresh.clear()
+  }
+
+  /** Whether this client's operations go through the group commits: one server, and the option on. */
+  #groups(client: RedisClientLike): boolean {
+    if (this.#grouping && client.isCluster === true) {
+      // A script's keys must share a slot: a Cluster's callers each send their own command.
+      this.#grouping = false
+      if (this.#compareAndSet === false) this.#fresh.clear()
+    }
+    return this.#grouping
+  }
+
+  /** One complete, by the script (a lone caller: the compare-and-set would cost Redis as much). */
+  #completeOne(input: Completion): Promise<boolean> {
+    return this.#run('complete', scripts.complete, input.names, input.args, true).then((reply) => reply === 1)
+  }
+
+  /**
+   * Several completes: the fresh records in one compare-and-set script call, then the script for each
+   * record that call did not write and for each that was not fresh (renewed, taken over), as a lone
+   * complete would.
+   */
+  async #completeMany(inputs: Completion[]): Promise<Array<BatchAnswer<boolean | Error>>> {
+    const fresh = inputs.filter((input) => input.fresh !== undefined)
+    const written = new Set<Completion>()
+    if (fresh.length > 1) {
+      const keys: RedisArg[] = [fresh.length]
+      const args: RedisArg[] = []
+      const now = performance.now()
+      for (const input of fresh) {
+        const record = input.fresh as FreshRecord
+        const [, status, head, body, ttlMs, keyTtlMs] = input.args
+        const age = Math.max(0, Math.round(now - record.at))
+        keys.push(input.names.key)
+        args.push(record.value, casCompleted(status, ttlMs, this.#grace, age, record.tail, head, body), keyTtlMs)
+      }
+      const client = this.#client as RedisClientLike
+      const replies = (await scripts.completeBatch
+        .runOn(client, keys, args)
+        .catch((error: unknown) => fail('complete', (fresh[0] as Completion).names.key, error, client))) as unknown[]
+      for (const [i, input] of fresh.entries()) if (replies[i] === 1) written.add(input)
+    }
+    // Each caller's own failure (a foreign value under its key) is its answer alone, not its neighbours'.
+    return Promise.all(
+      inputs.map((input) =>
+        written.has(input)
+          ? { value: true }
+          : this.#completeOne(input).then(
+              (value) => ({ value }),
+              (error: Error) => ({ value: error }),
+            ),
+      ),
+    )
   }
 
   /**
@@ -337,14 +438,21 @@ export class RedisStore implements IdempotencyStore {
     const head = packedHead(outcome.response.status, outcome.resourceId ?? null, encodeHeaders(outcome.response.headers))
     const body = bodyArg(outcome.response.body)
     const fresh = this.#fresh.get(names.key)
+    const client = this.#client
     if (fresh !== undefined) {
       this.#fresh.delete(names.key)
-      const client = this.#client
       if (token === 1 && this.#compareAndSet === true && client !== undefined) {
         if (await this.#completeByCompareAndSet(client, names.key, fresh, status, head, body, ttlMs)) return true
       }
     }
-    const args: RedisArg[] = [token, status, head, body, ttlMs, ttlMs + this.#graceMs, names.channel]
+    const args: Completion['args'] = [token, status, head, body, ttlMs, ttlMs + this.#graceMs, names.channel]
+    if (client !== undefined && this.#groups(client)) {
+      // Only a fresh record this store wrote, still with token 1, may be completed by compare-and-set.
+      const casFrom = token === 1 && this.#compareAndSet !== true ? fresh : undefined
+      const answer = await this.#completions.run({ names, args, fresh: casFrom })
+      if (answer instanceof Error) throw answer
+      return answer
+    }
     return (await this.#run('complete', scripts.complete, names, args, true)) === 1
   }
 
@@ -441,6 +549,8 @@ export class RedisStore implements IdempotencyStore {
   /** Closes the subscriber, and the client when the store opened it. */
   async close(): Promise<void> {
     this.#closed = true
+    // The callers queued behind a batch in flight get their answers before the client goes.
+    await this.#completions.idle()
     await this.#notifier?.close()
     this.#notifier = undefined
     if (!this.#ownsClient) return

@@ -85,6 +85,7 @@ if v == 'ik110w' then
   redis.call('SET', rk, fresh('1', 1), 'PX', px)
   return {1, 1}
 end
+local stored = v
 v = absolute(rk, v)
 local st, tok, lu, att, ca, ea, p = string.match(v, '^ik1[01][01]([pcf])|(%d+)|(%d+)|(%d+)|(%d+)|%d+|(%d+)|()')
 if not st or string.sub(v, p + 64, p + 63 + #ARGV[2]) ~= ARGV[2] then return redis.error_reply(foreign) end
@@ -106,6 +107,10 @@ if st ~= 'p' or lu > now then
     if w == '0' then redis.call('SETRANGE', rk, 3, '1') end
     return {2, lu}
   end
+  -- A record completed by compare-and-set (C, F: durations) is kept from now on in the absolute form it
+  -- was just read as (c, f), its TTL unchanged: its later replays are then answered by the native
+  -- acquire's SET NX GET alone, without this script.
+  if v ~= stored then redis.call('SET', rk, v, 'KEEPTTL') end
   return {3, int(now), v}
 end
 
