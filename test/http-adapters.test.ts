@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto'
 import { request as rawRequest } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
+import compression from 'compression'
 import express from 'express'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { Hono } from 'hono'
@@ -260,6 +261,64 @@ describe('Express adapter: how it takes its copy of the response', () => {
     expect(first.text).toMatch(/^xsbqqfe \d+$/)
     // The replay goes out through the same wrapper once: stored as it went out, it would be shifted twice.
     expect(replay).toMatchObject({ status: 201, replayed: 'true', text: first.text })
+  })
+})
+
+describe('Express adapter beside compression()', () => {
+  const servers: Array<() => Promise<void>> = []
+  afterAll(async () => {
+    for (const close of servers) await close()
+  })
+
+  /** An app whose handler answers a JSON body, with compression() mounted after or before idemkey. */
+  async function app(order: 'after' | 'before') {
+    let runs = 0
+    const app = express()
+    if (order === 'before') app.use(compression({ threshold: 0 }))
+    app.use(expressIdempotency({ ledger: new Ledger({ store: new MemoryStore() }) }))
+    if (order === 'after') app.use(compression({ threshold: 0 }))
+    app.post('/orders', (_req, res) => {
+      runs++
+      res.status(201).json({ order: runs, note: 'x'.repeat(200) })
+    })
+    const { url, close } = await listen(app)
+    servers.push(close)
+    return url
+  }
+
+  const post = async (url: string, key: string) => {
+    const response = await fetch(`${url}/orders`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key, 'accept-encoding': 'gzip' },
+      body: '{}',
+    })
+    return {
+      status: response.status,
+      encoding: response.headers.get('content-encoding'),
+      replayed: response.headers.get('idempotent-replayed'),
+      text: await response.text(),
+    }
+  }
+
+  it('replays a response compression() mounted after idemkey compressed, with its Content-Encoding', async () => {
+    const url = await app('after')
+    const key = randomUUID()
+    const first = await post(url, key)
+    const replay = await post(url, key)
+    expect(first).toMatchObject({ status: 201, encoding: 'gzip', replayed: null })
+    expect(JSON.parse(first.text)).toMatchObject({ order: 1 })
+    // The stored bytes are the gzip that went out: without their Content-Encoding a client reads gzip as text.
+    expect(replay).toMatchObject({ status: 201, encoding: 'gzip', replayed: 'true', text: first.text })
+  })
+
+  it('replays a response compression() mounted before idemkey compresses as it went out the first time', async () => {
+    const url = await app('before')
+    const key = randomUUID()
+    const first = await post(url, key)
+    const replay = await post(url, key)
+    expect(first).toMatchObject({ status: 201, encoding: 'gzip', replayed: null })
+    // idemkey keeps what the handler wrote, before compression(): compressed once on the way out, not labelled twice.
+    expect(replay).toMatchObject({ status: 201, encoding: 'gzip', replayed: 'true', text: first.text })
   })
 })
 

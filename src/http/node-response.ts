@@ -50,9 +50,10 @@ export function abandonAfter(value: number | undefined): number {
  * handler wrote, never what a wrapper installed earlier made of it.
  */
 export function capture(res: ServerResponse, abandonAfterMs: number, keepAtMost: number, finish: Finish, fail: Fail): void {
-  const copy = new Capture(keepAtMost, finish)
   const hooks = nodeHooks()
-  if (res.write === hooks.write && res.end === hooks.end) captures.set(res, copy)
+  const onTheWire = res.write === hooks.write && res.end === hooks.end
+  const copy = new Capture(keepAtMost, finish, onTheWire)
+  if (onTheWire) captures.set(res, copy)
   else wrapOwn(res, copy)
   releaseIfAbandoned(res, abandonAfterMs, copy, fail)
 }
@@ -98,6 +99,12 @@ class Capture {
   constructor(
     readonly keepAtMost: number,
     readonly finish: Finish,
+    /**
+     * Whether the copy is the bytes that go out (taken below every wrapper: a `compression()` mounted
+     * after idemkey compresses before they reach it), or what the handler wrote above a wrapper installed
+     * earlier, which may still encode them.
+     */
+    readonly onTheWire: boolean,
   ) {}
 
   write(chunk: unknown, encoding: unknown): void {
@@ -112,7 +119,11 @@ class Capture {
     // The last chunk is kept as it is: once handed to end() it is the response's.
     this.#keep(Buffer.isBuffer(chunk) ? chunk : toBuffer(chunk, encoding))
     const body = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks)
-    void this.finish({ status: res.statusCode, headers: sentHeaders(res), body, bodyLength: this.length })
+    const headers = sentHeaders(res)
+    // A Content-Encoding set by a wrapper above the copy (compression() mounted before idemkey) describes
+    // bytes the copy does not hold: the replay goes out through that wrapper again, which encodes it.
+    if (!this.onTheWire) delete headers['content-encoding']
+    void this.finish({ status: res.statusCode, headers, body, bodyLength: this.length })
   }
 
   #keep(buffer: Buffer | undefined): void {

@@ -8,8 +8,12 @@ import { DEFAULT_PROBLEM_BASE } from './problem.js'
 import { credentialScope, resolveScopeSecret } from './scope.js'
 import type { HttpRequestLike, HttpResponseLike } from './types.js'
 
-/** Response headers stored for replay by default (docs/http.md). */
-export const DEFAULT_STORED_HEADERS = ['content-type', 'content-location', 'location', 'etag', 'last-modified'] as const
+/**
+ * Response headers stored for replay by default (docs/http.md). `content-encoding` says how the stored
+ * bytes are encoded (a `compression()` mounted after the layer gzips them before they are copied): a
+ * replay without it hands a client gzip as if it were the body.
+ */
+export const DEFAULT_STORED_HEADERS = ['content-type', 'content-encoding', 'content-location', 'location', 'etag', 'last-modified'] as const
 
 /** Never stored, whatever the allowlist says: credentials, per-response and hop-by-hop headers. */
 const NEVER_STORED = new Set([

@@ -109,7 +109,7 @@ export interface EngineOptions<Req = HttpRequestLike> {
   lease?: Duration
   /** @default the ledger's (24h) */
   ttl?: Duration
-  /** Response headers to store besides content-type, content-location, location, etag, last-modified. */
+  /** Response headers to store besides content-type, content-encoding, content-location, location, etag, last-modified. */
   storedHeaders?: string[]
   /** Largest response body stored for replay; a larger one is stored without its body. @default 1 MiB */
   maxStoredBody?: number
