@@ -15,6 +15,8 @@ export class Notifier {
   #subscriber: RedisSubscriberLike | undefined
   /** channel → listeners */
   readonly #listeners = new Map<string, Set<() => void>>()
+  /** Listener sets whose SUBSCRIBE failed (Redis was down): the next watcher of the channel subscribes again. */
+  readonly #unsubscribed = new WeakSet<Set<() => void>>()
   #closed = false
   readonly #probeMs: number | undefined
   #probeTimer: NodeJS.Timeout | undefined
@@ -40,15 +42,11 @@ export class Notifier {
     if (!listeners) {
       listeners = new Set()
       this.#listeners.set(channel, listeners)
-      const subscribed = listeners
-      Promise.all([this.#connection().subscribe(channel), flag?.()]).then(
-        () => {
-          for (const listener of [...subscribed]) listener()
-        },
-        () => {
-          // The subscriber is down: waiters poll.
-        },
-      )
+      this.#subscribe(channel, listeners, flag)
+    } else if (this.#unsubscribed.has(listeners)) {
+      // Its SUBSCRIBE failed, and ioredis subscribes again after a reconnect only to what it had: ask again.
+      this.#unsubscribed.delete(listeners)
+      this.#subscribe(channel, listeners, flag)
     }
     listeners.add(onChange)
     this.#scheduleProbe()
@@ -58,6 +56,18 @@ export class Notifier {
       this.#listeners.delete(channel)
       this.#subscriber?.unsubscribe(channel).catch(() => {})
     }
+  }
+
+  #subscribe(channel: string, listeners: Set<() => void>, flag: (() => Promise<unknown>) | undefined): void {
+    Promise.all([this.#connection().subscribe(channel), flag?.()]).then(
+      () => {
+        for (const listener of [...listeners]) listener()
+      },
+      () => {
+        // The subscriber is down: these waiters poll, and the channel's next watcher subscribes again.
+        this.#unsubscribed.add(listeners)
+      },
+    )
   }
 
   #scheduleProbe(): void {
