@@ -11,6 +11,7 @@ import compression from 'compression'
 import express from 'express'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { Hono } from 'hono'
+import multer from 'multer'
 import { Ledger } from '../src/core/ledger.js'
 import { idempotency as expressIdempotency } from '../src/http/express/index.js'
 import { idempotency as fastifyIdempotency } from '../src/http/fastify/index.js'
@@ -319,6 +320,52 @@ describe('Express adapter beside compression()', () => {
     expect(first).toMatchObject({ status: 201, encoding: 'gzip', replayed: null })
     // idemkey keeps what the handler wrote, before compression(): compressed once on the way out, not labelled twice.
     expect(replay).toMatchObject({ status: 201, encoding: 'gzip', replayed: 'true', text: first.text })
+  })
+})
+
+describe('Express adapter before a multipart parser (multer)', () => {
+  let url: string
+  let close: () => Promise<void> = async () => {}
+  let runs = 0
+
+  beforeAll(async () => {
+    const app = express()
+    app.use(expressIdempotency({ ledger: new Ledger({ store: new MemoryStore() }) }))
+    // multer reads the request stream after the layer has read it to fingerprint the upload.
+    app.post('/documents', multer({ storage: multer.memoryStorage() }).single('file'), (req, res) => {
+      runs++
+      res.status(201).json({ run: runs, title: req.body.title, file: req.file?.buffer.toString('utf8') })
+    })
+    ;({ url, close } = await listen(app))
+  })
+  afterAll(() => close())
+
+  /** The form's bytes, made once: a retry sends the same bytes (a new FormData would draw a new boundary). */
+  const encoded = async (text: string) => {
+    const form = new FormData()
+    form.set('title', 'report')
+    form.set('file', new Blob([text], { type: 'text/plain' }), 'report.txt')
+    const request = new Request('http://x/', { method: 'POST', body: form })
+    return { type: request.headers.get('content-type') as string, bytes: await request.arrayBuffer() }
+  }
+  const upload = async (key: string, form: { type: string; bytes: ArrayBuffer }) => {
+    const response = await fetch(`${url}/documents`, {
+      method: 'POST',
+      headers: { 'idempotency-key': key, 'content-type': form.type },
+      body: form.bytes,
+      signal: AbortSignal.timeout(5_000),
+    })
+    return { status: response.status, replayed: response.headers.get('idempotent-replayed'), body: await response.json() }
+  }
+
+  it('hands the upload on to the parser after fingerprinting it, and replays the retry', async () => {
+    const key = randomUUID()
+    const form = await encoded('the first upload')
+    const first = await upload(key, form)
+    expect(first).toMatchObject({ status: 201, replayed: null, body: { run: 1, title: 'report', file: 'the first upload' } })
+    const replay = await upload(key, form)
+    expect(replay).toMatchObject({ status: 201, replayed: 'true', body: first.body })
+    expect(runs).toBe(1)
   })
 })
 

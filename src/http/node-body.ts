@@ -25,6 +25,12 @@ export interface ReadNodeBodyOptions {
    * @default 'destroy'
    */
   onStop?: 'destroy' | 'pause'
+  /**
+   * Leave the body in the request for a reader after this one (a multipart parser mounted after the
+   * layer): it is read, then put back in front of the stream before its end is announced, so the next
+   * reader gets every byte and then `end`. @default false
+   */
+  keep?: boolean
 }
 
 /** Reads a Node request body up to `limit` bytes; past it, `BODY_TOO_LARGE` (the layer answers 413). */
@@ -38,7 +44,10 @@ export async function readNodeBody(req: IncomingMessage, limit: number, options:
     let size = 0
     const deadline: Scheduled | undefined =
       timeoutMs === undefined ? undefined : { dueAtMs: 0, fire: () => stop(options.timedOut?.() ?? new Error('body timed out')) }
+    let settled = false
     const detach = () => {
+      settled = true
+      req.off('readable', onReadable)
       req.off('data', onData)
       req.off('end', onEnd)
       req.off('error', onError)
@@ -71,6 +80,21 @@ export async function readNodeBody(req: IncomingMessage, limit: number, options:
       detach()
       resolve(Buffer.concat(chunks))
     }
+    /** With `keep`: reads what has arrived; once the message is complete, puts it all back. */
+    function onReadable(): void {
+      while (!settled) {
+        const chunk = req.read() as Buffer | string | null
+        if (chunk === null) break
+        onData(chunk)
+      }
+      if (settled || !req.complete) return
+      detach()
+      const body = Buffer.concat(chunks)
+      // In the same turn as the read that found the end: the stream has not announced it yet, and with
+      // the bytes back in front it will only once the next reader has taken them.
+      if (body.byteLength > 0) req.unshift(body)
+      resolve(body)
+    }
     function onError(error: unknown): void {
       detach()
       reject(error)
@@ -86,13 +110,16 @@ export async function readNodeBody(req: IncomingMessage, limit: number, options:
       onAbort()
       return
     }
-    req.on('data', onData)
-    req.once('end', onEnd)
+    if (options.keep) req.on('readable', onReadable)
+    else {
+      req.on('data', onData)
+      req.once('end', onEnd)
+    }
     req.once('error', onError)
     req.once('close', onClose)
     signal?.addEventListener('abort', onAbort, { once: true })
     if (deadline) deadlines.add(deadline, timeoutMs as number)
-    req.resume()
+    if (!options.keep) req.resume()
   })
 }
 

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http'
-import { distinctHeaders, isBytes, parseJsonOr, readNodeBody, tooLarge } from '../node-body.js'
+import { distinctHeaders, isBytes, isJsonType, parseJsonOr, readNodeBody, tooLarge } from '../node-body.js'
 import type { HttpRequestLike } from '../types.js'
 
 /** What an Express-style request may carry beyond Node's: body-parser's marks, the raw bytes. */
@@ -31,7 +31,9 @@ export function expressRequestLike(req: BodyCarrier, native: unknown = req): Htt
         return raw
       }
       if (bodyParsed(req)) return isBytes(req.body) ? Buffer.from(req.body as Buffer) : new Uint8Array(0)
-      const bytes = await readNodeBody(req, limit)
+      // A body that is not JSON is left in the stream too, for a parser mounted after the layer (multer).
+      const json = isJsonType(req.headers['content-type'])
+      const bytes = await readNodeBody(req, limit, { keep: !json })
       // No body parser ran before us: hand the body on, parsed when it is JSON, so handlers still get it.
       req.body = parseJsonOr(bytes, req.headers['content-type'])
       req._body = true
