@@ -186,8 +186,8 @@ export class RedisStore implements IdempotencyStore {
   #detecting = false
   /** The fresh records this store's native acquire wrote, by key, for the IFEQ complete (bounded). */
   readonly #fresh = new Map<string, FreshRecord>()
-  /** Whether operations may be grouped (the option); off for good once the client turns out to be a Cluster. */
-  #grouping: boolean
+  /** Whether completes are grouped: the option, on one server (a script's keys on a Cluster must share a slot). */
+  readonly #grouping: boolean
   /** Completes, grouped (one server). */
   readonly #completions = new GroupCommit<Completion, boolean | Error>({
     one: (input) => this.#completeOne(input),
@@ -215,7 +215,6 @@ export class RedisStore implements IdempotencyStore {
     this.#listScanLimit = options.listScanLimit ?? 100_000
     assertOptionalPositiveInteger(this.#listScanLimit, 'RedisStore listScanLimit')
     this.#notifications = options.notifications ?? true
-    this.#grouping = options.groupCommit ?? true
     this.#ownsClient = options.client === undefined
     if ((options.client as { options?: { keyPrefix?: string } } | undefined)?.options?.keyPrefix) {
       // ioredis would prefix script keys but not SCAN patterns, so list and purge would miss records.
@@ -226,7 +225,10 @@ export class RedisStore implements IdempotencyStore {
     }
     if (options.client) {
       this.#client = adaptClient(options.client)
+      this.#grouping = (options.groupCommit ?? true) && this.#client.isCluster !== true
     } else {
+      // The client opened from a URL is one server's.
+      this.#grouping = options.groupCommit ?? true
       this.#socketTimeoutMs = parseDuration(options.socketTimeout ?? '10s', 'socketTimeout')
       // Checked now (a path that is no number is refused here), asked of the server when the client opens.
       const database = databaseOf(options.url as string)
@@ -303,7 +305,7 @@ export class RedisStore implements IdempotencyStore {
       throw toStoreError('acquire', redisKey, error, client)
     }
     if (prior === null) {
-      if (this.#compareAndSet !== false || this.#groups(client)) this.#rememberFresh(client, redisKey, fresh, fingerprint + identity)
+      if (this.#compareAndSet !== false || this.#grouping) this.#rememberFresh(client, redisKey, fresh, fingerprint + identity)
       return { kind: 'acquired', token: 1 }
     }
     return Buffer.isBuffer(prior) ? settledRecord(prior, redisKey, fingerprint, scope, key) : undefined
@@ -331,14 +333,9 @@ export class RedisStore implements IdempotencyStore {
     if (!available && !this.#grouping) this.#fresh.clear()
   }
 
-  /** Whether this client's operations go through the group commits: one server, and the option on. */
-  #groups(client: RedisClientLike): boolean {
-    if (this.#grouping && client.isCluster === true) {
-      // A script's keys must share a slot: a Cluster's callers each send their own command.
-      this.#grouping = false
-      if (this.#compareAndSet === false) this.#fresh.clear()
-    }
-    return this.#grouping
+  /** The value a fresh record takes when completed by compare-and-set (native `SET ... IFEQ`, or a group commit's batch). */
+  #completedValue(fresh: FreshRecord, status: 'c' | 'f', head: string, body: string | Buffer, ttlMs: number, now: number): string | Buffer {
+    return casCompleted(status, ttlMs, this.#grace, Math.max(0, Math.round(now - fresh.at)), fresh.tail, head, body)
   }
 
   /** One complete, by the script (a lone caller: the compare-and-set would cost Redis as much). */
@@ -361,9 +358,8 @@ export class RedisStore implements IdempotencyStore {
       for (const input of fresh) {
         const record = input.fresh as FreshRecord
         const [, status, head, body, ttlMs, keyTtlMs] = input.args
-        const age = Math.max(0, Math.round(now - record.at))
         keys.push(input.names.key)
-        args.push(record.value, casCompleted(status, ttlMs, this.#grace, age, record.tail, head, body), keyTtlMs)
+        args.push(record.value, this.#completedValue(record, status, head, body, ttlMs, now), keyTtlMs)
       }
       const client = this.#client as RedisClientLike
       const replies = (await scripts.completeBatch
@@ -399,8 +395,7 @@ export class RedisStore implements IdempotencyStore {
     body: string | Buffer,
     ttlMs: number,
   ): Promise<boolean> {
-    const age = Math.max(0, Math.round(performance.now() - fresh.at))
-    const value = casCompleted(status, ttlMs, this.#grace, age, fresh.tail, head, body)
+    const value = this.#completedValue(fresh, status, head, body, ttlMs, performance.now())
     try {
       return (await sendBuffer(client, 'set', [redisKey, value, 'IFEQ', fresh.value, 'PX', ttlMs + this.#graceMs])) !== null
     } catch (error) {
@@ -446,7 +441,7 @@ export class RedisStore implements IdempotencyStore {
       }
     }
     const args: Completion['args'] = [token, status, head, body, ttlMs, ttlMs + this.#graceMs, names.channel]
-    if (client !== undefined && this.#groups(client)) {
+    if (client !== undefined && this.#grouping) {
       // Only a fresh record this store wrote, still with token 1, may be completed by compare-and-set.
       const casFrom = token === 1 && this.#compareAndSet !== true ? fresh : undefined
       const answer = await this.#completions.run({ names, args, fresh: casFrom })
