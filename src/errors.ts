@@ -22,7 +22,7 @@ export type IdempotencyErrorCode =
   | 'INVALID_ARGUMENT'
   /** The server refused the request with a final 4xx (client side). */
   | 'REQUEST_REJECTED'
-  /** The client gave up: attempts or total time ran out on transient failures. */
+  /** The client gave up (attempts or total time ran out on transient failures), or a consumer helper gave up on a message after `maxAttempts` failures. */
   | 'RETRIES_EXHAUSTED'
 
 /** The HTTP status the HTTP layer answers for each code. */

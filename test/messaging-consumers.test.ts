@@ -33,6 +33,12 @@ interface Harness {
   start(options: Options): Promise<RunningConsumer>
   /** Messages delivered and not acked, or not yet delivered. */
   outstanding(): Promise<number>
+  /**
+   * The IDs of the messages the helper dead-lettered (RabbitMQ: the dead-letter queue; Redis: the
+   * dead-letter stream; NATS: terminated, seen by the advisory nats-server 2.10+ sends; undefined on an
+   * older server, which announces no termination).
+   */
+  deadLettered(): Promise<string[] | undefined>
   drop(): Promise<void>
 }
 
@@ -58,6 +64,12 @@ const harnesses: Record<keyof typeof skips, () => Promise<Harness>> = {
     await nats.addConsumer('c', 1_000)
     const publisher = new NatsPublisher({ connection: nats.connection })
     const jsm = await nats.connection.jetstreamManager()
+    // JetStream announces each terminated message (with its stream sequence) in an advisory.
+    const terminated: number[] = []
+    const advisories = nats.connection.subscribe(`$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.${nats.stream}.c`, {
+      callback: (_, msg) => terminated.push((msg.json() as { stream_seq: number }).stream_seq),
+    })
+    await nats.connection.flush()
     return {
       async publish(messages) {
         // A subject per key: the helper's default partition key.
@@ -69,7 +81,17 @@ const harnesses: Record<keyof typeof skips, () => Promise<Harness>> = {
         const info = await jsm.consumers.info(nats.stream, 'c')
         return info.num_pending + info.num_ack_pending
       },
-      drop: () => nats.drop(),
+      async deadLettered() {
+        await nats.connection.flush()
+        const [major = 0, minor = 0] = (nats.connection.info?.version ?? '').split('.').map(Number)
+        if (major < 2 || (major === 2 && minor < 10)) return undefined
+        const stored = await Promise.all(terminated.map((seq) => jsm.streams.getMessage(nats.stream, { seq })))
+        return stored.map((m) => m.header.get('Nats-Msg-Id'))
+      },
+      drop: () => {
+        advisories.unsubscribe()
+        return nats.drop()
+      },
     }
   },
   async redis() {
@@ -100,8 +122,15 @@ const harnesses: Record<keyof typeof skips, () => Promise<Harness>> = {
         const lag = groups[0]?.[groups[0].indexOf('lag') + 1]
         return Number(pending) + Number(lag ?? 0)
       },
+      async deadLettered() {
+        const entries = await redis.xrange(`${stream}:dead-letter`, '-', '+')
+        return entries.map(([, fields]) => {
+          expect(fields).toEqual(expect.arrayContaining(['dead-letter-stream', stream, 'dead-letter-group', 'g']))
+          return fields[fields.indexOf('id') + 1] as string
+        })
+      },
       async drop() {
-        await redis.del(stream)
+        await redis.del(stream, `${stream}:dead-letter`)
         redis.disconnect()
         reader.disconnect()
       },
@@ -111,7 +140,9 @@ const harnesses: Record<keyof typeof skips, () => Promise<Harness>> = {
     const connection = await amqp.connect('amqp://guest:guest@127.0.0.1:5672')
     const queue = `idemkey.test.consumers.${randomUUID()}`
     const admin = await connection.createChannel()
-    await admin.assertQueue(queue, { durable: false, autoDelete: false })
+    // Rejected messages go to `<queue>.dead` through the default exchange.
+    await admin.assertQueue(`${queue}.dead`, { durable: false, autoDelete: false })
+    await admin.assertQueue(queue, { durable: false, autoDelete: false, deadLetterExchange: '', deadLetterRoutingKey: `${queue}.dead` })
     const publisher = new RabbitMqPublisher({ channel: await connection.createConfirmChannel() })
     let channel: amqp.Channel | undefined
     return {
@@ -129,8 +160,15 @@ const harnesses: Record<keyof typeof skips, () => Promise<Harness>> = {
         channel = undefined
         return (await admin.checkQueue(queue)).messageCount
       },
+      async deadLettered() {
+        const ids: string[] = []
+        for (let msg = await admin.get(`${queue}.dead`, { noAck: true }); msg; msg = await admin.get(`${queue}.dead`, { noAck: true }))
+          ids.push(msg.properties.messageId as string)
+        return ids
+      },
       async drop() {
         await admin.deleteQueue(queue)
+        await admin.deleteQueue(`${queue}.dead`)
         await connection.close()
       },
     }
@@ -280,6 +318,68 @@ for (const database of databases) {
             expect(rows.filter((r) => r.k === `k${k}`).map((r) => r.n)).toEqual(Array.from({ length: perKey }, (_, n) => n))
           }
           expect(victimCalls).toBe(3)
+          let outstanding = await harness.outstanding()
+          for (let i = 0; i < 20 && outstanding > 0; i++) {
+            await new Promise((resolve) => setTimeout(resolve, 50))
+            outstanding = await harness.outstanding()
+          }
+          expect(outstanding).toBe(0)
+        })
+
+        it('gives up on a message whose effect always fails after maxAttempts: dead-lettered, reported once, and the rest of its key applied in order', async () => {
+          const name = `${broker}_dead_${randomUUID().slice(0, 8)}`
+          const inbox = db.inbox({ consumer: 'dead', table: db.table(name) })
+          await inbox.migrate()
+          const log = db.table(`${name}_log`)
+          const serial = db.dialect === 'postgres' ? 'bigserial' : 'bigint AUTO_INCREMENT'
+          await db.query(`CREATE TABLE ${log} (seq ${serial} PRIMARY KEY, k varchar(16) NOT NULL, n int NOT NULL)`)
+          const perKey = 6
+          const messages = Array.from({ length: 2 * perKey }, (_, i) => {
+            const key = `k${i % 2}`
+            const n = Math.floor(i / 2)
+            return { id: `${key}-${n}-${randomUUID()}`, key, payload: JSON.stringify({ key, n }) }
+          })
+          const poison = messages.find((m) => m.key === 'k0' && m.payload.includes('"n":1'))?.id as string
+          let poisonCalls = 0
+          const exhausted: Array<{ code?: string; id: string }> = []
+          await harness.publish(messages)
+          const running = await harness.start({
+            inbox,
+            concurrency: 2,
+            // One message per transaction: a batch that fails runs its messages again one by one, which
+            // would call the poison handler twice per delivery.
+            batchSize: 1,
+            maxAttempts: 3,
+            onError: (error, m) => {
+              if ((error as { code?: string }).code === 'RETRIES_EXHAUSTED') exhausted.push({ code: 'RETRIES_EXHAUSTED', id: m.id })
+            },
+            async handler(tx, m) {
+              if (m.id === poison) {
+                poisonCalls++
+                throw new Error('injected: this effect always fails')
+              }
+              const { key, n } = JSON.parse(Buffer.from(m.payload).toString()) as { key: string; n: number }
+              await db.exec(tx, `INSERT INTO ${log} (k, n) VALUES ($1, $2)`, [key, n])
+            },
+          })
+          await eventually(async () => {
+            const rows = await db.query<{ n: unknown }>(`SELECT count(*) AS n FROM ${log}`)
+            return Number(rows[0]?.n) === messages.length - 1 && exhausted.length > 0
+          }, 'every other message to be applied and the poison one given up')
+          // Given up for good: it does not come back (the redelivery delays here are 50-200 ms).
+          await new Promise((resolve) => setTimeout(resolve, 500))
+          await running.stop()
+          expect(poisonCalls).toBe(3)
+          expect(exhausted).toEqual([{ code: 'RETRIES_EXHAUSTED', id: poison }])
+          const rows = await db.query<{ k: string; n: number }>(`SELECT k, n FROM ${log} ORDER BY seq`)
+          expect(rows.filter((r) => r.k === 'k0').map((r) => r.n)).toEqual([0, 2, 3, 4, 5])
+          expect(rows.filter((r) => r.k === 'k1').map((r) => r.n)).toEqual([0, 1, 2, 3, 4, 5])
+          let dead = await harness.deadLettered()
+          for (let i = 0; i < 20 && dead?.length === 0; i++) {
+            await new Promise((resolve) => setTimeout(resolve, 50))
+            dead = await harness.deadLettered()
+          }
+          if (dead !== undefined) expect(dead).toEqual([poison])
           let outstanding = await harness.outstanding()
           for (let i = 0; i < 20 && outstanding > 0; i++) {
             await new Promise((resolve) => setTimeout(resolve, 50))

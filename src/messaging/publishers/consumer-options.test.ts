@@ -70,6 +70,23 @@ describe('consumer options', () => {
     await expect(consumeRedisStreams({ ...base, count: 0 })).rejects.toEqual(refused('count must be a positive integer'))
   })
 
+  it('every consumer helper refuses a maxAttempts that is no positive integer, and Redis a deadLetterStream that is its own stream, before using the broker', async () => {
+    const redis = untouchable as never
+    const base = { inbox, handler, maxAttempts: 0 }
+    await expect(consumeRabbitMq({ ...base, channel: untouchable as never, queue: 'q' })).rejects.toEqual(
+      refused('maxAttempts must be a positive integer'),
+    )
+    await expect(consumeNats({ ...base, connection: untouchable as never, stream: 's', consumer: 'c' })).rejects.toEqual(
+      refused('maxAttempts must be a positive integer'),
+    )
+    const streams = { redis, stream: 's', group: 'g', consumer: 'c', inbox, handler }
+    await expect(consumeRedisStreams({ ...streams, maxAttempts: 2.5 })).rejects.toEqual(refused('maxAttempts must be a positive integer'))
+    await expect(consumeRedisStreams({ ...streams, deadLetterStream: 's' })).rejects.toEqual(
+      refused('deadLetterStream must be the name of another stream'),
+    )
+    await expect(consumeRedisStreams({ ...streams, deadLetterStream: '' })).rejects.toEqual(refused('deadLetterStream'))
+  })
+
   it('publishers refuse a timeout of 0 (every publish failed at once, and each message went on to the dead letters), a Redis maxAge or maxLen of 0 (each entry trimmed as it is added), and a subject, routing key or stream that is no function', () => {
     const connection = { jetstream: () => ({}) } as never
     const channel = { on: () => {}, publish: () => true, waitForConfirms: async () => {} } as never

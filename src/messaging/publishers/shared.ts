@@ -50,6 +50,15 @@ export interface ConsumeOptions<Tx> {
    * @default 30_000
    */
   failureHoldMs?: number
+  /**
+   * How many times a message's effect may fail before the helper gives up on it: the failure that
+   * reaches this count dead-letters the message instead of retrying it (RabbitMQ: rejected without
+   * requeue, to the queue's dead-letter exchange if it has one; Redis Streams: moved to the
+   * `deadLetterStream`; NATS: terminated), `onError` hears a `RETRIES_EXHAUSTED` error, and the
+   * messages behind it in its key go on. Counted by this consumer process, for the attempts it ran
+   * (docs/messaging.md, "A message that always fails"). Unset: retried until it succeeds.
+   */
+  maxAttempts?: number
 }
 
 /** A running consumer. */
@@ -96,19 +105,38 @@ export function defaultInHand(options: { concurrency?: number; batchSize?: numbe
 }
 
 /** A dispatcher for a helper's options: `concurrency` workers (or `limit`), batches of `batchSize`. */
-export function createDispatcher<Tx>(options: ConsumeOptions<Tx>, limit = consumerConcurrency(options)): Dispatcher<Tx> {
+export function createDispatcher<Tx>(
+  options: ConsumeOptions<Tx>,
+  limit = consumerConcurrency(options),
+  deadLetter = 'dead-lettered',
+): Dispatcher<Tx> {
   const holdMs = options.failureHoldMs ?? DEFAULT_FAILURE_HOLD_MS
   if (!Number.isFinite(holdMs) || holdMs < 0) {
     throw new IdempotencyError('INVALID_OPTION', `consumer: failureHoldMs must be a number >= 0, got ${String(holdMs)}.`)
   }
-  return new Dispatcher(options, limit, positive(options.batchSize, DEFAULT_CONSUMER_BATCH_SIZE, 'batchSize'), holdMs)
+  const attempts = { max: maxAttemptsOption(options), deadLetter }
+  return new Dispatcher(options, limit, positive(options.batchSize, DEFAULT_CONSUMER_BATCH_SIZE, 'batchSize'), holdMs, attempts)
 }
+
+/** The `maxAttempts` option, checked: a positive integer, or unset (no limit). */
+export function maxAttemptsOption(options: { maxAttempts?: number }): number | undefined {
+  assertOptionalPositiveInteger(options.maxAttempts, 'consumer: maxAttempts')
+  return options.maxAttempts
+}
+
+/** How many failing messages' attempt counts a consumer keeps at most (the oldest go first). */
+const FAILURES_KEPT = 10_000
 
 /** How long a failed message's key is held unless told otherwise. */
 export const DEFAULT_FAILURE_HOLD_MS = 30_000
 
-/** What a helper does with a message once the inbox answered. */
-export type Verdict = 'ack' | 'retry' | 'reject'
+/**
+ * What a helper does with a message once the inbox answered. `ack`: applied (or a duplicate).
+ * `retry`: its effect failed, the broker delivers it again. `return`: not tried (an earlier message
+ * of its key failed), given back like a retry but not counted as an attempt. `reject`: redelivery
+ * cannot help (same ID, other payload; no ID). `dead`: it failed `maxAttempts` times; dead-lettered.
+ */
+export type Verdict = 'ack' | 'retry' | 'return' | 'reject' | 'dead'
 
 /**
  * Handles several messages (in order) with one inbox transaction when the inbox
@@ -139,7 +167,7 @@ export async function processBatch<Tx>(
   for (const [i, message] of messages.entries()) {
     const key = keys[i] ?? null
     if (key !== null && failed.has(key)) {
-      verdicts.push('retry')
+      verdicts.push('return')
       continue
     }
     const verdict = await processMessage(options, message)
@@ -178,11 +206,23 @@ export class Dispatcher<Tx> {
   #inHand = 0
   #waiters: Array<() => void> = []
 
-  constructor(options: ConsumeOptions<Tx>, limit: number, batchSize: number, holdMs = DEFAULT_FAILURE_HOLD_MS) {
+  /** `maxAttempts` (undefined: no limit) and where a message that reached it goes, for its report. */
+  readonly #attempts: { max: number | undefined; deadLetter: string }
+  /** Failed attempts so far of the messages that failed and have not succeeded since, by message ID. */
+  readonly #failures = new Map<string, number>()
+
+  constructor(
+    options: ConsumeOptions<Tx>,
+    limit: number,
+    batchSize: number,
+    holdMs = DEFAULT_FAILURE_HOLD_MS,
+    attempts: { max: number | undefined; deadLetter: string } = { max: undefined, deadLetter: 'dead-lettered' },
+  ) {
     this.#options = options
     this.#limit = limit
     this.#batchSize = batchSize
     this.#holdMs = holdMs
+    this.#attempts = attempts
   }
 
   get inHand(): number {
@@ -240,7 +280,7 @@ export class Dispatcher<Tx> {
   async #settleAll(items: readonly Item[], verdicts: readonly Verdict[] = []): Promise<void> {
     for (const [i, item] of items.entries()) {
       try {
-        await item.settle(verdicts[i] ?? 'retry')
+        await item.settle(verdicts[i] ?? 'return')
       } catch {
         // settle reports its own failures.
       }
@@ -258,11 +298,13 @@ export class Dispatcher<Tx> {
     } catch {
       verdicts = batch.map(() => 'retry')
     }
+    if (this.#attempts.max !== undefined) verdicts = verdicts.map((verdict, i) => this.#counted(verdict, (batch[i] as Item).message))
     await this.#settleAll(batch, verdicts)
     let settled = batch.length
     for (const key of new Set(batch.map((item) => item.key))) {
       if (key === null) continue
-      const failed = batch.find((item, i) => item.key === key && (verdicts[i] ?? 'retry') === 'retry')
+      // The first message of the key going back to the broker (failed, or not tried behind one that failed).
+      const failed = batch.find((item, i) => item.key === key && (verdicts[i] === 'retry' || verdicts[i] === 'return'))
       if (failed && this.#holdMs > 0) {
         // Hold the key until the failed message comes back; what waits behind it goes back unapplied.
         this.#held.set(key, { id: failed.message.id, until: Date.now() + this.#holdMs })
@@ -278,6 +320,30 @@ export class Dispatcher<Tx> {
     }
     this.#workers--
     this.#settled(settled)
+  }
+
+  /** A failure counted against `maxAttempts`: the one that reaches it turns the retry into `dead`, and is reported. */
+  #counted(verdict: Verdict, message: InboxMessage): Verdict {
+    const failures = this.#failures
+    if (verdict !== 'retry') {
+      if (verdict !== 'return') failures.delete(message.id)
+      return verdict
+    }
+    const failed = (failures.get(message.id) ?? 0) + 1
+    failures.delete(message.id) // re-inserted last: the oldest counts are the ones dropped
+    if (failed < (this.#attempts.max as number)) {
+      if (failures.size >= FAILURES_KEPT) failures.delete(failures.keys().next().value as string)
+      failures.set(message.id, failed)
+      return 'retry'
+    }
+    this.#options.onError?.(
+      new IdempotencyError(
+        'RETRIES_EXHAUSTED',
+        `consumer: message "${message.id}" failed ${failed} time(s), its maxAttempts; it is not retried: ${this.#attempts.deadLetter}. Fix the cause, then move it back for another try.`,
+      ),
+      message,
+    )
+    return 'dead'
   }
 
   #settled(count: number): void {

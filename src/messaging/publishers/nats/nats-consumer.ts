@@ -8,6 +8,7 @@ import {
   defaultInHand,
   delayOption,
   keyOf,
+  maxAttemptsOption,
   positive,
   type RunningConsumer,
   type Verdict,
@@ -39,7 +40,8 @@ export function natsInboxMessage(msg: JsMsg): InboxMessage {
 
 /**
  * Consumes a JetStream consumer through an inbox: a message is acked only after its transaction
- * committed (or when it is a known duplicate). A failed effect is nak'ed and comes back; a message
+ * committed (or when it is a known duplicate). A failed effect is nak'ed and comes back (after
+ * `maxAttempts` failures, it is terminated); a message
  * whose ID was seen with another payload is terminated and reported, never applied.
  * Up to `concurrency` effects run at once; messages of one subject (or `partitionKey`) run in order.
  * A consumer with `ack_policy: all` (one ack covers every earlier message) is handled one message at a time.
@@ -50,6 +52,7 @@ export function natsInboxMessage(msg: JsMsg): InboxMessage {
  */
 export async function consumeNats<Tx>(options: ConsumeNatsOptions<Tx>): Promise<RunningConsumer> {
   const nakDelayMs = delayOption(options.nakDelayMs, 1000, 'nakDelayMs')
+  maxAttemptsOption(options)
   const consumer = await options.connection.jetstream().consumers.get(options.stream, options.consumer)
   const info = await consumer.info(true).catch(() => undefined)
   // The stream keeps a message (and may redeliver it) for up to max_age (nanoseconds; 0: no limit).
@@ -60,11 +63,16 @@ export async function consumeNats<Tx>(options: ConsumeNatsOptions<Tx>): Promise<
   // With AckAll, acking a later message would ack earlier ones whose effect has not committed.
   const concurrency = info?.config.ack_policy === AckPolicy.All ? 1 : consumerConcurrency(options)
   const maxMessages = positive(options.maxMessages, defaultInHand(options, concurrency), 'maxMessages')
-  const dispatcher = createDispatcher(options, concurrency)
+  const dispatcher = createDispatcher(
+    options,
+    concurrency,
+    `terminated (JetStream does not deliver it again; nats-server 2.10+ announces it in a MSG_TERMINATED advisory; the stream keeps it)`,
+  )
   const settle = (msg: JsMsg, verdict: Verdict) => {
     try {
       if (verdict === 'ack') msg.ack()
-      else if (verdict === 'reject') msg.term()
+      // No reason with the TERM: a server before 2.10 takes "+TERM <reason>" for no ack at all.
+      else if (verdict === 'reject' || verdict === 'dead') msg.term()
       else msg.nak(nakDelayMs)
     } catch {
       // The connection is closing: JetStream redelivers after ack_wait; the inbox skips the copy.

@@ -9,6 +9,7 @@ import {
   defaultInHand,
   delayOption,
   keyOf,
+  maxAttemptsOption,
   positive,
   type RunningConsumer,
   type Verdict,
@@ -61,7 +62,7 @@ export function rabbitMqInboxMessage(msg: ConsumeMessage): InboxMessage {
 /**
  * Consumes a RabbitMQ queue through an inbox, with manual acks: a message is acked only after its
  * transaction committed (or as a known duplicate), the acks of messages settled together sent as one
- * multiple ack; a failed one is requeued after a delay; one that
+ * multiple ack; a failed one is requeued after a delay (after `maxAttempts` failures, rejected); one that
  * redelivery cannot fix (same ID, other payload; no `messageId`) is rejected without requeue (to
  * the queue's dead-letter exchange, if it has one) and reported.
  * Up to `concurrency` effects run at once; messages of one routing key (or `partitionKey`) run in
@@ -76,9 +77,14 @@ export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): 
   const concurrency = consumerConcurrency(options)
   const requeueDelayMs = delayOption(options.requeueDelayMs, 1000, 'requeueDelayMs')
   const prefetch = positive(options.prefetch, defaultInHand(options, concurrency), 'prefetch')
+  maxAttemptsOption(options)
   await checkQueueWindow(options)
   await channel.prefetch(prefetch)
-  const dispatcher = createDispatcher(options, concurrency)
+  const dispatcher = createDispatcher(
+    options,
+    concurrency,
+    `rejected without requeue, to the dead-letter exchange of queue "${options.queue}" (dropped by RabbitMQ if it has none)`,
+  )
   let resolveDone: () => void = () => {}
   const done = new Promise<void>((resolve) => {
     resolveDone = resolve
@@ -96,7 +102,7 @@ export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): 
   const acks = new AckWindow(channel)
   const settleVerdict = (entry: AckEntry, verdict: Verdict) => {
     if (verdict === 'ack') settle(() => acks.ack(entry))
-    else if (verdict === 'reject') settle(() => acks.reject(entry))
+    else if (verdict === 'reject' || verdict === 'dead') settle(() => acks.reject(entry))
     else {
       settle(() => acks.holdForRequeue(entry))
       const requeue = new Promise((resolve) => setTimeout(resolve, requeueDelayMs)).then(() => settle(() => acks.requeue(entry)))

@@ -10,6 +10,7 @@ import {
   defaultInHand,
   delayOption,
   keyOf,
+  maxAttemptsOption,
   positive,
   type RunningConsumer,
   type Verdict,
@@ -46,6 +47,14 @@ export interface ConsumeRedisStreamsOptions<Tx> extends ConsumeOptions<Tx> {
    * not. Redis keeps no retention setting on a stream (its writers trim it), so the helper is told.
    */
   maxAge?: Duration
+  /**
+   * Where an entry goes once its effect has failed `maxAttempts` times: it is added to this stream
+   * (its own fields, then `dead-letter-stream`, `dead-letter-entry`, `dead-letter-group` and
+   * `dead-letter-consumer`) and acknowledged, in one MULTI. Nothing trims it: read it, mend, and add
+   * the entries back to `stream` (docs/messaging.md, "A message that always fails").
+   * @default `<stream>:dead-letter`
+   */
+  deadLetterStream?: string
 }
 
 type Entry = [id: Buffer, fields: Buffer[]]
@@ -82,7 +91,8 @@ function toInboxMessage(stream: string, [, fields]: Entry): { message: InboxMess
 /**
  * Consumes a Redis stream through a consumer group and an inbox: an entry is XACKed only after its
  * transaction committed (or as a known duplicate). A failed entry stays pending and is claimed again
- * after `claimIdleMs`; entries of a dead consumer are claimed the same way. An entry redelivery
+ * after `claimIdleMs` (after `maxAttempts` failures, it is moved to `deadLetterStream`); entries of a
+ * dead consumer are claimed the same way. An entry redelivery
  * cannot fix (same ID, other payload; no ID; a `headers` field that is not JSON) is XACKed and reported.
  * Entries are read in batches (XREADGROUP COUNT) and up to `concurrency` effects run at once; give
  * `partitionKey` to keep the entries of one key in order (by default there is no ordering).
@@ -97,6 +107,16 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
   const claimIdleMs = delayOption(options.claimIdleMs, 30_000, 'claimIdleMs')
   // BLOCK 0 is Redis's "wait for ever": stop() would never return.
   const blockMs = delayOption(options.blockMs, 1000, 'blockMs', 1)
+  maxAttemptsOption(options)
+  if (
+    options.deadLetterStream !== undefined &&
+    (typeof options.deadLetterStream !== 'string' || options.deadLetterStream === '' || options.deadLetterStream === options.stream)
+  ) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `consumeRedisStreams: deadLetterStream must be the name of another stream, got ${JSON.stringify(options.deadLetterStream)}.`,
+    )
+  }
   if (options.maxAge !== undefined) {
     const maxAgeMs = parseDuration(options.maxAge, 'maxAge')
     checkInboxWindow(options.inbox.consumer, `Redis stream "${stream}" (maxAge)`, options.inbox.retentionMs, maxAgeMs)
@@ -111,11 +131,36 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
   await createGroup()
   // XACKs must not queue behind the blocking XREADGROUP on the reader's connection.
   const acker = redis.duplicate({ enableAutoPipelining: false })
-  const dispatcher = createDispatcher(options, concurrency)
+  const deadLetterStream = options.deadLetterStream ?? `${stream}:dead-letter`
+  const dispatcher = createDispatcher(options, concurrency, `moved to stream "${deadLetterStream}" and acknowledged`)
   let stopping = false
   const settle = async (entry: Entry, message: InboxMessage, verdict: Verdict) => {
-    if (verdict === 'retry') return // stays pending: claimed again after claimIdleMs
+    if (verdict === 'retry' || verdict === 'return') return // stays pending: claimed again after claimIdleMs
     try {
+      if (verdict === 'dead') {
+        // Moved and acknowledged together: never lost between the two, never in both for long.
+        const [id, fields] = entry
+        const moved = await acker
+          .multi()
+          .xadd(
+            deadLetterStream,
+            '*',
+            ...fields,
+            'dead-letter-stream',
+            stream,
+            'dead-letter-entry',
+            id,
+            'dead-letter-group',
+            group,
+            'dead-letter-consumer',
+            consumer,
+          )
+          .xack(stream, group, id)
+          .exec()
+        const failed = moved?.find(([error]) => error)?.[0]
+        if (failed || !moved) throw failed ?? new Error('the MULTI was discarded')
+        return
+      }
       await acker.xack(stream, group, entry[0])
     } catch (error) {
       // Not acked: the entry is claimed again after claimIdleMs and the inbox answers duplicate.

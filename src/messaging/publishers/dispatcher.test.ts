@@ -1,0 +1,155 @@
+/**
+ * The consumer helpers' engine and `maxAttempts`, with a broker simulated in memory (the helpers are
+ * tested against the real brokers in test/messaging-consumers.test.ts): which failures count, what
+ * happens to the messages behind a message given up on, and what is never given up on.
+ */
+import { describe, expect, it } from 'vitest'
+import type { Inbox, InboxMessage } from '../inbox/types.js'
+import { createDispatcher, type Verdict } from './shared.js'
+
+/**
+ * A queue that redelivers what is not acked (at its tail) until it is acked, rejected or dead-lettered.
+ * With `gate`, each round first delivers a message of its own key that holds its worker until the whole
+ * round is delivered: with `concurrency: 1` the round's messages of one key then wait in hand together
+ * and go to the inbox as one batch, as a prefetch of many messages does while the workers are busy.
+ */
+function broker(
+  messages: Array<{ id: string; key: string }>,
+  inbox: Inbox<unknown>,
+  options: { maxAttempts?: number; batchSize?: number; concurrency?: number; gate?: boolean },
+) {
+  const queue = messages.map((m) => ({ id: m.id, payload: m.key, topic: 't', headers: { key: m.key } }) as InboxMessage)
+  const dead: string[] = []
+  const reported: Array<{ code?: string; id: string }> = []
+  const delivered = new Map<string, number>()
+  let open: () => void = () => {}
+  const gated: Inbox<unknown> = {
+    ...inbox,
+    async handle(message, effect) {
+      if (!message.id.startsWith('gate-')) return inbox.handle(message, effect)
+      await new Promise<void>((resolve) => {
+        open = resolve
+      })
+      return { type: 'applied', consumer: 'c', messageId: message.id } as never
+    },
+  }
+  const dispatcher = createDispatcher({
+    inbox: options.gate ? gated : inbox,
+    handler: () => {},
+    concurrency: 2,
+    failureHoldMs: 60_000,
+    onError: (error, message) => reported.push({ code: (error as { code?: string }).code, id: message.id }),
+    ...options,
+  })
+  const deliver = (message: InboxMessage) => {
+    delivered.set(message.id, (delivered.get(message.id) ?? 0) + 1)
+    dispatcher.push(message.headers?.key ?? null, message, (verdict: Verdict) => {
+      if (verdict === 'retry' || verdict === 'return') queue.push(message)
+      else if (verdict === 'dead') dead.push(message.id)
+    })
+  }
+  const run = async (rounds: number) => {
+    for (let round = 0; round < rounds && queue.length > 0; round++) {
+      if (options.gate) deliver({ id: `gate-${round}`, payload: '', topic: 't', headers: { key: 'gate' } })
+      for (const message of queue.splice(0)) deliver(message)
+      open()
+      await dispatcher.idle()
+    }
+  }
+  return { run, dead, reported, delivered, queue }
+}
+
+/** An inbox whose effect fails for the IDs in `failing`, recording the order of what it applied. */
+function inboxOf(failing: Set<string>, withBatch: boolean) {
+  const applied: string[] = []
+  const tried = new Map<string, number>()
+  const apply = (message: InboxMessage) => {
+    tried.set(message.id, (tried.get(message.id) ?? 0) + 1)
+    if (failing.has(message.id)) throw new Error(`injected: ${message.id} always fails`)
+  }
+  const inbox: Inbox<unknown> = {
+    consumer: 'c',
+    async handle(message, effect) {
+      apply(message)
+      await effect(undefined, message)
+      applied.push(message.id)
+      return { type: 'applied', consumer: 'c', messageId: message.id } as never
+    },
+    ...(withBatch
+      ? {
+          async handleBatch(messages: InboxMessage[]) {
+            // All or nothing, as a transaction: a failure throws before anything counts as applied.
+            for (const message of messages) apply(message)
+            applied.push(...messages.map((m) => m.id))
+            return messages.map((m) => ({ status: 'applied', consumer: 'c', messageId: m.id })) as never
+          },
+        }
+      : {}),
+  }
+  return { inbox, applied, tried }
+}
+
+describe('consumer maxAttempts', () => {
+  for (const withBatch of [false, true]) {
+    it(`counts only the attempts that ran: the messages returned unapplied behind a failing one are never given up on (${withBatch ? 'batches' : 'one at a time'})`, async () => {
+      // More messages of key a than a batch holds: some wait behind the batch that holds a1.
+      const messages = ['a1', 'a2', 'a3', 'a4', 'a5', 'a6', 'b1', 'b2'].map((id) => ({ id, key: id[0] as string }))
+      const { inbox, applied, tried } = inboxOf(new Set(['a1', 'a2']), withBatch)
+      const sim = broker(messages, inbox, { maxAttempts: 3, batchSize: withBatch ? 4 : 1, concurrency: withBatch ? 1 : 2, gate: withBatch })
+      await sim.run(30)
+      expect(sim.dead).toEqual(['a1', 'a2'])
+      expect(sim.reported.filter((r) => r.code === 'RETRIES_EXHAUSTED').map((r) => r.id)).toEqual(['a1', 'a2'])
+      // a2 went back unapplied behind a1 before it ever ran: those deliveries were not its attempts.
+      // Three deliveries that ran each; in batches each ran twice (in the failing batch, then alone).
+      expect(tried.get('a1')).toBe(withBatch ? 6 : 3)
+      expect(tried.get('a2')).toBe(withBatch ? 6 : 3)
+      // The rest went back with them each time (more deliveries than maxAttempts), and are applied in order.
+      expect(applied.filter((id) => id.startsWith('a'))).toEqual(['a3', 'a4', 'a5', 'a6'])
+      expect(applied.filter((id) => id.startsWith('b'))).toEqual(['b1', 'b2'])
+      expect(sim.delivered.get('a3')).toBeGreaterThan(3)
+      expect(sim.queue).toEqual([])
+    })
+  }
+
+  it('gives up on the failure that reaches maxAttempts, and a message that succeeds in time is applied', async () => {
+    const failing = new Set(['x'])
+    const { inbox, applied, tried } = inboxOf(failing, false)
+    const flaky: Inbox<unknown> = {
+      ...inbox,
+      async handle(message, effect) {
+        if (message.id === 'y' && (tried.get('y') ?? 0) >= 2) failing.delete('y')
+        else if (message.id === 'y') failing.add('y')
+        return inbox.handle(message, effect)
+      },
+    }
+    const sim = broker(
+      [
+        { id: 'x', key: 'x' },
+        { id: 'y', key: 'y' },
+      ],
+      flaky,
+      { maxAttempts: 3 },
+    )
+    await sim.run(10)
+    expect(tried.get('x')).toBe(3)
+    expect(sim.dead).toEqual(['x'])
+    expect(tried.get('y')).toBe(3)
+    expect(applied).toEqual(['y'])
+  })
+
+  it('without maxAttempts retries for ever, as before', async () => {
+    const { inbox, tried } = inboxOf(new Set(['x']), false)
+    const sim = broker([{ id: 'x', key: 'x' }], inbox, {})
+    await sim.run(12)
+    expect(tried.get('x')).toBe(12)
+    expect(sim.dead).toEqual([])
+    expect(sim.queue.map((m) => m.id)).toEqual(['x'])
+  })
+
+  it('refuses a maxAttempts that is not a positive integer', () => {
+    const inbox = { consumer: 'c' } as Inbox<unknown>
+    for (const bad of [0, 1.5, -1, Number.NaN]) {
+      expect(() => createDispatcher({ inbox, handler: () => {}, maxAttempts: bad })).toThrow('maxAttempts must be a positive integer')
+    }
+  })
+})
