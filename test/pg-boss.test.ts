@@ -110,6 +110,54 @@ describe.skipIf(skip !== undefined)('idemkey/pg-boss on a real PostgreSQL', () =
     expect(calls).toEqual(['reserve', 'charge'])
   })
 
+  it('with perJobResults, a job that always throws fails alone: its batch neighbours complete with their values, and a reused key is dead-lettered without a retry', async () => {
+    const queue = `perjob-${run}`
+    const dead = `perjob-dead-${run}`
+    await boss.createQueue(dead)
+    await boss.createQueue(queue, { deadLetter: dead, retryLimit: 2, retryDelay: 0 })
+    // Sent before the worker starts, so the first fetch takes them as one batch.
+    const a = (await boss.send(queue, { order: 'o-a', amount: 1 })) as string
+    const poison = (await boss.send(queue, { order: 'o-poison', amount: 2 })) as string
+    const c = (await boss.send(queue, { order: 'o-c', amount: 3 })) as string
+    const runs: string[] = []
+    const batches: number[] = []
+    const handler = idempotentHandler<{ order: string; amount: number }, { charged: number }>(
+      async (job) => {
+        runs.push(job.data.order)
+        if (job.data.order === 'o-poison') throw new Error('the bank refuses this card')
+        return { charged: job.data.amount }
+      },
+      { ledger, key: (job) => job.data.order, perJobResults: true },
+    )
+    await boss.work<{ order: string; amount: number }>(
+      queue,
+      { pollingIntervalSeconds: 0.5, batchSize: 10, perJobResults: true },
+      (jobs) => {
+        batches.push(jobs.length)
+        return handler(jobs)
+      },
+    )
+    const [done, failed, alsoDone] = await settled(queue, [a, poison, c])
+    // o-a's key again, with other data (pg-boss does not fetch a batch in send order, so it comes after).
+    const reused = (await boss.send(queue, { order: 'o-a', amount: 99 })) as string
+    const [refused] = await settled(queue, [reused])
+    expect(batches[0]).toBe(3)
+    expect(done).toEqual({ state: 'completed', output: { charged: 1 } })
+    expect(alsoDone).toEqual({ state: 'completed', output: { charged: 3 } })
+    expect(failed).toMatchObject({ state: 'failed', output: { message: 'the bank refuses this card' } })
+    expect(refused).toMatchObject({ state: 'failed', output: { code: 'FINGERPRINT_MISMATCH' } })
+    // The poison job used its retries (three runs); the good ones ran once, the reused key never.
+    expect(runs.filter((order) => order === 'o-poison')).toHaveLength(3)
+    expect(runs.filter((order) => order !== 'o-poison').sort()).toEqual(['o-a', 'o-c'])
+    expect((await boss.getJobById(queue, reused))?.retryCount).toBe(0)
+    // Only the reused key went to the dead letter queue at once; the poison job joins it once its retries end.
+    const deadJobs = await boss.fetch<{ order: string; amount: number }>(dead, { batchSize: 10 })
+    expect(deadJobs.map((job) => job.data).sort((x, y) => x.amount - y.amount)).toEqual([
+      { order: 'o-poison', amount: 2 },
+      { order: 'o-a', amount: 99 },
+    ])
+  })
+
   it("with transactional: true, writes the handler's row in the record's transaction, once for work sent twice", async () => {
     const queue = `tx-${run}`
     await boss.createQueue(queue)

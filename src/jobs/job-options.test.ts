@@ -24,6 +24,10 @@ describe('job-queue wrappers', () => {
     expect(() => idempotentHandler(() => 1, { ledger, key, lease: 0 })).toThrow(invalid('lease must be longer than 0'))
     expect(() => idempotentTask(() => 1, { ledger, lease: '0s' })).toThrow(invalid('lease must be longer than 0'))
     expect(() => idempotentProcessor(() => 1, { ledger, lease: 0 })).toThrow(invalid('lease must be longer than 0'))
+    // pg-boss's own perJobResults is a boolean: 'yes' would be taken as true by the wrapper and not by pg-boss.
+    expect(() => idempotentHandler(() => 1, { ledger, key, perJobResults: 'yes' as never })).toThrow(
+      invalid('perJobResults is true or false'),
+    )
   })
 
   it('refuse a key, scope or payload that is no function (BullMQ takes a scope string), and a handler that is none', () => {

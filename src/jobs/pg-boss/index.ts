@@ -92,10 +92,32 @@ interface CommonOptions<D> {
   wait?: Duration
 }
 
+/**
+ * With `perJobResults: true`, and pg-boss's own `perJobResults: true` on `boss.work` (pg-boss 12), each
+ * job of a batch is settled alone: a job whose work throws fails (and is retried) by itself, the others
+ * complete with their values; a key reused with other data is dead-lettered (no retry can mend it).
+ * Without it, one job that throws fails its whole batch, and one that always throws takes its batch
+ * neighbours' retries with it. Not with pg-boss's transactional worker (pg-boss refuses the two together).
+ */
+interface PerJobOption {
+  perJobResults?: boolean
+}
+
 /** Options of {@link idempotentHandler}. */
-export type PgBossIdempotencyOptions<D> = CommonOptions<D> & { transactional?: false }
+export type PgBossIdempotencyOptions<D> = CommonOptions<D> & { transactional?: false } & PerJobOption
 /** Options of {@link idempotentHandler} with the handler's writes in the record's transaction. */
-export type PgBossTransactionalOptions<D> = CommonOptions<D> & { transactional: true }
+export type PgBossTransactionalOptions<D> = CommonOptions<D> & { transactional: true } & PerJobOption
+
+/**
+ * One job's outcome for a `perJobResults` worker: pg-boss's `JobResult`. `completed` carries the job's
+ * value, `failed` the error (retried per the queue's settings), `deadletter` a reused key's error
+ * (failed for good, to the queue's dead letter queue if it has one).
+ */
+export interface PgBossJobResult<R> {
+  id: string
+  status: 'completed' | 'failed' | 'deadletter'
+  output?: R | Error
+}
 
 /** A key reused with other data: the job fails (and pg-boss retries it per its retry settings: set `retryLimit: 0` for such errors, or inspect `code`). */
 export class PgBossKeyReusedError extends IdempotencyError {
@@ -118,6 +140,14 @@ export class PgBossKeyReusedError extends IdempotencyError {
  */
 export function idempotentHandler<D, R>(
   handler: (job: PgBossJobLike<D>, ctx: IntentContext) => Promise<R> | R,
+  options: PgBossIdempotencyOptions<D> & { perJobResults: true },
+): (jobs: Array<PgBossJobLike<D>>) => Promise<Array<PgBossJobResult<R>>>
+export function idempotentHandler<D, R, Tx = unknown>(
+  handler: (job: PgBossJobLike<D>, ctx: TransactionContext<Tx>) => Promise<R> | R,
+  options: PgBossTransactionalOptions<D> & { perJobResults: true },
+): (jobs: Array<PgBossJobLike<D>>) => Promise<Array<PgBossJobResult<R>>>
+export function idempotentHandler<D, R>(
+  handler: (job: PgBossJobLike<D>, ctx: IntentContext) => Promise<R> | R,
   options: PgBossIdempotencyOptions<D>,
 ): (jobs: Array<PgBossJobLike<D>>, tx?: PgBossDb) => Promise<R | R[]>
 export function idempotentHandler<D, R, Tx = unknown>(
@@ -127,7 +157,7 @@ export function idempotentHandler<D, R, Tx = unknown>(
 export function idempotentHandler<D, R>(
   handler: (job: PgBossJobLike<D>, ctx: never) => Promise<R> | R,
   options: PgBossIdempotencyOptions<D> | PgBossTransactionalOptions<D>,
-): (jobs: Array<PgBossJobLike<D>>, tx?: PgBossDb) => Promise<R | R[]> {
+): (jobs: Array<PgBossJobLike<D>>, tx?: PgBossDb) => Promise<R | R[] | Array<PgBossJobResult<R>>> {
   const ledger = options?.ledger
   if (!ledger || typeof ledger.run !== 'function') {
     throw new IdempotencyError('INVALID_OPTION', 'idempotentHandler(handler, { ledger, key }) needs a Ledger: new Ledger({ store }).')
@@ -139,6 +169,12 @@ export function idempotentHandler<D, R>(
     )
   }
   assertFunctions('idempotentHandler()', { handler, scope: options.scope, payload: options.payload }, { required: ['handler'] })
+  if (options.perJobResults !== undefined && typeof options.perJobResults !== 'boolean') {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `idempotentHandler(): perJobResults is true or false (as on boss.work), got ${JSON.stringify(options.perJobResults)}.`,
+    )
+  }
   // Checked here, so a bad duration fails where the worker is set up, not every job it takes.
   const runOptions = runDurations({ lease: options.lease, wait: options.wait })
   const one = async (job: PgBossJobLike<D>, batch: Map<string, { fingerprint: string; value: R }> | undefined): Promise<R> => {
@@ -180,6 +216,21 @@ export function idempotentHandler<D, R>(
     const values: R[] = []
     for (const job of jobs) values.push(await one(job, batch))
     return jobs.length === 1 ? (values[0] as R) : values
+  }
+  if (options.perJobResults === true) {
+    // Each job settled alone (pg-boss's perJobResults): one that throws fails by itself.
+    return async (jobs) => {
+      const results: Array<PgBossJobResult<R>> = []
+      for (const job of jobs) {
+        try {
+          results.push({ id: job.id, status: 'completed', output: await one(job, undefined) })
+        } catch (error) {
+          const output = error instanceof Error ? error : new Error(String(error))
+          results.push({ id: job.id, status: error instanceof PgBossKeyReusedError ? 'deadletter' : 'failed', output })
+        }
+      }
+      return results
+    }
   }
   return (jobs, tx) =>
     // A transactional worker's transaction, for a store made with pgBossTransactions() to join.
