@@ -71,6 +71,85 @@ describe.skipIf(skip !== undefined)('MySqlStore transactions (SPEC §6)', () => 
     expect((await store.get('tx', 'k3'))?.status).toBe('completed')
   })
 
+  /**
+   * A real deadlock: the work locks row a then row b, a second connection locks b then a. InnoDB rolls
+   * the victim's whole transaction back; work that catches the error and carries on would otherwise
+   * write in autocommit (each statement its own transaction) and complete the record with its first
+   * write lost.
+   */
+  async function deadlocked(tx: MySqlTransaction, rows: string) {
+    const other = await pool.getConnection()
+    try {
+      await other.query('START TRANSACTION')
+      await tx.execute(`UPDATE \`${rows}\` SET v = v + 1 WHERE id = 'a'`)
+      // The other changes more rows, so InnoDB picks the work's (smaller) transaction as the victim.
+      // One row at a time: an UPDATE of most of the table scans it whole, locking row a too.
+      for (const id of ['b', 'c', 'd', 'e', 'f']) await other.execute(`UPDATE \`${rows}\` SET v = v + 1 WHERE id = ?`, [id])
+      const blocked = other.execute(`UPDATE \`${rows}\` SET v = v + 1 WHERE id = 'a'`).then(
+        () => 'other went on',
+        (error: { errno?: number }) => `other failed ${error.errno}`,
+      )
+      await new Promise((resolve) => setTimeout(resolve, 200)) // the other now waits on row a
+      const mine = await tx.execute(`UPDATE \`${rows}\` SET v = v + 1 WHERE id = 'b'`).then(
+        () => undefined,
+        (error: { errno?: number }) => error,
+      )
+      await blocked
+      return mine
+    } finally {
+      await other.query('ROLLBACK').catch(() => {})
+      other.release()
+    }
+  }
+
+  it('refuses to go on in a transaction InnoDB rolled back after a deadlock: work that catches the error and carries on writes nothing and completes nothing', async () => {
+    const rows = `${table}_rows`
+    await pool.query(`CREATE TABLE \`${rows}\` (id VARCHAR(8) PRIMARY KEY, v INT NOT NULL) ENGINE = InnoDB`)
+    await pool.query(`INSERT INTO \`${rows}\` VALUES ('a', 0), ('b', 0), ('c', 0), ('d', 0), ('e', 0), ('f', 0)`)
+    const seen: unknown[] = []
+    const run = ledger.runInTransaction({ key: 'k-deadlock', scope: 'tx', payload: { n: 5 } }, async ({ tx }) => {
+      await tx.execute(`INSERT INTO \`${orders}\` (id) VALUES (?)`, ['order-5-before'])
+      const deadlock = await deadlocked(tx, rows)
+      seen.push(deadlock)
+      // Caught and carried on, as a careless retry loop does: this statement must not run in autocommit.
+      await tx.execute(`INSERT INTO \`${orders}\` (id) VALUES (?)`, ['order-5-after'])
+      return 'done'
+    })
+    await expect(run).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE', message: expect.stringContaining('deadlock') })
+    expect(seen).toEqual([expect.objectContaining({ errno: 1213 })])
+    // Neither write is there, and the record was released, not completed: a retry runs the work again.
+    expect((await orderIds()).filter((id) => id.startsWith('order-5'))).toEqual([])
+    expect(await store.acquire('tx', 'k-deadlock', fp('other'), 60_000)).toEqual({ kind: 'acquired', token: 2 })
+    await pool.query(`DROP TABLE \`${rows}\``)
+  })
+
+  it('refuses to complete a transaction InnoDB rolled back after a deadlock when the work swallowed the error and returned', async () => {
+    const rows = `${table}_rows2`
+    await pool.query(`CREATE TABLE \`${rows}\` (id VARCHAR(8) PRIMARY KEY, v INT NOT NULL) ENGINE = InnoDB`)
+    await pool.query(`INSERT INTO \`${rows}\` VALUES ('a', 0), ('b', 0), ('c', 0), ('d', 0), ('e', 0), ('f', 0)`)
+    const run = ledger.runInTransaction({ key: 'k-deadlock-2', scope: 'tx', payload: { n: 6 } }, async ({ tx }) => {
+      await tx.execute(`INSERT INTO \`${orders}\` (id) VALUES (?)`, ['order-6'])
+      await deadlocked(tx, rows)
+      return 'done, it says'
+    })
+    await expect(run).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
+    expect(await orderIds()).not.toContain('order-6')
+    expect((await store.get('tx', 'k-deadlock-2'))?.status).not.toBe('completed')
+    await pool.query(`DROP TABLE \`${rows}\``)
+  })
+
+  it('refuses a statement that ended the transaction under the work (an implicit commit: DDL), and completes nothing', async () => {
+    const run = ledger.runInTransaction({ key: 'k-ddl', scope: 'tx', payload: { n: 7 } }, async ({ tx }) => {
+      await tx.execute(`INSERT INTO \`${orders}\` (id) VALUES (?)`, ['order-7'])
+      await tx.query(`CREATE TABLE IF NOT EXISTS \`${table}_ddl\` (id INT)`)
+      return 'done'
+    })
+    await expect(run).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('implicit commit') })
+    // The DDL committed the insert before it (nothing can take that back), but the record is not completed.
+    expect((await store.get('tx', 'k-ddl'))?.status).not.toBe('completed')
+    await pool.query(`DROP TABLE IF EXISTS \`${table}_ddl\``)
+  })
+
   it('reports a transaction on an unreachable server as STORE_UNAVAILABLE', async () => {
     const down = new MySqlStore({ uri: 'mysql://root@127.0.0.1:1/test', table })
     await expect(down.transaction(async () => 1)).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' })
