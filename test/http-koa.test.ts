@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
+import multer from '@koa/multer'
 import Koa from 'koa'
 import { Ledger } from '../src/core/ledger.js'
 import { type IdempotencyState, idempotency } from '../src/http/koa/index.js'
@@ -196,5 +197,63 @@ describe.each([
     const key = randomUUID()
     expect((await send(url, key, '{"account":9007199254740993}')).status).toBe(201)
     expect((await send(url, key, '{"account":9007199254740992}')).status).toBe(422)
+  })
+})
+
+describe('Koa adapter before a multipart parser (@koa/multer)', () => {
+  let url: string
+  let server: Server
+  let runs = 0
+
+  beforeAll(async () => {
+    const app = new Koa<IdempotencyState>()
+    app.use(idempotency({ ledger: new Ledger({ store: new MemoryStore() }) }))
+    // @koa/multer reads the request stream after the layer has read it to fingerprint the upload.
+    const upload = multer({ storage: multer.memoryStorage() }).single('file')
+    app.use(async (ctx, next) => {
+      if (ctx.path !== '/documents') return next()
+      await upload(ctx, async () => {})
+      runs++
+      ctx.status = 201
+      ctx.body = {
+        run: runs,
+        title: (ctx.request as unknown as { body: { title?: string } }).body.title,
+        file: ctx.file?.buffer.toString('utf8'),
+      }
+    })
+    ;({ url, server } = await listen(app))
+  })
+  afterAll(() => new Promise((resolve) => server.close(resolve)))
+
+  /** The form's bytes, made once: a retry sends the same bytes (a new FormData would draw a new boundary). */
+  const encoded = async (text: string) => {
+    const form = new FormData()
+    form.set('title', 'report')
+    form.set('file', new Blob([text], { type: 'text/plain' }), 'report.txt')
+    const request = new Request('http://x/', { method: 'POST', body: form })
+    return { type: request.headers.get('content-type') as string, bytes: await request.arrayBuffer() }
+  }
+  const post = async (key: string, form: { type: string; bytes: ArrayBuffer }) => {
+    const response = await fetch(`${url}/documents`, {
+      method: 'POST',
+      headers: { 'idempotency-key': key, 'content-type': form.type },
+      body: form.bytes,
+      signal: AbortSignal.timeout(5_000),
+    })
+    return { status: response.status, replayed: response.headers.get('idempotent-replayed'), body: await response.text() }
+  }
+
+  it('hands the upload on to the parser after fingerprinting it, and replays the retry', async () => {
+    const key = randomUUID()
+    const form = await encoded('the first upload')
+    const first = await post(key, form)
+    expect(first).toMatchObject({ status: 201, replayed: null })
+    expect(JSON.parse(first.body)).toEqual({ run: 1, title: 'report', file: 'the first upload' })
+    const replay = await post(key, form)
+    expect(replay).toMatchObject({ status: 201, replayed: 'true', body: first.body })
+    expect(runs).toBe(1)
+    // Another upload under another key is fingerprinted and parsed on its own.
+    const other = await post(randomUUID(), await encoded('a second upload'))
+    expect(JSON.parse(other.body)).toEqual({ run: 2, title: 'report', file: 'a second upload' })
   })
 })

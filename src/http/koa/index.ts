@@ -5,7 +5,16 @@
 import { Readable } from 'node:stream'
 import type { DefaultContext, DefaultState, Next, ParameterizedContext } from 'koa'
 import { createEngine } from '../engine.js'
-import { distinctHeaders, isBytes, NULL_BODY_STATUSES, parseJsonOr, plainHeaders, readNodeBody, tooLarge } from '../node-body.js'
+import {
+  distinctHeaders,
+  isBytes,
+  isJsonType,
+  NULL_BODY_STATUSES,
+  parseJsonOr,
+  plainHeaders,
+  readNodeBody,
+  tooLarge,
+} from '../node-body.js'
 import type { EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../types.js'
 
 export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
@@ -47,7 +56,8 @@ type ParsedRequest = { body?: unknown; rawBody?: unknown }
 export function idempotency<Ctx = ParameterizedContext>(options: KoaIdempotencyOptions<Ctx>): IdempotencyMiddleware {
   const engine = createEngine(options)
   return async function idempotencyMiddleware(context, next) {
-    const ctx = context as ParameterizedContext<IdempotencyState>
+    // Through unknown: an app may augment Koa's DefaultContext (@types/koa__multer adds file, files).
+    const ctx = context as unknown as ParameterizedContext<IdempotencyState>
     if (!engine.applies(ctx.method, ctx.req.headers[engine.keyHeader] !== undefined)) return next()
     const decision = await engine.begin(requestLike(ctx))
     if (decision.kind === 'passthrough') return next()
@@ -97,7 +107,8 @@ function requestLike(ctx: ParameterizedContext): HttpRequestLike {
         return bytes
       }
       if (consumed) return isBytes(request.body) ? Buffer.from(request.body as string | Buffer) : new Uint8Array(0)
-      const bytes = await readNodeBody(req, limit)
+      // A body that is not JSON is left in the stream too, for a parser mounted after the layer (@koa/multer).
+      const bytes = await readNodeBody(req, limit, { keep: !isJsonType(req.headers['content-type']) })
       // Nothing read the body before us: hand it on, as body parsers do, so handlers (and a body parser
       // mounted after us, which skips a request whose body is set) still get it.
       if (request.body === undefined) request.body = parseJsonOr(bytes, req.headers['content-type'])
