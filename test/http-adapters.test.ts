@@ -19,6 +19,7 @@ import { getIdempotency, withIdempotency } from '../src/http/fetch/index.js'
 import { idempotency as honoIdempotency } from '../src/http/hono/index.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { countingStore } from './helpers/counting-store.js'
+import { type EncodedForm, encodedForm, postForm } from './helpers/multipart.js'
 
 /** Serves an Express app on a free loopback port: its URL (with `path`), and a close that drops its connections. */
 async function listen(app: ReturnType<typeof express>, path = ''): Promise<{ url: string; close: () => Promise<void> }> {
@@ -340,27 +341,14 @@ describe('Express adapter before a multipart parser (multer)', () => {
   })
   afterAll(() => close())
 
-  /** The form's bytes, made once: a retry sends the same bytes (a new FormData would draw a new boundary). */
-  const encoded = async (text: string) => {
-    const form = new FormData()
-    form.set('title', 'report')
-    form.set('file', new Blob([text], { type: 'text/plain' }), 'report.txt')
-    const request = new Request('http://x/', { method: 'POST', body: form })
-    return { type: request.headers.get('content-type') as string, bytes: await request.arrayBuffer() }
-  }
-  const upload = async (key: string, form: { type: string; bytes: ArrayBuffer }) => {
-    const response = await fetch(`${url}/documents`, {
-      method: 'POST',
-      headers: { 'idempotency-key': key, 'content-type': form.type },
-      body: form.bytes,
-      signal: AbortSignal.timeout(5_000),
-    })
-    return { status: response.status, replayed: response.headers.get('idempotent-replayed'), body: await response.json() }
+  const upload = async (key: string, form: EncodedForm) => {
+    const { text, ...answer } = await postForm(`${url}/documents`, key, form)
+    return { ...answer, body: JSON.parse(text) as unknown }
   }
 
   it('hands the upload on to the parser after fingerprinting it, and replays the retry', async () => {
     const key = randomUUID()
-    const form = await encoded('the first upload')
+    const form = await encodedForm('the first upload')
     const first = await upload(key, form)
     expect(first).toMatchObject({ status: 201, replayed: null, body: { run: 1, title: 'report', file: 'the first upload' } })
     const replay = await upload(key, form)

@@ -12,6 +12,7 @@ import Koa from 'koa'
 import { Ledger } from '../src/core/ledger.js'
 import { type IdempotencyState, idempotency } from '../src/http/koa/index.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
+import { type EncodedForm, encodedForm, postForm } from './helpers/multipart.js'
 
 async function send(url: string, key: string | undefined, body: string, contentType = 'application/json') {
   const headers: Record<string, string> = { 'content-type': contentType }
@@ -225,27 +226,14 @@ describe('Koa adapter before a multipart parser (@koa/multer)', () => {
   })
   afterAll(() => new Promise((resolve) => server.close(resolve)))
 
-  /** The form's bytes, made once: a retry sends the same bytes (a new FormData would draw a new boundary). */
-  const encoded = async (text: string) => {
-    const form = new FormData()
-    form.set('title', 'report')
-    form.set('file', new Blob([text], { type: 'text/plain' }), 'report.txt')
-    const request = new Request('http://x/', { method: 'POST', body: form })
-    return { type: request.headers.get('content-type') as string, bytes: await request.arrayBuffer() }
-  }
-  const post = async (key: string, form: { type: string; bytes: ArrayBuffer }) => {
-    const response = await fetch(`${url}/documents`, {
-      method: 'POST',
-      headers: { 'idempotency-key': key, 'content-type': form.type },
-      body: form.bytes,
-      signal: AbortSignal.timeout(5_000),
-    })
-    return { status: response.status, replayed: response.headers.get('idempotent-replayed'), body: await response.text() }
+  const post = async (key: string, form: EncodedForm) => {
+    const { text, ...answer } = await postForm(`${url}/documents`, key, form)
+    return { ...answer, body: text }
   }
 
   it('hands the upload on to the parser after fingerprinting it, and replays the retry', async () => {
     const key = randomUUID()
-    const form = await encoded('the first upload')
+    const form = await encodedForm('the first upload')
     const first = await post(key, form)
     expect(first).toMatchObject({ status: 201, replayed: null })
     expect(JSON.parse(first.body)).toEqual({ run: 1, title: 'report', file: 'the first upload' })
@@ -253,7 +241,7 @@ describe('Koa adapter before a multipart parser (@koa/multer)', () => {
     expect(replay).toMatchObject({ status: 201, replayed: 'true', body: first.body })
     expect(runs).toBe(1)
     // Another upload under another key is fingerprinted and parsed on its own.
-    const other = await post(randomUUID(), await encoded('a second upload'))
+    const other = await post(randomUUID(), await encodedForm('a second upload'))
     expect(JSON.parse(other.body)).toEqual({ run: 2, title: 'report', file: 'a second upload' })
   })
 })

@@ -175,6 +175,16 @@ const harnesses: Record<keyof typeof skips, () => Promise<Harness>> = {
   },
 }
 
+/** What is left unacked once the broker has applied the acks it received (asynchronously: up to a second). */
+async function settledOutstanding(harness: Harness): Promise<number> {
+  let outstanding = await harness.outstanding()
+  for (let i = 0; i < 20 && outstanding > 0; i++) {
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    outstanding = await harness.outstanding()
+  }
+  return outstanding
+}
+
 /** A statement that holds the effect's transaction for `seconds`. */
 const sleepSql = (db: TestDb, seconds: number) => (db.dialect === 'postgres' ? `SELECT pg_sleep(${seconds})` : `SELECT SLEEP(${seconds})`)
 
@@ -197,6 +207,25 @@ for (const database of databases) {
         afterEach(async () => {
           await harness.drop()
         })
+
+        /**
+         * An inbox, a log table of committed effects (in commit order per key: one key's effects never
+         * overlap), and `perKey` messages for each of `keys` keys, interleaved, each `{ key, n }`.
+         */
+        async function keyedRun(consumer: string, keys: number, perKey: number) {
+          const name = `${broker}_${consumer}_${randomUUID().slice(0, 8)}`
+          const inbox = db.inbox({ consumer, table: db.table(name) })
+          await inbox.migrate()
+          const log = db.table(`${name}_log`)
+          const serial = db.dialect === 'postgres' ? 'bigserial' : 'bigint AUTO_INCREMENT'
+          await db.query(`CREATE TABLE ${log} (seq ${serial} PRIMARY KEY, k varchar(16) NOT NULL, n int NOT NULL)`)
+          const messages = Array.from({ length: keys * perKey }, (_, i) => {
+            const key = `k${i % keys}`
+            const n = Math.floor(i / keys)
+            return { id: `${key}-${n}-${randomUUID()}`, key, payload: JSON.stringify({ key, n }) }
+          })
+          return { inbox, log, messages }
+        }
 
         it('applies the messages of one key in order while keys interleave, with never more than `concurrency` effects at once', async () => {
           const name = `${broker}_order_${randomUUID().slice(0, 8)}`
@@ -282,20 +311,9 @@ for (const database of databases) {
         })
 
         it('never applies a later message of a key before an earlier one that failed: the key is held until it comes back', async () => {
-          const name = `${broker}_hold_${randomUUID().slice(0, 8)}`
-          const inbox = db.inbox({ consumer: 'hold', table: db.table(name) })
-          await inbox.migrate()
-          const log = db.table(`${name}_log`)
-          // Committed effects only, in commit order per key (one key's effects never overlap).
-          const serial = db.dialect === 'postgres' ? 'bigserial' : 'bigint AUTO_INCREMENT'
-          await db.query(`CREATE TABLE ${log} (seq ${serial} PRIMARY KEY, k varchar(16) NOT NULL, n int NOT NULL)`)
+          const { inbox, log, messages } = await keyedRun('hold', 3, 10)
           const keys = 3
           const perKey = 10
-          const messages = Array.from({ length: keys * perKey }, (_, i) => {
-            const key = `k${i % keys}`
-            const n = Math.floor(i / keys)
-            return { id: `${key}-${n}-${randomUUID()}`, key, payload: JSON.stringify({ key, n }) }
-          })
           const victim = messages.find((m) => m.key === 'k1' && m.payload.includes('"n":2'))?.id as string
           let victimCalls = 0
           await harness.publish(messages)
@@ -318,27 +336,11 @@ for (const database of databases) {
             expect(rows.filter((r) => r.k === `k${k}`).map((r) => r.n)).toEqual(Array.from({ length: perKey }, (_, n) => n))
           }
           expect(victimCalls).toBe(3)
-          let outstanding = await harness.outstanding()
-          for (let i = 0; i < 20 && outstanding > 0; i++) {
-            await new Promise((resolve) => setTimeout(resolve, 50))
-            outstanding = await harness.outstanding()
-          }
-          expect(outstanding).toBe(0)
+          expect(await settledOutstanding(harness)).toBe(0)
         })
 
         it('gives up on a message whose effect always fails after maxAttempts: dead-lettered, reported once, and the rest of its key applied in order', async () => {
-          const name = `${broker}_dead_${randomUUID().slice(0, 8)}`
-          const inbox = db.inbox({ consumer: 'dead', table: db.table(name) })
-          await inbox.migrate()
-          const log = db.table(`${name}_log`)
-          const serial = db.dialect === 'postgres' ? 'bigserial' : 'bigint AUTO_INCREMENT'
-          await db.query(`CREATE TABLE ${log} (seq ${serial} PRIMARY KEY, k varchar(16) NOT NULL, n int NOT NULL)`)
-          const perKey = 6
-          const messages = Array.from({ length: 2 * perKey }, (_, i) => {
-            const key = `k${i % 2}`
-            const n = Math.floor(i / 2)
-            return { id: `${key}-${n}-${randomUUID()}`, key, payload: JSON.stringify({ key, n }) }
-          })
+          const { inbox, log, messages } = await keyedRun('dead', 2, 6)
           const poison = messages.find((m) => m.key === 'k0' && m.payload.includes('"n":1'))?.id as string
           let poisonCalls = 0
           const exhausted: Array<{ code?: string; id: string }> = []
@@ -380,12 +382,7 @@ for (const database of databases) {
             dead = await harness.deadLettered()
           }
           if (dead !== undefined) expect(dead).toEqual([poison])
-          let outstanding = await harness.outstanding()
-          for (let i = 0; i < 20 && outstanding > 0; i++) {
-            await new Promise((resolve) => setTimeout(resolve, 50))
-            outstanding = await harness.outstanding()
-          }
-          expect(outstanding).toBe(0)
+          expect(await settledOutstanding(harness)).toBe(0)
         })
 
         it('stop() waits for the effects in hand, which commit and are acked', async () => {
@@ -410,12 +407,7 @@ for (const database of databases) {
           await running.stop()
           expect(finished).toBe(messages.length)
           // The server applies acks it received asynchronously: give its bookkeeping a moment to show them.
-          let outstanding = await harness.outstanding()
-          for (let i = 0; i < 20 && outstanding > 0; i++) {
-            await new Promise((resolve) => setTimeout(resolve, 50))
-            outstanding = await harness.outstanding()
-          }
-          expect(outstanding).toBe(0)
+          expect(await settledOutstanding(harness)).toBe(0)
         })
       })
     }
