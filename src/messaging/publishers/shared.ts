@@ -215,8 +215,8 @@ export class Dispatcher<Tx> {
     options: ConsumeOptions<Tx>,
     limit: number,
     batchSize: number,
-    holdMs = DEFAULT_FAILURE_HOLD_MS,
-    attempts: { max: number | undefined; deadLetter: string } = { max: undefined, deadLetter: 'dead-lettered' },
+    holdMs: number,
+    attempts: { max: number | undefined; deadLetter: string },
   ) {
     this.#options = options
     this.#limit = limit
