@@ -159,6 +159,23 @@ describe.skipIf(skip)('RedisStore complete by SET IFEQ: the records it leaves', 
     await other.close()
   })
 
+  it('completes the records of one key under two scopes, held at once, each with its own outcome', async () => {
+    const [a, b] = [`s-${randomUUID()}`, `s-${randomUUID()}`]
+    expect(await store.acquire(a, 'shared', fp('a'), 60_000)).toEqual({ kind: 'acquired', token: 1 })
+    expect(await store.acquire(b, 'shared', fp('b'), 60_000)).toEqual({ kind: 'acquired', token: 1 })
+    expect(await store.complete(a, 'shared', 1, outcome('{"scope":"a"}'), 60_000)).toBe(true)
+    expect(await store.complete(b, 'shared', 1, outcome('{"scope":"b"}'), 60_000)).toBe(true)
+    for (const [scope, text] of [
+      [a, '{"scope":"a"}'],
+      [b, '{"scope":"b"}'],
+    ] as const) {
+      const record = await store.get(scope, 'shared')
+      expect(record).toMatchObject({ scope, key: 'shared', status: 'completed', fingerprint: fp(scope === a ? 'a' : 'b') })
+      expect(new TextDecoder().decode(record?.response?.body)).toBe(text)
+    }
+    expect(await store.complete(a, 'shared', 1, outcome('again'), 60_000)).toBe(false)
+  })
+
   it('leaves a record someone waits on, or one renewed, to the script, which publishes and keeps the times', async () => {
     const s = `s-${randomUUID()}`
     const listener = new Redis(URL)

@@ -128,6 +128,24 @@ describe.skipIf(skip !== undefined)('RedisStore group commit on one server', () 
     unwatch()
   })
 
+  it('answers each caller of one batch that holds the same key under two scopes with its own record', async () => {
+    const [s, t] = [`s-${randomUUID()}`, `t-${randomUUID()}`]
+    const store = storeOf({ client: own() })
+    for (const scope of [s, t]) expect(await store.acquire(scope, 'shared', fp(scope), 60_000)).toEqual({ kind: 'acquired', token: 1 })
+    const answers = await Promise.all([
+      store.complete(s, 'first', 1, outcome('never acquired'), 60_000),
+      store.complete(s, 'shared', 1, outcome(s), 60_000),
+      store.complete(t, 'shared', 1, outcome(t), 60_000),
+      store.complete(t, 'shared', 1, outcome('twice'), 60_000),
+    ])
+    expect(answers).toEqual([false, true, true, false])
+    for (const scope of [s, t]) {
+      const record = await store.get(scope, 'shared')
+      expect(record, scope).toMatchObject({ scope, status: 'completed', token: 1, fingerprint: fp(scope) })
+      expect(text(record?.response?.body), scope).toBe(scope)
+    }
+  })
+
   it('fences out a fresh record taken over after its lease ended: its compare-and-set misses and the script refuses token 1', async () => {
     const s = `s-${randomUUID()}`
     const counted = seen(own())

@@ -118,6 +118,13 @@ interface Completion {
   fresh: FreshRecord | undefined
 }
 
+/** A recent record's key names, and what its native acquire wrote until its holder completes it. */
+interface Recent {
+  scope: string
+  names: RecordNames
+  fresh: FreshRecord | undefined
+}
+
 /** What the native acquire wrote to a key, kept until its holder completes it with SET ... IFEQ. */
 interface FreshRecord {
   /** The exact value (the IFEQ comparison). */
@@ -177,15 +184,17 @@ export class RedisStore implements IdempotencyStore {
   #purgeScan: ResumableScan | undefined
   /** Whether the server takes SET NX GET (Redis 7.0+): a new key is then acquired without a script. */
   #native = true
-  readonly #recentNames = new Map<string, RecordNames>()
+  /**
+   * The key names of recent records, and the fresh record each one's native acquire wrote, by key alone
+   * (bounded; see #recent). A record's acquire and its complete find the same entry.
+   */
+  readonly #recent = new Map<string, Recent>()
   /**
    * Whether complete may use SET ... IFEQ: undefined until the server's answer to INFO (asked once, at
    * the first new key), or as the option says.
    */
   #compareAndSet: boolean | undefined
   #detecting = false
-  /** The fresh records this store's native acquire wrote, by key, for the IFEQ complete (bounded). */
-  readonly #fresh = new Map<string, FreshRecord>()
   /** Whether completes are grouped: the option, on one server (a script's keys on a Cluster must share a slot). */
   readonly #grouping: boolean
   /** Completes, grouped (one server). */
@@ -242,10 +251,11 @@ export class RedisStore implements IdempotencyStore {
     assertIdentity(scope, key)
     assertFingerprint(fingerprint)
     assertPositiveInteger(leaseMs, 'leaseMs')
-    const names = this.#names(scope, key)
+    const recent = this.#recentOf(scope, key)
+    const names = recent.names
     const identity = packedIdentity(scope, key)
     if (this.#native) {
-      const answered = await this.#acquireNatively(names.key, fingerprint, identity, leaseMs, scope, key)
+      const answered = await this.#acquireNatively(recent, fingerprint, identity, leaseMs, scope, key)
       if (answered !== undefined) return answered
     }
     const reply = (await this.#run(
@@ -283,7 +293,7 @@ export class RedisStore implements IdempotencyStore {
    * before Redis 7.0 refuse SET NX GET: the store then uses the script for every acquire.
    */
   async #acquireNatively(
-    redisKey: string,
+    recent: Recent,
     fingerprint: string,
     identity: string,
     leaseMs: number,
@@ -291,6 +301,7 @@ export class RedisStore implements IdempotencyStore {
     key: string,
   ): Promise<AcquireResult | undefined> {
     const client = this.#client ?? (await this.#ready('acquire'))
+    const redisKey = recent.names.key
     const fresh = `ik100n|${leaseMs}|${this.#retention}|${this.#grace}|${fingerprint}${identity}`
     const px = leaseMs + this.#afterLeaseMs
     let prior: unknown
@@ -305,7 +316,7 @@ export class RedisStore implements IdempotencyStore {
       throw toStoreError('acquire', redisKey, error, client)
     }
     if (prior === null) {
-      if (this.#compareAndSet !== false || this.#grouping) this.#rememberFresh(client, redisKey, fresh, fingerprint + identity)
+      if (this.#compareAndSet !== false || this.#grouping) this.#rememberFresh(client, recent, fresh, fingerprint + identity)
       return { kind: 'acquired', token: 1 }
     }
     return Buffer.isBuffer(prior) ? settledRecord(prior, redisKey, fingerprint, scope, key) : undefined
@@ -315,9 +326,8 @@ export class RedisStore implements IdempotencyStore {
    * Keeps the fresh record the native acquire just wrote, for its holder's SET ... IFEQ complete, and
    * asks the server once whether it has that SET (INFO server).
    */
-  #rememberFresh(client: RedisClientLike, redisKey: string, value: string, tail: string): void {
-    if (this.#fresh.size >= RECENT_NAMES) this.#fresh.clear()
-    this.#fresh.set(redisKey, { value, tail, at: performance.now() })
+  #rememberFresh(client: RedisClientLike, recent: Recent, value: string, tail: string): void {
+    recent.fresh = { value, tail, at: performance.now() }
     if (this.#compareAndSet !== undefined || this.#detecting) return
     this.#detecting = true
     sendBuffer(client, 'info', ['server']).then(
@@ -330,7 +340,7 @@ export class RedisStore implements IdempotencyStore {
   #settleCompareAndSet(available: boolean): void {
     this.#compareAndSet = available
     // Group commit completes fresh records by compare-and-set without the native SET: they stay.
-    if (!available && !this.#grouping) this.#fresh.clear()
+    if (!available && !this.#grouping) this.#recent.clear()
   }
 
   /** The value a fresh record takes when completed by compare-and-set (native `SET ... IFEQ`, or a group commit's batch). */
@@ -418,8 +428,9 @@ export class RedisStore implements IdempotencyStore {
     assertIdentity(scope, key)
     assertPositiveInteger(leaseMs, 'leaseMs')
     if (!Number.isSafeInteger(token)) return false
-    const names = this.#names(scope, key)
-    this.#fresh.delete(names.key) // the script rewrites it: an IFEQ on it would only miss
+    const recent = this.#recentOf(scope, key)
+    const names = recent.names
+    recent.fresh = undefined // the script rewrites it: an IFEQ on it would only miss
     return (await this.#run('renew', scripts.renew, names, [token, leaseMs, this.#retention, this.#grace], true)) === 1
   }
 
@@ -428,14 +439,15 @@ export class RedisStore implements IdempotencyStore {
     assertPositiveInteger(ttlMs, 'ttlMs')
     assertOutcome(outcome)
     if (!Number.isSafeInteger(token)) return false
-    const names = this.#names(scope, key)
+    const recent = this.#recentOf(scope, key)
+    const names = recent.names
     const status = outcome.status === 'completed' ? 'c' : 'f'
     const head = packedHead(outcome.response.status, outcome.resourceId ?? null, encodeHeaders(outcome.response.headers))
     const body = bodyArg(outcome.response.body)
-    const fresh = this.#fresh.get(names.key)
+    const fresh = recent.fresh
     const client = this.#client
     if (fresh !== undefined) {
-      this.#fresh.delete(names.key)
+      recent.fresh = undefined
       if (token === 1 && this.#compareAndSet === true && client !== undefined) {
         if (await this.#completeByCompareAndSet(client, names.key, fresh, status, head, body, ttlMs)) return true
       }
@@ -454,8 +466,9 @@ export class RedisStore implements IdempotencyStore {
   async release(scope: string, key: string, token: number): Promise<boolean> {
     assertIdentity(scope, key)
     if (!Number.isSafeInteger(token)) return false
-    const names = this.#names(scope, key)
-    this.#fresh.delete(names.key)
+    const recent = this.#recentOf(scope, key)
+    const names = recent.names
+    recent.fresh = undefined
     return (await this.#run('release', scripts.release, names, [token, this.#retention, this.#grace, names.channel], true)) === 1
   }
 
@@ -571,14 +584,23 @@ export class RedisStore implements IdempotencyStore {
    * (acquire, then complete) within milliseconds: the most recent are kept, in a bounded map.
    */
   #names(scope: string, key: string): RecordNames {
-    const id = `${scope}\n${key}`
-    let names = this.#recentNames.get(id)
-    if (names === undefined) {
-      if (this.#recentNames.size >= RECENT_NAMES) this.#recentNames.clear()
-      names = recordNames(this.prefix, scope, key)
-      this.#recentNames.set(id, names)
+    return this.#recentOf(scope, key).names
+  }
+
+  /**
+   * The entry of (scope, key) among recent records. Keyed by the key alone, which the ledger hands to
+   * acquire and complete as the same string (its hash is computed once and kept on it): a key joined
+   * with its scope is a new string at every call, to build and hash again. A key that arrives under
+   * another scope takes the entry over (the first scope's complete then names its record afresh).
+   */
+  #recentOf(scope: string, key: string): Recent {
+    let recent = this.#recent.get(key)
+    if (recent === undefined || recent.scope !== scope) {
+      if (this.#recent.size >= RECENT_NAMES) this.#recent.clear()
+      recent = { scope, names: recordNames(this.prefix, scope, key), fresh: undefined }
+      this.#recent.set(key, recent)
     }
-    return names
+    return recent
   }
 
   async #ready(operation: string): Promise<RedisClientLike> {
@@ -628,7 +650,7 @@ function fail(operation: string, key: string, error: unknown, client: object): n
  */
 const NATIVE_REPLAY_MARGIN_MS = 60_000
 
-/** How many records' key names a store keeps at most (see #names): a few hundred kilobytes. */
+/** How many recent records (their key names, their fresh value) a store keeps at most (see #recentOf): a few hundred kilobytes. */
 const RECENT_NAMES = 4_096
 
 /**
