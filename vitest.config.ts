@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config'
+import { SlowestFirstSequencer } from './test/setup/sequencer.js'
 
 export default defineConfig({
   test: {
@@ -15,6 +16,8 @@ export default defineConfig({
     pool: 'forks',
     // Two cores: more workers only make the store and crash tests fight for CPU.
     poolOptions: { forks: { maxForks: 2, minForks: 1 } },
+    // The slowest files first, so the two workers end together (test/setup/sequencer.ts).
+    sequence: { sequencer: SlowestFirstSequencer },
     reporters: ['default'],
   },
 })
