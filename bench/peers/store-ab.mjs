@@ -75,7 +75,8 @@ for (let round = 0; round < rounds; round++) {
               await store.complete(SCOPE, key, acquired.token, outcome, DAY)
             },
       )
-      ;(rows[`${kind}, ${name}`] ??= []).push(micros)
+      const row = `${kind}, ${name}`
+      rows[row] = [...(rows[row] ?? []), micros]
     }
   }
 }
