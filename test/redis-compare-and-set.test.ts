@@ -142,6 +142,24 @@ describe.skipIf(skip)('RedisStore complete by SET IFEQ: the records it leaves', 
     expect(await store.recordStep(s, 'k', 1, 'x', '{}')).toBe(false)
   })
 
+  it('never dates a record completed by SET IFEQ before its acquire: the holder rounds how long it held the record down', async () => {
+    // The fresh record's creation is the server's millisecond of the SET; the completed one's is the
+    // server's millisecond of the IFEQ less the holder's own measure of the time between the two
+    // replies, always shorter. Rounded to the nearest, that measure could pass the truth by a fraction
+    // of a millisecond and date the record a millisecond early, now and then (CI saw it once).
+    const s = `s-${randomUUID()}`
+    const early: string[] = []
+    for (let i = 0; i < 200; i++) {
+      const key = `k${i}`
+      await store.acquire(s, key, fp('a'), 60_000)
+      const fresh = await store.get(s, key)
+      expect(await store.complete(s, key, 1, outcome('{}'), 60_000)).toBe(true)
+      const done = await store.get(s, key)
+      if ((done?.createdAtMs as number) < (fresh?.createdAtMs as number)) early.push(`${key}: ${done?.createdAtMs} < ${fresh?.createdAtMs}`)
+    }
+    expect(early).toEqual([])
+  })
+
   it('lets a fenced-out holder change nothing: the IFEQ misses once the record is no longer its fresh one', async () => {
     const s = `s-${randomUUID()}`
     const names = recordNames(prefix, s, 'k')

@@ -343,9 +343,15 @@ export class RedisStore implements IdempotencyStore {
     if (!available && !this.#grouping) this.#recent.clear()
   }
 
-  /** The value a fresh record takes when completed by compare-and-set (native `SET ... IFEQ`, or a group commit's batch). */
+  /**
+   * The value a fresh record takes when completed by compare-and-set (native `SET ... IFEQ`, or a group
+   * commit's batch). It keeps how long the holder held the record, which readers take from the server's
+   * time of the write to date its creation. Measured here between the acquire's reply and this write,
+   * it is shorter than the server's interval, so it is rounded down: rounded to the nearest, it could
+   * pass that interval by a fraction and date the record a millisecond before its acquire.
+   */
   #completedValue(fresh: FreshRecord, status: 'c' | 'f', head: string, body: string | Buffer, ttlMs: number, now: number): string | Buffer {
-    return casCompleted(status, ttlMs, this.#grace, Math.max(0, Math.round(now - fresh.at)), fresh.tail, head, body)
+    return casCompleted(status, ttlMs, this.#grace, Math.max(0, Math.floor(now - fresh.at)), fresh.tail, head, body)
   }
 
   /** One complete, by the script (a lone caller: the compare-and-set would cost Redis as much). */
