@@ -186,6 +186,27 @@ describe.skipIf(skip !== undefined)('RedisStore group commit on one server', () 
     expect(record?.expiresAtMs).toBe((record?.updatedAtMs ?? 0) + 60_000)
   })
 
+  it('never dates a record completed in a batch before its acquire', async () => {
+    // A batch's compare-and-set keeps how long each holder held its record, as SET IFEQ does; the
+    // holder's measure is rounded down, so the record's creation is never before the acquire's SET.
+    const s = `s-${randomUUID()}`
+    const counted = seen(own())
+    const store = storeOf({ client: counted.client })
+    const early: string[] = []
+    for (let round = 0; round < 20; round++) {
+      const keys = Array.from({ length: 10 }, (_, i) => `r${round}-${i}`)
+      for (const key of keys) await store.acquire(s, key, fp('a'), 60_000)
+      const fresh = await Promise.all(keys.map((key) => store.get(s, key)))
+      expect(await Promise.all(keys.map((key) => store.complete(s, key, 1, outcome(key), 60_000)))).toEqual(keys.map(() => true))
+      for (const [i, key] of keys.entries()) {
+        const done = await store.get(s, key)
+        if ((done?.createdAtMs as number) < (fresh[i]?.createdAtMs as number)) early.push(key)
+      }
+    }
+    expect(counted.batches.length).toBeGreaterThan(0)
+    expect(early).toEqual([])
+  })
+
   it('answers the callers queued behind a batch in flight before close() closes the client it opened', async () => {
     const s = `s-${randomUUID()}`
     const store = new RedisStore({ url: URL, prefix })
