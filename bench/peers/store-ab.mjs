@@ -11,6 +11,7 @@
 import { dirname, isAbsolute, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { unlinkMatching } from './redis-cleanup.mjs'
+import { DAY, FINGERPRINT, outcome } from './store-fixture.mjs'
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 const args = process.argv.slice(2)
@@ -25,15 +26,7 @@ const rounds = option('--rounds', 8)
 const URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const PREFIX = `store-ab-${process.pid}`
 
-const response = {
-  status: 201,
-  headers: { 'content-type': 'application/json; charset=utf-8', etag: 'W/"3e-HFLSubzWNSlMn4fyyXuUJFDMMLQ"' },
-  body: new TextEncoder().encode(JSON.stringify({ id: 'ch_2616841a-800a-44aa-9219-20fd9f269c3b', amount: 1299 })),
-}
-const outcome = { status: 'completed', response }
-const FINGERPRINT = 'a'.repeat(64)
 const SCOPE = `cred:${'b'.repeat(43)}`
-const DAY = 86_400_000
 // Keys as a header parser hands them over: flat strings, not ones built by concatenation.
 const flat = (text) => JSON.parse(JSON.stringify(text))
 

@@ -11,6 +11,7 @@
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { DAY, FINGERPRINT, outcome, response } from './store-fixture.mjs'
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 const require = createRequire(join(ROOT, 'package.json'))
@@ -28,16 +29,7 @@ const CALLERS = 16
 const URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const PREFIX = `store-cpu-${process.pid}`
 
-// The peers bench's answer: 201, the two headers idemkey stores, a 62-byte JSON body.
-const response = {
-  status: 201,
-  headers: { 'content-type': 'application/json; charset=utf-8', etag: 'W/"3e-HFLSubzWNSlMn4fyyXuUJFDMMLQ"' },
-  body: new TextEncoder().encode(JSON.stringify({ id: 'ch_2616841a-800a-44aa-9219-20fd9f269c3b', amount: 1299 })),
-}
-const outcome = { status: 'completed', response }
 const CHARGE = { id: 'ch_2616841a-800a-44aa-9219-20fd9f269c3b', amount: 1299 }
-const FINGERPRINT = 'a'.repeat(64)
-const DAY = 86_400_000
 
 /** The Redis server's CPU seconds so far (user + system), from INFO cpu. */
 async function redisCpuSeconds() {

@@ -186,7 +186,7 @@ export class RedisStore implements IdempotencyStore {
   #native = true
   /**
    * The key names of recent records, and the fresh record each one's native acquire wrote, by key alone
-   * (bounded; see #recent). A record's acquire and its complete find the same entry.
+   * (at most RECENT_RECORDS). A record's acquire and its complete find the same entry.
    */
   readonly #recent = new Map<string, Recent>()
   /**
@@ -602,7 +602,7 @@ export class RedisStore implements IdempotencyStore {
   #recentOf(scope: string, key: string): Recent {
     let recent = this.#recent.get(key)
     if (recent === undefined || recent.scope !== scope) {
-      if (this.#recent.size >= RECENT_NAMES) this.#recent.clear()
+      if (this.#recent.size >= RECENT_RECORDS) this.#recent.clear()
       recent = { scope, names: recordNames(this.prefix, scope, key), fresh: undefined }
       this.#recent.set(key, recent)
     }
@@ -657,7 +657,7 @@ function fail(operation: string, key: string, error: unknown, client: object): n
 const NATIVE_REPLAY_MARGIN_MS = 60_000
 
 /** How many recent records (their key names, their fresh value) a store keeps at most (see #recentOf): a few hundred kilobytes. */
-const RECENT_NAMES = 4_096
+const RECENT_RECORDS = 4_096
 
 /**
  * The answer a record returned by the native acquire's SET gives without the script: a completed or
