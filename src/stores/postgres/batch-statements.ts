@@ -6,7 +6,7 @@
  * decided by the same conditions as the single statement (`live`, `TAKEOVER`, the token fence).
  * Not part of the public API.
  */
-import { COLUMNS, live, NOW_MS, qualified, statement, TAKEOVER } from './statements.js'
+import { ACQUIRE_NOW, COLUMNS, live, NOW_MS, qualified, statement, TAKEOVER } from './statements.js'
 
 /** `r.`-qualified COLUMNS, for reads that join the callers' rows. */
 const R_COLUMNS = COLUMNS.split(',')
@@ -30,7 +30,7 @@ export function batchStatements(schema: string, table: string) {
      * would have on the single path. The INSERT takes the rows in the callers' order (`ORDER BY n`).
      */
     acquire: statement(`
-      WITH now AS MATERIALIZED (SELECT ${NOW_MS} AS ms),
+      WITH now AS MATERIALIZED (${ACQUIRE_NOW}),
       i AS MATERIALIZED (
         SELECT u.scope, u."key", u.fingerprint, u.lease_ms, u.watched::boolean AS watched, u.first::boolean AS first, u.n
         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[])

@@ -8,6 +8,7 @@ import { type BatchAnswer, type BatchKind, GroupCommit } from '../group-commit.j
 import { causes } from '../shared.js'
 import type { BatchStatements } from './batch-statements.js'
 import type { PgQueryResult } from './pool.js'
+import { rowHeld } from './postgres-errors.js'
 import { type AcquireRow, acquireAnswer, type Row, toRecord } from './rows.js'
 import type { Statement } from './statements.js'
 
@@ -71,6 +72,14 @@ function deadlock(error: unknown): boolean {
   return causes(error).some((cause) => (cause as { code?: unknown }).code === '40P01')
 }
 
+/**
+ * An acquire batch that met a row another transaction holds (statements.ts, `lck`) wrote nothing: its
+ * callers run alone, where only the held key's caller meets the lock (and answers `in_progress`).
+ */
+function deadlockOrHeld(error: unknown): boolean {
+  return deadlock(error) || rowHeld(error)
+}
+
 export function lostRaces(input: KeyInput): Error {
   return new IdempotencyError(
     'STORE_UNAVAILABLE',
@@ -130,7 +139,7 @@ export function groupCommits(ctx: BatchContext) {
       identity,
       distinct: false,
       gaveUp: lostRaces,
-      alone: deadlock,
+      alone: deadlockOrHeld,
     }),
     get: new GroupCommit<KeyInput, StoredRecord | null>({
       one: ctx.one.get,

@@ -10,7 +10,7 @@
  * writes the key (`acquire`): two acquires of one key take turns, and the second sees what the first
  * committed, whichever partition it went to. The other writers never create rows, so they need no lock.
  */
-import { COLUMNS, live, NOW_MS, qualified, statement } from './statements.js'
+import { ACQUIRE_NOW, COLUMNS, live, NOW_MS, qualified, statement } from './statements.js'
 
 export function partitionedStatements(schema: string, table: string) {
   const t = qualified(schema, table)
@@ -38,7 +38,7 @@ export function partitionedStatements(schema: string, table: string) {
      * COMMITTED), so a renewal or completion that landed in between wins, and the caller runs again.
      */
     acquire: statement(`
-      WITH now AS MATERIALIZED (SELECT ${NOW_MS} AS ms),
+      WITH now AS MATERIALIZED (${ACQUIRE_NOW}),
       i AS MATERIALIZED (
         SELECT u.scope, u."key", u.fingerprint, u.lease_ms, u.watched::boolean AS watched, u.first::boolean AS first, u.n
         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[])

@@ -23,6 +23,15 @@ function sqlState(error: unknown): string | undefined {
 }
 
 /**
+ * Whether an acquire failed because another transaction holds the row it would take over (SQLSTATE
+ * 55P03 from its `FOR UPDATE NOWAIT`, statements.ts): a holder that completed the record inside its own
+ * transaction, not committed yet. Nothing was written; the record is in flight.
+ */
+export function rowHeld(error: unknown): boolean {
+  return causes(error).some((cause) => sqlState(cause) === '55P03')
+}
+
+/**
  * Whether the server answered with an error (a SQLSTATE: five digits or capitals), so the connection is
  * still in step with it; a Node error code (`ECONNRESET`) or none means the connection failed instead.
  */

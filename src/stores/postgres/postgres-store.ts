@@ -31,7 +31,7 @@ import type { PostgresStoreOptions, PostgresStoreTransactionsOption } from './op
 import { type PartitionedStatements, partitionedStatements } from './partitioned-statements.js'
 import { assertPartitionedName, type PostgresLayout } from './partitions.js'
 import type { PgClientLike, PgPoolLike, PgQueryable, PgQueryResult } from './pool.js'
-import { toStoreError } from './postgres-errors.js'
+import { rowHeld, toStoreError } from './postgres-errors.js'
 import { ensurePartitions, inTransaction, lockNotGranted, type Rotation, rotate } from './rotation.js'
 import { type AcquireRow, acquireAnswer, type Row, toRecord } from './rows.js'
 import { migrate } from './schema.js'
@@ -334,7 +334,19 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     return this.#groups ? this.#groups.acquire.run(input) : this.#acquireOne(input)
   }
 
-  async #acquireOne({ scope, key, fingerprint, leaseMs, watched }: AcquireInput): Promise<AcquireResult> {
+  async #acquireOne(input: AcquireInput): Promise<AcquireResult> {
+    try {
+      return await this.#acquireRounds(input)
+    } catch (error) {
+      // Another transaction holds the row (a holder that completed the record in its own transaction,
+      // not committed yet): in flight, for the ledger to wait on. When it ends is not known here; the
+      // lease asked for is the hint.
+      if (rowHeld(error)) return { kind: 'in_progress', lockedUntilMs: Date.now() + input.leaseMs }
+      throw error
+    }
+  }
+
+  async #acquireRounds({ scope, key, fingerprint, leaseMs, watched }: AcquireInput): Promise<AcquireResult> {
     if (this.#parted) {
       // The batch statement with one caller: the partitioned layout has no single-key form.
       const batch = [[scope], [key], [fingerprint], [leaseMs], [watched ? 't' : 'f'], ['t'], this.#retentionMs]

@@ -8,6 +8,21 @@ import { createHash } from 'node:crypto'
  */
 export const NOW_MS = 'floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint'
 
+/**
+ * The acquire statements' `now` (plain, batched and partitioned), which also bounds the statement's
+ * lock waits for the rest of its transaction (`set_config(…, true)`: a local setting, gone at commit).
+ * An acquire that finds no live record takes the row over, and a row another transaction holds would
+ * make it wait for that transaction's end: a holder that completed the record inside its own
+ * transaction (`runInTransaction`, a pg-boss batch through `pgBossTransactions()`) and has not
+ * committed yet, its lease ended meanwhile. Unbounded, the wait held a pool connection up to the
+ * store's timeout and then failed STORE_UNAVAILABLE. Bounded, it fails with SQLSTATE 55P03 and the
+ * store answers `in_progress` (postgres-errors.ts, `rowHeld`): the record is in flight, and the ledger
+ * waits for it as for any holder. The waits of normal operation (two acquires of one new key, the
+ * loser waiting for the winner's commit) last a commit, far below the bound. `now` is evaluated
+ * before anything of the statement that may wait (every part reads it), and costs one function call.
+ */
+export const ACQUIRE_NOW = `SELECT ${NOW_MS} AS ms, set_config('lock_timeout', '100ms', true) AS bounded`
+
 /** The columns every read returns, in the order of the table. */
 export const COLUMNS = `scope, "key", fingerprint, status, token, locked_until, response_status, response_headers,
   response_body, resource_id, attempts, created_at, updated_at, expires_at`
@@ -90,7 +105,7 @@ export function statements(schema: string, table: string) {
      * fingerprint matches, so a mismatch never ships a body).
      */
     acquire: statement(`
-      WITH now AS MATERIALIZED (SELECT ${NOW_MS} AS ms),
+      WITH now AS MATERIALIZED (${ACQUIRE_NOW}),
       cur AS MATERIALIZED (
         SELECT r.fingerprint, r.status, r.token, r.locked_until, r.response_status, r.response_headers,
           CASE WHEN r.fingerprint = $3 THEN r.response_body END AS response_body,
