@@ -40,6 +40,8 @@ export function batchStatements(table: string, retentionMs: number) {
     /** The records of `n` distinct (scope, key) pairs before acquire writes, as the single `peek` reads one. Values: scope, key per caller. */
     peek: (n: number) =>
       squash(`SELECT ${COLUMNS}, (steps IS NOT NULL AND steps <> '{}') AS has_steps, ${NOW_MS} AS now_ms FROM ${t} WHERE ${byKeys(n)}`),
+    /** The single `held` for `n` distinct (scope, key) pairs: fails at once when another transaction holds any of their rows. */
+    held: (n: number) => squash(`SELECT 1 FROM ${t} WHERE ${byKeys(n)} FOR UPDATE NOWAIT`),
     /**
      * The single acquire's upsert for `n` rows of distinct (scope, key), in the order given (sorted, so
      * every batch locks rows in one order). Each row offers its own fingerprint, lease and claim; the

@@ -9,7 +9,7 @@ import { IdempotencyError } from '../../errors.js'
 import { type BatchAnswer, type BatchKind, GroupCommit } from '../group-commit.js'
 import { causes } from '../shared.js'
 import type { BatchStatements } from './batch-statements.js'
-import { isRetryable } from './mysql-errors.js'
+import { isRetryable, rowHeld } from './mysql-errors.js'
 import type { MySqlConnectionLike, MySqlValue, WriteResult } from './pool.js'
 import { liveAnswer, type Row, toRecord } from './records.js'
 
@@ -59,7 +59,7 @@ const rowIdentity = (row: { scope: Buffer; key: Buffer }) => identity(row)
  * So does a batch whose UPDATE changed other rows than its locks promised (never expected).
  */
 function alone(error: unknown): boolean {
-  return causes(error).some((cause) => isRetryable(cause) || cause instanceof Drift)
+  return causes(error).some((cause) => isRetryable(cause) || cause instanceof Drift) || rowHeld(error)
 }
 
 class Drift extends Error {}
@@ -168,6 +168,11 @@ export function groupCommits(ctx: BatchContext) {
         }
         if (writers.length === 0) return answers
         const offers = writers.map(({ i, claim }) => ({ input: inputs[i] as AcquireInput, claim }))
+        // Takeovers first ask whether another transaction holds their rows (statements.ts, `held`): the
+        // upsert would wait for it, and the whole batch with it. One held row fails this read at once,
+        // and the batch's callers run alone, where only that row's caller meets it.
+        const takeovers = offers.filter(({ input }) => seen.has(identity(input))).map(({ input }) => input)
+        if (takeovers.length > 0) await ctx.query('acquire', ctx.sql.held(takeovers.length), keyValues(takeovers))
         await ctx.query(
           'acquire',
           ctx.sql.acquire(offers.length),

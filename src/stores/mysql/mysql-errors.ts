@@ -16,6 +16,17 @@ export function isRetryable(error: unknown): boolean {
 }
 
 /**
+ * A locking read with NOWAIT found its row held by another transaction: ER_LOCK_NOWAIT (3572) on
+ * MySQL, ER_LOCK_WAIT_TIMEOUT (1205) on MariaDB.
+ */
+export function rowHeld(error: unknown): boolean {
+  return causes(error).some((cause) => {
+    const errno = (cause as DriverError | null)?.errno
+    return errno === 3572 || errno === 1205
+  })
+}
+
+/**
  * True for a deadlock (1213) or lock wait timeout (1205), whether it is mysql2's error, an idemkey
  * error caused by one, or a data-layer tool's error wrapping one (Drizzle, TypeORM, Sequelize, Prisma's
  * P2034). Inside `ledger.runInTransaction` InnoDB has rolled the whole transaction back and the record

@@ -18,7 +18,7 @@ import { listLimit } from '../shared.js'
 import { batchStatements } from './batch-statements.js'
 import { type AcquireInput, type FencedInput, fitsBatch, type GroupCommits, groupCommits, type KeyInput, lostRaces } from './batches.js'
 import { BoundedPool } from './bounded.js'
-import { isRetryable, toStoreError } from './mysql-errors.js'
+import { isRetryable, rowHeld, toStoreError } from './mysql-errors.js'
 import type { MySqlConnectionLike, MySqlPoolLike, MySqlTransaction, MySqlValue, WriteResult } from './pool.js'
 import { completeValues, identity, liveAnswer, type Row, toRecord } from './records.js'
 import { migrate } from './schema.js'
@@ -183,6 +183,10 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
     if (seen !== undefined) {
       const answer = liveAnswer(seen, fingerprint)
       if (answer) return answer
+      // A takeover: unless another transaction holds the row (a holder that completed the record in
+      // its own transaction, not committed yet), which the upsert would wait for. In flight, then, for
+      // the ledger to wait on; when it ends is not known here, the lease asked for is the hint.
+      if (await this.#held(id)) return { kind: 'in_progress', lockedUntilMs: Date.now() + leaseMs }
     } else if (await this.#insert({ ...id, fingerprint, lease: leaseMs, claim: randomBytes(16) })) {
       return { kind: 'acquired', token: 1 }
     }
@@ -366,6 +370,19 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
         throw error
       }
     })
+  }
+
+  /** Whether another transaction holds the record's row now (statements.ts, `held`): asked once, never waited for. */
+  async #held(values: Record<string, MySqlValue>): Promise<boolean> {
+    const statement = this.#sql.held
+    const pool = await this.#ready('acquire')
+    try {
+      await pool.execute(statement.sql, bind(statement, values))
+      return false
+    } catch (error) {
+      if (rowHeld(error)) return true
+      throw toStoreError('acquire', error, this.table)
+    }
   }
 
   async #read(operation: string, statement: Statement, values: Record<string, MySqlValue>): Promise<Row[]> {

@@ -88,6 +88,13 @@ export function statements(table: string, retentionMs: number) {
     peek: compile(
       `SELECT ${COLUMNS}, (steps IS NOT NULL AND steps <> '{}') AS has_steps, ${NOW_MS} AS now_ms FROM ${t} WHERE scope = :scope AND \`key\` = :key`,
     ),
+    /**
+     * Whether another transaction holds the record's row, asked before a takeover: a locking read that
+     * does not wait (`NOWAIT`: ER_LOCK_NOWAIT, 3572, on MySQL; 1205 on MariaDB) and, in autocommit,
+     * lets go at once. A holder that completed the record inside its own transaction, not committed
+     * yet, holds it; the upsert would wait for that transaction's end (up to `innodb_lock_wait_timeout`).
+     */
+    held: compile(`SELECT 1 FROM ${t} WHERE scope = :scope AND \`key\` = :key FOR UPDATE NOWAIT`),
     /** Takes a key no record holds; fails with ER_DUP_ENTRY when one exists. */
     insert: compile(insert),
     acquire: compile(`
