@@ -73,8 +73,9 @@ function deadlock(error: unknown): boolean {
 }
 
 /**
- * An acquire batch that met a row another transaction holds (statements.ts, `lck`) wrote nothing: its
- * callers run alone, where only the held key's caller meets the lock (and answers `in_progress`).
+ * An acquire batch that met a row another transaction holds (its lock wait bound, statements.ts
+ * `ACQUIRE_NOW`) wrote nothing: its callers run alone, where only the held key's caller meets the lock
+ * (and answers `in_progress`).
  */
 function deadlockOrHeld(error: unknown): boolean {
   return deadlock(error) || rowHeld(error)

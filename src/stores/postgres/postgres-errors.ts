@@ -24,8 +24,9 @@ function sqlState(error: unknown): string | undefined {
 
 /**
  * Whether an acquire failed because another transaction holds the row it would take over (SQLSTATE
- * 55P03 from its `FOR UPDATE NOWAIT`, statements.ts): a holder that completed the record inside its own
- * transaction, not committed yet. Nothing was written; the record is in flight.
+ * 55P03: its lock wait reached the bound the statement sets, statements.ts `ACQUIRE_NOW`): a holder that
+ * completed the record inside its own transaction, not committed yet. Nothing was written; the record
+ * is in flight.
  */
 export function rowHeld(error: unknown): boolean {
   return causes(error).some((cause) => sqlState(cause) === '55P03')
