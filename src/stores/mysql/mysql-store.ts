@@ -375,14 +375,13 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
   /** Whether another transaction holds the record's row now (statements.ts, `held`): asked once, never waited for. */
   async #held(values: Record<string, MySqlValue>): Promise<boolean> {
     const statement = this.#sql.held
-    const pool = await this.#ready('acquire')
-    try {
-      await pool.execute(statement.sql, bind(statement, values))
-      return false
-    } catch (error) {
-      if (rowHeld(error)) return true
-      throw toStoreError('acquire', error, this.table)
-    }
+    return this.#once('acquire', (pool) => pool.execute(statement.sql, bind(statement, values))).then(
+      () => false,
+      (error: unknown) => {
+        if (rowHeld(error)) return true
+        throw error
+      },
+    )
   }
 
   async #read(operation: string, statement: Statement, values: Record<string, MySqlValue>): Promise<Row[]> {

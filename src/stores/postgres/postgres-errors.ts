@@ -29,7 +29,12 @@ function sqlState(error: unknown): string | undefined {
  * is in flight.
  */
 export function rowHeld(error: unknown): boolean {
-  return causes(error).some((cause) => sqlState(cause) === '55P03')
+  return causes(error).some(lockNotGranted)
+}
+
+/** SQLSTATE 55P03: a lock was not granted within `lock_timeout` (the acquire's bound, or the partition work's in rotation.ts). */
+export function lockNotGranted(error: unknown): boolean {
+  return sqlState(error) === '55P03'
 }
 
 /**

@@ -6,7 +6,7 @@
 import { holding } from './connect.js'
 import { createPartitions, listPartitions, lockPartitions, PARTITIONS_AHEAD, serverNow, slotOf, tableLayout } from './partitions.js'
 import type { PgClientLike, PgPoolLike, PgQueryable } from './pool.js'
-import { isServerError } from './postgres-errors.js'
+import { isServerError, lockNotGranted } from './postgres-errors.js'
 import { qualified } from './statements.js'
 
 /**
@@ -100,11 +100,6 @@ export async function dropExpiredPartitions(pool: PgPoolLike, schema: string, ta
     if (gone) dropped.push(partition.name)
   }
   return dropped
-}
-
-/** SQLSTATE 55P03: a lock was not granted within `lock_timeout` (the partition work's, {@link DROP_LOCK_TIMEOUT}). */
-export function lockNotGranted(error: unknown): boolean {
-  return (error as { code?: string } | undefined)?.code === '55P03'
 }
 
 /** One rotation: partitions ahead created, expired ones dropped. */
