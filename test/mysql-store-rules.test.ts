@@ -315,8 +315,32 @@ describe('MySqlStore with a data-layer tool', () => {
     const done = new MySqlStore({ pool: offline, transactions: tool(1) })
     expect(await done.transaction((tx) => done.completeInTransaction(tx, 's', 'k', 1, outcome('x'), 1_000))).toBe(true)
     expect(await done.recordStepInTransaction('tx', 's', 'k', 1, 'step', null)).toBe(true)
-    const fenced = new MySqlStore({ pool: offline, transactions: tool(0) })
-    expect(await fenced.completeInTransaction('tx', 's', 'k', 1, outcome('x'), 1_000)).toBe(false)
+  })
+
+  /** A pool whose reads answer `row` (the record as committed), for what the store reads after a write through the tool changed nothing. */
+  const committed = (row: Record<string, unknown> | undefined): MySqlPoolLike => {
+    const execute = async (): Promise<[unknown, unknown]> => [row ? [row] : [], []]
+    return { ...offline, execute, getConnection: async () => ({ query: offline.query, execute, release: () => {} }) }
+  }
+  const ours = { status: 'in_progress', token: 1 }
+
+  it('answers false when a write through the tool changed nothing because another holder has the record, or it is no longer in progress', async () => {
+    for (const row of [{ ...ours, token: 2 }, { ...ours, status: 'completed' }, undefined]) {
+      const fenced = new MySqlStore({ pool: committed(row), transactions: tool(0) })
+      expect(await fenced.completeInTransaction('tx', 's', 'k', 1, outcome('x'), 1_000)).toBe(false)
+      expect(await fenced.recordStepInTransaction('tx', 's', 'k', 1, 'step', null)).toBe(false)
+    }
+  })
+
+  it("refuses to call the record fenced out when it is still this attempt's: the tool's transaction ended under the work (MariaDB)", async () => {
+    const store = new MySqlStore({ pool: committed(ours), transactions: tool(0) })
+    await expect(store.completeInTransaction('tx', 's', 'k', 1, outcome('x'), 1_000)).rejects.toMatchObject({
+      code: 'STORE_UNAVAILABLE',
+      message: expect.stringMatching(
+        /^mysql: completeInTransaction \(through faketool\): the transaction is no longer open on its connection/,
+      ),
+    })
+    await expect(store.recordStepInTransaction('tx', 's', 'k', 1, 'step', null)).rejects.toThrow(/no longer open/)
   })
 
   it('types a failure inside the tool as the operation through the tool', async () => {

@@ -209,7 +209,12 @@ export async function describeToolTransactions(tool: ToolName, dialect: Dialect)
       expect(await setup.store.get('default', key)).toMatchObject({ status: 'completed', token: 2 })
     })
 
-    it("the tool's deadlock error is surfaced as on the raw path: transient, rolled back, the record released, and the retry runs once", async () => {
+    /**
+     * Two transfers between the same two accounts in opposite orders, each locking its first account
+     * before either takes its second: InnoDB or PostgreSQL ends one of them with a deadlock. `onDeadlock`,
+     * given, is what the loser's work does with the error instead of letting it out.
+     */
+    async function deadlockedTransfers(onDeadlock?: (error: unknown, tx: unknown, key: string) => Promise<void>) {
       const ledger = new Ledger({ store: setup.store })
       const [a, b] = [`acct-a-${randomUUID()}`, `acct-b-${randomUUID()}`]
       await setup.rows(`INSERT INTO ${q(tables.accounts)} (id, balance) VALUES ($1, 100), ($2, 100)`, [a, b])
@@ -220,7 +225,8 @@ export async function describeToolTransactions(tool: ToolName, dialect: Dialect)
           await setup.harness.debit(tx, first)
           if (++arrived === 2) bothLocked.open()
           await bothLocked.opened
-          await setup.harness.debit(tx, second)
+          if (!onDeadlock) await setup.harness.debit(tx, second)
+          else await setup.harness.debit(tx, second).catch((error: unknown) => onDeadlock(error, tx, key))
           return 'moved'
         })
       const keys = [`transfer-${randomUUID()}`, `transfer-${randomUUID()}`]
@@ -228,17 +234,53 @@ export async function describeToolTransactions(tool: ToolName, dialect: Dialect)
       const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ key: keys[i] as string, error: r.reason as unknown, i }] : []))
       expect(failed).toHaveLength(1)
       const { key, error, i } = failed[0] as { key: string; error: unknown; i: number }
+      /** The loser's retry: it runs (token 2), and each account is debited once by each transfer. */
+      const retryRunsOnce = async () => {
+        const retry = await ledger.runInTransaction({ key, payload: i === 0 ? [a, b] : [b, a] }, async ({ tx, token }) => {
+          await setup.harness.debit(tx, i === 0 ? a : b)
+          await setup.harness.debit(tx, i === 0 ? b : a)
+          return token
+        })
+        expect(retry).toMatchObject({ kind: 'executed', outcome: 'completed', value: 2 })
+        const balances = await setup.rows(`SELECT balance FROM ${q(tables.accounts)} WHERE id IN ($1, $2) ORDER BY id`, [a, b])
+        expect(balances.map((r) => Number(r.balance))).toEqual([98, 98])
+      }
+      return { key, error, retryRunsOnce }
+    }
+
+    it("the tool's deadlock error is surfaced as on the raw path: transient, rolled back, the record released, and the retry runs once", async () => {
+      const { key, error, retryRunsOnce } = await deadlockedTransfers()
       expect(isTransient(error)).toBe(true)
       expect((await setup.store.get('default', key))?.status).toBe('in_progress')
-      const retry = await ledger.runInTransaction({ key, payload: i === 0 ? [a, b] : [b, a] }, async ({ tx, token }) => {
-        await setup.harness.debit(tx, i === 0 ? a : b)
-        await setup.harness.debit(tx, i === 0 ? b : a)
-        return token
-      })
-      expect(retry).toMatchObject({ kind: 'executed', outcome: 'completed', value: 2 })
-      const balances = await setup.rows(`SELECT balance FROM ${q(tables.accounts)} WHERE id IN ($1, $2) ORDER BY id`, [a, b])
-      expect(balances.map((r) => Number(r.balance))).toEqual([98, 98])
+      await retryRunsOnce()
     }, 30_000)
+
+    // InnoDB rolls the whole transaction back on a deadlock and the connection goes on in autocommit; work
+    // that catches the error and carries on writes outside any transaction. Its record must not be
+    // completed (which, in autocommit, would commit at once): that would keep the writes after the
+    // deadlock, lose those before it, and turn the retry into a replay. PostgreSQL refuses every statement
+    // of an aborted transaction, so only MySQL/MariaDB can get here; the store sees it on MariaDB.
+    it.skipIf(dialect !== 'mysql')(
+      'work that catches its deadlock and carries on: the record is not completed, it is released, and the retry runs again',
+      async () => {
+        const caught: unknown[] = []
+        const { key, error, retryRunsOnce } = await deadlockedTransfers(async (deadlock, tx, key) => {
+          // The mistake under test: the deadlock is swallowed, and the work goes on.
+          caught.push(deadlock)
+          await setup.harness.insertOrder(tx as never, key, 'after-deadlock').catch(() => {})
+        })
+        expect(caught).toHaveLength(1)
+        expect(isTransient(caught[0])).toBe(true)
+        // The store's refusal (MariaDB), or the tool's own, when the tool knows its transaction ended (Sequelize).
+        expect(error).toMatchObject({ code: 'STORE_UNAVAILABLE' })
+        const record = await setup.store.get('default', key)
+        expect(record).toMatchObject({ status: 'in_progress', token: 1 })
+        // Released: the retry takes the record at once, without waiting out the lease.
+        expect(record?.lockedUntilMs).toBeLessThanOrEqual(Date.now() + 1_000)
+        await retryRunsOnce()
+      },
+      30_000,
+    )
 
     it.skipIf(!(dialect === 'postgres' && ['drizzle', 'typeorm', 'sequelize'].includes(tool)))(
       "prepares the store's statements on the pg client under the tool's transaction: the same connection, inside the transaction",

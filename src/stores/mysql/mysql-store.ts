@@ -238,7 +238,7 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
    * `false` means the token is no longer current and the caller must roll back.
    */
   async completeInTransaction(tx: Tx, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
-    return this.#writeIn(tx, 'completeInTransaction', this.#sql.complete, completeValues(scope, key, token, outcome, ttlMs))
+    return this.#writeIn(tx, 'completeInTransaction', identity(scope, key), token, completeValues(scope, key, token, outcome, ttlMs))
   }
 
   /** One UPDATE of the record's `steps`, fenced by token (docs/steps.md). */
@@ -250,17 +250,44 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
   /** `recordStep` inside `tx`: the step commits with the transaction's business writes, or rolls back with them. */
   async recordStepInTransaction(tx: Tx, scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
     assertRecordStep(scope, key, token, name, result)
-    return this.#writeIn(tx, 'recordStepInTransaction', this.#sql.recordStep, { ...identity(scope, key), token, name, result })
+    const id = identity(scope, key)
+    return this.#writeIn(tx, 'recordStepInTransaction', id, token, { ...id, token, name, result })
   }
 
-  /** One fenced UPDATE inside `tx` (the store's connection, or the tool's transaction); `true` when it changed the row. */
-  async #writeIn(tx: Tx, operation: string, statement: Statement, values: Record<string, MySqlValue>): Promise<boolean> {
-    if (!this.#tool) return completeOn(tx as unknown as MySqlTransaction, this.table, statement, values)
-    try {
-      return (await this.#tool.execute(tx, statement.sql, bind(statement, values) as SqlValue[])).count === 1
-    } catch (error) {
-      throw toStoreError(`${operation} (through ${this.#tool.tool})`, error, this.table)
+  /**
+   * One fenced UPDATE inside `tx` (the store's connection, or the tool's transaction); `true` when it
+   * changed the row. The store's own connection is watched (transaction.ts); through a tool, on MariaDB,
+   * the statement also asks that the transaction be open (statements.ts, WHILE_OPEN), and when it changes
+   * nothing while the record is still this attempt's, the transaction has ended under the work.
+   */
+  async #writeIn(
+    tx: Tx,
+    operation: 'completeInTransaction' | 'recordStepInTransaction',
+    id: KeyInput,
+    token: number,
+    values: Record<string, MySqlValue>,
+  ): Promise<boolean> {
+    if (!this.#tool) {
+      const statement = operation === 'completeInTransaction' ? this.#sql.complete : this.#sql.recordStep
+      return completeOn(tx as unknown as MySqlTransaction, this.table, statement, values)
     }
+    const statement = operation === 'completeInTransaction' ? this.#sql.completeInToolTransaction : this.#sql.recordStepInToolTransaction
+    const through = `${operation} (through ${this.#tool.tool})`
+    let changed: boolean
+    try {
+      changed = (await this.#tool.execute(tx, statement.sql, bind(statement, values) as SqlValue[])).count === 1
+    } catch (error) {
+      throw toStoreError(through, error, this.table)
+    }
+    if (changed) return true
+    // Fenced out (another holder's token, or no longer in progress), or, on MariaDB, no transaction open:
+    // the record as committed tells. It is still this attempt's only in the second case.
+    const record = (await this.#read(operation, this.#sql.get, { ...id }))[0]
+    if (record === undefined || record.status !== 'in_progress' || Number(record.token) !== token) return false
+    throw new IdempotencyError(
+      'STORE_UNAVAILABLE',
+      `mysql: ${through}: the transaction is no longer open on its connection, so the record is not completed. InnoDB rolls a whole transaction back on a deadlock (errno 1213), business writes included, and the connection goes on in autocommit: work that caught the error and carried on wrote outside any transaction, and what it wrote stays written. An implicit commit (DDL, LOCK TABLES) or a COMMIT sent through ${this.#tool.tool} ends it too. Let a deadlock error propagate out of the work: the record is released, and a retry runs the work again in a new transaction.`,
+    )
   }
 
   async release(scope: string, key: string, token: number): Promise<boolean> {
