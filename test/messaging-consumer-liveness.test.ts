@@ -33,27 +33,32 @@ function memoryInbox(): Inbox<undefined> & { applied: string[] } {
   }
 }
 
+/**
+ * A stream of its own on the local Redis, deleted with `extraKeys` when the test ends: a client for the
+ * test, and the consumer's options (its own client, for the blocking reads; short delays).
+ */
+function redisStream(...extraKeys: string[]) {
+  const redis = new Redis(6379, '127.0.0.1')
+  const reader = new Redis(6379, '127.0.0.1')
+  const stream = `idemkey:test:liveness:${randomUUID()}`
+  onTestFinished(async () => {
+    await redis.del(stream, ...extraKeys.map((suffix) => `${stream}${suffix}`))
+    redis.disconnect()
+    reader.disconnect()
+  })
+  const options = { redis: reader, stream, group: 'g', consumer: 'c1', blockMs: 100, claimIdleMs: 200 }
+  return { redis, stream, options }
+}
+
 describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: an entry it cannot read', () => {
   it('acks and reports an entry whose headers are not JSON, instead of leaving it pending for ever', async () => {
-    const redis = new Redis(6379, '127.0.0.1')
-    const reader = new Redis(6379, '127.0.0.1')
-    const stream = `idemkey:test:liveness:${randomUUID()}`
-    onTestFinished(async () => {
-      await redis.del(stream)
-      redis.disconnect()
-      reader.disconnect()
-    })
+    const { redis, stream, options } = redisStream()
     await redis.xadd(stream, '*', 'id', 'bad-1', 'payload', 'x', 'headers', '{not json')
     await redis.xadd(stream, '*', 'id', 'good-1', 'payload', 'y')
     const inbox = memoryInbox()
     const errors: Array<{ error: unknown; message: InboxMessage }> = []
     const running = await consumeRedisStreams({
-      redis: reader,
-      stream,
-      group: 'g',
-      consumer: 'c1',
-      blockMs: 100,
-      claimIdleMs: 200,
+      ...options,
       inbox,
       handler: () => {},
       onError: (error, message) => errors.push({ error, message }),
@@ -73,24 +78,70 @@ describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: an entry it can
   })
 })
 
+describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: a dead-lettering that fails', () => {
+  it('leaves the entry pending (never acknowledged without its copy), and gives it up again at its next failure once the move can land', async () => {
+    const { redis, stream, options } = redisStream(':dead-letter')
+    const deadLetters = `${stream}:dead-letter`
+    // A key of another type where the dead letters go: XADD fails there (WRONGTYPE).
+    await redis.set(deadLetters, 'not a stream')
+    const entryId = (await redis.xadd(stream, '*', 'id', 'poison-1', 'payload', 'x')) as string
+    let calls = 0
+    const exhausted: string[] = []
+    const moveErrors: string[] = []
+    const running = await consumeRedisStreams({
+      ...options,
+      maxAttempts: 2,
+      inbox: memoryInbox(),
+      handler: () => {
+        calls++
+        throw new Error('injected: this effect always fails')
+      },
+      onError: (error, message) => {
+        if (isIdempotencyError(error) && error.code === 'RETRIES_EXHAUSTED') exhausted.push(message.id)
+        else if (/WRONGTYPE/.test(String((error as Error).message))) moveErrors.push(message.id)
+      },
+    })
+    await eventually(() => moveErrors.length > 0, 'the dead-letter move to fail', 5_000)
+    // Still pending, not acknowledged: a MULTI went on past the failed XADD and acknowledged it.
+    const pending = (await redis.xpending(stream, 'g', '-', '+', 10)) as Array<[string, string, number, number]>
+    expect(pending.map(([id]) => id)).toEqual([entryId])
+    await redis.del(deadLetters)
+    await eventually(
+      async () => (await redis.xlen(deadLetters)) === 1 && Number(((await redis.xpending(stream, 'g')) as [number])[0]) === 0,
+      'the entry moved to the dead letters and acknowledged',
+      5_000,
+    )
+    await running.stop()
+    const moved = (await redis.xrange(deadLetters, '-', '+')) as Array<[string, string[]]>
+    expect(moved.map(([, fields]) => fields)).toEqual([
+      [
+        'id',
+        'poison-1',
+        'payload',
+        'x',
+        'dead-letter-stream',
+        stream,
+        'dead-letter-entry',
+        entryId,
+        'dead-letter-group',
+        'g',
+        'dead-letter-consumer',
+        'c1',
+      ],
+    ])
+    // Two failures gave it up; after that, each failure gave it up again (one per failed move, then the
+    // move that landed), instead of starting the count over.
+    expect(exhausted.length).toBe(moveErrors.length + 1)
+    expect(calls).toBe(1 + exhausted.length)
+  })
+})
+
 describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: a stream that lost its group', () => {
   it('creates its group again when Redis lost it (a restart without persistence) and consumes what comes next', async () => {
-    const redis = new Redis(6379, '127.0.0.1')
-    const reader = new Redis(6379, '127.0.0.1')
-    const stream = `idemkey:test:liveness:${randomUUID()}`
-    onTestFinished(async () => {
-      await redis.del(stream)
-      redis.disconnect()
-      reader.disconnect()
-    })
+    const { redis, stream, options } = redisStream()
     const inbox = memoryInbox()
     const running = await consumeRedisStreams({
-      redis: reader,
-      stream,
-      group: 'g',
-      consumer: 'c1',
-      blockMs: 100,
-      claimIdleMs: 200,
+      ...options,
       inbox,
       handler: () => {},
       onError: () => {},

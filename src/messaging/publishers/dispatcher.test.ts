@@ -16,8 +16,10 @@ import { createDispatcher, type Verdict } from './shared.js'
 function broker(
   messages: Array<{ id: string; key: string }>,
   inbox: Inbox<unknown>,
-  options: { maxAttempts?: number; batchSize?: number; concurrency?: number; gate?: boolean },
+  options: { maxAttempts?: number; batchSize?: number; concurrency?: number; gate?: boolean; failedMoves?: number },
 ) {
+  // The first `failedMoves` dead-letterings fail (the broker keeps the message and delivers it again).
+  let failedMoves = options.failedMoves ?? 0
   const queue = messages.map((m) => ({ id: m.id, payload: m.key, topic: 't', headers: { key: m.key } }) as InboxMessage)
   const dead: string[] = []
   const reported: Array<{ code?: string; id: string }> = []
@@ -45,7 +47,11 @@ function broker(
     delivered.set(message.id, (delivered.get(message.id) ?? 0) + 1)
     dispatcher.push(message.headers?.key ?? null, message, (verdict: Verdict) => {
       if (verdict === 'retry' || verdict === 'return') queue.push(message)
-      else if (verdict === 'dead') dead.push(message.id)
+      else if (verdict === 'dead' && failedMoves > 0) {
+        failedMoves--
+        queue.push(message)
+        throw new Error('injected: the dead-letter move failed')
+      } else if (verdict === 'dead') dead.push(message.id)
     })
   }
   const run = async (rounds: number) => {
@@ -135,6 +141,16 @@ describe('consumer maxAttempts', () => {
     expect(sim.dead).toEqual(['x'])
     expect(tried.get('y')).toBe(3)
     expect(applied).toEqual(['y'])
+  })
+
+  it('a message whose dead-lettering failed comes back given up on: its next failure dead-letters it, the count does not start over', async () => {
+    const { inbox, tried } = inboxOf(new Set(['x']), false)
+    const sim = broker([{ id: 'x', key: 'x' }], inbox, { maxAttempts: 3, failedMoves: 2 })
+    await sim.run(20)
+    expect(sim.dead).toEqual(['x'])
+    // Three failures to give it up, then one per failed move: not three more each time.
+    expect(tried.get('x')).toBe(3 + 2)
+    expect(sim.reported.filter((r) => r.code === 'RETRIES_EXHAUSTED')).toHaveLength(3)
   })
 
   it('without maxAttempts retries for ever, as before', async () => {

@@ -180,6 +180,7 @@ export async function processBatch<Tx>(
 interface Item {
   key: string | null
   message: InboxMessage
+  /** Acks, returns or dead-letters the message; rejects when a `dead` message could not be given up (it comes back). */
   settle: (verdict: Verdict) => Promise<void> | void
 }
 
@@ -279,10 +280,13 @@ export class Dispatcher<Tx> {
 
   async #settleAll(items: readonly Item[], verdicts: readonly Verdict[] = []): Promise<void> {
     for (const [i, item] of items.entries()) {
+      const verdict = verdicts[i] ?? 'return'
       try {
-        await item.settle(verdicts[i] ?? 'return')
+        await item.settle(verdict)
       } catch {
-        // settle reports its own failures.
+        // settle reports its own failures. A message given up on that could not be moved comes back:
+        // its count stays at the limit, so its next failure gives it up again instead of starting over.
+        if (verdict === 'dead') this.#failures.set(item.message.id, (this.#attempts.max as number) - 1)
       }
     }
   }

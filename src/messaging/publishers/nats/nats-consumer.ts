@@ -74,8 +74,10 @@ export async function consumeNats<Tx>(options: ConsumeNatsOptions<Tx>): Promise<
       // No reason with the TERM: a server before 2.10 takes "+TERM <reason>" for no ack at all.
       else if (verdict === 'reject' || verdict === 'dead') msg.term()
       else msg.nak(nakDelayMs)
-    } catch {
-      // The connection is closing: JetStream redelivers after ack_wait; the inbox skips the copy.
+    } catch (error) {
+      // The connection is closing: JetStream redelivers after ack_wait; the inbox skips the copy. One
+      // given up on is given up again at its next failure (the dispatcher hears it was not terminated).
+      if (verdict === 'dead') throw error
     }
   }
   const messages: ConsumerMessages = await consumer.consume({ max_messages: maxMessages })

@@ -50,8 +50,10 @@ export interface ConsumeRedisStreamsOptions<Tx> extends ConsumeOptions<Tx> {
   /**
    * Where an entry goes once its effect has failed `maxAttempts` times: it is added to this stream
    * (its own fields, then `dead-letter-stream`, `dead-letter-entry`, `dead-letter-group` and
-   * `dead-letter-consumer`) and acknowledged, in one MULTI. Nothing trims it: read it, mend, and add
-   * the entries back to `stream` (docs/messaging.md, "A message that always fails").
+   * `dead-letter-consumer`) and acknowledged, by one script (never acknowledged without its copy).
+   * Nothing trims it: read it, mend, and add the entries back to `stream` (docs/messaging.md, "A
+   * message that always fails"). In Redis Cluster it must hash to the stream's slot: name the stream
+   * with a hash tag (`{orders}`), which the default keeps (`{orders}:dead-letter`).
    * @default `<stream>:dead-letter`
    */
   deadLetterStream?: string
@@ -63,6 +65,16 @@ type Entry = [id: Buffer, fields: Buffer[]]
  * The inbox view of an entry, and why it cannot be handled (`refused`): its `headers` field is not a
  * JSON object. Redelivery cannot fix that, so such an entry is XACKed and reported, as one without ID.
  */
+/**
+ * Moves a given-up entry: KEYS[1] its stream, KEYS[2] the dead-letter stream; ARGV[1] the group, ARGV[2]
+ * the entry's ID, then the fields of the copy. A script stops at its first error, so an XADD that fails
+ * (the dead-letter key holds another type, the server is out of memory) leaves the entry pending. A MULTI
+ * did not: it ran the XACK after the failed XADD, and the entry, acknowledged without its copy, was lost
+ * to every consumer.
+ */
+const MOVE_TO_DEAD_LETTERS = `redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
+return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])`
+
 function toInboxMessage(stream: string, [, fields]: Entry): { message: InboxMessage; refused?: IdempotencyError } {
   const map = new Map<string, Buffer>()
   for (let i = 0; i + 1 < fields.length; i += 2) map.set(String(fields[i]), fields[i + 1] as Buffer)
@@ -136,35 +148,19 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
   let stopping = false
   const settle = async (entry: Entry, message: InboxMessage, verdict: Verdict) => {
     if (verdict === 'retry' || verdict === 'return') return // stays pending: claimed again after claimIdleMs
+    const [id, fields] = entry
     try {
       if (verdict === 'dead') {
-        // Moved and acknowledged together: never lost between the two, never in both for long.
-        const [id, fields] = entry
-        const moved = await acker
-          .multi()
-          .xadd(
-            deadLetterStream,
-            '*',
-            ...fields,
-            'dead-letter-stream',
-            stream,
-            'dead-letter-entry',
-            id,
-            'dead-letter-group',
-            group,
-            'dead-letter-consumer',
-            consumer,
-          )
-          .xack(stream, group, id)
-          .exec()
-        const failed = moved?.find(([error]) => error)?.[0]
-        if (failed || !moved) throw failed ?? new Error('the MULTI was discarded')
-        return
-      }
-      await acker.xack(stream, group, entry[0])
+        // Copied and acknowledged by one script, which stops at the copy's error: never acknowledged
+        // without its copy, never in both for long.
+        const origin = ['dead-letter-stream', stream, 'dead-letter-entry', id, 'dead-letter-group', group, 'dead-letter-consumer', consumer]
+        await acker.eval(MOVE_TO_DEAD_LETTERS, 2, stream, deadLetterStream, group, id, ...fields, ...origin)
+      } else await acker.xack(stream, group, id)
     } catch (error) {
-      // Not acked: the entry is claimed again after claimIdleMs and the inbox answers duplicate.
+      // Not acked: the entry is claimed again after claimIdleMs and the inbox answers duplicate. One
+      // given up on stays given up: the dispatcher hears it was not moved and gives it up at its next failure.
       options.onError?.(error, message)
+      if (verdict === 'dead') throw error
     }
   }
   // Entry IDs in hand: XAUTOCLAIM may hand back one still waiting here for its key; it is not run twice.
