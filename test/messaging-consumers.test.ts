@@ -385,6 +385,45 @@ for (const database of databases) {
           expect(await settledOutstanding(harness)).toBe(0)
         })
 
+        it('counts maxAttempts across a restart: the failures recorded in the inbox carry over to the next consumer process', async () => {
+          const { inbox, messages } = await keyedRun('restart', 1, 1)
+          const poison = (messages[0] as { id: string }).id
+          let poisonCalls = 0
+          const exhausted: string[] = []
+          const options = {
+            inbox,
+            batchSize: 1,
+            maxAttempts: 3,
+            onError: (error: unknown, m: { id: string }) => {
+              if ((error as { code?: string }).code === 'RETRIES_EXHAUSTED') exhausted.push(m.id)
+            },
+            handler() {
+              poisonCalls++
+              throw new Error('injected: this effect always fails')
+            },
+          }
+          await harness.publish(messages)
+          const first = await harness.start(options)
+          // Polled often: the next delivery comes 50 ms or more after a failure (the harnesses' delays).
+          await eventually(() => poisonCalls >= 2, 'two failed attempts', 10_000, 5)
+          await first.stop()
+          const counted = poisonCalls
+          // The next process: the attempts left are what the inbox has not recorded yet.
+          const next = await harness.start(options)
+          await eventually(() => exhausted.length > 0, 'the message given up on', 10_000)
+          await new Promise((resolve) => setTimeout(resolve, 300))
+          await next.stop()
+          expect(counted).toBe(2)
+          expect(poisonCalls).toBe(3)
+          expect(exhausted).toEqual([poison])
+          let dead = await harness.deadLettered()
+          for (let i = 0; i < 20 && dead?.length === 0; i++) {
+            await new Promise((resolve) => setTimeout(resolve, 50))
+            dead = await harness.deadLettered()
+          }
+          if (dead !== undefined) expect(dead).toEqual([poison])
+        })
+
         it('stop() waits for the effects in hand, which commit and are acked', async () => {
           const name = `${broker}_stop_${randomUUID().slice(0, 8)}`
           const inbox = db.inbox({ consumer: 'stop', table: db.table(name) })

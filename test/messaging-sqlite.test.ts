@@ -93,12 +93,12 @@ describe('SQLite outbox and inbox', () => {
   it('purges inbox IDs past the retention in bounded batches, like PgInbox.purge', async () => {
     let now = 1_000_000
     const inboxDb = new Database(join(dir, 'inbox.db'))
-    // Counts the rows each purge DELETE statement removes: at most batchSize.
+    // Counts the rows each purge DELETE statement of processed IDs removes: at most batchSize.
     const deletes: number[] = []
     const counted: SqliteDb = {
       prepare: (sql) => {
         const statement = inboxDb.prepare(sql)
-        if (!sql.trimStart().startsWith('DELETE')) return statement
+        if (!sql.trimStart().startsWith('DELETE') || sql.includes('_failures')) return statement
         return {
           run: (...params: unknown[]) => {
             const result = statement.run(...params)

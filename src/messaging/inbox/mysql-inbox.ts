@@ -2,7 +2,7 @@ import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
-import { InboxMismatchError, purgeBatchSize } from '../message.js'
+import { fitPgName, InboxMismatchError, purgeBatchSize } from '../message.js'
 import {
   executeIn,
   type MySqlConnectionLike,
@@ -61,6 +61,20 @@ const MIGRATIONS = (t: MySqlTableName): string[][] => [
   ],
 ]
 
+/**
+ * Failed attempts by message (`recordFailure`), for `maxAttempts` across a consumer's processes. Created
+ * beside the versioned schema rather than as a version of it: an older idemkey that migrates the same
+ * inbox (a rolling upgrade) neither knows nor minds it, where a version it does not know would stop it.
+ */
+const FAILURES_TABLE = (failures: string): string => `CREATE TABLE IF NOT EXISTS ${failures} (
+      consumer VARBINARY(255) NOT NULL,
+      message_id VARBINARY(1020) NOT NULL,
+      failures INT NOT NULL,
+      failed_at BIGINT NOT NULL,
+      PRIMARY KEY (consumer, message_id),
+      KEY inbox_failed_at (consumer, failed_at)
+    ) ENGINE = InnoDB`
+
 function assertMessageId(message: InboxMessage): void {
   if (typeof message?.id !== 'string' || message.id.length === 0) {
     throw new IdempotencyError('INVALID_ARGUMENT', 'inbox: the message has no ID. Producers must set one (the outbox always does).')
@@ -93,6 +107,8 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
   readonly #pool: MySqlPoolLike
   readonly #tool: SqlTransactions<Tx> | undefined
   readonly #table: MySqlTableName
+  /** Failed attempts by message (`recordFailure`), for `maxAttempts` across processes. */
+  readonly #failures: string
   readonly #retentionMs: number
   readonly #onEvent: (event: InboxEvent) => void
   readonly #consumerBytes: Buffer
@@ -123,6 +139,10 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
     this.consumer = options.consumer
     this.#consumerBytes = Buffer.from(options.consumer, 'utf8')
     this.#table = mysqlTableName(options.table ?? 'idemkey_inbox', 'MySqlInbox table')
+    const parts = this.#table.name.split('.')
+    const base = parts.pop() as string
+    // fitPgName's 63 bytes are within MySQL's 64.
+    this.#failures = [...parts, fitPgName(base, 'failures', this.#table.name)].map((part) => `\`${part}\``).join('.')
     // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
     this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
     assertFunctions('MySqlInbox', { onEvent: options.onEvent })
@@ -135,6 +155,49 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
   /** Creates the table. Idempotent; safe to run from several processes at once. */
   async migrate(): Promise<void> {
     await migrateMySql(this.#pool, 'MySqlInbox', this.#table, MIGRATIONS(this.#table))
+    try {
+      await this.#pool.query(FAILURES_TABLE(this.#failures))
+    } catch (error) {
+      throw new IdempotencyError('STORE_SCHEMA', `MySqlInbox.migrate on ${this.#failures} failed: ${(error as Error).message}.`, {
+        cause: error,
+      })
+    }
+  }
+
+  /**
+   * Records one failed attempt of `message` by this consumer, in a statement of its own, and answers
+   * how many are recorded (every process of this consumer, across restarts): `maxAttempts` counts them.
+   */
+  async recordFailure(message: InboxMessage): Promise<number> {
+    assertMessageId(message)
+    const id = Buffer.from(message.id, 'utf8')
+    try {
+      await this.#pool.query(
+        `INSERT INTO ${this.#failures} (consumer, message_id, failures, failed_at) VALUES (?, ?, 1, ${NOW_MS})
+         ON DUPLICATE KEY UPDATE failures = failures + 1, failed_at = ${NOW_MS}`,
+        [this.#consumerBytes, id],
+      )
+      // At least this attempt's count: another process's failure of the same message in between only adds.
+      const [rows] = await this.#pool.query(`SELECT failures FROM ${this.#failures} WHERE consumer = ? AND message_id = ?`, [
+        this.#consumerBytes,
+        id,
+      ])
+      return Number((rows as Array<{ failures: unknown }>)[0]?.failures ?? 1)
+    } catch (error) {
+      throw mysqlMessagingError('MySqlInbox', `recordFailure ${message.id}`, error, this.#table)
+    }
+  }
+
+  /** Forgets the failed attempts recorded for `messageId`. */
+  async forgetFailures(messageId: string): Promise<void> {
+    try {
+      await this.#pool.query(`DELETE FROM ${this.#failures} WHERE consumer = ? AND message_id = ?`, [
+        this.#consumerBytes,
+        Buffer.from(String(messageId), 'utf8'),
+      ])
+    } catch (error) {
+      throw mysqlMessagingError('MySqlInbox', `forgetFailures ${messageId}`, error, this.#table)
+    }
   }
 
   /**
@@ -334,24 +397,32 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
 
   /**
    * Deletes IDs processed longer ago than the retention, in batches of `batchSize` rows, each its own
-   * short statement. Returns how many. Run it periodically.
+   * short statement, then failed attempts last recorded that long ago. Returns how many IDs. Run it
+   * periodically.
    */
   async purge(options: { batchSize?: number } = {}): Promise<number> {
     const batchSize = purgeBatchSize(options)
-    let total = 0
-    for (;;) {
-      let deleted: number
-      try {
+    const older = async (table: string, column: string): Promise<number> => {
+      let total = 0
+      for (;;) {
         const [result] = await this.#pool.query(
-          `DELETE FROM ${this.#table.sql} WHERE consumer = ? AND processed_at < ${NOW_MS} - ? ORDER BY processed_at LIMIT ${batchSize}`,
+          `DELETE FROM ${table} WHERE consumer = ? AND ${column} < ${NOW_MS} - ? ORDER BY ${column} LIMIT ${batchSize}`,
           [this.#consumerBytes, this.#retentionMs],
         )
-        deleted = (result as { affectedRows: number }).affectedRows
-      } catch (error) {
-        throw mysqlMessagingError('MySqlInbox', 'purge', error, this.#table)
+        const deleted = (result as { affectedRows: number }).affectedRows
+        total += deleted
+        if (deleted < batchSize) return total
       }
-      total += deleted
-      if (deleted < batchSize) return total
+    }
+    try {
+      const total = await older(this.#table.sql, 'processed_at')
+      // Not migrated since failures were recorded (1146, no such table): nothing of theirs to purge.
+      await older(this.#failures, 'failed_at').catch((error: unknown) => {
+        if ((error as { errno?: unknown } | null)?.errno !== 1146) throw error
+      })
+      return total
+    } catch (error) {
+      throw mysqlMessagingError('MySqlInbox', 'purge', error, this.#table)
     }
   }
 

@@ -3,7 +3,7 @@ import { sha256Hex } from '../../core/fingerprint.js'
 import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
+import { fitPgName, InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import { type PgPool, type PgPoolClient, type PgQueryable, withPoolClient } from '../pg.js'
 import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
@@ -78,6 +78,8 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
   readonly #pool: PgPool
   readonly #table: string
   readonly #name: string
+  /** Failed attempts by message (`recordFailure`), for `maxAttempts` across processes. */
+  readonly #failures: string
   readonly #retentionMs: number
 
   /** How long processed IDs are kept (the dedup window). */
@@ -102,6 +104,9 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
     this.consumer = options.consumer
     this.#name = options.table ?? 'idemkey_inbox'
     this.#table = quoteName(this.#name, 'PgInbox table')
+    const parts = this.#name.split('.')
+    const base = parts.pop() as string
+    this.#failures = quoteName([...parts, fitPgName(base, 'failures', this.#name)].join('.'), 'PgInbox table')
     // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
     this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
     assertFunctions('PgInbox', { onEvent: options.onEvent })
@@ -122,6 +127,12 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
         PRIMARY KEY (consumer, message_id))`)
         const index = quoteName(`${this.#name.split('.').pop()}_processed_at`, 'index')
         await client.query(`CREATE INDEX IF NOT EXISTS ${index} ON ${this.#table} (processed_at)`)
+        await client.query(`CREATE TABLE IF NOT EXISTS ${this.#failures} (
+        consumer text NOT NULL,
+        message_id text NOT NULL,
+        failures integer NOT NULL,
+        failed_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (consumer, message_id))`)
         await client.query('COMMIT')
       } catch (error) {
         await client.query('ROLLBACK').catch(() => {})
@@ -334,23 +345,59 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
   }
 
   /**
+   * Records one failed attempt of `message` by this consumer, in a statement of its own, and answers
+   * how many are recorded (every process of this consumer, across restarts): `maxAttempts` counts them.
+   */
+  async recordFailure(message: InboxMessage): Promise<number> {
+    try {
+      const result = await this.#pool.query(
+        `INSERT INTO ${this.#failures} AS f (consumer, message_id, failures) VALUES ($1, $2, 1)
+         ON CONFLICT (consumer, message_id) DO UPDATE SET failures = f.failures + 1, failed_at = now()
+         RETURNING failures`,
+        [this.consumer, String(message?.id)],
+      )
+      return Number((result.rows[0] as { failures: number }).failures)
+    } catch (error) {
+      throw storeUnavailable('PgInbox', `recordFailure ${message?.id} (run migrate() if ${this.#failures} is missing)`, error)
+    }
+  }
+
+  /** Forgets the failed attempts recorded for `messageId`. */
+  async forgetFailures(messageId: string): Promise<void> {
+    try {
+      await this.#pool.query(`DELETE FROM ${this.#failures} WHERE consumer = $1 AND message_id = $2`, [this.consumer, String(messageId)])
+    } catch (error) {
+      throw storeUnavailable('PgInbox', `forgetFailures ${messageId}`, error)
+    }
+  }
+
+  /**
    * Deletes IDs processed longer ago than the retention, in batches of `batchSize` rows, each its own
-   * short statement. Returns how many. Run it periodically.
+   * short statement, then failed attempts last recorded that long ago. Returns how many IDs. Run it
+   * periodically.
    */
   async purge(options: { batchSize?: number } = {}): Promise<number> {
     const batchSize = purgeBatchSize(options)
-    let total = 0
-    for (;;) {
-      const result = await this.#pool.query(
-        `DELETE FROM ${this.#table} WHERE ctid IN (
-           SELECT ctid FROM ${this.#table} WHERE consumer = $1 AND processed_at < now() - $2 * interval '1 millisecond'
-           LIMIT $3 FOR UPDATE SKIP LOCKED)`,
-        [this.consumer, this.#retentionMs, batchSize],
-      )
-      const deleted = result.rowCount ?? 0
-      total += deleted
-      if (deleted < batchSize) return total
+    const older = async (table: string, column: string): Promise<number> => {
+      let total = 0
+      for (;;) {
+        const result = await this.#pool.query(
+          `DELETE FROM ${table} WHERE ctid IN (
+             SELECT ctid FROM ${table} WHERE consumer = $1 AND ${column} < now() - $2 * interval '1 millisecond'
+             LIMIT $3 FOR UPDATE SKIP LOCKED)`,
+          [this.consumer, this.#retentionMs, batchSize],
+        )
+        const deleted = result.rowCount ?? 0
+        total += deleted
+        if (deleted < batchSize) return total
+      }
     }
+    const total = await older(this.#table, 'processed_at')
+    // Not migrated since failures were recorded (42P01, no such table): nothing of theirs to purge.
+    await older(this.#failures, 'failed_at').catch((error: unknown) => {
+      if ((error as { code?: unknown } | null)?.code !== '42P01') throw error
+    })
+    return total
   }
 
   #emit(event: InboxEvent): void {

@@ -1,7 +1,7 @@
 import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { connect, type SqliteConnection } from '../../stores/sqlite/driver.js'
+import { connect, type SqliteConnection, type SqliteStatement } from '../../stores/sqlite/driver.js'
 import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
 import { payloadHash } from './pg-inbox.js'
@@ -35,6 +35,8 @@ export class SqliteInbox implements Inbox<SqliteDb> {
   readonly consumer: string
   readonly #db: SqliteConnection
   readonly #table: string
+  /** Failed attempts by message (`recordFailure`), for `maxAttempts` across processes. */
+  readonly #failures: string
   readonly #retentionMs: number
 
   /** How long processed IDs are kept (the dedup window). */
@@ -50,7 +52,9 @@ export class SqliteInbox implements Inbox<SqliteDb> {
       throw new IdempotencyError('INVALID_OPTION', 'SqliteInbox needs { consumer }: a non-empty name for this consumer.')
     }
     this.consumer = options.consumer
-    this.#table = quoteName(options.table ?? 'idemkey_inbox', 'SqliteInbox table')
+    const table = options.table ?? 'idemkey_inbox'
+    this.#table = quoteName(table, 'SqliteInbox table')
+    this.#failures = quoteName(`${table}_failures`, 'SqliteInbox table')
     // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
     this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
     assertFunctions('SqliteInbox', { now: options.now, onEvent: options.onEvent })
@@ -58,11 +62,39 @@ export class SqliteInbox implements Inbox<SqliteDb> {
     this.#onEvent = options.onEvent ?? (() => {})
   }
 
-  /** Creates the table. Idempotent. */
+  /** Creates the tables (processed IDs, and failed attempts for `maxAttempts`). Idempotent. */
   migrate(): void {
     this.#db.exec(`CREATE TABLE IF NOT EXISTS ${this.#table} (
       consumer TEXT NOT NULL, message_id TEXT NOT NULL, payload_hash TEXT NOT NULL, processed_at INTEGER NOT NULL,
       PRIMARY KEY (consumer, message_id))`)
+    this.#db.exec(`CREATE TABLE IF NOT EXISTS ${this.#failures} (
+      consumer TEXT NOT NULL, message_id TEXT NOT NULL, failures INTEGER NOT NULL, failed_at INTEGER NOT NULL,
+      PRIMARY KEY (consumer, message_id))`)
+  }
+
+  /** Records one failed attempt of `message` by this consumer and answers how many are recorded. */
+  async recordFailure(message: InboxMessage): Promise<number> {
+    try {
+      const row = this.#db
+        .prepare(
+          `INSERT INTO ${this.#failures} (consumer, message_id, failures, failed_at) VALUES (?, ?, 1, ?)
+           ON CONFLICT (consumer, message_id) DO UPDATE SET failures = failures + 1, failed_at = excluded.failed_at
+           RETURNING failures`,
+        )
+        .get(this.consumer, String(message?.id), this.#now()) as { failures: number | bigint }
+      return Number(row.failures)
+    } catch (error) {
+      throw storeUnavailable('SqliteInbox', `recordFailure ${message?.id} (run migrate() if ${this.#failures} is missing)`, error)
+    }
+  }
+
+  /** Forgets the failed attempts recorded for `messageId`. */
+  async forgetFailures(messageId: string): Promise<void> {
+    try {
+      this.#db.prepare(`DELETE FROM ${this.#failures} WHERE consumer = ? AND message_id = ?`).run(this.consumer, String(messageId))
+    } catch (error) {
+      throw storeUnavailable('SqliteInbox', `forgetFailures ${messageId}`, error)
+    }
   }
 
   /** Runs the synchronous `effect` and records the ID in one transaction, unless the ID was processed already. */
@@ -151,7 +183,8 @@ export class SqliteInbox implements Inbox<SqliteDb> {
   /**
    * Deletes this consumer's IDs processed longer ago than the retention, in batches of `batchSize`
    * rows (10,000 by default), each its own short statement and transaction, so a writer waits for
-   * one batch at most. Returns how many. Run it periodically.
+   * one batch at most, then its failed attempts last recorded that long ago. Returns how many IDs.
+   * Run it periodically.
    */
   purge(options: { batchSize?: number } = {}): number {
     const batchSize = purgeBatchSize(options)
@@ -164,8 +197,23 @@ export class SqliteInbox implements Inbox<SqliteDb> {
     for (;;) {
       const deleted = Number(purge.run(this.consumer, cutoff, batchSize).changes)
       total += deleted
-      if (deleted < batchSize) return total
+      if (deleted < batchSize) break
     }
+    // Failed attempts last recorded before the retention: the message was applied or given up on since.
+    this.#purgeFailures(cutoff, batchSize)
+    return total
+  }
+
+  #purgeFailures(cutoff: number, batchSize: number): void {
+    let purge: SqliteStatement
+    try {
+      purge = this.#db.prepare(
+        `DELETE FROM ${this.#failures} WHERE rowid IN (SELECT rowid FROM ${this.#failures} WHERE consumer = ? AND failed_at < ? LIMIT ?)`,
+      )
+    } catch {
+      return // not migrated since failures were recorded: nothing to purge
+    }
+    for (let deleted = batchSize; deleted === batchSize; ) deleted = Number(purge.run(this.consumer, cutoff, batchSize).changes)
   }
 
   #emit(event: InboxEvent): void {

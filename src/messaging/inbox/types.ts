@@ -50,6 +50,15 @@ export interface Inbox<Tx> {
   oldest?(): Promise<InboxOldestRecord | null>
   handle<T>(message: InboxMessage, effect: (tx: Tx, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>>
   /**
+   * Optional: records one failed attempt of `message` by this consumer, in a statement of its own (the
+   * transaction that failed has rolled back), and answers how many are recorded: by every process of
+   * this consumer, across restarts. The consumer helpers count `maxAttempts` with it (docs/messaging.md,
+   * "A message that always fails"); without it, each process counts its own attempts.
+   */
+  recordFailure?(message: InboxMessage): Promise<number>
+  /** Optional: forgets the failed attempts recorded for `messageId` (once it is given up on: moved back, it starts afresh). */
+  forgetFailures?(messageId: string): Promise<void>
+  /**
    * Optional: several messages in one transaction, their effects run one after another in the given
    * order, one commit for all; one result per message, in order. Any error (an effect's, the
    * database's, a message without ID) rolls the whole batch back and is thrown: the consumer helpers

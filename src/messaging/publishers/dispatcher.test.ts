@@ -153,6 +153,47 @@ describe('consumer maxAttempts', () => {
     expect(sim.reported.filter((r) => r.code === 'RETRIES_EXHAUSTED')).toHaveLength(3)
   })
 
+  /** `inbox` with its failed attempts recorded in `recorded`, as a database shared by the consumer's processes. */
+  const recording = (inbox: Inbox<unknown>, recorded: Map<string, number>, broken = false): Inbox<unknown> => ({
+    ...inbox,
+    async recordFailure(message) {
+      if (broken) throw new Error('injected: the failures table is not there')
+      const failed = (recorded.get(message.id) ?? 0) + 1
+      recorded.set(message.id, failed)
+      return failed
+    },
+    async forgetFailures(messageId) {
+      recorded.delete(messageId)
+    },
+  })
+
+  it("counts with the inbox's recorded failures: a restarted process (or another one) goes on from them, and a message given up on is forgotten", async () => {
+    const { inbox, tried } = inboxOf(new Set(['x']), false)
+    const recorded = new Map<string, number>()
+    // The first process fails x twice, then stops (its count in memory goes with it).
+    await broker([{ id: 'x', key: 'x' }], recording(inbox, recorded), { maxAttempts: 3 }).run(2)
+    expect(tried.get('x')).toBe(2)
+    expect(recorded.get('x')).toBe(2)
+    // The broker delivers x to the next process: its first failure is the third.
+    const next = broker([{ id: 'x', key: 'x' }], recording(inbox, recorded), { maxAttempts: 3 })
+    await next.run(10)
+    expect(tried.get('x')).toBe(3)
+    expect(next.dead).toEqual(['x'])
+    expect(next.reported.filter((r) => r.code === 'RETRIES_EXHAUSTED')).toHaveLength(1)
+    // Moved back after a fix, it starts afresh.
+    expect(recorded.has('x')).toBe(false)
+  })
+
+  it('counts in the process when the inbox cannot record a failure, and reports why', async () => {
+    const { inbox, tried } = inboxOf(new Set(['x']), false)
+    const sim = broker([{ id: 'x', key: 'x' }], recording(inbox, new Map(), true), { maxAttempts: 3 })
+    await sim.run(10)
+    expect(tried.get('x')).toBe(3)
+    expect(sim.dead).toEqual(['x'])
+    // Each failed attempt reports its effect's error, then why it could not be recorded.
+    expect(sim.reported.filter((r) => r.code === undefined)).toHaveLength(6)
+  })
+
   it('without maxAttempts retries for ever, as before', async () => {
     const { inbox, tried } = inboxOf(new Set(['x']), false)
     const sim = broker([{ id: 'x', key: 'x' }], inbox, {})

@@ -55,7 +55,8 @@ export interface ConsumeOptions<Tx> {
    * reaches this count dead-letters the message instead of retrying it (RabbitMQ: rejected without
    * requeue, to the queue's dead-letter exchange if it has one; Redis Streams: moved to the
    * `deadLetterStream`; NATS: terminated), `onError` hears a `RETRIES_EXHAUSTED` error, and the
-   * messages behind it in its key go on. Counted by this consumer process, for the attempts it ran
+   * messages behind it in its key go on. Counted in the inbox's database (`recordFailure`) by every
+   * process of this consumer, across restarts; by this process alone with an inbox that cannot
    * (docs/messaging.md, "A message that always fails"). Unset: retried until it succeeds.
    */
   maxAttempts?: number
@@ -283,6 +284,7 @@ export class Dispatcher<Tx> {
       const verdict = verdicts[i] ?? 'return'
       try {
         await item.settle(verdict)
+        if (verdict === 'dead') this.#forget(item.message)
       } catch {
         // settle reports its own failures. A message given up on that could not be moved comes back:
         // its count stays at the limit, so its next failure gives it up again instead of starting over.
@@ -302,7 +304,11 @@ export class Dispatcher<Tx> {
     } catch {
       verdicts = batch.map(() => 'retry')
     }
-    if (this.#attempts.max !== undefined) verdicts = verdicts.map((verdict, i) => this.#counted(verdict, (batch[i] as Item).message))
+    if (this.#attempts.max !== undefined) {
+      const counted: Verdict[] = []
+      for (const [i, verdict] of verdicts.entries()) counted.push(await this.#counted(verdict, (batch[i] as Item).message))
+      verdicts = counted
+    }
     await this.#settleAll(batch, verdicts)
     let settled = batch.length
     for (const key of new Set(batch.map((item) => item.key))) {
@@ -327,19 +333,13 @@ export class Dispatcher<Tx> {
   }
 
   /** A failure counted against `maxAttempts`: the one that reaches it turns the retry into `dead`, and is reported. */
-  #counted(verdict: Verdict, message: InboxMessage): Verdict {
-    const failures = this.#failures
+  async #counted(verdict: Verdict, message: InboxMessage): Promise<Verdict> {
     if (verdict !== 'retry') {
-      if (verdict !== 'return') failures.delete(message.id)
+      if (verdict !== 'return') this.#failures.delete(message.id)
       return verdict
     }
-    const failed = (failures.get(message.id) ?? 0) + 1
-    failures.delete(message.id) // re-inserted last: the oldest counts are the ones dropped
-    if (failed < (this.#attempts.max as number)) {
-      if (failures.size >= FAILURES_KEPT) failures.delete(failures.keys().next().value as string)
-      failures.set(message.id, failed)
-      return 'retry'
-    }
+    const failed = await this.#failed(message)
+    if (failed < (this.#attempts.max as number)) return 'retry'
     this.#options.onError?.(
       new IdempotencyError(
         'RETRIES_EXHAUSTED',
@@ -348,6 +348,33 @@ export class Dispatcher<Tx> {
       message,
     )
     return 'dead'
+  }
+
+  /**
+   * Counts one more failure of `message` and answers how many there have been: as the inbox records them
+   * (every process of this consumer, across restarts), or, when it cannot, as this process counted them.
+   */
+  async #failed(message: InboxMessage): Promise<number> {
+    const failures = this.#failures
+    const local = (failures.get(message.id) ?? 0) + 1
+    failures.delete(message.id) // re-inserted last: the oldest counts are the ones dropped
+    if (failures.size >= FAILURES_KEPT) failures.delete(failures.keys().next().value as string)
+    failures.set(message.id, local)
+    const inbox = this.#options.inbox
+    if (!inbox.recordFailure) return local
+    try {
+      return Math.max(local, await inbox.recordFailure(message))
+    } catch (error) {
+      this.#options.onError?.(error, message)
+      return local
+    }
+  }
+
+  /** A message given up on and moved: its counts go, so that moved back it starts afresh. */
+  #forget(message: InboxMessage): void {
+    this.#failures.delete(message.id)
+    const inbox = this.#options.inbox
+    inbox.forgetFailures?.(message.id).catch((error: unknown) => this.#options.onError?.(error, message))
   }
 
   #settled(count: number): void {

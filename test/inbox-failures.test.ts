@@ -1,0 +1,140 @@
+/**
+ * The inboxes' record of failed attempts (`recordFailure`, `forgetFailures`), which the consumer helpers
+ * count `maxAttempts` with: shared by every process of a consumer and kept across restarts, one count per
+ * consumer and message, forgotten on demand and by `purge()`. Against the real databases.
+ */
+
+import { randomUUID } from 'node:crypto'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import Database from 'better-sqlite3'
+import mysql from 'mysql2/promise'
+import pg from 'pg'
+import { MySqlInbox, PgInbox, SqliteInbox } from '../src/messaging/inbox/index.js'
+import type { InboxMessage } from '../src/messaging/inbox/types.js'
+import { MYSQL_URL, PG_URL } from './helpers/orm-tools.js'
+import { serviceSkipReason } from './helpers/services.js'
+
+interface FailureInbox {
+  migrate(): Promise<void> | void
+  recordFailure(message: InboxMessage): Promise<number>
+  forgetFailures(messageId: string): Promise<void>
+  purge(): Promise<number> | number
+}
+
+interface Database_ {
+  /** An inbox on the shared database: `consumer`, `table`, and a retention in ms. */
+  inbox(consumer: string, table: string, retentionMs?: number): FailureInbox
+  /** Whether the statements of one count are atomic (RETURNING), so concurrent callers each see their own. */
+  atomic: boolean
+  drop(table: string): Promise<void>
+  close(): Promise<void>
+}
+
+const databases: Record<string, () => Promise<Database_ | string>> = {
+  async postgres() {
+    const skip = await serviceSkipReason('PostgreSQL', 5432)
+    if (skip) return skip
+    const pool = new pg.Pool({ connectionString: PG_URL, max: 4 })
+    return {
+      inbox: (consumer, table, retentionMs) => new PgInbox({ pool, consumer, table, retention: retentionMs ?? '7d' }),
+      atomic: true,
+      drop: async (table) => void (await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_failures"`)),
+      close: () => pool.end(),
+    }
+  },
+  async mysql() {
+    const skip = await serviceSkipReason('MariaDB/MySQL', 3306)
+    if (skip) return skip
+    const pool = mysql.createPool({ uri: MYSQL_URL, connectionLimit: 4 })
+    return {
+      inbox: (consumer, table, retentionMs) => new MySqlInbox({ pool, consumer, table, retention: retentionMs ?? '7d' }),
+      atomic: false,
+      drop: async (table) => void (await pool.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_meta\`, \`${table}_failures\``)),
+      close: () => pool.end(),
+    }
+  },
+  async sqlite() {
+    const dir = mkdtempSync(join(tmpdir(), 'idemkey-inbox-failures-'))
+    const database = new Database(join(dir, 'inbox.db'))
+    database.pragma('journal_mode = WAL')
+    // A second connection to the same file: another process of the consumer.
+    const other = new Database(join(dir, 'inbox.db'))
+    let turn = 0
+    return {
+      inbox: (consumer, table, retentionMs) =>
+        new SqliteInbox({ database: turn++ % 2 === 0 ? database : other, consumer, table, retention: retentionMs ?? '7d' }),
+      atomic: true,
+      drop: async () => {},
+      close: async () => {
+        database.close()
+        other.close()
+        rmSync(dir, { recursive: true, force: true })
+      },
+    }
+  },
+}
+
+const message = (id: string): InboxMessage => ({ id, payload: 'x' })
+
+for (const [name, open] of Object.entries(databases)) {
+  const opened = await open()
+  describe.skipIf(typeof opened === 'string')(`${name} inbox: failed attempts, for maxAttempts`, () => {
+    const db = opened as Database_
+    const table = `idemkey_inbox_failures_${randomUUID().slice(0, 8)}`
+    afterAll(async () => {
+      await db.drop(table)
+      await db.close()
+    })
+
+    it('migrates the failures table beside the inbox, idempotently', async () => {
+      await db.inbox('c', table).migrate()
+      await db.inbox('c', table).migrate()
+    })
+
+    it("counts one consumer's failures of a message across its processes, apart from other consumers and messages", async () => {
+      const [first, second] = [db.inbox('billing', table), db.inbox('billing', table)]
+      expect(await first.recordFailure(message('m1'))).toBe(1)
+      expect(await second.recordFailure(message('m1'))).toBe(2)
+      expect(await first.recordFailure(message('m1'))).toBe(3)
+      expect(await db.inbox('shipping', table).recordFailure(message('m1'))).toBe(1)
+      expect(await first.recordFailure(message('m2'))).toBe(1)
+    })
+
+    it('counts every concurrent failure once', async () => {
+      const [first, second] = [db.inbox('busy', table), db.inbox('busy', table)]
+      const counts = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 ? first : second).recordFailure(message('hot'))))
+      expect(await first.recordFailure(message('hot'))).toBe(21)
+      if (db.atomic) expect([...counts].sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1))
+      else expect(counts.every((count) => count >= 1 && count <= 20)).toBe(true)
+    })
+
+    it("forgets a message's failures on demand: moved back after it was given up on, it starts afresh", async () => {
+      const inbox = db.inbox('forget', table)
+      await inbox.recordFailure(message('f1'))
+      await inbox.recordFailure(message('f1'))
+      await inbox.recordFailure(message('f2'))
+      await inbox.forgetFailures('f1')
+      expect(await inbox.recordFailure(message('f1'))).toBe(1)
+      expect(await inbox.recordFailure(message('f2'))).toBe(2)
+    })
+
+    it('purges failures last recorded longer ago than the retention', async () => {
+      const inbox = db.inbox('purged', table, 50)
+      await inbox.recordFailure(message('old'))
+      await new Promise((resolve) => setTimeout(resolve, 200))
+      await inbox.recordFailure(message('fresh'))
+      await inbox.purge()
+      expect(await inbox.recordFailure(message('old'))).toBe(1)
+      expect(await inbox.recordFailure(message('fresh'))).toBe(2)
+    })
+
+    it('refuses to count on an inbox not migrated since, naming migrate()', async () => {
+      const unmigrated = `${table}_none`
+      await expect(db.inbox('c', unmigrated).recordFailure(message('m'))).rejects.toMatchObject({
+        message: expect.stringMatching(/migrate\(\)/),
+      })
+    })
+  })
+}
