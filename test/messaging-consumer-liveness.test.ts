@@ -136,6 +136,54 @@ describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: a dead-letterin
   })
 })
 
+describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: maxDeliveries', () => {
+  it('dead-letters without running an entry delivered more often than maxDeliveries (a consumer that died on it each time), and runs one within it', async () => {
+    const { redis, stream, options } = redisStream(':dead-letter')
+    await redis.xgroup('CREATE', stream, 'g', '0', 'MKSTREAM')
+    const crasher = (await redis.xadd(stream, '*', 'id', 'crasher', 'payload', 'x')) as string
+    const fine = (await redis.xadd(stream, '*', 'id', 'fine', 'payload', 'y')) as string
+    // What consumers that died mid-effect leave: both read by one (1 delivery), then claimed again
+    // by the next ones, the crasher three times (4 deliveries), the other once (2).
+    await redis.xreadgroup('GROUP', 'g', 'dead-1', 'COUNT', 10, 'STREAMS', stream, '>')
+    for (const id of [crasher, crasher, crasher, fine]) await redis.xclaim(stream, 'g', 'dead-2', 0, id)
+    const ran: string[] = []
+    const exhausted: string[] = []
+    const running = await consumeRedisStreams({
+      ...options,
+      maxDeliveries: 3,
+      inbox: memoryInbox(),
+      handler: (_tx, message) => {
+        ran.push(message.id)
+      },
+      onError: (error, message) => {
+        if (isIdempotencyError(error) && error.code === 'RETRIES_EXHAUSTED') exhausted.push(`${message.id}: ${error.message}`)
+      },
+    })
+    await eventually(
+      async () => (await redis.xlen(`${stream}:dead-letter`)) === 1 && Number(((await redis.xpending(stream, 'g')) as [number])[0]) === 0,
+      'the crasher dead-lettered and the other applied, nothing pending',
+      5_000,
+    )
+    await running.stop()
+    // Claimed once more by this consumer: 5 deliveries for the crasher, over 3; 3 for the other, within.
+    expect(ran).toEqual(['fine'])
+    expect(exhausted).toEqual([
+      expect.stringMatching(/^crasher: consumer: message "crasher" was delivered 5 times, over maxDeliveries \(3\)/),
+    ])
+    const moved = (await redis.xrange(`${stream}:dead-letter`, '-', '+')) as Array<[string, string[]]>
+    expect(moved.map(([, fields]) => fields.slice(0, 2))).toEqual([['id', 'crasher']])
+  })
+
+  it('refuses a maxDeliveries that is not a positive integer', async () => {
+    const { options } = redisStream()
+    for (const bad of [0, 2.5, -1]) {
+      await expect(consumeRedisStreams({ ...options, maxDeliveries: bad, inbox: memoryInbox(), handler: () => {} })).rejects.toThrow(
+        /maxDeliveries must be a positive integer/,
+      )
+    }
+  })
+})
+
 describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: a stream that lost its group', () => {
   it('creates its group again when Redis lost it (a restart without persistence) and consumes what comes next', async () => {
     const { redis, stream, options } = redisStream()

@@ -194,6 +194,38 @@ describe('consumer maxAttempts', () => {
     expect(sim.reported.filter((r) => r.code === undefined)).toHaveLength(6)
   })
 
+  it('a message given up on before it runs (delivered too often) is dead-lettered and reported, and ends the hold on its key', async () => {
+    const { inbox, applied } = inboxOf(new Set(['a1']), false)
+    const reported: string[] = []
+    const settled: Array<[string, Verdict]> = []
+    const dispatcher = createDispatcher({
+      inbox,
+      handler: () => {},
+      failureHoldMs: 60_000,
+      onError: (error, message) => reported.push(`${message.id}: ${(error as { code?: string }).code}`),
+    })
+    const message = (id: string): InboxMessage => ({ id, payload: 'a', topic: 't', headers: { key: 'a' } })
+    const give = (id: string) => dispatcher.push('a', message(id), (verdict: Verdict) => void settled.push([id, verdict]))
+    give('a1')
+    await dispatcher.idle()
+    // a1 failed: key a is held until a1 comes back, so a2 goes back unapplied.
+    give('a2')
+    await dispatcher.idle()
+    expect(settled).toEqual([
+      ['a1', 'retry'],
+      ['a2', 'return'],
+    ])
+    dispatcher.giveUp('a', message('a1'), (verdict: Verdict) => void settled.push(['a1', verdict]), 'was delivered 9 times')
+    give('a2')
+    await dispatcher.idle()
+    expect(settled.slice(2)).toEqual([
+      ['a1', 'dead'],
+      ['a2', 'ack'],
+    ])
+    expect(applied).toEqual(['a2'])
+    expect(reported).toEqual(['a1: undefined', 'a1: RETRIES_EXHAUSTED'])
+  })
+
   it('without maxAttempts retries for ever, as before', async () => {
     const { inbox, tried } = inboxOf(new Set(['x']), false)
     const sim = broker([{ id: 'x', key: 'x' }], inbox, {})

@@ -231,6 +231,24 @@ export class Dispatcher<Tx> {
     return this.#inHand
   }
 
+  /**
+   * A message given up on before it runs (the broker has delivered it too often: its effect may stop
+   * the process each time, so no failure is ever seen to count): reported as `RETRIES_EXHAUSTED` with
+   * `why`, then dead-lettered. A hold on its key for it ends; the messages behind it go on.
+   */
+  giveUp(key: string | null, message: InboxMessage, settle: Item['settle'], why: string): void {
+    this.#inHand++
+    if (key !== null && this.#held.get(key)?.id === message.id) this.#held.delete(key)
+    this.#options.onError?.(
+      new IdempotencyError(
+        'RETRIES_EXHAUSTED',
+        `consumer: message "${message.id}" ${why}; it is not run: ${this.#attempts.deadLetter}. Fix the cause, then move it back for another try.`,
+      ),
+      message,
+    )
+    void this.#settleAll([{ key, message, settle }], ['dead']).then(() => this.#settled(1))
+  }
+
   push(key: string | null, message: InboxMessage, settle: Item['settle']): void {
     const item: Item = { key, message, settle }
     this.#inHand++
@@ -288,7 +306,7 @@ export class Dispatcher<Tx> {
       } catch {
         // settle reports its own failures. A message given up on that could not be moved comes back:
         // its count stays at the limit, so its next failure gives it up again instead of starting over.
-        if (verdict === 'dead') this.#failures.set(item.message.id, (this.#attempts.max as number) - 1)
+        if (verdict === 'dead' && this.#attempts.max !== undefined) this.#failures.set(item.message.id, this.#attempts.max - 1)
       }
     }
   }

@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis'
 import { type Duration, parseDuration } from '../../../core/duration.js'
+import { assertOptionalPositiveInteger } from '../../../core/validate.js'
 import { IdempotencyError } from '../../../errors.js'
 import type { InboxMessage } from '../../inbox/types.js'
 import {
@@ -40,6 +41,16 @@ export interface ConsumeRedisStreamsOptions<Tx> extends ConsumeOptions<Tx> {
    * XAUTOCLAIM and processed again. @default 30000
    */
   claimIdleMs?: number
+  /**
+   * How many times an entry may be delivered (read, then claimed again) before it is dead-lettered
+   * without running, as `maxAttempts` does (`deadLetterStream`, `RETRIES_EXHAUSTED`): the guard against
+   * an entry whose effect stops the process each time, whose failures are never seen to be counted.
+   * JetStream's `max_deliver` and a RabbitMQ quorum queue's `x-delivery-limit` do this at the broker;
+   * Redis has no such limit, so the helper reads each claimed entry's delivery count (`XPENDING`). It
+   * counts every delivery, also those handed back unapplied behind an earlier failed message of their
+   * key: keep it well above `maxAttempts`. Unset: no limit.
+   */
+  maxDeliveries?: number
   /**
    * The stream's trimming by time: entries older than about this are dropped (the publisher's
    * `maxAge`, or your own `XTRIM MINID`). Until then a pending entry can be claimed again, so the
@@ -120,6 +131,8 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
   // BLOCK 0 is Redis's "wait for ever": stop() would never return.
   const blockMs = delayOption(options.blockMs, 1000, 'blockMs', 1)
   maxAttemptsOption(options)
+  assertOptionalPositiveInteger(options.maxDeliveries, 'consumeRedisStreams: maxDeliveries')
+  const maxDeliveries = options.maxDeliveries
   if (
     options.deadLetterStream !== undefined &&
     (typeof options.deadLetterStream !== 'string' || options.deadLetterStream === '' || options.deadLetterStream === options.stream)
@@ -165,7 +178,8 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
   }
   // Entry IDs in hand: XAUTOCLAIM may hand back one still waiting here for its key; it is not run twice.
   const inHand = new Set<string>()
-  const dispatch = (entries: Entry[]) => {
+  /** `deliveries`, for claimed entries under `maxDeliveries`: how often each was delivered, by entry ID. */
+  const dispatch = (entries: Entry[], deliveries?: Map<string, number>) => {
     for (const entry of entries) {
       if (!entry) continue // XAUTOCLAIM answers nil for entries deleted meanwhile
       const entryId = String(entry[0])
@@ -178,12 +192,27 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
         continue
       }
       inHand.add(entryId)
-      dispatcher.push(
-        keyOf(options, message, () => null),
-        message,
-        (verdict) => settle(entry, message, verdict).finally(() => inHand.delete(entryId)),
-      )
+      const key = keyOf(options, message, () => null)
+      const settleIt = (verdict: Verdict) => settle(entry, message, verdict).finally(() => inHand.delete(entryId))
+      const delivered = deliveries?.get(entryId) ?? 0
+      if (maxDeliveries !== undefined && delivered > maxDeliveries) {
+        dispatcher.giveUp(key, message, settleIt, `was delivered ${delivered} times, over maxDeliveries (${maxDeliveries})`)
+      } else dispatcher.push(key, message, settleIt)
     }
+  }
+
+  /** How often each claimed entry has been delivered, this claim included (one XPENDING each, pipelined). */
+  const deliveryCounts = async (entries: Entry[]): Promise<Map<string, number>> => {
+    const pipeline = acker.pipeline()
+    const ids = entries.filter(Boolean).map((entry) => String(entry[0]))
+    for (const id of ids) pipeline.xpending(stream, group, id, id, 1)
+    const replies = (await pipeline.exec()) ?? []
+    const counts = new Map<string, number>()
+    for (const [error, reply] of replies) {
+      const row = (reply as Array<[string, string, number, number]> | undefined)?.[0]
+      if (!error && row) counts.set(String(row[0]), Number(row[3]))
+    }
+    return counts
   }
   let lastClaim = Number.NEGATIVE_INFINITY
   const done = (async () => {
@@ -204,7 +233,8 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
             'COUNT',
             count - dispatcher.inHand,
           )) as unknown as [Buffer, Entry[]]
-          dispatch(claimed[1] ?? [])
+          const entries = claimed[1] ?? []
+          dispatch(entries, maxDeliveries !== undefined && entries.length > 0 ? await deliveryCounts(entries) : undefined)
           if (dispatcher.inHand >= count) continue
         }
         const read = (await redis.callBuffer(
