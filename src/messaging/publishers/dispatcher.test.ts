@@ -184,6 +184,25 @@ describe('consumer maxAttempts', () => {
     expect(recorded.has('x')).toBe(false)
   })
 
+  it("forgets a message's recorded failures once it is applied after failing", async () => {
+    const failing = new Set(['y'])
+    const { inbox } = inboxOf(failing, false)
+    const recorded = new Map<string, number>()
+    const counting = recording(inbox, recorded)
+    // y fails once; the next delivery applies it.
+    const healing: Inbox<unknown> = {
+      ...counting,
+      async recordFailure(message) {
+        failing.delete(message.id)
+        return (counting.recordFailure as (message: InboxMessage) => Promise<number>)(message)
+      },
+    }
+    const sim = broker([{ id: 'y', key: 'y' }], healing, { maxAttempts: 3 })
+    await sim.run(2)
+    expect(sim.queue).toEqual([])
+    expect(recorded.has('y')).toBe(false)
+  })
+
   it('counts in the process when the inbox cannot record a failure, and reports why', async () => {
     const { inbox, tried } = inboxOf(new Set(['x']), false)
     const sim = broker([{ id: 'x', key: 'x' }], recording(inbox, new Map(), true), { maxAttempts: 3 })

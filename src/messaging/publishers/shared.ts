@@ -353,7 +353,8 @@ export class Dispatcher<Tx> {
   /** A failure counted against `maxAttempts`: the one that reaches it turns the retry into `dead`, and is reported. */
   async #counted(verdict: Verdict, message: InboxMessage): Promise<Verdict> {
     if (verdict !== 'retry') {
-      if (verdict !== 'return') this.#failures.delete(message.id)
+      // Applied (or refused for good) after failing here: its recorded failures go now, not at purge().
+      if (verdict !== 'return' && this.#failures.has(message.id)) this.#forget(message)
       return verdict
     }
     const failed = await this.#failed(message)
