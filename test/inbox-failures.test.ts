@@ -28,7 +28,8 @@ interface Database_ {
   inbox(consumer: string, table: string, retentionMs?: number): FailureInbox
   /** Whether the statements of one count are atomic (RETURNING), so concurrent callers each see their own. */
   atomic: boolean
-  drop(table: string): Promise<void>
+  /** Drops every table whose name starts with `prefix`. */
+  drop(prefix: string): Promise<void>
   close(): Promise<void>
 }
 
@@ -40,7 +41,13 @@ const databases: Record<string, () => Promise<Database_ | string>> = {
     return {
       inbox: (consumer, table, retentionMs) => new PgInbox({ pool, consumer, table, retention: retentionMs ?? '7d' }),
       atomic: true,
-      drop: async (table) => void (await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_failures"`)),
+      drop: async (prefix) => {
+        const { rows } = await pool.query(
+          `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)`,
+          [prefix],
+        )
+        for (const { tablename } of rows) await pool.query(`DROP TABLE IF EXISTS "${tablename}"`)
+      },
       close: () => pool.end(),
     }
   },
@@ -51,7 +58,13 @@ const databases: Record<string, () => Promise<Database_ | string>> = {
     return {
       inbox: (consumer, table, retentionMs) => new MySqlInbox({ pool, consumer, table, retention: retentionMs ?? '7d' }),
       atomic: false,
-      drop: async (table) => void (await pool.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_meta\`, \`${table}_failures\``)),
+      drop: async (prefix) => {
+        const [rows] = await pool.query(
+          'SELECT table_name AS name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE ?',
+          [`${prefix}%`],
+        )
+        for (const { name } of rows as Array<{ name: string }>) await pool.query(`DROP TABLE IF EXISTS \`${name}\``)
+      },
       close: () => pool.end(),
     }
   },
@@ -128,6 +141,16 @@ for (const [name, open] of Object.entries(databases)) {
       await inbox.purge()
       expect(await inbox.recordFailure(message('old'))).toBe(1)
       expect(await inbox.recordFailure(message('fresh'))).toBe(2)
+    })
+
+    it('names the failures table within the identifier limit for the longest inbox table name', async () => {
+      // 59 characters, the longest MySqlInbox takes: "<table>_failures" would be 68, past MySQL's 64 and PostgreSQL's 63.
+      const long = `${table}_${'x'.repeat(59 - table.length - 1)}`
+      expect(long).toHaveLength(59)
+      const inbox = db.inbox('c', long)
+      await inbox.migrate()
+      expect(await inbox.recordFailure(message('m'))).toBe(1)
+      expect(await db.inbox('c', long).recordFailure(message('m'))).toBe(2)
     })
 
     it('refuses to count on an inbox not migrated since, naming migrate()', async () => {

@@ -125,7 +125,8 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
         payload_hash text NOT NULL,
         processed_at timestamptz NOT NULL DEFAULT now(),
         PRIMARY KEY (consumer, message_id))`)
-        const index = quoteName(`${this.#name.split('.').pop()}_processed_at`, 'index')
+        // fitPgName: `<table>_processed_at` as always, shortened with a hash only past 63 bytes (refused before).
+        const index = quoteName(fitPgName(this.#name.split('.').pop() as string, 'processed_at', this.#name), 'index')
         await client.query(`CREATE INDEX IF NOT EXISTS ${index} ON ${this.#table} (processed_at)`)
         await client.query(`CREATE TABLE IF NOT EXISTS ${this.#failures} (
         consumer text NOT NULL,

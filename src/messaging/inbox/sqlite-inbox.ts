@@ -2,7 +2,7 @@ import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { connect, type SqliteConnection, type SqliteStatement } from '../../stores/sqlite/driver.js'
-import { InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
+import { fitPgName, InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
 import { payloadHash } from './pg-inbox.js'
 import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
@@ -54,7 +54,9 @@ export class SqliteInbox implements Inbox<SqliteDb> {
     this.consumer = options.consumer
     const table = options.table ?? 'idemkey_inbox'
     this.#table = quoteName(table, 'SqliteInbox table')
-    this.#failures = quoteName(`${table}_failures`, 'SqliteInbox table')
+    const parts = table.split('.')
+    const base = parts.pop() as string
+    this.#failures = quoteName([...parts, fitPgName(base, 'failures', table)].join('.'), 'SqliteInbox table')
     // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
     this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
     assertFunctions('SqliteInbox', { now: options.now, onEvent: options.onEvent })
