@@ -5,32 +5,17 @@
 import { randomUUID } from 'node:crypto'
 import amqp from 'amqplib'
 import { Redis } from 'ioredis'
-import { IdempotencyError, isIdempotencyError } from '../src/errors.js'
-import type { Inbox, InboxMessage } from '../src/messaging/inbox/types.js'
+import { isIdempotencyError } from '../src/errors.js'
+import type { InboxMessage } from '../src/messaging/inbox/types.js'
 import { consumeRabbitMq } from '../src/messaging/publishers/rabbitmq/index.js'
 import { consumeRedisStreams } from '../src/messaging/publishers/redis-streams/index.js'
 import { eventually } from './fixtures/messaging/pg.js'
+import { memoryInbox } from './helpers/memory-inbox.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const skips = {
   redis: await serviceSkipReason('Redis', 6379),
   rabbitmq: await serviceSkipReason('RabbitMQ', 5672),
-}
-
-/** An inbox in memory: applies each ID once, refuses a message without ID as the real ones do. */
-function memoryInbox(): Inbox<undefined> & { applied: string[] } {
-  const applied: string[] = []
-  return {
-    consumer: 'liveness',
-    applied,
-    async handle(message, effect) {
-      if (!message.id) throw new IdempotencyError('INVALID_ARGUMENT', 'no message ID')
-      if (applied.includes(message.id)) return { status: 'duplicate' }
-      const value = await effect(undefined, message)
-      applied.push(message.id)
-      return { status: 'applied', value }
-    },
-  }
 }
 
 /**
@@ -55,7 +40,7 @@ describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: an entry it can
     const { redis, stream, options } = redisStream()
     await redis.xadd(stream, '*', 'id', 'bad-1', 'payload', 'x', 'headers', '{not json')
     await redis.xadd(stream, '*', 'id', 'good-1', 'payload', 'y')
-    const inbox = memoryInbox()
+    const inbox = memoryInbox('liveness')
     const errors: Array<{ error: unknown; message: InboxMessage }> = []
     const running = await consumeRedisStreams({
       ...options,
@@ -91,7 +76,7 @@ describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: a dead-letterin
     const running = await consumeRedisStreams({
       ...options,
       maxAttempts: 2,
-      inbox: memoryInbox(),
+      inbox: memoryInbox('liveness'),
       handler: () => {
         calls++
         throw new Error('injected: this effect always fails')
@@ -151,7 +136,7 @@ describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: maxDeliveries',
     const running = await consumeRedisStreams({
       ...options,
       maxDeliveries: 3,
-      inbox: memoryInbox(),
+      inbox: memoryInbox('liveness'),
       handler: (_tx, message) => {
         ran.push(message.id)
       },
@@ -177,9 +162,9 @@ describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: maxDeliveries',
   it('refuses a maxDeliveries that is not a positive integer', async () => {
     const { options } = redisStream()
     for (const bad of [0, 2.5, -1]) {
-      await expect(consumeRedisStreams({ ...options, maxDeliveries: bad, inbox: memoryInbox(), handler: () => {} })).rejects.toThrow(
-        /maxDeliveries must be a positive integer/,
-      )
+      await expect(
+        consumeRedisStreams({ ...options, maxDeliveries: bad, inbox: memoryInbox('liveness'), handler: () => {} }),
+      ).rejects.toThrow(/maxDeliveries must be a positive integer/)
     }
   })
 })
@@ -187,7 +172,7 @@ describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: maxDeliveries',
 describe.skipIf(skips.redis !== undefined)('consumeRedisStreams: a stream that lost its group', () => {
   it('creates its group again when Redis lost it (a restart without persistence) and consumes what comes next', async () => {
     const { redis, stream, options } = redisStream()
-    const inbox = memoryInbox()
+    const inbox = memoryInbox('liveness')
     const running = await consumeRedisStreams({
       ...options,
       inbox,
@@ -213,7 +198,7 @@ describe.skipIf(skips.rabbitmq !== undefined)('consumeRabbitMq: a channel the br
     await admin.assertQueue(queue, { durable: false, autoDelete: true })
     const channel = await connection.createChannel()
     channel.on('error', () => {}) // the 404 below closes it
-    const running = await consumeRabbitMq({ channel, queue, inbox: memoryInbox(), handler: () => {}, probeMessageTtl: false })
+    const running = await consumeRabbitMq({ channel, queue, inbox: memoryInbox('liveness'), handler: () => {}, probeMessageTtl: false })
     // Any channel-level error closes the channel, and with it the consumer, as a broker restart does.
     await channel.checkQueue(`idemkey.test.missing.${randomUUID()}`).catch(() => {})
     const outcome = await Promise.race([

@@ -64,7 +64,8 @@ export interface ConsumeRedisStreamsOptions<Tx> extends ConsumeOptions<Tx> {
    * `dead-letter-consumer`) and acknowledged, by one script (never acknowledged without its copy).
    * Nothing trims it: read it, mend, and add the entries back to `stream` (docs/messaging.md, "A
    * message that always fails"). In Redis Cluster it must hash to the stream's slot: name the stream
-   * with a hash tag (`{orders}`), which the default keeps (`{orders}:dead-letter`).
+   * with a hash tag (`{orders}`), which the default keeps (`{orders}:dead-letter`); a pair without one
+   * tag is refused at start when `maxAttempts` or `maxDeliveries` is set.
    * @default `<stream>:dead-letter`
    */
   deadLetterStream?: string
@@ -85,6 +86,16 @@ type Entry = [id: Buffer, fields: Buffer[]]
  */
 const MOVE_TO_DEAD_LETTERS = `redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3))
 return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])`
+
+/**
+ * What Redis Cluster hashes a key by: the part between its first `{` and the next `}` when that is not
+ * empty, else the whole key. Two keys with one hash tag are in one slot.
+ */
+function hashTag(key: string): string {
+  const open = key.indexOf('{')
+  const close = open === -1 ? -1 : key.indexOf('}', open + 1)
+  return close > open + 1 ? key.slice(open + 1, close) : key
+}
 
 function toInboxMessage(stream: string, [, fields]: Entry): { message: InboxMessage; refused?: IdempotencyError } {
   const map = new Map<string, Buffer>()
@@ -142,6 +153,14 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
       `consumeRedisStreams: deadLetterStream must be the name of another stream, got ${JSON.stringify(options.deadLetterStream)}.`,
     )
   }
+  const deadLetterStream = options.deadLetterStream ?? `${stream}:dead-letter`
+  const givesUp = options.maxAttempts !== undefined || options.maxDeliveries !== undefined
+  if (givesUp && (redis as { isCluster?: boolean }).isCluster === true && hashTag(stream) !== hashTag(deadLetterStream)) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `consumeRedisStreams on a Redis Cluster: "${stream}" and its dead-letter stream "${deadLetterStream}" are written by one script, so they must hash to one slot, and these may not. Name the stream with a hash tag, e.g. "{orders}" (its dead letters then go to "{orders}:dead-letter"), or give a deadLetterStream with the stream's tag.`,
+    )
+  }
   if (options.maxAge !== undefined) {
     const maxAgeMs = parseDuration(options.maxAge, 'maxAge')
     checkInboxWindow(options.inbox.consumer, `Redis stream "${stream}" (maxAge)`, options.inbox.retentionMs, maxAgeMs)
@@ -156,7 +175,6 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
   await createGroup()
   // XACKs must not queue behind the blocking XREADGROUP on the reader's connection.
   const acker = redis.duplicate({ enableAutoPipelining: false })
-  const deadLetterStream = options.deadLetterStream ?? `${stream}:dead-letter`
   const dispatcher = createDispatcher(options, concurrency, `moved to stream "${deadLetterStream}" and acknowledged`)
   let stopping = false
   const settle = async (entry: Entry, message: InboxMessage, verdict: Verdict) => {
