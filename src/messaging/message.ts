@@ -157,6 +157,16 @@ export function fitPgName(base: string, suffix: string, source: string = base): 
   return `${prefix}_${hash}_${suffix}`
 }
 
+/**
+ * The name of a table that belongs beside `table` (`schema.table` or `table`): `<table>_<suffix>` in the
+ * same schema, fitted to 63 bytes by {@link fitPgName}. Unquoted parts, for the dialect to quote.
+ */
+export function besideTable(table: string, suffix: string): string[] {
+  const parts = table.split('.')
+  const base = parts.pop() as string
+  return [...parts, fitPgName(base, suffix, table)]
+}
+
 /** Rows the purges delete per statement unless told otherwise: short locks, bounded WAL per commit. */
 export const PURGE_BATCH_SIZE = 10_000
 

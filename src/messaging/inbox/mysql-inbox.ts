@@ -2,7 +2,7 @@ import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
-import { fitPgName, InboxMismatchError, purgeBatchSize } from '../message.js'
+import { besideTable, InboxMismatchError, purgeBatchSize } from '../message.js'
 import {
   executeIn,
   type MySqlConnectionLike,
@@ -139,10 +139,10 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
     this.consumer = options.consumer
     this.#consumerBytes = Buffer.from(options.consumer, 'utf8')
     this.#table = mysqlTableName(options.table ?? 'idemkey_inbox', 'MySqlInbox table')
-    const parts = this.#table.name.split('.')
-    const base = parts.pop() as string
-    // fitPgName's 63 bytes are within MySQL's 64.
-    this.#failures = [...parts, fitPgName(base, 'failures', this.#table.name)].map((part) => `\`${part}\``).join('.')
+    // Fitted to 63 bytes, within MySQL's 64.
+    this.#failures = besideTable(this.#table.name, 'failures')
+      .map((part) => `\`${part}\``)
+      .join('.')
     // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
     this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
     assertFunctions('MySqlInbox', { onEvent: options.onEvent })
@@ -170,19 +170,16 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
    */
   async recordFailure(message: InboxMessage): Promise<number> {
     assertMessageId(message)
-    const id = Buffer.from(message.id, 'utf8')
     try {
-      await this.#pool.query(
+      // One statement, atomic: an update hands the new count back as LAST_INSERT_ID (the OK packet's
+      // insertId); a new row (1 row affected, 2 for an update) is the first failure.
+      const [result] = await this.#pool.query(
         `INSERT INTO ${this.#failures} (consumer, message_id, failures, failed_at) VALUES (?, ?, 1, ${NOW_MS})
-         ON DUPLICATE KEY UPDATE failures = failures + 1, failed_at = ${NOW_MS}`,
-        [this.#consumerBytes, id],
+         ON DUPLICATE KEY UPDATE failures = LAST_INSERT_ID(failures + 1), failed_at = ${NOW_MS}`,
+        [this.#consumerBytes, Buffer.from(message.id, 'utf8')],
       )
-      // At least this attempt's count: another process's failure of the same message in between only adds.
-      const [rows] = await this.#pool.query(`SELECT failures FROM ${this.#failures} WHERE consumer = ? AND message_id = ?`, [
-        this.#consumerBytes,
-        id,
-      ])
-      return Number((rows as Array<{ failures: unknown }>)[0]?.failures ?? 1)
+      const { affectedRows, insertId } = result as { affectedRows: number; insertId: number }
+      return affectedRows === 1 ? 1 : Number(insertId)
     } catch (error) {
       throw mysqlMessagingError('MySqlInbox', `recordFailure ${message.id}`, error, this.#table)
     }

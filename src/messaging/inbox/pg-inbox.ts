@@ -3,7 +3,7 @@ import { sha256Hex } from '../../core/fingerprint.js'
 import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { fitPgName, InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
+import { besideTable, fitPgName, InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import { type PgPool, type PgPoolClient, type PgQueryable, withPoolClient } from '../pg.js'
 import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
@@ -104,9 +104,7 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
     this.consumer = options.consumer
     this.#name = options.table ?? 'idemkey_inbox'
     this.#table = quoteName(this.#name, 'PgInbox table')
-    const parts = this.#name.split('.')
-    const base = parts.pop() as string
-    this.#failures = quoteName([...parts, fitPgName(base, 'failures', this.#name)].join('.'), 'PgInbox table')
+    this.#failures = quoteName(besideTable(this.#name, 'failures').join('.'), 'PgInbox table')
     // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
     this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
     assertFunctions('PgInbox', { onEvent: options.onEvent })

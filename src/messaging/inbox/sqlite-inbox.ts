@@ -1,8 +1,8 @@
 import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { connect, type SqliteConnection, type SqliteStatement } from '../../stores/sqlite/driver.js'
-import { fitPgName, InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
+import { connect, type SqliteConnection } from '../../stores/sqlite/driver.js'
+import { besideTable, InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
 import { payloadHash } from './pg-inbox.js'
 import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
@@ -54,9 +54,7 @@ export class SqliteInbox implements Inbox<SqliteDb> {
     this.consumer = options.consumer
     const table = options.table ?? 'idemkey_inbox'
     this.#table = quoteName(table, 'SqliteInbox table')
-    const parts = table.split('.')
-    const base = parts.pop() as string
-    this.#failures = quoteName([...parts, fitPgName(base, 'failures', table)].join('.'), 'SqliteInbox table')
+    this.#failures = quoteName(besideTable(table, 'failures').join('.'), 'SqliteInbox table')
     // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
     this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
     assertFunctions('SqliteInbox', { now: options.now, onEvent: options.onEvent })
@@ -191,31 +189,25 @@ export class SqliteInbox implements Inbox<SqliteDb> {
   purge(options: { batchSize?: number } = {}): number {
     const batchSize = purgeBatchSize(options)
     const cutoff = this.#now() - this.#retentionMs
-    const purge = this.#db.prepare(
-      `DELETE FROM ${this.#table} WHERE rowid IN (
-         SELECT rowid FROM ${this.#table} WHERE consumer = ? AND processed_at < ? LIMIT ?)`,
-    )
-    let total = 0
-    for (;;) {
-      const deleted = Number(purge.run(this.consumer, cutoff, batchSize).changes)
-      total += deleted
-      if (deleted < batchSize) break
-    }
-    // Failed attempts last recorded before the retention: the message was applied or given up on since.
-    this.#purgeFailures(cutoff, batchSize)
-    return total
-  }
-
-  #purgeFailures(cutoff: number, batchSize: number): void {
-    let purge: SqliteStatement
-    try {
-      purge = this.#db.prepare(
-        `DELETE FROM ${this.#failures} WHERE rowid IN (SELECT rowid FROM ${this.#failures} WHERE consumer = ? AND failed_at < ? LIMIT ?)`,
+    const older = (table: string, column: string): number => {
+      const purge = this.#db.prepare(
+        `DELETE FROM ${table} WHERE rowid IN (SELECT rowid FROM ${table} WHERE consumer = ? AND ${column} < ? LIMIT ?)`,
       )
-    } catch {
-      return // not migrated since failures were recorded: nothing to purge
+      let total = 0
+      for (;;) {
+        const deleted = Number(purge.run(this.consumer, cutoff, batchSize).changes)
+        total += deleted
+        if (deleted < batchSize) return total
+      }
     }
-    for (let deleted = batchSize; deleted === batchSize; ) deleted = Number(purge.run(this.consumer, cutoff, batchSize).changes)
+    const total = older(this.#table, 'processed_at')
+    try {
+      older(this.#failures, 'failed_at')
+    } catch (error) {
+      // Not migrated since failures were recorded: nothing of theirs to purge.
+      if (!/no such table/.test(String((error as Error)?.message))) throw error
+    }
+    return total
   }
 
   #emit(event: InboxEvent): void {

@@ -2,7 +2,7 @@ import { type Duration, parseDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { isServerError } from '../../stores/postgres/postgres-errors.js'
-import { fitPgName, purgeBatchSize, quoteName } from '../message.js'
+import { besideTable, fitPgName, purgeBatchSize, quoteName } from '../message.js'
 import { type PgPool, type PgQueryable, withPoolClient } from '../pg.js'
 import { PgRelayStorage } from './pg-relay-storage.js'
 import { type AddResult, DEFAULT_MAX_PAYLOAD_BYTES, encodeEvent, type OutboxEventInput, type RelayStorage } from './storage.js'
@@ -66,10 +66,8 @@ export class PgOutbox<Tx = PgQueryable> {
     // Every name derived from the table fits PostgreSQL's 63-byte limit (a hash replaces the tail
     // of a long one), so any valid schema.table works; short names keep their historical form.
     this.#channel = fitPgName(this.#name.replace('.', '_'), 'added', this.#name)
-    const dot = this.#name.lastIndexOf('.')
-    const schema = dot === -1 ? '' : `${this.#name.slice(0, dot)}.`
-    const tableOnly = this.#name.slice(dot + 1)
-    this.#notifyFunction = quoteName(`${schema}${fitPgName(tableOnly, 'notify', this.#name)}`, 'PgOutbox table')
+    const tableOnly = this.#name.slice(this.#name.lastIndexOf('.') + 1)
+    this.#notifyFunction = quoteName(besideTable(this.#name, 'notify').join('.'), 'PgOutbox table')
     this.#indexName = (suffix) => quoteName(fitPgName(tableOnly, suffix, this.#name), 'PgOutbox table')
     this.#ordered = (options.ordering ?? 'partition') === 'partition'
     this.#maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES

@@ -239,13 +239,7 @@ export class Dispatcher<Tx> {
   giveUp(key: string | null, message: InboxMessage, settle: Item['settle'], why: string): void {
     this.#inHand++
     if (key !== null && this.#held.get(key)?.id === message.id) this.#held.delete(key)
-    this.#options.onError?.(
-      new IdempotencyError(
-        'RETRIES_EXHAUSTED',
-        `consumer: message "${message.id}" ${why}; it is not run: ${this.#attempts.deadLetter}. Fix the cause, then move it back for another try.`,
-      ),
-      message,
-    )
+    this.#exhausted(message, `${why}; it is not run`)
     void this.#settleAll([{ key, message, settle }], ['dead']).then(() => this.#settled(1))
   }
 
@@ -359,14 +353,19 @@ export class Dispatcher<Tx> {
     }
     const failed = await this.#failed(message)
     if (failed < (this.#attempts.max as number)) return 'retry'
+    this.#exhausted(message, `failed ${failed} time(s), its maxAttempts; it is not retried`)
+    return 'dead'
+  }
+
+  /** Reports a message given up on: `RETRIES_EXHAUSTED`, saying why and where it goes. */
+  #exhausted(message: InboxMessage, why: string): void {
     this.#options.onError?.(
       new IdempotencyError(
         'RETRIES_EXHAUSTED',
-        `consumer: message "${message.id}" failed ${failed} time(s), its maxAttempts; it is not retried: ${this.#attempts.deadLetter}. Fix the cause, then move it back for another try.`,
+        `consumer: message "${message.id}" ${why}: ${this.#attempts.deadLetter}. Fix the cause, then move it back for another try.`,
       ),
       message,
     )
-    return 'dead'
   }
 
   /**

@@ -9,7 +9,7 @@ import { IdempotencyError } from '../../errors.js'
 import { type BatchAnswer, type BatchKind, GroupCommit } from '../group-commit.js'
 import { causes } from '../shared.js'
 import type { BatchStatements } from './batch-statements.js'
-import { isRetryable, rowHeld } from './mysql-errors.js'
+import { isRetryable, nowaitRefused } from './mysql-errors.js'
 import type { MySqlConnectionLike, MySqlValue, WriteResult } from './pool.js'
 import { liveAnswer, type Row, toRecord } from './records.js'
 
@@ -59,7 +59,7 @@ const rowIdentity = (row: { scope: Buffer; key: Buffer }) => identity(row)
  * So does a batch whose UPDATE changed other rows than its locks promised (never expected).
  */
 function alone(error: unknown): boolean {
-  return causes(error).some((cause) => isRetryable(cause) || cause instanceof Drift) || rowHeld(error)
+  return causes(error).some((cause) => isRetryable(cause) || nowaitRefused(cause) || cause instanceof Drift)
 }
 
 class Drift extends Error {}

@@ -20,10 +20,13 @@ export function isRetryable(error: unknown): boolean {
  * MySQL, ER_LOCK_WAIT_TIMEOUT (1205) on MariaDB.
  */
 export function rowHeld(error: unknown): boolean {
-  return causes(error).some((cause) => {
-    const errno = (cause as DriverError | null)?.errno
-    return errno === 3572 || errno === 1205
-  })
+  return causes(error).some(nowaitRefused)
+}
+
+/** One error (not its causes): a NOWAIT read refused, ER_LOCK_NOWAIT (3572) or, on MariaDB, 1205. */
+export function nowaitRefused(error: unknown): boolean {
+  const errno = (error as DriverError | null)?.errno
+  return errno === 3572 || errno === 1205
 }
 
 /**

@@ -75,7 +75,6 @@ export function takeOver(offer: Offer): string {
         expires_at = IF(${mine}, ${offer.expiresAt}, expires_at)`
 }
 
-/** Builds the statements for one table; `retentionMs` is a validated integer, inlined. */
 /**
  * The condition a write inside the user's tool's transaction adds (`completeInToolTransaction`,
  * `recordStepInToolTransaction`): on MariaDB, that the transaction is still open (`@@in_transaction`).
@@ -88,6 +87,7 @@ export function takeOver(offer: Offer): string {
  */
 const WHILE_OPEN = ' /*M!100000 AND @@in_transaction = 1 */'
 
+/** Builds the statements for one table; `retentionMs` is a validated integer, inlined. */
 export function statements(table: string, retentionMs: number) {
   const t = `\`${table}\``
   const lease = 'CAST(:lease AS SIGNED)'

@@ -74,10 +74,6 @@ export interface ConsumeRedisStreamsOptions<Tx> extends ConsumeOptions<Tx> {
 type Entry = [id: Buffer, fields: Buffer[]]
 
 /**
- * The inbox view of an entry, and why it cannot be handled (`refused`): its `headers` field is not a
- * JSON object. Redelivery cannot fix that, so such an entry is XACKed and reported, as one without ID.
- */
-/**
  * Moves a given-up entry: KEYS[1] its stream, KEYS[2] the dead-letter stream; ARGV[1] the group, ARGV[2]
  * the entry's ID, then the fields of the copy. A script stops at its first error, so an XADD that fails
  * (the dead-letter key holds another type, the server is out of memory) leaves the entry pending. A MULTI
@@ -97,6 +93,10 @@ function hashTag(key: string): string {
   return close > open + 1 ? key.slice(open + 1, close) : key
 }
 
+/**
+ * The inbox view of an entry, and why it cannot be handled (`refused`): its `headers` field is not a
+ * JSON object. Redelivery cannot fix that, so such an entry is XACKed and reported, as one without ID.
+ */
 function toInboxMessage(stream: string, [, fields]: Entry): { message: InboxMessage; refused?: IdempotencyError } {
   const map = new Map<string, Buffer>()
   for (let i = 0; i + 1 < fields.length; i += 2) map.set(String(fields[i]), fields[i + 1] as Buffer)
