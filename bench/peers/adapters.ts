@@ -387,6 +387,109 @@ const powertoolsRedis: Adapter = {
   },
 }
 
+// --------------------------------------------------------------------------------------------- floors
+// Not libraries: the least any middleware that records before and after the route can do on Redis,
+// to tell how much of a library's cost is its own. A new key is one `SET key 'p' NX GET PX`, the answer
+// one `SET key <status and body> PX` awaited before the response is sent (as idemkey does: an answer
+// sent before its record is written lets a retry run the effect again); a replay sends the stored body.
+// No fingerprint, fence, lease, scope, header capture or validation: the floor of item 5 of issue 27.
+interface FloorClient {
+  set(key: string, value: string, ...options: Array<string | number>): Promise<string | null>
+  close(): Promise<unknown>
+}
+
+function floorApp(kit: Kit, client: FloorClient, awaitRecord: boolean): App {
+  const middleware: Handler = async (req, res, next) => {
+    const header = req.headers['idempotency-key']
+    if (typeof header !== 'string' || header === '') return next()
+    const key = `peers-floor:${header}`
+    try {
+      const prior = await client.set(key, 'p', 'NX', 'GET', 'PX', 86_400_000)
+      if (prior === 'p') {
+        res.status(409).header('Retry-After', '1')
+        return res.json({ error: 'in progress' })
+      }
+      if (prior !== null) {
+        const at = prior.indexOf('|')
+        res.status(Number(prior.slice(0, at))).header('Content-Type', 'application/json; charset=utf-8')
+        return res.send(prior.slice(at + 1))
+      }
+    } catch (error) {
+      return next(error)
+    }
+    const json = res.json.bind(res)
+    res.json = (body: unknown) => {
+      const record = client.set(key, `${res.statusCode}|${JSON.stringify(body)}`, 'PX', 86_400_000)
+      if (!awaitRecord) {
+        record.catch(() => {})
+        return json(body)
+      }
+      record.then(
+        () => json(body),
+        (error: unknown) => next(error),
+      )
+      return res
+    }
+    next()
+  }
+  const app = express()
+  app.use(express.json())
+  app.post('/charges', middleware, chargeRoute(kit))
+  app.use(errorHandler)
+  return app
+}
+
+/** The floor on ioredis, auto-pipelined and tuned as RedisStore opens its own client from a URL. */
+const floorRedis: Adapter = {
+  name: 'floor-redis',
+  shown: 'floor: 2 SET awaited (ioredis), Redis',
+  storage: 'redis',
+  packages: ['express4', 'ioredis'],
+  async build(kit) {
+    const { Redis } = require('ioredis') as {
+      Redis: new (url: string, options: object) => FloorClient & { quit(): Promise<unknown> }
+    }
+    const client = new Redis(kit.redisUrl, { maxRetriesPerRequest: 1, enableAutoPipelining: true })
+    return {
+      app: floorApp(kit, client, true),
+      close: async () => {
+        await client.quit()
+      },
+    }
+  },
+}
+
+/** The floor on node-redis, the driver @node-idempotency uses, its record awaited or (as that peer does) not. */
+function floorRedisNode(awaitRecord: boolean): Adapter {
+  return {
+    name: awaitRecord ? 'floor-redis-node' : 'floor-redis-node-early',
+    shown: `floor: 2 SET${awaitRecord ? ' awaited' : ', answer first'} (node-redis), Redis`,
+    storage: 'redis',
+    packages: ['express4', '@redis/client'],
+    async build(kit) {
+      const { createClient } = require('@redis/client') as {
+        createClient(options: { url: string }): {
+          connect(): Promise<unknown>
+          sendCommand(args: string[]): Promise<string | null>
+          close(): Promise<unknown>
+        }
+      }
+      const redis = createClient({ url: kit.redisUrl })
+      await redis.connect()
+      const client: FloorClient = {
+        set: (key, value, ...options) => redis.sendCommand(['SET', key, value, ...options.map(String)]),
+        close: () => redis.close(),
+      }
+      return {
+        app: floorApp(kit, client, awaitRecord),
+        close: async () => {
+          await client.close()
+        },
+      }
+    },
+  }
+}
+
 export const ADAPTERS: Adapter[] = [
   bare,
   idemkeyMemory,
@@ -399,6 +502,9 @@ export const ADAPTERS: Adapter[] = [
   nodeIdempotencyRedis,
   expressIdempotencyRedis,
   powertoolsRedis,
+  floorRedis,
+  floorRedisNode(true),
+  floorRedisNode(false),
 ]
 
 /** The charge, with its execution counter (what /__stats reports). */

@@ -60,7 +60,8 @@ for (const name of wanted ?? []) {
     throw new Error(`--adapters: unknown "${name}"; known: ${libraries.map((a) => a.name).join(', ')}`)
   }
 }
-const selected = wanted ? libraries.filter((a) => wanted.includes(a.name)) : libraries
+// The floors (not libraries) run only when named.
+const selected = wanted ? libraries.filter((a) => wanted.includes(a.name)) : libraries.filter((a) => !a.name.startsWith('floor-'))
 
 interface Server {
   name: string
