@@ -245,6 +245,159 @@ describe('consumer maxAttempts', () => {
     expect(reported).toEqual(['a1: undefined', 'a1: RETRIES_EXHAUSTED'])
   })
 
+  /**
+   * Consumer processes one after another on a queue that redelivers, as RabbitMQ does, every unsettled
+   * message of a process that died, marked redelivered. `poison`'s effect kills the process: its
+   * handle never returns, and the next process takes over. Runs until the queue is empty or `processes`.
+   */
+  async function crashLoop(poison: string, ids: string[], recorded: Map<string, number>, processes: number, concurrency = 4) {
+    const applied: string[] = []
+    const ran = new Map<string, number>()
+    const dead: string[] = []
+    const reported: string[] = []
+    /** How many effects were running each time the poison started. */
+    const besidePoison: number[] = []
+    let queue = ids.map((id) => ({ id, redelivered: false }))
+    let started = 0
+    for (; started < processes && queue.length > 0; started++) {
+      let running = 0
+      let gone = false
+      let crash: () => void = () => {}
+      const crashed = new Promise<void>((resolve) => {
+        crash = () => {
+          gone = true
+          resolve()
+        }
+      })
+      // A dead process runs nothing more: what it was running never commits.
+      const frozen = () => new Promise<never>(() => {})
+      const inbox: Inbox<unknown> = {
+        consumer: 'c',
+        async handle(message, effect) {
+          if (gone) return frozen()
+          // The inbox's own check: an ID applied before (its ack lost with the process) is a duplicate.
+          if (applied.includes(message.id)) return { type: 'duplicate', consumer: 'c', messageId: message.id } as never
+          ran.set(message.id, (ran.get(message.id) ?? 0) + 1)
+          running++
+          if (message.id === poison) {
+            besidePoison.push(running - 1)
+            crash()
+            return frozen()
+          }
+          await new Promise((resolve) => setTimeout(resolve, 1))
+          if (gone) return frozen()
+          await effect(undefined, message)
+          running--
+          applied.push(message.id)
+          return { type: 'applied', consumer: 'c', messageId: message.id } as never
+        },
+      }
+      const dispatcher = createDispatcher({
+        inbox: recording(inbox, recorded),
+        handler: () => {},
+        concurrency,
+        batchSize: 1,
+        maxAttempts: 3,
+        onError: (error, message) => reported.push(`${message.id}: ${(error as { code?: string }).code}`),
+      })
+      const unsettled = new Set(queue.map((m) => m.id))
+      for (const message of queue) {
+        dispatcher.push(
+          null,
+          { id: message.id, payload: '', topic: 't' },
+          (verdict: Verdict) => {
+            unsettled.delete(message.id)
+            if (verdict === 'dead') dead.push(message.id)
+            else if (verdict !== 'ack') throw new Error(`unexpected verdict ${verdict}`)
+          },
+          message.redelivered,
+        )
+      }
+      await Promise.race([dispatcher.idle(), crashed])
+      // The process is gone: what it had not settled comes back, redelivered, in queue order.
+      queue = queue.filter((m) => unsettled.has(m.id)).map((m) => ({ id: m.id, redelivered: true }))
+    }
+    return { applied, ran, dead, reported, besidePoison, processes: started, left: queue.map((m) => m.id) }
+  }
+
+  it('gives up on a message whose effect kills the process, after maxAttempts + 1 runs: a redelivered message is counted before it runs, and runs alone', async () => {
+    const ids = Array.from({ length: 12 }, (_, i) => `m${i}`)
+    const recorded = new Map<string, number>()
+    const loop = await crashLoop('m5', ids, recorded, 10)
+    expect(loop.left).toEqual([])
+    expect(loop.dead).toEqual(['m5'])
+    // The first run (not redelivered) is not counted; three counted runs, then the fourth delivery is over maxAttempts.
+    expect(loop.ran.get('m5')).toBe(4)
+    expect(loop.processes).toBe(5)
+    expect(loop.reported).toEqual(['m5: RETRIES_EXHAUSTED'])
+    // Every other message applied exactly once, none blamed for the crashes: those cut short beside the
+    // poison's first run ran once more, the rest once.
+    expect([...loop.applied].sort()).toEqual(ids.filter((id) => id !== 'm5').sort())
+    const innocents = ids.filter((id) => id !== 'm5').map((id) => loop.ran.get(id) as number)
+    expect(innocents.every((runs) => runs === 1 || runs === 2)).toBe(true)
+    expect(innocents.filter((runs) => runs === 2)).toHaveLength(loop.besidePoison[0] as number)
+    // Redelivered, it ran with nothing beside it; first delivered, among others.
+    expect(loop.besidePoison.slice(1)).toEqual([0, 0, 0])
+    expect(loop.besidePoison[0]).toBeGreaterThan(0)
+    // Applied or given up on, nothing is left recorded.
+    expect(recorded.size).toBe(0)
+  })
+
+  it('a redelivered message that succeeds forgets the attempt recorded before it ran, and one that fails is not counted twice', async () => {
+    const failing = new Set(['x'])
+    const { inbox, tried } = inboxOf(failing, false)
+    const recorded = new Map<string, number>()
+    const dispatcher = createDispatcher({ inbox: recording(inbox, recorded), handler: () => {}, maxAttempts: 3 })
+    const verdicts: Verdict[] = []
+    const give = (redelivered: boolean) =>
+      dispatcher.push('x', { id: 'x', payload: '', topic: 't' }, (verdict: Verdict) => void verdicts.push(verdict), redelivered)
+    give(false)
+    await dispatcher.idle()
+    give(true)
+    await dispatcher.idle()
+    // Two runs, two failures, two attempts recorded: the second counted before it ran, not again after.
+    expect(verdicts).toEqual(['retry', 'retry'])
+    expect(recorded.get('x')).toBe(2)
+    failing.delete('x')
+    give(true)
+    await dispatcher.idle()
+    expect(verdicts).toEqual(['retry', 'retry', 'ack'])
+    expect(tried.get('x')).toBe(3)
+    expect(recorded.has('x')).toBe(false)
+  })
+
+  it('a redelivered message runs the same as any other without maxAttempts or without an inbox that records failures', async () => {
+    for (const options of [
+      { recordsFailures: true, maxAttempts: undefined },
+      { recordsFailures: false, maxAttempts: 3 },
+    ]) {
+      let running = 0
+      let most = 0
+      const inbox: Inbox<unknown> = {
+        consumer: 'c',
+        async handle(message) {
+          running++
+          most = Math.max(most, running)
+          await new Promise((resolve) => setTimeout(resolve, 5))
+          running--
+          return { type: 'applied', consumer: 'c', messageId: message.id } as never
+        },
+      }
+      const recorded = new Map<string, number>()
+      const dispatcher = createDispatcher({
+        inbox: options.recordsFailures ? recording(inbox, recorded) : inbox,
+        handler: () => {},
+        concurrency: 4,
+        batchSize: 1,
+        maxAttempts: options.maxAttempts,
+      })
+      for (let i = 0; i < 4; i++) dispatcher.push(null, { id: `r${i}`, payload: '', topic: 't' }, () => {}, true)
+      await dispatcher.idle()
+      expect(most).toBe(4)
+      expect(recorded.size).toBe(0)
+    }
+  })
+
   it('without maxAttempts retries for ever, as before', async () => {
     const { inbox, tried } = inboxOf(new Set(['x']), false)
     const sim = broker([{ id: 'x', key: 'x' }], inbox, {})

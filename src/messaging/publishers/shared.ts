@@ -183,6 +183,11 @@ interface Item {
   message: InboxMessage
   /** Acks, returns or dead-letters the message; rejects when a `dead` message could not be given up (it comes back). */
   settle: (verdict: Verdict) => Promise<void> | void
+  /**
+   * Delivered before, on a broker that counts no deliveries, with `maxAttempts` counted in the inbox: its
+   * attempt is counted before it runs, and it runs alone, nothing else beside it (see `push`).
+   */
+  isolated?: boolean
 }
 
 /**
@@ -205,6 +210,8 @@ export class Dispatcher<Tx> {
   readonly #held = new Map<string, { id: string; until: number }>()
   readonly #holdMs: number
   #workers = 0
+  /** An isolated message is running: nothing else starts until it ends. */
+  #isolating = false
   #inHand = 0
   #waiters: Array<() => void> = []
 
@@ -243,8 +250,17 @@ export class Dispatcher<Tx> {
     void this.#settleAll([{ key, message, settle }], ['dead']).then(() => this.#settled(1))
   }
 
-  push(key: string | null, message: InboxMessage, settle: Item['settle']): void {
-    const item: Item = { key, message, settle }
+  /**
+   * Gives a message, in delivery order. `redelivered`: the broker delivered it before and cannot say how
+   * often (a RabbitMQ classic queue): the process it went to may have died running it, which no failure
+   * counts. With `maxAttempts` counted in the inbox, such a message runs isolated: once every running
+   * batch has ended, alone, and nothing starts beside it; its attempt is recorded before it runs, so an
+   * effect that kills the process is counted too, and it alone (no innocent neighbour was running). One
+   * recorded past `maxAttempts` is given up on without running.
+   */
+  push(key: string | null, message: InboxMessage, settle: Item['settle'], redelivered = false): void {
+    const isolated = redelivered && this.#attempts.max !== undefined && this.#options.inbox.recordFailure !== undefined
+    const item: Item = isolated ? { key, message, settle, isolated } : { key, message, settle }
     this.#inHand++
     if (key !== null && this.#heldBack(key, message.id)) {
       // An earlier message of this key failed and has not come back yet: this one goes back too.
@@ -264,16 +280,24 @@ export class Dispatcher<Tx> {
   }
 
   #pump(): void {
-    while (this.#workers < this.#limit && this.#ready.length > 0) {
+    while (!this.#isolating && this.#workers < this.#limit && this.#ready.length > 0) {
+      if ((this.#ready[0] as Item).isolated) {
+        // Alone: once the running batches have ended (each one's end pumps again).
+        if (this.#workers > 0) return
+        this.#isolating = true
+        this.#workers++
+        void this.#run([this.#ready.shift() as Item])
+        return
+      }
       const idle = this.#limit - this.#workers
       const size = Math.min(this.#batchSize, Math.ceil(this.#inHand / idle))
       const batch: Item[] = []
-      while (batch.length < size && this.#ready.length > 0) {
+      while (batch.length < size && this.#ready.length > 0 && !(this.#ready[0] as Item).isolated) {
         const item = this.#ready.shift() as Item
         batch.push(item)
-        // The messages waiting behind it in its key join the batch, in order, after it.
+        // The messages waiting behind it in its key join the batch, in order, after it (up to an isolated one).
         const behind = item.key === null ? undefined : this.#keys.get(item.key)
-        while (behind && behind.length > 0 && batch.length < size) batch.push(behind.shift() as Item)
+        while (behind && behind.length > 0 && batch.length < size && !(behind[0] as Item).isolated) batch.push(behind.shift() as Item)
       }
       this.#workers++
       void this.#run(batch)
@@ -306,20 +330,24 @@ export class Dispatcher<Tx> {
   }
 
   async #run(batch: Item[]): Promise<void> {
+    const isolated = (batch[0] as Item).isolated === true
     let verdicts: Verdict[]
-    try {
-      verdicts = await processBatch(
-        this.#options,
-        batch.map((item) => item.message),
-        batch.map((item) => item.key),
-      )
-    } catch {
-      verdicts = batch.map(() => 'retry')
-    }
-    if (this.#attempts.max !== undefined) {
-      const counted: Verdict[] = []
-      for (const [i, verdict] of verdicts.entries()) counted.push(await this.#counted(verdict, (batch[i] as Item).message))
-      verdicts = counted
+    if (isolated) verdicts = [await this.#runIsolated(batch[0] as Item)]
+    else {
+      try {
+        verdicts = await processBatch(
+          this.#options,
+          batch.map((item) => item.message),
+          batch.map((item) => item.key),
+        )
+      } catch {
+        verdicts = batch.map(() => 'retry')
+      }
+      if (this.#attempts.max !== undefined) {
+        const counted: Verdict[] = []
+        for (const [i, verdict] of verdicts.entries()) counted.push(await this.#counted(verdict, (batch[i] as Item).message))
+        verdicts = counted
+      }
     }
     await this.#settleAll(batch, verdicts)
     let settled = batch.length
@@ -341,7 +369,36 @@ export class Dispatcher<Tx> {
       else this.#keys.delete(key)
     }
     this.#workers--
+    if (isolated) this.#isolating = false
     this.#settled(settled)
+  }
+
+  /**
+   * A redelivered message, alone (see `push`): its attempt recorded first, then run unless the
+   * attempts recorded already reach `maxAttempts`; a failure is not counted again.
+   */
+  async #runIsolated(item: Item): Promise<Verdict> {
+    const max = this.#attempts.max as number
+    const attempt = await this.#failed(item.message)
+    if (attempt > max) {
+      this.#exhausted(
+        item.message,
+        `was delivered again after ${attempt - 1} attempt(s) that did not succeed (the process may have stopped while running it), its maxAttempts; it is not run`,
+      )
+      return 'dead'
+    }
+    let verdict: Verdict
+    try {
+      verdict = (await processBatch(this.#options, [item.message], [item.key]))[0] as Verdict
+    } catch {
+      verdict = 'retry'
+    }
+    if (verdict !== 'retry') {
+      // Applied, or refused for good: the attempt recorded before it ran goes.
+      this.#forget(item.message)
+      return verdict
+    }
+    return this.#retryOrDead(attempt, item.message)
   }
 
   /** A failure counted against `maxAttempts`: the one that reaches it turns the retry into `dead`, and is reported. */
@@ -351,9 +408,13 @@ export class Dispatcher<Tx> {
       if (verdict !== 'return' && this.#failures.has(message.id)) this.#forget(message)
       return verdict
     }
-    const failed = await this.#failed(message)
-    if (failed < (this.#attempts.max as number)) return 'retry'
-    this.#exhausted(message, `failed ${failed} time(s), its maxAttempts; it is not retried`)
+    return this.#retryOrDead(await this.#failed(message), message)
+  }
+
+  /** A failed message after its `attempts`th attempt: retried, or given up on (and reported) at `maxAttempts`. */
+  #retryOrDead(attempts: number, message: InboxMessage): Verdict {
+    if (attempts < (this.#attempts.max as number)) return 'retry'
+    this.#exhausted(message, `failed ${attempts} time(s), its maxAttempts; it is not retried`)
     return 'dead'
   }
 
