@@ -60,6 +60,17 @@ export interface ConsumeOptions<Tx> {
    * (docs/messaging.md, "A message that always fails"). Unset: retried until it succeeds.
    */
   maxAttempts?: number
+  /**
+   * With `maxAttempts` and an inbox that records failures (PgInbox, MySqlInbox, SqliteInbox): a message the
+   * broker delivers again (RabbitMQ: `redelivered`; NATS: delivered before; Redis Streams: claimed) runs
+   * isolated, once the effects running have ended, alone, with its attempt recorded before it runs. So an
+   * effect that kills the process each time, which no failure counts, is given up on after `maxAttempts`
+   * runs (+1: its first run, cut short, is not counted), and only the message that was running is blamed.
+   * Redeliveries run one at a time. `false`: they run as any other message, and only the failures seen
+   * count (docs/messaging.md, "A message that always fails").
+   * @default true
+   */
+  isolateRedelivered?: boolean
 }
 
 /** A running consumer. */
@@ -251,15 +262,18 @@ export class Dispatcher<Tx> {
   }
 
   /**
-   * Gives a message, in delivery order. `redelivered`: the broker delivered it before and cannot say how
-   * often (a RabbitMQ classic queue): the process it went to may have died running it, which no failure
-   * counts. With `maxAttempts` counted in the inbox, such a message runs isolated: once every running
+   * Gives a message, in delivery order. `redelivered`: the broker delivered it before, maybe to a
+   * process that died running it, which no failure counts. With `maxAttempts` counted in the inbox, such a message runs isolated: once every running
    * batch has ended, alone, and nothing starts beside it; its attempt is recorded before it runs, so an
    * effect that kills the process is counted too, and it alone (no innocent neighbour was running). One
    * recorded past `maxAttempts` is given up on without running.
    */
   push(key: string | null, message: InboxMessage, settle: Item['settle'], redelivered = false): void {
-    const isolated = redelivered && this.#attempts.max !== undefined && this.#options.inbox.recordFailure !== undefined
+    const isolated =
+      redelivered &&
+      this.#attempts.max !== undefined &&
+      this.#options.inbox.recordFailure !== undefined &&
+      this.#options.isolateRedelivered !== false
     const item: Item = isolated ? { key, message, settle, isolated } : { key, message, settle }
     this.#inHand++
     if (key !== null && this.#heldBack(key, message.id)) {

@@ -88,6 +88,7 @@ export async function consumeNats<Tx>(options: ConsumeNatsOptions<Tx>): Promise<
         keyOf(options, message, (m) => m.topic),
         message,
         (verdict) => settle(msg, verdict),
+        msg.info.redelivered,
       )
       await dispatcher.room(maxMessages)
     }

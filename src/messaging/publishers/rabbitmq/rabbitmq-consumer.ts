@@ -45,17 +45,6 @@ export interface ConsumeRabbitMqOptions<Tx> extends ConsumeOptions<Tx> {
    * @default true
    */
   probeMessageTtl?: boolean
-  /**
-   * With `maxAttempts` and an inbox that records failures (PgInbox, MySqlInbox, SqliteInbox): a message
-   * RabbitMQ marks `redelivered` runs isolated, once the messages running have settled, alone, and
-   * its attempt is recorded before it runs. So an effect that kills the process each time is given up
-   * on after `maxAttempts` (+1: the first delivery, cut short, is not counted), and only the message
-   * that was running is blamed. A classic queue counts no deliveries; a quorum queue's
-   * `x-delivery-limit` counts every unacked message of a dead consumer. `false`: redelivered messages
-   * run as any other, and only failures that are seen count (docs/messaging.md, "A message that always fails").
-   * @default true
-   */
-  isolateRedelivered?: boolean
 }
 
 /** The inbox view of an AMQP message: ID from `messageId`. */
@@ -89,7 +78,6 @@ export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): 
   const requeueDelayMs = delayOption(options.requeueDelayMs, 1000, 'requeueDelayMs')
   const prefetch = positive(options.prefetch, defaultInHand(options, concurrency), 'prefetch')
   maxAttemptsOption(options)
-  const isolateRedelivered = options.isolateRedelivered ?? true
   await checkQueueWindow(options)
   await channel.prefetch(prefetch)
   const dispatcher = createDispatcher(
@@ -139,7 +127,7 @@ export async function consumeRabbitMq<Tx>(options: ConsumeRabbitMqOptions<Tx>): 
         keyOf(options, message, (m) => m.topic),
         message,
         (verdict) => settleVerdict(entry, verdict),
-        msg.fields.redelivered && isolateRedelivered,
+        msg.fields.redelivered,
       )
     },
     { noAck: false },

@@ -196,8 +196,11 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
   }
   // Entry IDs in hand: XAUTOCLAIM may hand back one still waiting here for its key; it is not run twice.
   const inHand = new Set<string>()
-  /** `deliveries`, for claimed entries under `maxDeliveries`: how often each was delivered, by entry ID. */
-  const dispatch = (entries: Entry[], deliveries?: Map<string, number>) => {
+  /**
+   * `claimed`: delivered before (to a consumer that did not acknowledge it). `deliveries`, for claimed
+   * entries under `maxDeliveries`: how often each was delivered, by entry ID.
+   */
+  const dispatch = (entries: Entry[], claimed: boolean, deliveries?: Map<string, number>) => {
     for (const entry of entries) {
       if (!entry) continue // XAUTOCLAIM answers nil for entries deleted meanwhile
       const entryId = String(entry[0])
@@ -215,7 +218,7 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
       const delivered = deliveries?.get(entryId) ?? 0
       if (maxDeliveries !== undefined && delivered > maxDeliveries) {
         dispatcher.giveUp(key, message, settleIt, `was delivered ${delivered} times, over maxDeliveries (${maxDeliveries})`)
-      } else dispatcher.push(key, message, settleIt)
+      } else dispatcher.push(key, message, settleIt, claimed)
     }
   }
 
@@ -252,7 +255,7 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
             count - dispatcher.inHand,
           )) as unknown as [Buffer, Entry[]]
           const entries = claimed[1] ?? []
-          dispatch(entries, maxDeliveries !== undefined && entries.length > 0 ? await deliveryCounts(entries) : undefined)
+          dispatch(entries, true, maxDeliveries !== undefined && entries.length > 0 ? await deliveryCounts(entries) : undefined)
           if (dispatcher.inHand >= count) continue
         }
         const read = (await redis.callBuffer(
@@ -268,7 +271,7 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
           stream,
           '>',
         )) as Array<[Buffer, Entry[]]> | null
-        for (const [, entries] of read ?? []) dispatch(entries)
+        for (const [, entries] of read ?? []) dispatch(entries, false)
       } catch (error) {
         if (stopping) break
         options.onError?.(error, { id: '', payload: '' })
