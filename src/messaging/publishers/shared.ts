@@ -195,8 +195,8 @@ interface Item {
   /** Acks, returns or dead-letters the message; rejects when a `dead` message could not be given up (it comes back). */
   settle: (verdict: Verdict) => Promise<void> | void
   /**
-   * Delivered before, on a broker that counts no deliveries, with `maxAttempts` counted in the inbox: its
-   * attempt is counted before it runs, and it runs alone, nothing else beside it (see `push`).
+   * Delivered before, with `maxAttempts` counted in the inbox: its attempt is counted before it runs, and
+   * it runs alone, nothing else beside it (see `push`).
    */
   isolated?: boolean
 }
@@ -263,9 +263,10 @@ export class Dispatcher<Tx> {
 
   /**
    * Gives a message, in delivery order. `redelivered`: the broker delivered it before, maybe to a
-   * process that died running it, which no failure counts. With `maxAttempts` counted in the inbox, such a message runs isolated: once every running
-   * batch has ended, alone, and nothing starts beside it; its attempt is recorded before it runs, so an
-   * effect that kills the process is counted too, and it alone (no innocent neighbour was running). One
+   * process that died running it, which no failure counts. With `maxAttempts` counted in the inbox
+   * (and `isolateRedelivered` not false), such a message runs isolated: once every running batch has
+   * ended, alone, and nothing starts beside it; its attempt is recorded before it runs, so an effect
+   * that kills the process is counted too, and it alone (no innocent neighbour was running). One
    * recorded past `maxAttempts` is given up on without running.
    */
   push(key: string | null, message: InboxMessage, settle: Item['settle'], redelivered = false): void {
