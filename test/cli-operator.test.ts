@@ -6,6 +6,7 @@ import { type AddressInfo, createServer, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
+import { SqliteInbox } from '../src/messaging/inbox/sqlite-inbox.js'
 import { MySqlStore } from '../src/stores/mysql/mysql-store.js'
 import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
 import { SqliteStore } from '../src/stores/sqlite/sqlite-store.js'
@@ -441,19 +442,40 @@ describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kep
   const hourAgo = Date.now() - 3_600_000
   type Report = {
     table: string
-    inboxes: Array<{ consumer: string; oldest: { messageId: string; processedAt: string; ageMs: number } | null }>
+    inboxes: Array<{
+      consumer: string
+      oldest: { messageId: string; processedAt: string; ageMs: number } | null
+      failing: Array<{ messageId: string; attempts: number; lastAttemptAt: string; ageMs: number }>
+    }>
   }
-  const expectReport = (out: CliResult, table: string) => {
+  /** Without failures recorded: billing and shipping. With them, orders too, which keeps no ID (every message of it failed). */
+  const expectReport = (out: CliResult, table: string, withFailures = false) => {
     expect(out.code, out.stderr).toBe(0)
     const report = json<Report>(out.stdout)
     expect(report.table).toBe(table)
     expect(report.inboxes.map((i) => [i.consumer, i.oldest?.messageId])).toEqual([
       ['billing', 'm-old'],
+      ...(withFailures ? [['orders', undefined]] : []),
       ['shipping', 'm-new'],
     ])
     const billing = report.inboxes[0]?.oldest
     expect(Math.abs(Date.parse(billing?.processedAt ?? '') - hourAgo)).toBeLessThan(2_000)
     expect(billing?.ageMs).toBeGreaterThanOrEqual(3_590_000)
+    expect(report.inboxes.map((i) => i.failing.map((f) => [f.messageId, f.attempts]))).toEqual(
+      withFailures ? [[['m-bad', 2]], [['poison', 3]], []] : [[], []],
+    )
+    if (withFailures) {
+      const bad = report.inboxes[0]?.failing[0]
+      expect(Math.abs(Date.parse(bad?.lastAttemptAt ?? '') - Date.now())).toBeLessThan(60_000)
+      expect(bad?.ageMs).toBeLessThan(60_000)
+    }
+  }
+  /** Failed attempts: billing's m-bad twice, and three of orders' poison (a consumer that kept no ID). */
+  const recordFailures = async (
+    inbox: (consumer: string) => { recordFailure(message: { id: string; payload: string }): Promise<number> },
+  ) => {
+    for (let i = 0; i < 2; i++) await inbox('billing').recordFailure({ id: 'm-bad', payload: 'x' })
+    for (let i = 0; i < 3; i++) await inbox('orders').recordFailure({ id: 'poison', payload: 'x' })
   }
 
   it('on SQLite, as a table and as JSON; a store that is not SQL is refused with what to pass', async () => {
@@ -468,9 +490,18 @@ describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kep
       insert.run('billing', 'm-old', 'h', hourAgo)
       insert.run('shipping', 'm-new', 'h', Date.now())
       db.close()
+      // Made by hand, as an inbox before failures were recorded: no failures table, nothing failing.
       expectReport(await cli('inspect', '--inboxes', '--store', `sqlite:${path}`, '--json'), 'idemkey_inbox')
       const table = await cli('inspect', '--inboxes', '--store', `sqlite:${path}`)
       expect(table.stdout).toMatch(/billing\s+\S+Z\s+1h\S*\s+m-old/)
+      expect(table.stdout).toContain('no message has attempts recorded')
+      const migrated = new Database(path)
+      new SqliteInbox({ database: migrated, consumer: 'billing' }).migrate()
+      await recordFailures((consumer) => new SqliteInbox({ database: migrated, consumer }))
+      migrated.close()
+      expectReport(await cli('inspect', '--inboxes', '--store', `sqlite:${path}`, '--json'), 'idemkey_inbox', true)
+      const failing = await cli('inspect', '--inboxes', '--store', `sqlite:${path}`)
+      expect(failing.stdout).toMatch(/orders\s+3\s+\S+Z\s+\S+\s+poison/)
       expect((await cli('inspect', '--store', `sqlite:${path}`)).stderr).toContain('--inboxes')
       const redis = await cli('inspect', '--inboxes', '--store', 'redis://127.0.0.1:6379')
       expect(redis.code).toBe(2)
@@ -494,11 +525,13 @@ describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kep
         [hourAgo],
       )
       expectReport(await cli('inspect', '--inboxes', '--inbox-table', table, '--store', url, '--json'), table)
+      await recordFailures((consumer) => new PgInbox({ pool, consumer, table }))
+      expectReport(await cli('inspect', '--inboxes', '--inbox-table', table, '--store', url, '--json'), table, true)
       const missing = await cli('inspect', '--inboxes', '--inbox-table', `${table}_none`, '--store', url)
       expect(missing.code).toBe(1)
       expect(missing.stderr).toContain(`Could not read the inbox table "${table}_none"`)
     } finally {
-      await pool.query(`DROP TABLE IF EXISTS ${table}`)
+      await pool.query(`DROP TABLE IF EXISTS ${table}, ${table}_failures`)
       await pool.end()
     }
   })
@@ -517,8 +550,10 @@ describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kep
         ['billing', 'm-new', 'h', now, 'billing', 'm-old', 'h', hourAgo, 'shipping', 'm-new', 'h', now],
       )
       expectReport(await cli('inspect', '--inboxes', '--inbox-table', table, '--store', url, '--json'), table)
+      await recordFailures((consumer) => new MySqlInbox({ pool, consumer, table }))
+      expectReport(await cli('inspect', '--inboxes', '--inbox-table', table, '--store', url, '--json'), table, true)
     } finally {
-      await pool.query(`DROP TABLE IF EXISTS ${table}`)
+      await pool.query(`DROP TABLE IF EXISTS ${table}, ${table}_failures, ${table}_meta`)
       await pool.end()
     }
   })

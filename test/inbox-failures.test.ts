@@ -20,6 +20,7 @@ interface FailureInbox {
   migrate(): Promise<void> | void
   recordFailure(message: InboxMessage): Promise<number>
   forgetFailures(messageId: string): Promise<void>
+  failing(limit?: number): Promise<Array<{ messageId: string; attempts: number; lastAttemptAtMs: number }>>
   purge(): Promise<number> | number
 }
 
@@ -146,6 +147,33 @@ for (const [name, open] of Object.entries(databases)) {
       await inbox.migrate()
       expect(await inbox.recordFailure(message('m'))).toBe(1)
       expect(await db.inbox('c', long).recordFailure(message('m'))).toBe(2)
+    })
+
+    it("lists a consumer's failing messages, most attempts first, then the latest, within a limit; none once forgotten", async () => {
+      const inbox = db.inbox('listed', table)
+      const before = Date.now()
+      for (const id of ['once', 'thrice', 'twice', 'thrice', 'twice', 'thrice', 'once-later']) {
+        await inbox.recordFailure(message(id))
+        await new Promise((resolve) => setTimeout(resolve, 5))
+      }
+      await db.inbox('other', table).recordFailure(message('elsewhere'))
+      const failing = await inbox.failing()
+      expect(failing.map((f) => [f.messageId, f.attempts])).toEqual([
+        ['thrice', 3],
+        ['twice', 2],
+        ['once-later', 1],
+        ['once', 1],
+      ])
+      for (const f of failing) {
+        expect(f.lastAttemptAtMs).toBeGreaterThanOrEqual(before - 1_000)
+        expect(f.lastAttemptAtMs).toBeLessThanOrEqual(Date.now() + 1_000)
+      }
+      expect((await inbox.failing(2)).map((f) => f.messageId)).toEqual(['thrice', 'twice'])
+      await inbox.forgetFailures('thrice')
+      expect((await inbox.failing(1)).map((f) => f.messageId)).toEqual(['twice'])
+      await expect(inbox.failing(0)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' })
+      // An inbox not migrated since the failures table came has none recorded.
+      expect(await db.inbox('c', `${table}_none`).failing()).toEqual([])
     })
 
     it('refuses to count on an inbox not migrated since, naming migrate()', async () => {

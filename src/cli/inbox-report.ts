@@ -3,8 +3,8 @@
  * start of its dedup window (docs/messaging.md, "Choosing the inbox retention"). The inboxes live in
  * the application's SQL database, the one `--store` names; their own classes read the oldest row.
  */
-import type { Inbox } from '../messaging/inbox/types.js'
-import { quoteName } from '../messaging/message.js'
+import type { Inbox, InboxFailure } from '../messaging/inbox/types.js'
+import { besideTable, quoteName } from '../messaging/message.js'
 import { mysqlTableName } from '../messaging/mysql.js'
 import { describeStore, driverError, type StoreSpec } from '../stores/open.js'
 import { openNodeSqlite } from '../stores/sqlite/driver.js'
@@ -14,14 +14,22 @@ import { CliError } from './run.js'
 /** The table the inboxes use unless told otherwise. */
 export const DEFAULT_INBOX_TABLE = 'idemkey_inbox'
 
-/** One consumer of the inbox table and its oldest kept ID (`null`s: it keeps none). */
+/** Failing messages shown per consumer at most. */
+export const FAILING_SHOWN = 10
+
+/** One consumer of the inbox table, its oldest kept ID (`null`s: it keeps none), and its failing messages. */
 export interface InboxReportRow {
   consumer: string
   oldestMessageId: string | null
   oldestProcessedAtMs: number | null
+  /** Messages with attempts recorded against `maxAttempts`, most first (at most {@link FAILING_SHOWN}). */
+  failing: InboxFailure[]
 }
 
-/** An inbox table opened for reading: its consumers, an inbox per consumer, and how to close it. */
+/**
+ * An inbox table opened for reading: its consumers (those with kept IDs, and those with attempts recorded
+ * only: a consumer whose every message fails keeps no ID), an inbox per consumer, and how to close it.
+ */
 interface OpenedInboxTable {
   consumers(): Promise<string[]>
   inbox(consumer: string): Inbox<unknown>
@@ -34,8 +42,10 @@ export async function readInboxes(spec: StoreSpec, table: string): Promise<Inbox
   try {
     const rows: InboxReportRow[] = []
     for (const consumer of await opened.consumers()) {
-      const oldest = await opened.inbox(consumer).oldest?.()
-      rows.push({ consumer, oldestMessageId: oldest?.messageId ?? null, oldestProcessedAtMs: oldest?.processedAtMs ?? null })
+      const inbox = opened.inbox(consumer)
+      const oldest = await inbox.oldest?.()
+      const failing = (await inbox.failing?.(FAILING_SHOWN)) ?? []
+      rows.push({ consumer, oldestMessageId: oldest?.messageId ?? null, oldestProcessedAtMs: oldest?.processedAtMs ?? null, failing })
     }
     return rows
   } catch (error) {
@@ -53,7 +63,23 @@ export function renderInboxes(rows: readonly InboxReportRow[], table: string, no
       ? [row.consumer, '-', '-', '- (none kept)']
       : [row.consumer, new Date(row.oldestProcessedAtMs).toISOString(), age(row.oldestProcessedAtMs, nowMs), row.oldestMessageId ?? ''],
   )
-  return `inbox table "${table}": each consumer's oldest kept ID (its window reaches back this far)\n${renderTable(['CONSUMER', 'OLDEST', 'AGE', 'MESSAGE ID'], body)}`
+  const kept = `inbox table "${table}": each consumer's oldest kept ID (its window reaches back this far)\n${renderTable(['CONSUMER', 'OLDEST', 'AGE', 'MESSAGE ID'], body)}`
+  const failing = rows.flatMap((row) =>
+    row.failing.map((f) => [
+      row.consumer,
+      String(f.attempts),
+      new Date(f.lastAttemptAtMs).toISOString(),
+      age(f.lastAttemptAtMs, nowMs),
+      f.messageId,
+    ]),
+  )
+  if (failing.length === 0) return `${kept}\nno message has attempts recorded (nothing failing)`
+  return `${kept}\nmessages with attempts recorded against maxAttempts (failing, or delivered again and running; at most ${FAILING_SHOWN} per consumer, most first):\n${renderTable(['CONSUMER', 'ATTEMPTS', 'LAST', 'AGE', 'MESSAGE ID'], failing)}`
+}
+
+/** Sorted, without repeats: the consumers of the inbox table and of its failures table. */
+function union(...lists: string[][]): string[] {
+  return [...new Set(lists.flat())].sort()
 }
 
 async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInboxTable> {
@@ -62,11 +88,20 @@ async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInb
       const { SqliteInbox } = await import('../messaging/inbox/sqlite-inbox.js')
       const db = openNodeSqlite(spec.path, { readOnly: true })
       const name = quoteName(table, '--inbox-table')
+      const failures = quoteName(besideTable(table, 'failures').join('.'), '--inbox-table')
+      const consumersOf = (from: string) =>
+        (db.prepare(`SELECT DISTINCT consumer FROM ${from} ORDER BY consumer`).all() as Array<{ consumer: string }>).map((r) => r.consumer)
       return {
-        consumers: async () =>
-          (db.prepare(`SELECT DISTINCT consumer FROM ${name} ORDER BY consumer`).all() as Array<{ consumer: string }>).map(
-            (r) => r.consumer,
-          ),
+        consumers: async () => {
+          let failing: string[] = []
+          try {
+            failing = consumersOf(failures)
+          } catch (error) {
+            // Not migrated since the failures table came: none recorded.
+            if (!/no such table/.test(String((error as Error)?.message))) throw error
+          }
+          return union(consumersOf(name), failing)
+        },
         inbox: (consumer) => new SqliteInbox({ database: db.database, consumer, table }),
         close: async () => db.close(),
       }
@@ -78,10 +113,11 @@ async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInb
       const Pool = (pg.Pool ?? pg.default?.Pool) as PgPoolConstructor
       const pool = new Pool({ connectionString: spec.url, max: 1 })
       const name = quoteName(table, '--inbox-table')
+      const failures = quoteName(besideTable(table, 'failures').join('.'), '--inbox-table')
       return {
         // A loose index scan over the primary key (consumer, message_id): one probe per consumer, not a table scan.
-        consumers: async () =>
-          (
+        consumers: async () => {
+          const kept = (
             await pool.query(
               `WITH RECURSIVE c AS (
                  (SELECT consumer FROM ${name} ORDER BY consumer LIMIT 1)
@@ -89,7 +125,17 @@ async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInb
                  SELECT (SELECT consumer FROM ${name} WHERE consumer > c.consumer ORDER BY consumer LIMIT 1) FROM c WHERE c.consumer IS NOT NULL)
                SELECT consumer FROM c WHERE consumer IS NOT NULL`,
             )
-          ).rows.map((r) => String(r.consumer)),
+          ).rows.map((r) => String(r.consumer))
+          // Failing messages only (a small table); not migrated since it came (42P01): none.
+          const failing = await pool.query(`SELECT DISTINCT consumer FROM ${failures}`).then(
+            (result) => result.rows.map((r) => String(r.consumer)),
+            (error: unknown) => {
+              if ((error as { code?: unknown } | null)?.code === '42P01') return []
+              throw error
+            },
+          )
+          return union(kept, failing)
+        },
         inbox: (consumer) => new PgInbox({ pool: pool as never, consumer, table }),
         close: () => pool.end(),
       }
@@ -101,11 +147,22 @@ async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInb
       const createPool = (mysql.createPool ?? mysql.default?.createPool) as (uri: string) => MySqlPoolLike
       const pool = createPool(spec.url)
       const name = mysqlTableName(table, '--inbox-table')
+      const failures = besideTable(name.name, 'failures')
+        .map((part) => `\`${part}\``)
+        .join('.')
+      // DISTINCT on the primary key's first column: MySQL and MariaDB read it with a loose index scan.
+      const consumersOf = async (from: string) => {
+        const [rows] = await pool.query(`SELECT DISTINCT consumer FROM ${from} ORDER BY consumer`)
+        return (rows as Array<{ consumer: Buffer | string }>).map((r) => String(r.consumer))
+      }
       return {
-        // DISTINCT on the primary key's first column: MySQL and MariaDB read it with a loose index scan.
         consumers: async () => {
-          const [rows] = await pool.query(`SELECT DISTINCT consumer FROM ${name.sql} ORDER BY consumer`)
-          return (rows as Array<{ consumer: Buffer | string }>).map((r) => String(r.consumer))
+          // Not migrated since the failures table came (1146): none recorded.
+          const failing = await consumersOf(failures).catch((error: unknown) => {
+            if ((error as { errno?: unknown } | null)?.errno === 1146) return []
+            throw error
+          })
+          return union(await consumersOf(name.sql), failing)
         },
         inbox: (consumer) => new MySqlInbox({ pool: pool as never, consumer, table }),
         close: () => pool.end(),

@@ -25,10 +25,15 @@ interface InspectOptions {
 export function registerInspect(program: Command): void {
   program
     .command('inspect')
-    .description("show one record: status, age, token, attempts, lease, stored response (or, with --inboxes, each inbox's oldest kept ID)")
+    .description(
+      "show one record: status, age, token, attempts, lease, stored response (or, with --inboxes, each inbox's oldest kept ID and failing messages)",
+    )
     .argument('[key]', 'the idempotency key')
     .option('--scope <scope>', `the key's scope (default: tries ${DEFAULT_SCOPES.map((s) => `"${s}"`).join(', then ')})`)
-    .option('--inboxes', 'instead of a record: each consumer of the inbox table and its oldest kept message ID (age, time)')
+    .option(
+      '--inboxes',
+      'instead of a record: each consumer of the inbox table, its oldest kept message ID (age, time) and its failing messages',
+    )
     .option('--inbox-table <name>', 'the inbox table, optionally schema.table (with --inboxes)', DEFAULT_INBOX_TABLE)
     .addOption(storeOption())
     .option('--json', 'print the record as JSON')
@@ -88,6 +93,12 @@ async function inspectInboxes(options: InspectOptions): Promise<void> {
                 processedAt: new Date(row.oldestProcessedAtMs).toISOString(),
                 ageMs: Math.max(0, now - row.oldestProcessedAtMs),
               },
+        failing: row.failing.map((f) => ({
+          messageId: f.messageId,
+          attempts: f.attempts,
+          lastAttemptAt: new Date(f.lastAttemptAtMs).toISOString(),
+          ageMs: Math.max(0, now - f.lastAttemptAtMs),
+        })),
       })),
     })
     return

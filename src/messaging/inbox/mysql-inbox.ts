@@ -1,6 +1,6 @@
 import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
-import { assertFunctions } from '../../core/validate.js'
+import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { besideTable, InboxMismatchError, purgeBatchSize } from '../message.js'
 import {
@@ -14,7 +14,7 @@ import {
   NOW_MS,
 } from '../mysql.js'
 import { payloadHash } from './pg-inbox.js'
-import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
+import type { Inbox, InboxBatchResult, InboxEvent, InboxFailure, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
 /** Options of {@link MySqlInbox}. */
 export interface MySqlInboxOptions<Tx = MySqlConnectionLike> {
@@ -194,6 +194,26 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
       ])
     } catch (error) {
       throw mysqlMessagingError('MySqlInbox', `forgetFailures ${messageId}`, error, this.#table)
+    }
+  }
+
+  /** This consumer's messages with attempts recorded, most first (see {@link Inbox.failing}). */
+  async failing(limit = 10): Promise<InboxFailure[]> {
+    assertPositiveInteger(limit, 'MySqlInbox.failing limit')
+    try {
+      const [rows] = await this.#pool.query(
+        `SELECT message_id, failures, failed_at FROM ${this.#failures} WHERE consumer = ? ORDER BY failures DESC, failed_at DESC LIMIT ?`,
+        [this.#consumerBytes, limit],
+      )
+      return (rows as Array<{ message_id: Buffer | string; failures: number; failed_at: number | string }>).map((row) => ({
+        messageId: Buffer.isBuffer(row.message_id) ? row.message_id.toString('utf8') : String(row.message_id),
+        attempts: Number(row.failures),
+        lastAttemptAtMs: Number(row.failed_at),
+      }))
+    } catch (error) {
+      // Not migrated since failures were first recorded (1146, no such table): none recorded.
+      if ((error as { errno?: unknown } | null)?.errno === 1146) return []
+      throw mysqlMessagingError('MySqlInbox', 'failing', error, this.#table)
     }
   }
 

@@ -1,11 +1,11 @@
 import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { sha256Hex } from '../../core/fingerprint.js'
 import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
-import { assertFunctions } from '../../core/validate.js'
+import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { besideTable, fitPgName, InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import { type PgPool, type PgPoolClient, type PgQueryable, withPoolClient } from '../pg.js'
-import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
+import type { Inbox, InboxBatchResult, InboxEvent, InboxFailure, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
 /** Options of {@link PgInbox}. */
 export interface PgInboxOptions<Tx = PgQueryable> {
@@ -367,6 +367,27 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
       await this.#pool.query(`DELETE FROM ${this.#failures} WHERE consumer = $1 AND message_id = $2`, [this.consumer, String(messageId)])
     } catch (error) {
       throw storeUnavailable('PgInbox', `forgetFailures ${messageId}`, error)
+    }
+  }
+
+  /** This consumer's messages with attempts recorded, most first (see {@link Inbox.failing}). */
+  async failing(limit = 10): Promise<InboxFailure[]> {
+    assertPositiveInteger(limit, 'PgInbox.failing limit')
+    try {
+      const result = await this.#pool.query(
+        `SELECT message_id, failures, (extract(epoch FROM failed_at) * 1000)::float8 AS at_ms FROM ${this.#failures}
+         WHERE consumer = $1 ORDER BY failures DESC, failed_at DESC LIMIT $2`,
+        [this.consumer, limit],
+      )
+      return (result.rows as Array<{ message_id: string; failures: number; at_ms: number }>).map((row) => ({
+        messageId: row.message_id,
+        attempts: Number(row.failures),
+        lastAttemptAtMs: Math.round(Number(row.at_ms)),
+      }))
+    } catch (error) {
+      // Not migrated since failures were first recorded (42P01, no such table): none recorded.
+      if ((error as { code?: unknown } | null)?.code === '42P01') return []
+      throw storeUnavailable('PgInbox', 'failing', error)
     }
   }
 

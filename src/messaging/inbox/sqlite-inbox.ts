@@ -1,11 +1,11 @@
 import { type Duration, parsePositiveDuration } from '../../core/duration.js'
-import { assertFunctions } from '../../core/validate.js'
+import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { connect, type SqliteConnection } from '../../stores/sqlite/driver.js'
 import { besideTable, InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
 import { payloadHash } from './pg-inbox.js'
-import type { Inbox, InboxBatchResult, InboxEvent, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
+import type { Inbox, InboxBatchResult, InboxEvent, InboxFailure, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
 /** Options of {@link SqliteInbox}. */
 export interface SqliteInboxOptions {
@@ -94,6 +94,23 @@ export class SqliteInbox implements Inbox<SqliteDb> {
       this.#db.prepare(`DELETE FROM ${this.#failures} WHERE consumer = ? AND message_id = ?`).run(this.consumer, String(messageId))
     } catch (error) {
       throw storeUnavailable('SqliteInbox', `forgetFailures ${messageId}`, error)
+    }
+  }
+
+  /** This consumer's messages with attempts recorded, most first (see {@link Inbox.failing}). */
+  async failing(limit = 10): Promise<InboxFailure[]> {
+    assertPositiveInteger(limit, 'SqliteInbox.failing limit')
+    try {
+      const rows = this.#db
+        .prepare(
+          `SELECT message_id, failures, failed_at FROM ${this.#failures} WHERE consumer = ? ORDER BY failures DESC, failed_at DESC LIMIT ?`,
+        )
+        .all(this.consumer, limit) as Array<{ message_id: string; failures: number | bigint; failed_at: number | bigint }>
+      return rows.map((row) => ({ messageId: row.message_id, attempts: Number(row.failures), lastAttemptAtMs: Number(row.failed_at) }))
+    } catch (error) {
+      // Not migrated since failures were first recorded: none recorded.
+      if (/no such table/.test(String((error as Error)?.message))) return []
+      throw storeUnavailable('SqliteInbox', 'failing', error)
     }
   }
 

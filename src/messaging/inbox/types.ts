@@ -25,6 +25,15 @@ export type InboxEvent =
   | { type: 'duplicate'; consumer: string; messageId: string }
   | { type: 'mismatch'; consumer: string; messageId: string }
 
+/** A message with attempts recorded against `maxAttempts` (see {@link Inbox.failing}). */
+export interface InboxFailure {
+  messageId: string
+  /** Attempts recorded: failures, and redelivered runs counted before they ran. */
+  attempts: number
+  /** When the last one was recorded (epoch ms). */
+  lastAttemptAtMs: number
+}
+
 /** The oldest processed ID an inbox still keeps (`idemkey inspect --inboxes`, the operator page). */
 export interface InboxOldestRecord {
   messageId: string
@@ -58,6 +67,13 @@ export interface Inbox<Tx> {
   recordFailure?(message: InboxMessage): Promise<number>
   /** Optional: forgets the failed attempts recorded for `messageId` (once it is given up on: moved back, it starts afresh). */
   forgetFailures?(messageId: string): Promise<void>
+  /**
+   * Optional: this consumer's messages with attempts recorded and not yet applied or given up on (failing,
+   * or redelivered and running), most attempts first, then the latest; at most `limit` (default 10).
+   * Empty when the failures table does not exist (an inbox not migrated since). `idemkey inspect
+   * --inboxes` lists them.
+   */
+  failing?(limit?: number): Promise<InboxFailure[]>
   /**
    * Optional: several messages in one transaction, their effects run one after another in the given
    * order, one commit for all; one result per message, in order. Any error (an effect's, the
