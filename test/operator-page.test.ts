@@ -79,6 +79,8 @@ describe.skipIf(!executablePath)('operator page in headless Chromium', () => {
     const billing = new SqliteInbox({ database: inboxDb, consumer: 'billing', retention: '7d', now: () => Date.now() - 2 * 3_600_000 })
     billing.migrate()
     await billing.handle({ id: 'msg-1', payload: '{}' }, () => undefined)
+    // A message that failed twice (its attempts recorded two hours ago, by billing's clock).
+    for (let i = 0; i < 2; i++) await billing.recordFailure({ id: 'msg-9', payload: '{}' })
     const shipping = new SqliteInbox({ database: inboxDb, consumer: 'shipping', retention: '1d' })
     page = operatorPage({
       store,
@@ -156,6 +158,7 @@ describe.skipIf(!executablePath)('operator page in headless Chromium', () => {
         ['shipping', '1.0 d', '-', '-'],
       ])
       expect(inboxes[1]?.[2]).toBe('none kept')
+      expect((await cells(tab, 'failing')).map((row) => [row[0], row[1], row[3], row[4]])).toEqual([['billing', '2', '2.0 h', 'msg-9']])
       // CDC relay slots: the one past its maxLagBytes and the one that failed to answer are marked.
       expect(await cells(tab, 'relays')).toEqual([
         ['orders_cdc', 'ok', '2.0 KiB', '256.0 MiB', 'yes', 'reserved'],
@@ -261,6 +264,7 @@ describe('operator page summary of inboxes (no browser)', () => {
     const billing = new SqliteInbox({ database: db, consumer: 'billing', retention: '2h', now: () => processedAt })
     billing.migrate()
     await billing.handle({ id: 'msg-old', payload: '{}' }, () => undefined)
+    await billing.recordFailure({ id: 'msg-bad', payload: '{}' })
     const broken = {
       consumer: 'broken',
       retentionMs: 60_000,
@@ -274,9 +278,14 @@ describe('operator page summary of inboxes (no browser)', () => {
       expect(response.status).toBe(200)
       const summary = (await response.json()) as OperatorSummary
       expect(summary.inboxes).toEqual([
-        { consumer: 'billing', retentionMs: 7_200_000, oldest: { messageId: 'msg-old', processedAtMs: processedAt } },
-        { consumer: 'broken', retentionMs: 60_000, oldest: null, error: 'connection refused' },
-        { consumer: 'custom', retentionMs: null, oldest: null },
+        {
+          consumer: 'billing',
+          retentionMs: 7_200_000,
+          oldest: { messageId: 'msg-old', processedAtMs: processedAt },
+          failing: [{ messageId: 'msg-bad', attempts: 1, lastAttemptAtMs: processedAt }],
+        },
+        { consumer: 'broken', retentionMs: 60_000, oldest: null, failing: [], error: 'connection refused' },
+        { consumer: 'custom', retentionMs: null, oldest: null, failing: [] },
       ])
       expect(summary.store.up).toBe(true)
     } finally {

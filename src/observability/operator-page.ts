@@ -4,7 +4,7 @@ import type { IdempotencyStore, RecordStatus, StoredRecord } from '../core/store
 import { assertFunctions, assertMethods, assertOptionalPositiveInteger } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 import type { EngineEvent } from '../http/types.js'
-import type { Inbox } from '../messaging/inbox/types.js'
+import type { Inbox, InboxFailure } from '../messaging/inbox/types.js'
 import type { PgCdcRelay } from '../messaging/outbox/pg-cdc-relay.js'
 import { DEFAULT_MAX_LAG_BYTES, slotProblem } from '../messaging/outbox/slot-health.js'
 import { Activity, type ActivitySnapshot } from './activity.js'
@@ -30,9 +30,10 @@ export interface OperatorPageOptions {
   now?: () => number
   /**
    * Inboxes whose oldest kept message ID the page shows (with their retention): how far back each
-   * one's dedup window really reaches. PgInbox, MySqlInbox and SqliteInbox can read it.
+   * one's dedup window really reaches; and their failing messages, with the attempts recorded against
+   * `maxAttempts`. PgInbox, MySqlInbox and SqliteInbox can read both.
    */
-  inboxes?: ReadonlyArray<Pick<Inbox<unknown>, 'consumer' | 'retentionMs' | 'oldest'>>
+  inboxes?: ReadonlyArray<Pick<Inbox<unknown>, 'consumer' | 'retentionMs' | 'oldest' | 'failing'>>
   /**
    * CDC relays (`PgCdcRelay`) whose replication slot the page shows: whether it exists, is read, how
    * much WAL it holds. A slot missing, lost, or lagging more than the relay's `maxLagBytes` (256 MiB
@@ -63,11 +64,16 @@ export interface OperatorSummary {
   counts: Record<RecordStatus, { count: number; capped: boolean }>
   /** In-progress records whose lease ended without an outcome: their holder crashed or stalled. */
   stuck: Array<{ scope: string; key: string; keyHash: string; token: number; lockedUntilMs: number; attempts: number }>
-  /** Each inbox given: its retention and oldest kept ID (`null`: none kept, or it cannot tell; `error`: it failed to answer). */
+  /**
+   * Each inbox given: its retention and oldest kept ID (`null`: none kept, or it cannot tell; `error`: it
+   * failed to answer), and its messages with attempts recorded, most first (`inbox.failing()`; none when
+   * it cannot tell).
+   */
   inboxes: Array<{
     consumer: string
     retentionMs: number | null
     oldest: { messageId: string; processedAtMs: number } | null
+    failing: InboxFailure[]
     error?: string
   }>
   /**
@@ -216,9 +222,10 @@ async function inboxRows(inboxes: NonNullable<OperatorPageOptions['inboxes']>): 
     inboxes.map(async (inbox) => {
       const row = { consumer: inbox.consumer, retentionMs: inbox.retentionMs ?? null }
       try {
-        return { ...row, oldest: (await inbox.oldest?.()) ?? null }
+        const [oldest, failing] = await Promise.all([inbox.oldest?.(), inbox.failing?.()])
+        return { ...row, oldest: oldest ?? null, failing: failing ?? [] }
       } catch (error) {
-        return { ...row, oldest: null, error: error instanceof Error ? error.message : String(error) }
+        return { ...row, oldest: null, failing: [], error: error instanceof Error ? error.message : String(error) }
       }
     }),
   )
