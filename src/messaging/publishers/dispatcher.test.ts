@@ -366,6 +366,49 @@ describe('consumer maxAttempts', () => {
     expect(recorded.has('x')).toBe(false)
   })
 
+  it("a redelivered message waiting behind a new one of its key does not join that one's batch: it runs after it, alone", async () => {
+    const batches: string[][] = []
+    let running = 0
+    const beside: string[] = []
+    const inbox: Inbox<unknown> = {
+      consumer: 'c',
+      async handle(message) {
+        batches.push([message.id])
+        running++
+        if (message.id === 'y' && running > 1) beside.push('y')
+        await new Promise((resolve) => setTimeout(resolve, 2))
+        running--
+        return { type: 'applied', consumer: 'c', messageId: message.id } as never
+      },
+      async handleBatch(messages: readonly InboxMessage[]) {
+        batches.push(messages.map((m) => m.id))
+        running++
+        await new Promise((resolve) => setTimeout(resolve, 2))
+        running--
+        return messages.map((m) => ({ status: 'applied', consumer: 'c', messageId: m.id })) as never
+      },
+      recordFailure: async () => 1,
+      forgetFailures: async () => {},
+    }
+    const dispatcher = createDispatcher({ inbox, handler: () => {}, concurrency: 1, batchSize: 4, maxAttempts: 3 })
+    const give = (id: string, key: string, redelivered = false) =>
+      dispatcher.push(key, { id, payload: '', topic: 't' }, () => {}, redelivered)
+    // While g holds the only worker: x (new) of key k, then y (delivered again: another consumer died
+    // running it) of the same key, then z; they wait together, as a batch would take them.
+    give('g', 'gate')
+    give('x', 'k')
+    give('y', 'k', true)
+    give('z', 'k')
+    give('w', 'other')
+    await dispatcher.idle()
+    expect(batches.find((batch) => batch.includes('x'))).not.toContain('y')
+    expect(batches).toContainEqual(['y'])
+    expect(beside).toEqual([])
+    // The key's order holds: x, then y, then z.
+    const order = batches.flat().filter((id) => id !== 'w' && id !== 'g')
+    expect(order).toEqual(['x', 'y', 'z'])
+  })
+
   it('a redelivered message runs the same as any other without maxAttempts or without an inbox that records failures', async () => {
     for (const options of [
       { recordsFailures: true, maxAttempts: undefined },
