@@ -4,8 +4,8 @@
  * the application's SQL database, the one `--store` names; their own classes read the oldest row.
  */
 import type { Inbox, InboxFailure } from '../messaging/inbox/types.js'
-import { besideTable, quoteName } from '../messaging/message.js'
-import { mysqlTableName } from '../messaging/mysql.js'
+import { besideTable, isMissingTable, quoteName } from '../messaging/message.js'
+import { mysqlBesideTable, mysqlTableName } from '../messaging/mysql.js'
 import { describeStore, driverError, type StoreSpec } from '../stores/open.js'
 import { openNodeSqlite } from '../stores/sqlite/driver.js'
 import { age, renderTable } from './output.js'
@@ -43,9 +43,13 @@ export async function readInboxes(spec: StoreSpec, table: string): Promise<Inbox
     const rows: InboxReportRow[] = []
     for (const consumer of await opened.consumers()) {
       const inbox = opened.inbox(consumer)
-      const oldest = await inbox.oldest?.()
-      const failing = (await inbox.failing?.(FAILING_SHOWN)) ?? []
-      rows.push({ consumer, oldestMessageId: oldest?.messageId ?? null, oldestProcessedAtMs: oldest?.processedAtMs ?? null, failing })
+      const [oldest, failing] = await Promise.all([inbox.oldest?.(), inbox.failing?.(FAILING_SHOWN)])
+      rows.push({
+        consumer,
+        oldestMessageId: oldest?.messageId ?? null,
+        oldestProcessedAtMs: oldest?.processedAtMs ?? null,
+        failing: failing ?? [],
+      })
     }
     return rows
   } catch (error) {
@@ -77,8 +81,18 @@ export function renderInboxes(rows: readonly InboxReportRow[], table: string, no
   return `${kept}\nmessages with attempts recorded against maxAttempts (failing, or delivered again and running; at most ${FAILING_SHOWN} per consumer, most first):\n${renderTable(['CONSUMER', 'ATTEMPTS', 'LAST', 'AGE', 'MESSAGE ID'], failing)}`
 }
 
-/** Sorted, without repeats: the consumers of the inbox table and of its failures table. */
-function union(...lists: string[][]): string[] {
+/**
+ * Sorted, without repeats: the consumers of the inbox table and of its failures table (none when that
+ * table is missing: an inbox not migrated since it came).
+ */
+async function union(kept: Promise<string[]>, failing: Promise<string[]>): Promise<string[]> {
+  const lists = await Promise.all([
+    kept,
+    failing.catch((error: unknown) => {
+      if (isMissingTable(error)) return []
+      throw error
+    }),
+  ])
   return [...new Set(lists.flat())].sort()
 }
 
@@ -88,20 +102,11 @@ async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInb
       const { SqliteInbox } = await import('../messaging/inbox/sqlite-inbox.js')
       const db = openNodeSqlite(spec.path, { readOnly: true })
       const name = quoteName(table, '--inbox-table')
-      const failures = quoteName(besideTable(table, 'failures').join('.'), '--inbox-table')
-      const consumersOf = (from: string) =>
+      const failures = besideTable(table, 'failures', '--inbox-table')
+      const consumersOf = async (from: string) =>
         (db.prepare(`SELECT DISTINCT consumer FROM ${from} ORDER BY consumer`).all() as Array<{ consumer: string }>).map((r) => r.consumer)
       return {
-        consumers: async () => {
-          let failing: string[] = []
-          try {
-            failing = consumersOf(failures)
-          } catch (error) {
-            // Not migrated since the failures table came: none recorded.
-            if (!/no such table/.test(String((error as Error)?.message))) throw error
-          }
-          return union(consumersOf(name), failing)
-        },
+        consumers: () => union(consumersOf(name), consumersOf(failures)),
         inbox: (consumer) => new SqliteInbox({ database: db.database, consumer, table }),
         close: async () => db.close(),
       }
@@ -113,27 +118,23 @@ async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInb
       const Pool = (pg.Pool ?? pg.default?.Pool) as PgPoolConstructor
       const pool = new Pool({ connectionString: spec.url, max: 1 })
       const name = quoteName(table, '--inbox-table')
-      const failures = quoteName(besideTable(table, 'failures').join('.'), '--inbox-table')
+      const failures = besideTable(table, 'failures', '--inbox-table')
       return {
-        // A loose index scan over the primary key (consumer, message_id): one probe per consumer, not a table scan.
-        consumers: async () => {
-          const kept = (
-            await pool.query(
+        // A loose index scan over the primary key (consumer, message_id): one probe per consumer, not a table
+        // scan; the failures table holds failing messages only, a plain DISTINCT.
+        consumers: () => {
+          const kept = pool
+            .query(
               `WITH RECURSIVE c AS (
                  (SELECT consumer FROM ${name} ORDER BY consumer LIMIT 1)
                  UNION ALL
                  SELECT (SELECT consumer FROM ${name} WHERE consumer > c.consumer ORDER BY consumer LIMIT 1) FROM c WHERE c.consumer IS NOT NULL)
                SELECT consumer FROM c WHERE consumer IS NOT NULL`,
             )
-          ).rows.map((r) => String(r.consumer))
-          // Failing messages only (a small table); not migrated since it came (42P01): none.
-          const failing = await pool.query(`SELECT DISTINCT consumer FROM ${failures}`).then(
-            (result) => result.rows.map((r) => String(r.consumer)),
-            (error: unknown) => {
-              if ((error as { code?: unknown } | null)?.code === '42P01') return []
-              throw error
-            },
-          )
+            .then((result) => result.rows.map((r) => String(r.consumer)))
+          const failing = pool
+            .query(`SELECT DISTINCT consumer FROM ${failures}`)
+            .then((result) => result.rows.map((r) => String(r.consumer)))
           return union(kept, failing)
         },
         inbox: (consumer) => new PgInbox({ pool: pool as never, consumer, table }),
@@ -147,23 +148,14 @@ async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInb
       const createPool = (mysql.createPool ?? mysql.default?.createPool) as (uri: string) => MySqlPoolLike
       const pool = createPool(spec.url)
       const name = mysqlTableName(table, '--inbox-table')
-      const failures = besideTable(name.name, 'failures')
-        .map((part) => `\`${part}\``)
-        .join('.')
+      const failures = mysqlBesideTable(name, 'failures')
       // DISTINCT on the primary key's first column: MySQL and MariaDB read it with a loose index scan.
       const consumersOf = async (from: string) => {
         const [rows] = await pool.query(`SELECT DISTINCT consumer FROM ${from} ORDER BY consumer`)
         return (rows as Array<{ consumer: Buffer | string }>).map((r) => String(r.consumer))
       }
       return {
-        consumers: async () => {
-          // Not migrated since the failures table came (1146): none recorded.
-          const failing = await consumersOf(failures).catch((error: unknown) => {
-            if ((error as { errno?: unknown } | null)?.errno === 1146) return []
-            throw error
-          })
-          return union(await consumersOf(name.sql), failing)
-        },
+        consumers: () => union(consumersOf(name.sql), consumersOf(failures)),
         inbox: (consumer) => new MySqlInbox({ pool: pool as never, consumer, table }),
         close: () => pool.end(),
       }

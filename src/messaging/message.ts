@@ -161,10 +161,24 @@ export function fitPgName(base: string, suffix: string, source: string = base): 
  * The name of a table that belongs beside `table` (`schema.table` or `table`): `<table>_<suffix>` in the
  * same schema, fitted to 63 bytes by {@link fitPgName}. Unquoted parts, for the dialect to quote.
  */
-export function besideTable(table: string, suffix: string): string[] {
+export function besideParts(table: string, suffix: string): string[] {
   const parts = table.split('.')
   const base = parts.pop() as string
   return [...parts, fitPgName(base, suffix, table)]
+}
+
+/** {@link besideParts}, quoted for PostgreSQL and SQLite ({@link quoteName}). */
+export function besideTable(table: string, suffix: string, what: string): string {
+  return quoteName(besideParts(table, suffix).join('.'), what)
+}
+
+/**
+ * Whether `error` says a table does not exist: PostgreSQL's 42P01, MySQL's and MariaDB's 1146, SQLite's
+ * "no such table". An inbox migrated before its failures table came has none.
+ */
+export function isMissingTable(error: unknown): boolean {
+  const { code, errno, message } = (error ?? {}) as { code?: unknown; errno?: unknown; message?: unknown }
+  return code === '42P01' || errno === 1146 || /no such table/.test(String(message))
 }
 
 /** Rows the purges delete per statement unless told otherwise: short locks, bounded WAL per commit. */

@@ -7,6 +7,7 @@ import type { SqlTransactions, SqlValue } from '../core/sql-transactions.js'
 import { IdempotencyError, isIdempotencyError, storeUnavailable } from '../errors.js'
 import type { MySqlConnectionLike, MySqlPoolLike, MySqlValue, WriteResult } from '../stores/mysql/pool.js'
 import { NOW_MS } from '../stores/mysql/statements.js'
+import { besideParts } from './message.js'
 
 export type { MySqlConnectionLike, MySqlPoolLike, MySqlValue } from '../stores/mysql/pool.js'
 /** The server's clock as integer epoch milliseconds, once per statement (as MySqlStore reads it). */
@@ -39,6 +40,13 @@ export function mysqlTableName(name: string, what: string): MySqlTableName {
   }
   const quote = (parts: string[]) => parts.map((part) => `\`${part}\``).join('.')
   return { name, sql: quote(parts), meta: quote([...parts.slice(0, -1), `${table}_meta`]) }
+}
+
+/** A table that belongs beside `table`, `<table>_<suffix>` in its database ({@link besideParts}), quoted. */
+export function mysqlBesideTable(table: MySqlTableName, suffix: string): string {
+  return besideParts(table.name, suffix)
+    .map((part) => `\`${part}\``)
+    .join('.')
 }
 
 /** mysql2's error fields the mapping reads. */

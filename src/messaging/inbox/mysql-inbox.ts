@@ -2,13 +2,14 @@ import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
 import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
-import { besideTable, InboxMismatchError, purgeBatchSize } from '../message.js'
+import { InboxMismatchError, isMissingTable, purgeBatchSize } from '../message.js'
 import {
   executeIn,
   type MySqlConnectionLike,
   type MySqlPoolLike,
   type MySqlTableName,
   migrateMySql,
+  mysqlBesideTable,
   mysqlMessagingError,
   mysqlTableName,
   NOW_MS,
@@ -140,9 +141,7 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
     this.#consumerBytes = Buffer.from(options.consumer, 'utf8')
     this.#table = mysqlTableName(options.table ?? 'idemkey_inbox', 'MySqlInbox table')
     // Fitted to 63 bytes, within MySQL's 64.
-    this.#failures = besideTable(this.#table.name, 'failures')
-      .map((part) => `\`${part}\``)
-      .join('.')
+    this.#failures = mysqlBesideTable(this.#table, 'failures')
     // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
     this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
     assertFunctions('MySqlInbox', { onEvent: options.onEvent })
@@ -211,8 +210,8 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
         lastAttemptAtMs: Number(row.failed_at),
       }))
     } catch (error) {
-      // Not migrated since failures were first recorded (1146, no such table): none recorded.
-      if ((error as { errno?: unknown } | null)?.errno === 1146) return []
+      // Not migrated since failures were first recorded: none recorded.
+      if (isMissingTable(error)) return []
       throw mysqlMessagingError('MySqlInbox', 'failing', error, this.#table)
     }
   }
@@ -433,9 +432,9 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
     }
     try {
       const total = await older(this.#table.sql, 'processed_at')
-      // Not migrated since failures were recorded (1146, no such table): nothing of theirs to purge.
+      // Not migrated since failures were recorded: nothing of theirs to purge.
       await older(this.#failures, 'failed_at').catch((error: unknown) => {
-        if ((error as { errno?: unknown } | null)?.errno !== 1146) throw error
+        if (!isMissingTable(error)) throw error
       })
       return total
     } catch (error) {

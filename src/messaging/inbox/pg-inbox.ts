@@ -3,7 +3,7 @@ import { sha256Hex } from '../../core/fingerprint.js'
 import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
 import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { besideTable, fitPgName, InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
+import { besideTable, fitPgName, InboxMismatchError, isMissingTable, purgeBatchSize, quoteName } from '../message.js'
 import { type PgPool, type PgPoolClient, type PgQueryable, withPoolClient } from '../pg.js'
 import type { Inbox, InboxBatchResult, InboxEvent, InboxFailure, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
@@ -104,7 +104,7 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
     this.consumer = options.consumer
     this.#name = options.table ?? 'idemkey_inbox'
     this.#table = quoteName(this.#name, 'PgInbox table')
-    this.#failures = quoteName(besideTable(this.#name, 'failures').join('.'), 'PgInbox table')
+    this.#failures = besideTable(this.#name, 'failures', 'PgInbox table')
     // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
     this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
     assertFunctions('PgInbox', { onEvent: options.onEvent })
@@ -385,8 +385,8 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
         lastAttemptAtMs: Math.round(Number(row.at_ms)),
       }))
     } catch (error) {
-      // Not migrated since failures were first recorded (42P01, no such table): none recorded.
-      if ((error as { code?: unknown } | null)?.code === '42P01') return []
+      // Not migrated since failures were first recorded: none recorded.
+      if (isMissingTable(error)) return []
       throw storeUnavailable('PgInbox', 'failing', error)
     }
   }
@@ -413,9 +413,9 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
       }
     }
     const total = await older(this.#table, 'processed_at')
-    // Not migrated since failures were recorded (42P01, no such table): nothing of theirs to purge.
+    // Not migrated since failures were recorded: nothing of theirs to purge.
     await older(this.#failures, 'failed_at').catch((error: unknown) => {
-      if ((error as { code?: unknown } | null)?.code !== '42P01') throw error
+      if (!isMissingTable(error)) throw error
     })
     return total
   }

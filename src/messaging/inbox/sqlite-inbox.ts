@@ -2,7 +2,7 @@ import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { connect, type SqliteConnection } from '../../stores/sqlite/driver.js'
-import { besideTable, InboxMismatchError, purgeBatchSize, quoteName } from '../message.js'
+import { besideTable, InboxMismatchError, isMissingTable, purgeBatchSize, quoteName } from '../message.js'
 import type { SqliteDb } from '../sqlite.js'
 import { payloadHash } from './pg-inbox.js'
 import type { Inbox, InboxBatchResult, InboxEvent, InboxFailure, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
@@ -54,7 +54,7 @@ export class SqliteInbox implements Inbox<SqliteDb> {
     this.consumer = options.consumer
     const table = options.table ?? 'idemkey_inbox'
     this.#table = quoteName(table, 'SqliteInbox table')
-    this.#failures = quoteName(besideTable(table, 'failures').join('.'), 'SqliteInbox table')
+    this.#failures = besideTable(table, 'failures', 'SqliteInbox table')
     // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
     this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
     assertFunctions('SqliteInbox', { now: options.now, onEvent: options.onEvent })
@@ -109,7 +109,7 @@ export class SqliteInbox implements Inbox<SqliteDb> {
       return rows.map((row) => ({ messageId: row.message_id, attempts: Number(row.failures), lastAttemptAtMs: Number(row.failed_at) }))
     } catch (error) {
       // Not migrated since failures were first recorded: none recorded.
-      if (/no such table/.test(String((error as Error)?.message))) return []
+      if (isMissingTable(error)) return []
       throw storeUnavailable('SqliteInbox', 'failing', error)
     }
   }
@@ -222,7 +222,7 @@ export class SqliteInbox implements Inbox<SqliteDb> {
       older(this.#failures, 'failed_at')
     } catch (error) {
       // Not migrated since failures were recorded: nothing of theirs to purge.
-      if (!/no such table/.test(String((error as Error)?.message))) throw error
+      if (!isMissingTable(error)) throw error
     }
     return total
   }

@@ -67,7 +67,7 @@ export class PgOutbox<Tx = PgQueryable> {
     // of a long one), so any valid schema.table works; short names keep their historical form.
     this.#channel = fitPgName(this.#name.replace('.', '_'), 'added', this.#name)
     const tableOnly = this.#name.slice(this.#name.lastIndexOf('.') + 1)
-    this.#notifyFunction = quoteName(besideTable(this.#name, 'notify').join('.'), 'PgOutbox table')
+    this.#notifyFunction = besideTable(this.#name, 'notify', 'PgOutbox table')
     this.#indexName = (suffix) => quoteName(fitPgName(tableOnly, suffix, this.#name), 'PgOutbox table')
     this.#ordered = (options.ordering ?? 'partition') === 'partition'
     this.#maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES

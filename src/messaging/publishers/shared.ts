@@ -402,12 +402,7 @@ export class Dispatcher<Tx> {
       )
       return 'dead'
     }
-    let verdict: Verdict
-    try {
-      verdict = (await processBatch(this.#options, [item.message], [item.key]))[0] as Verdict
-    } catch {
-      verdict = 'retry'
-    }
+    const verdict = await processMessage(this.#options, item.message)
     if (verdict !== 'retry') {
       // Applied, or refused for good: the attempt recorded before it ran goes.
       this.#forget(item.message)
@@ -464,7 +459,10 @@ export class Dispatcher<Tx> {
     }
   }
 
-  /** A message given up on and moved: its counts go, so that moved back it starts afresh. */
+  /**
+   * A message given up on and moved (so that moved back it starts afresh), or applied or refused after
+   * attempts were recorded: its counts go.
+   */
   #forget(message: InboxMessage): void {
     this.#failures.delete(message.id)
     const inbox = this.#options.inbox
