@@ -37,7 +37,11 @@ export interface IdempotentMutationOptions<O extends ResolverOptionsLike> {
   key: (opts: O) => string | undefined
   /** Run calls without a key as plain calls instead of refusing them. @default false */
   optional?: boolean
-  /** Namespace of the records, e.g. the caller's tenant from the context. @default `trpc:<procedure path>` */
+  /**
+   * Namespace of the records, e.g. the caller's tenant from the context. One for every procedure: a key is
+   * one intent, so the key of one procedure sent to another is refused, not run as a second call.
+   * @default `trpc`, shared by every caller and procedure
+   */
   scope?: (opts: O) => string
   /**
    * What must be equal for two calls with one key to be the same call, besides the procedure (always
@@ -122,7 +126,7 @@ export function idempotent<O extends ResolverOptionsLike, R>(
         message: `This mutation needs an idempotency key (${opts.path ?? 'procedure'}): send one, and the same one when you retry.`,
       })
     }
-    const scope = options.scope ? options.scope(opts) : `trpc:${opts.path ?? 'mutation'}`
+    const scope = options.scope ? options.scope(opts) : 'trpc'
     if (typeof scope !== 'string' || scope === '') {
       // A scope function that yields nothing (a session the context lacks) is a configuration error:
       // the ledger would have put the call in its default scope, shared by every such caller.
@@ -131,8 +135,8 @@ export function idempotent<O extends ResolverOptionsLike, R>(
         message: `The idempotency scope of ${opts.path ?? 'this mutation'} came out empty for this call, so it was not run: scope must return a user or tenant id for every call.`,
       })
     }
-    // The procedure too: under a scope of the caller's (`ctx.userId`), one key sent to another procedure
-    // with the same input replayed the first procedure's output, and the second never ran.
+    // The procedure too: a scope holds every procedure (a key is one intent), so one key sent to another
+    // procedure with the same input is a mismatch, neither a replay of the first's output nor a second run.
     const payload = { procedure: opts.path ?? null, input: await payloadOf(opts) }
     let result: Awaited<ReturnType<typeof ledger.run<R>>>
     try {
