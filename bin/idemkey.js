@@ -1,5 +1,7 @@
 #!/usr/bin/env node
-// The idemkey command: the compiled CLI lives in dist/ (npm install runs the build).
+// The idemkey command: the compiled CLI lives in dist/, built by `prepack` into the published package. In a
+// source checkout (npm install builds nothing: the package has no install script) it is built here first
+// when missing or older than src/, so `npm install && npx idemkey demo` on a fresh clone runs the sources.
 import { existsSync } from 'node:fs'
 
 const [major, minor] = process.versions.node.split('.').map(Number)
@@ -44,6 +46,19 @@ if ((major < 22 || (major === 22 && minor < 16)) && !process.versions.bun && !pr
     delete process.env.IDEMKEY_WRAPPED
     process.channel.unref()
     process.once('disconnect', () => process.kill(process.pid, 'SIGTERM'))
+  }
+  const build = new URL('../scripts/build-if-stale.mjs', import.meta.url)
+  if (existsSync(build)) {
+    const { distState } = await import(build.href)
+    if (distState() !== 'current') {
+      const { spawnSync } = await import('node:child_process')
+      // Its output goes to stderr: the command's stdout (--json) stays its own.
+      const result = spawnSync(process.execPath, [new URL(build).pathname, '--dist'], { stdio: ['ignore', 2, 2] })
+      if (result.status !== 0) {
+        process.stderr.write('idemkey: building dist/ from this checkout failed (the output is above); fix it, or run `npm run build`.\n')
+        process.exit(1)
+      }
+    }
   }
   await import('../dist/cli/main.js')
 }

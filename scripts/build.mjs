@@ -1,4 +1,4 @@
-// The package build, run by `npm run build` (and so by `npm pack` and `npm publish`, through prepare):
+// The package build, run by `npm run build` (and so by `npm pack` and `npm publish`, through prepack):
 // - dist/: ESM, every subpath plus the CLI and the demo;
 // - dist/cjs/: CommonJS, every library subpath, for require() and TypeScript's CommonJS settings
 //   (its package.json says so, and its .d.ts files are read as CommonJS declarations).

@@ -22,7 +22,7 @@ export const MAIN_LINE = 24
 export const NODE_LINES = { 22: '22.23.3', 24: '24.21.0', 26: '26.10.0' }
 /** The oldest Node.js idemkey supports: node:sqlite unflagged with isOpen/isTransaction, module.registerHooks. */
 export const MINIMUM_NODE = '22.16.0'
-export const TOOLS = { npm: '12.2.0', pnpm: '12.21.0', bun: '1.4.5', deno: '2.9.6' }
+export const TOOLS = { npm: '12.2.0', npm11: '11.19.1', pnpm: '12.21.0', bun: '1.4.5', deno: '2.9.6' }
 
 /** Whether this Node.js is a supported line (>= MINIMUM_NODE). */
 export function isSupportedNode(version = process.versions.node) {
@@ -78,10 +78,12 @@ export function nodeBinary(line) {
 
 /** Where a tool's entry point is: [the command, ...its leading arguments]. npm and pnpm run on `node`. */
 export function toolCommand(tool, node = process.execPath) {
-  const dir = installOnce(tool, `${tool}@${TOOLS[tool]}`)
+  // npm11: the npm line before 12 (Node 24's own), as the package `npm` at that version.
+  const dir = installOnce(tool, `${tool === 'npm11' ? 'npm' : tool}@${TOOLS[tool]}`)
   const modules = join(dir, 'node_modules')
   switch (tool) {
     case 'npm':
+    case 'npm11':
       return [node, join(modules, 'npm/bin/npm-cli.js')]
     case 'pnpm':
       return [node, join(modules, 'pnpm/bin/pnpm.mjs')]

@@ -52,7 +52,7 @@ function step(name, command, args, env) {
 // The portable suite imports dist/: brought up to date on the main line (built only when older than its
 // sources: after \`npm test\`, as in CI, it is current).
 const main = nodeBinary(MAIN_LINE)
-const results = [step('build', main, [join(ROOT, 'test/setup/build-if-stale.mjs'), '--dist'], onPath(main))]
+const results = [step('build', main, [join(ROOT, 'scripts/build-if-stale.mjs'), '--dist'], onPath(main))]
 for (const name of wanted) {
   if (name.startsWith('node')) {
     const node = nodeBinary(Number(name.slice(4)))

@@ -3,6 +3,7 @@
  * with their default script policies (dependency install scripts are not run, nothing approved), on
  * every supported Node.js line (22, 24, 26). Each install must succeed, and then `idemkey demo` and a
  * ledger on the embedded SQLite store, from code, must work: the embedded store needs no native build.
+ * Neither npm 12 nor npm 11 may list an install script of idemkey's own (it is built by `prepack`).
  *
  * The Node.js releases, npm and pnpm come from the registry (scripts/runtimes.mjs, cached under
  * node_modules/.cache/idemkey-runtimes); the projects install from the registry like a user's would.
@@ -11,7 +12,8 @@ import { spawn } from 'node:child_process'
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { delimiter, dirname, join } from 'node:path'
-import { NODE_LINES, nodeBinary, ROOT, TOOLS, toolCommand, withoutNpmConfig } from '../scripts/runtimes.mjs'
+import { MAIN_LINE, NODE_LINES, nodeBinary, ROOT, TOOLS, toolCommand, withoutNpmConfig } from '../scripts/runtimes.mjs'
+import { ensureBuilt } from './helpers/packed.js'
 
 interface Result {
   code: number | null
@@ -59,7 +61,8 @@ let tarball: string
 beforeAll(async () => {
   // Fetched once into the cache (a first run downloads about 200 MB; later runs find them there).
   for (const line of Object.keys(NODE_LINES)) nodeBinary(Number(line))
-  for (const tool of ['npm', 'pnpm'] as const) toolCommand(tool)
+  for (const tool of ['npm', 'npm11', 'pnpm'] as const) toolCommand(tool)
+  await ensureBuilt()
   const pack = await run('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', work], ROOT, { node: process.execPath })
   if (pack.code !== 0) throw new Error(`npm pack failed\n${show(pack)}`)
   tarball = join(work, (JSON.parse(pack.stdout) as Array<{ filename: string }>)[0]?.filename as string)
@@ -67,6 +70,21 @@ beforeAll(async () => {
 afterAll(() => rmSync(work, { recursive: true, force: true }))
 
 const lines = Object.keys(NODE_LINES).map(Number)
+/** npm 11 and 12 name each installed package with a script they hold back: `npm warn install-scripts   idemkey@0.1.0 (prepare: ...)`. */
+const INSTALL_SCRIPT_OF_IDEMKEY = /install-scripts\s+idemkey@/
+
+describe('the packed tarball declares no install-time script', () => {
+  it(`installs with npm ${TOOLS.npm11} (on Node.js ${MAIN_LINE}) without an install-scripts warning naming idemkey (it listed prepare: npm run build)`, async () => {
+    const node = nodeBinary(MAIN_LINE)
+    const [command, ...prefix] = toolCommand('npm11', node)
+    const dir = join(work, 'npm11')
+    mkdirSync(dir)
+    writeFileSync(join(dir, 'package.json'), `${JSON.stringify({ name: 'app-npm11', private: true, type: 'module' })}\n`)
+    const install = await run(command, [...prefix, 'install', '--no-audit', '--no-fund', '--prefer-offline', tarball], dir, { node })
+    expect(install.code, show(install)).toBe(0)
+    expect(`${install.stdout}${install.stderr}`).not.toMatch(INSTALL_SCRIPT_OF_IDEMKEY)
+  })
+})
 
 describe.each(['npm', 'pnpm'] as const)(`idemkey installed with %s (defaults: no install scripts run)`, (manager) => {
   describe.each(lines)('on Node.js %i', (line) => {
@@ -83,6 +101,7 @@ describe.each(['npm', 'pnpm'] as const)(`idemkey installed with %s (defaults: no
       const install = await run(command, [...prefix, ...args], dir, { node })
       expect(install.code, show(install)).toBe(0)
       expect(`${install.stdout}${install.stderr}`).not.toMatch(/ERR_PNPM_IGNORED_BUILDS|EBADENGINE|better-sqlite3/)
+      expect(`${install.stdout}${install.stderr}`).not.toMatch(INSTALL_SCRIPT_OF_IDEMKEY)
     })
 
     it('runs `idemkey demo` on the embedded store', async () => {

@@ -1,6 +1,6 @@
 /**
  * What the tests that install the packed tarball share (test/package-consumer.test.ts,
- * test/next-app.test.ts): running a command in a scratch project with a clean environment, and making
+ * test/next-app.test.ts, test/package-managers.test.ts): running a command in a scratch project with a clean environment, and making
  * sure dist/ is current before `npm pack`.
  */
 import { spawn } from 'node:child_process'
@@ -56,7 +56,7 @@ function newest(dir: string, keep: (path: string) => boolean): number {
 /**
  * `npm test` builds before vitest starts, so the tarball is packed from that build (rebuilding here
  * would rewrite dist/ under the feet of the CLI suites running beside this one). Run alone after an
- * edit, this file builds first, as `npm pack`'s prepare step would.
+ * edit, this file builds first, as `npm pack`'s prepack step would.
  */
 export async function ensureBuilt(): Promise<void> {
   const dist = join(ROOT, 'dist')

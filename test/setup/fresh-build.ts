@@ -2,18 +2,16 @@
  * Vitest globalSetup: whatever way the tests are run (`npm test`, `npx vitest run some.test.ts`, an
  * editor's test runner), they test the current sources. The Redis store runs Lua generated from
  * src/stores/redis/lua; the CLI, proxy and package tests run dist/. Both are brought up to date here
- * when older than their sources (dist/ only when a selected test file runs it), under the build lock
- * that every build on this machine takes. When a build fails the run stops with the reason, rather
- * than test the code of an older build.
+ * when older than their sources (dist/ only when a selected test file runs it), by
+ * scripts/build-if-stale.mjs, under the build lock that every build on this machine takes. When a build
+ * fails the run stops with the reason, rather than test the code of an older build.
  */
 import { spawnSync } from 'node:child_process'
 import { readdirSync, readFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
 
 const ROOT = join(import.meta.dirname, '..', '..')
-const SCRIPT = join(import.meta.dirname, 'build-if-stale.mjs')
-/** Builds take this lock (`flock /tmp/build.lock npm run build`): a test run never builds over another build. */
-const LOCK = '/tmp/build.lock'
+const SCRIPT = join(ROOT, 'scripts', 'build-if-stale.mjs')
 /** A test file that runs the build: the CLI binary, the proxy helper, or dist/ itself. */
 const USES_DIST = /\bdist\/|bin\/idemkey|proxy-process/
 /** Vitest's commands, which are bare words too. */
@@ -41,15 +39,9 @@ export function needsDist(argv: string[], files = testFiles(), read = (path: str
   return chosen.some((file) => USES_DIST.test(read(file)))
 }
 
-function hasFlock(): boolean {
-  return spawnSync('flock', ['--version'], { stdio: 'ignore' }).status === 0
-}
-
 export default function setup(): void {
   const args = [SCRIPT, ...(needsDist(process.argv.slice(2)) ? ['--dist'] : [])]
-  const result = hasFlock()
-    ? spawnSync('flock', [LOCK, process.execPath, ...args], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] })
-    : spawnSync(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] })
+  const result = spawnSync(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] })
   if (result.status !== 0) {
     throw new Error(
       'idemkey tests: building the current sources failed (the build output is above), so the tests would run an older build. Fix the build error, then run the tests again.',
