@@ -7,9 +7,10 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
-import { existsSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import pg from 'pg'
@@ -351,7 +352,6 @@ describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: 
     } finally {
       await relay.stop()
       await relay.drop()
-      await relay.stop() // closes the query connection drop() used
       await pool.end()
     }
   })
@@ -515,6 +515,37 @@ describe.skipIf(noServer !== undefined)('CDC relay with an in-memory publisher: 
       await pool.end()
     }
   }, 40_000)
+
+  it('lets a script that calls setup(), health() and drop() (no start or stop) exit by itself: each closes the connection it opened (the script hung)', async () => {
+    const { pool, table } = await freshOutbox()
+    await pool.end()
+    const dir = mkdtempSync(join(tmpdir(), 'idemkey-cdc-script-'))
+    const script = join(dir, 'setup-drop.mts')
+    writeFileSync(
+      script,
+      `import { PgCdcRelay } from ${JSON.stringify(join(import.meta.dirname, '..', 'src/messaging/outbox/index.ts'))}
+const relay = new PgCdcRelay({ connection: process.argv[2], table: process.argv[3], publisher: { name: 'none', publish: async () => [] } })
+await relay.setup()
+const health = await relay.health()
+await relay.drop()
+console.log(JSON.stringify({ exists: health.exists, after: (await relay.health()).exists }))
+`,
+    )
+    const child = spawn(process.execPath, ['--import', 'tsx', script, server.url, table], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let output = ''
+    child.stdout?.on('data', (chunk: Buffer) => (output += chunk))
+    child.stderr?.on('data', (chunk: Buffer) => (output += chunk))
+    // Loading tsx and connecting take a few seconds on a loaded machine; a hung script never ends.
+    const bound = setTimeout(() => child.kill('SIGKILL'), 30_000)
+    try {
+      expect(await exited(child), `the script did not exit within 30 s by itself; it printed:\n${output}`).toBe(null)
+      expect(child.exitCode, output).toBe(0)
+      expect(JSON.parse(output.trim().split('\n').at(-1) as string)).toEqual({ exists: true, after: false })
+    } finally {
+      clearTimeout(bound)
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 45_000)
 
   it('refuses to set up on a server without wal_level = logical, saying how to fix it', async () => {
     const relay = new PgCdcRelay({ connection: PG_URL, publisher: { name: 'none', publish: async () => [] } })

@@ -197,6 +197,8 @@ export class PgCdcRelay {
   readonly #sleepers = new Set<() => void>()
   #pg: Promise<PgModule> | undefined
   #queries: PgClient | undefined
+  /** setup(), drop() and health() calls under way: the last to end outside start()/stop() closes #queries. */
+  #outsideCalls = 0
 
   constructor(options: PgCdcRelayOptions) {
     if (!options?.connection || !options.publisher) {
@@ -249,7 +251,11 @@ export class PgCdcRelay {
    * writes events (or drain older rows with the polling relay once). Throws `STORE_SCHEMA` when
    * `wal_level` is not `logical`.
    */
-  async setup(): Promise<void> {
+  setup(): Promise<void> {
+    return this.#closingAfter(() => this.#setup())
+  }
+
+  async #setup(): Promise<void> {
     const { rows } = await this.#query<{ wal_level: string }>('SHOW wal_level')
     if (rows[0]?.wal_level !== 'logical') {
       throw new IdempotencyError(
@@ -275,9 +281,11 @@ export class PgCdcRelay {
    * Drops the slot and the publication: do it when retiring the relay, or the slot keeps WAL
    * forever. Fails while a relay streams from the slot.
    */
-  async drop(): Promise<void> {
-    await this.#query('SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1', [this.slot], true)
-    await this.#query(`DROP PUBLICATION IF EXISTS ${quoteName(this.publication, 'publication')}`, [], true)
+  drop(): Promise<void> {
+    return this.#closingAfter(async () => {
+      await this.#query('SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1', [this.slot], true)
+      await this.#query(`DROP PUBLICATION IF EXISTS ${quoteName(this.publication, 'publication')}`, [], true)
+    })
   }
 
   /** Starts streaming in the background; connection losses and a busy slot are retried. Errors go to `onEvent`. */
@@ -300,7 +308,30 @@ export class PgCdcRelay {
   }
 
   /** The slot's lag and state (`pg_replication_slots`). */
-  async health(): Promise<PgCdcRelayHealth> {
+  health(): Promise<PgCdcRelayHealth> {
+    return this.#closingAfter(() => this.#health())
+  }
+
+  /**
+   * Runs setup(), drop() or health(). Outside start()/stop(), the plain connection they open is closed
+   * when the last of them ends, so a script that only calls them exits by itself (it was held open until
+   * a stop() such a script never calls). A running relay keeps it for its own queries.
+   */
+  async #closingAfter<T>(work: () => Promise<T>): Promise<T> {
+    this.#outsideCalls++
+    try {
+      return await work()
+    } finally {
+      this.#outsideCalls--
+      const queries = this.#queries
+      if (this.#outsideCalls === 0 && this.#running === undefined && queries) {
+        this.#queries = undefined
+        await endWithin(queries, this.#silentConnectionMs)
+      }
+    }
+  }
+
+  async #health(): Promise<PgCdcRelayHealth> {
     const { rows } = await this.#query<{
       active: boolean | null
       confirmed: string | null
