@@ -2,7 +2,6 @@
  * The operator page in a real browser: headless Chromium (Debian's `chromium` package) driven by
  * playwright-core, against the page mounted in Express and in Fastify over a real store's records.
  */
-import { existsSync } from 'node:fs'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { DatabaseSync } from 'node:sqlite'
@@ -23,19 +22,15 @@ import {
 } from '../src/observability/index.js'
 import { keyHash } from '../src/observability/recorder.js'
 import { SqliteStore } from '../src/stores/sqlite/index.js'
-import { isCI } from './helpers/services.js'
+import { toolPath } from './helpers/services.js'
 
 /** Where Debian's chromium package puts the browser; CHROMIUM_PATH overrides. */
-const CANDIDATES = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'].filter(Boolean) as string[]
-const executablePath = CANDIDATES.find((path) => existsSync(path))
-if (!executablePath) {
-  if (isCI()) {
-    throw new Error(
-      `CI=${process.env.CI} and no Chromium at ${CANDIDATES.join(', ')}: apt-get install -y chromium (the operator page test needs it).`,
-    )
-  }
-  console.warn('\n!!! SKIPPED (operator page browser test): no Chromium; apt-get install -y chromium, or set CHROMIUM_PATH\n')
-}
+const executablePath = toolPath({
+  name: 'chromium',
+  suite: 'operator page browser test',
+  paths: [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser'],
+  install: 'apt-get install -y chromium, or set CHROMIUM_PATH',
+})
 
 const TOKEN = 'operator-token-0123456789abcdef'
 

@@ -9,17 +9,21 @@ export interface CliResult {
 }
 
 /**
- * Runs `node <args>` (this process's Node) to its end, stdin closed (not a terminal), and collects its
+ * Runs `node <args>` (this process's Node, or `options.node`) to its end, stdin closed (not a terminal), and collects its
  * output. Asynchronous on purpose: a vitest worker blocked in `spawnSync` cannot answer the runner's
  * RPC, and on a loaded machine a few CLI runs in a row outlast its fixed 60 s timeout ("Timeout calling
  * onTaskUpdate", which fails the whole run with every test green).
  */
 export function runNode(
   args: readonly string[],
-  options: { cwd?: string; env?: NodeJS.ProcessEnv; input?: string } = {},
+  options: { cwd?: string; env?: NodeJS.ProcessEnv; input?: string; node?: string } = {},
 ): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, args, { cwd: options.cwd, env: options.env ?? process.env, stdio: ['pipe', 'pipe', 'pipe'] })
+    const child = spawn(options.node ?? process.execPath, args, {
+      cwd: options.cwd,
+      env: options.env ?? process.env,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    })
     let stdout = ''
     let stderr = ''
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => {

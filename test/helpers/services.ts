@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs'
 import { connect, createServer } from 'node:net'
 
 /**
@@ -36,7 +37,7 @@ export function isCI(env: NodeJS.ProcessEnv = process.env): boolean {
  * describeStore('postgres', factory, { skip })
  */
 export async function serviceSkipReason(name: string, port: number, host = '127.0.0.1'): Promise<string | undefined> {
-  if (await portOpen(port, host)) return undefined
+  if (!hidden(name) && (await portOpen(port, host))) return undefined
   const reason = `${name} is not answering on ${host}:${port}. Start it (see README, "Running the tests") to run these tests.`
   if (isCI()) {
     throw new Error(`CI=${process.env.CI} and ${reason}`)
@@ -56,4 +57,34 @@ export async function freePort(): Promise<number> {
       server.close(() => resolve(port))
     })
   })
+}
+
+/**
+ * Whether `IDEMKEY_TEST_WITHOUT` (a comma-separated list: `faketime,chromium,Redis`) names this tool or
+ * service: the suites then behave as on a machine without it (test/optional-tools.test.ts collects them
+ * so, proving that a missing tool skips loudly rather than crashing).
+ */
+function hidden(name: string): boolean {
+  const names = (process.env.IDEMKEY_TEST_WITHOUT ?? '').split(',').map((word) => word.trim().toLowerCase())
+  return names.includes(name.toLowerCase())
+}
+
+/**
+ * The first of `paths` that exists, for a suite that needs an optional tool (libfaketime, Chromium), or
+ * `undefined` to skip it: loudly on a developer's machine, and a failure in CI (where .ci/run installs
+ * it). A suite skipped so must run nothing at collection that needs the tool (vitest runs the body of a
+ * `describe.skipIf` to collect it): set up in `beforeAll`.
+ */
+export function toolPath(tool: {
+  name: string
+  suite: string
+  paths: readonly (string | undefined)[]
+  install: string
+}): string | undefined {
+  const path = hidden(tool.name) ? undefined : tool.paths.find((candidate): candidate is string => !!candidate && existsSync(candidate))
+  if (path) return path
+  const reason = `${tool.suite}: no ${tool.name} (${tool.install})`
+  if (isCI()) throw new Error(`CI=${process.env.CI} and ${reason}; .ci/run installs it.`)
+  console.warn(`\n!!! SKIPPED (${tool.name} missing): ${reason}\n`)
+  return undefined
 }
