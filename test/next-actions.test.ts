@@ -59,6 +59,19 @@ describe('idemkey/next: server actions', () => {
     expect(await save(rendered)).toEqual({ saved: 1 })
   })
 
+  it('refuses the key on another action without a scope of its own (the default scope is one for every action): both ran', async () => {
+    const calls: string[] = []
+    const save = idempotentAction(async (data: FormData) => ({ saved: calls.push(`save ${data.get('title')}`) }), { ledger, name: 'save' })
+    const publish = idempotentAction(async (data: FormData) => ({ published: calls.push(`publish ${data.get('title')}`) }), {
+      ledger,
+      name: 'publish',
+    })
+    const rendered = form({ [ACTION_KEY_FIELD]: actionKey(), title: 'Hello' })
+    expect(await save(rendered)).toEqual({ saved: 1 })
+    await expect(publish(rendered)).rejects.toMatchObject({ code: 'FINGERPRINT_MISMATCH' })
+    expect(calls).toEqual(['save Hello'])
+  })
+
   it('replays an action that returns nothing as nothing (undefined), as the first submit got it (the replay said null)', async () => {
     let runs = 0
     const archive = idempotentAction(

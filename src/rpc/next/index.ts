@@ -25,7 +25,7 @@ export interface IdempotentActionOptions<A extends unknown[]> {
   ledger: Ledger
   /** The form field that carries the key. @default 'idempotencyKey' */
   field?: string
-  /** Namespace of the records, e.g. the signed-in user (read from your session). @default 'next-action:<name>' */
+  /** Namespace of the records, e.g. the signed-in user (read from your session). @default 'next-action' (one scope for every action: a key is one intent, so the same key posted to another action is refused) */
   scope?: (...args: A) => string | Promise<string>
   /**
    * The action's name: in the default scope, and in what the key stands for, so one key posted to two
@@ -136,7 +136,7 @@ export function idempotentAction<A extends unknown[], R>(
         `Server action "${name}" needs an idempotency key in its form's "${field}" field: render <input type="hidden" name="${field}" value={actionKey()} /> once per form.`,
       )
     }
-    const scope = options.scope ? await options.scope(...args) : `next-action:${name}`
+    const scope = options.scope ? await options.scope(...args) : 'next-action'
     if (typeof scope !== 'string' || scope === '') {
       // A scope that yields nothing (no session) is a configuration error: the ledger would have put the
       // submit in its default scope, shared by every such user.
