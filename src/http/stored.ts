@@ -4,7 +4,7 @@ import { BODY_OMITTED_HEADER, REPLAYED_HEADER } from '../core/response-headers.j
 import type { StoredResponse } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
 import { isJsonType } from './node-body.js'
-import { DEFAULT_PROBLEM_BASE } from './problem.js'
+import { type AnswerRenderer, answerRenderer } from './problem.js'
 import { credentialScope, resolveScopeSecret } from './scope.js'
 import type { HttpRequestLike, HttpResponseLike } from './types.js'
 
@@ -62,22 +62,22 @@ export function toStored(response: HttpResponseLike, allow: Set<string>, maxBody
  * `body-omitted` problem as its body, so a client that parses the body learns why it is not the
  * original, and that the operation ran once.
  */
-export function fromStored(stored: StoredResponse, problemBase = DEFAULT_PROBLEM_BASE): HttpResponseLike {
+export function fromStored(stored: StoredResponse, render: AnswerRenderer = answerRenderer('problem')): HttpResponseLike {
   const omitted = stored.headers[BODY_OMITTED_HEADER]
   if (omitted === undefined) return { status: stored.status, headers: { ...stored.headers, [REPLAYED_HEADER]: 'true' }, body: stored.body }
-  // The problem below replaces the body: the original's encoding and language do not describe it.
+  // The answer below replaces the body: the original's encoding and language do not describe it.
   const { 'content-encoding': _encoding, 'content-language': _language, ...headers } = stored.headers
-  const body = {
-    type: `${problemBase}body-omitted`,
-    title: 'Response body not stored',
-    status: stored.status,
-    detail: `This request already ran once and answered ${stored.status} with a body of ${omitted} bytes, more than the idempotency layer stores for replays, so only its status and headers are replayed. Fetch the result (see Location, if given) instead of retrying.`,
-    code: 'BODY_OMITTED',
-  }
+  const answer = render(
+    'BODY_OMITTED',
+    `This request already ran once and answered ${stored.status} with a body of ${omitted} bytes, more than the idempotency layer stores for replays, so only its status and headers are replayed. Fetch the result (see Location, if given) instead of retrying.`,
+    {},
+    stored.status,
+  )
+  // A replay keeps the stored status; only the body and its type are the layer's.
   return {
     status: stored.status,
-    headers: { ...headers, 'content-type': 'application/problem+json', [REPLAYED_HEADER]: 'true' },
-    body: new TextEncoder().encode(JSON.stringify(body)),
+    headers: { ...headers, 'content-type': answer.headers['content-type'] as string, [REPLAYED_HEADER]: 'true' },
+    body: answer.body,
   }
 }
 
