@@ -223,6 +223,26 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (name, start: Ad
     expect(state.executions('/charges', key)).toBe(1)
   })
 
+  const postForm = (key: string, raw: string) =>
+    post(app.url, '/charges', { key, raw, headers: { 'content-type': 'application/x-www-form-urlencoded' } })
+
+  it('treats the same form fields in another order and percent-encoding as the same request', async () => {
+    const key = randomUUID()
+    expect((await postForm(key, 'amount=100&currency=usd&description=hello%20world&tags[]=a&tags[]=b')).status).toBe(201)
+    const again = await postForm(key, 'tags[]=a&description=hello+world&currency=%75sd&tags[]=%62&amount=100')
+    expect(again.status).toBe(201)
+    expect(again.headers.get('idempotent-replayed')).toBe('true')
+    expect(state.executions('/charges', key)).toBe(1)
+  })
+
+  it('answers 422 to the same key with other form values, or with a repeated field in another order', async () => {
+    const key = randomUUID()
+    expect((await postForm(key, 'amount=100&tags[]=a&tags[]=b')).status).toBe(201)
+    expectProblem(await postForm(key, 'amount=999&tags[]=a&tags[]=b'), 422, 'fingerprint-mismatch')
+    expectProblem(await postForm(key, 'amount=100&tags[]=b&tags[]=a'), 422, 'fingerprint-mismatch')
+    expect(state.executions('/charges', key)).toBe(1)
+  })
+
   it('tells apart integers beyond 2^53 that a double would merge (422, not a replay)', async () => {
     const key = randomUUID()
     expect((await post(app.url, '/charges', { key, raw: '{"account":9007199254740993}' })).status).toBe(201)

@@ -1,9 +1,10 @@
+import { canonicalForm } from '../core/canonical-form.js'
 import { canonicalJsonText, MAX_JSON_DEPTH } from '../core/canonical-json.js'
 import { canonicalJson, sha256Hex } from '../core/fingerprint.js'
 import { BODY_OMITTED_HEADER, REPLAYED_HEADER } from '../core/response-headers.js'
 import type { StoredResponse } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
-import { isJsonType } from './node-body.js'
+import { isFormType, isJsonType } from './node-body.js'
 import { type AnswerRenderer, answerRenderer } from './problem.js'
 import { credentialScope, resolveScopeSecret } from './scope.js'
 import type { HttpRequestLike, HttpResponseLike } from './types.js'
@@ -88,7 +89,9 @@ export function fromStored(stored: StoredResponse, render: AnswerRenderer = answ
  * past {@link MAX_JSON_DEPTH} are a `400` (`BODY_INVALID`). A body that is not valid JSON is hashed as
  * bytes, never a crash. A body the framework already parsed (the bytes are gone) is canonicalised
  * from the parsed value, BigInt included; a value JSON cannot carry exactly is a `400`, never a
- * fallback to a value two different requests could share.
+ * fallback to a value two different requests could share. An `application/x-www-form-urlencoded` body
+ * is canonicalised from its bytes too: its fields in any order and percent-encoding are one request,
+ * the order of fields that share a name (`a[]=1&a[]=2`) counts (src/core/canonical-form.ts).
  *
  * @example
  * createEngine({ ledger, fingerprint: (req, body) => requestFingerprint({ ...req, url: req.url.split('?')[0] }, body) })
@@ -112,6 +115,7 @@ export function requestFingerprint(req: HttpRequestLike, body: Uint8Array): stri
     const canonical = canonicalJsonText(body)
     if (canonical !== undefined) return sha256Hex(`${head}json\n${canonical}`)
   }
+  if (isFormType(req.headers['content-type'])) return sha256Hex(`${head}form\n${canonicalForm(body)}`)
   return sha256Hex(head, 'bytes\n', body)
 }
 
