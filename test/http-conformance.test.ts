@@ -503,6 +503,51 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (name, start: Ad
     expect(events.find((e) => e.type === 'store_error')?.error?.message).toMatch(/ECONNREFUSED 10\.1\.2\.3:5432/)
   })
 
+  it("writes the layer's own answers in Stripe's format with errorFormat: 'stripe', with Stripe's statuses", async () => {
+    const stripe = await boot({ errorFormat: 'stripe' })
+    const key = randomUUID()
+    expect((await post(stripe.url, '/charges', { key, body: { amount: 1 } })).status).toBe(201)
+    const reused = await post(stripe.url, '/charges', { key, body: { amount: 2 } })
+    expect(reused.status).toBe(400)
+    expect(reused.headers.get('content-type')).toMatch(/^application\/json/)
+    expect(reused.json()).toEqual({
+      error: {
+        type: 'idempotency_error',
+        code: 'fingerprint_mismatch',
+        message: expect.stringContaining(key),
+        doc_url: expect.stringContaining('#fingerprint-mismatch'),
+      },
+    })
+    const bad = await post(stripe.url, '/charges', { key: 'k'.repeat(300) })
+    expect([bad.status, bad.json()]).toEqual([
+      400,
+      { error: expect.objectContaining({ type: 'invalid_request_error', code: 'key_invalid' }) },
+    ])
+    const down = await post((await boot({ errorFormat: 'stripe' }, downStore())).url, '/charges', { key })
+    expect([down.status, down.headers.get('retry-after'), down.json()]).toEqual([
+      503,
+      '1',
+      { error: expect.objectContaining({ type: 'api_error' }) },
+    ])
+    // Replays are never rewritten.
+    expect((await post(stripe.url, '/charges', { key, body: { amount: 1 } })).headers.get('idempotent-replayed')).toBe('true')
+  })
+
+  it("writes the layer's own answers with an errorFormat function, keeping Retry-After", async () => {
+    const own = await boot(
+      {
+        errorFormat: (answer) => ({
+          headers: { 'x-error-code': answer.code },
+          body: { errors: [{ code: answer.code, message: answer.detail }] },
+        }),
+      },
+      downStore(),
+    )
+    const answer = await post(own.url, '/charges', { key: randomUUID() })
+    expect([answer.status, answer.headers.get('retry-after'), answer.headers.get('x-error-code')]).toEqual([503, '1', 'STORE_UNAVAILABLE'])
+    expect(answer.json()).toEqual({ errors: [{ code: 'STORE_UNAVAILABLE', message: expect.stringMatching(/Retry with the same/) }] })
+  })
+
   it('fails open when configured: the handler runs unprotected while the store is down', async () => {
     const open = await boot({ failOpen: true }, downStore())
     const key = randomUUID()
