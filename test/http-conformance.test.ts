@@ -223,6 +223,26 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (name, start: Ad
     expect(state.executions('/charges', key)).toBe(1)
   })
 
+  const postForm = (key: string, raw: string) =>
+    post(app.url, '/charges', { key, raw, headers: { 'content-type': 'application/x-www-form-urlencoded' } })
+
+  it('treats the same form fields in another order and percent-encoding as the same request', async () => {
+    const key = randomUUID()
+    expect((await postForm(key, 'amount=100&currency=usd&description=hello%20world&tags[]=a&tags[]=b')).status).toBe(201)
+    const again = await postForm(key, 'tags[]=a&description=hello+world&currency=%75sd&tags[]=%62&amount=100')
+    expect(again.status).toBe(201)
+    expect(again.headers.get('idempotent-replayed')).toBe('true')
+    expect(state.executions('/charges', key)).toBe(1)
+  })
+
+  it('answers 422 to the same key with other form values, or with a repeated field in another order', async () => {
+    const key = randomUUID()
+    expect((await postForm(key, 'amount=100&tags[]=a&tags[]=b')).status).toBe(201)
+    expectProblem(await postForm(key, 'amount=999&tags[]=a&tags[]=b'), 422, 'fingerprint-mismatch')
+    expectProblem(await postForm(key, 'amount=100&tags[]=b&tags[]=a'), 422, 'fingerprint-mismatch')
+    expect(state.executions('/charges', key)).toBe(1)
+  })
+
   it('tells apart integers beyond 2^53 that a double would merge (422, not a replay)', async () => {
     const key = randomUUID()
     expect((await post(app.url, '/charges', { key, raw: '{"account":9007199254740993}' })).status).toBe(201)
@@ -481,6 +501,51 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (name, start: Ad
     // The store's internals (address, role, driver message) go to the operator's hook, never to the client.
     expect(answer.text).not.toMatch(/ECONNREFUSED|10\.1\.2\.3|billing_rw|memory/i)
     expect(events.find((e) => e.type === 'store_error')?.error?.message).toMatch(/ECONNREFUSED 10\.1\.2\.3:5432/)
+  })
+
+  it("writes the layer's own answers in Stripe's format with errorFormat: 'stripe', with Stripe's statuses", async () => {
+    const stripe = await boot({ errorFormat: 'stripe' })
+    const key = randomUUID()
+    expect((await post(stripe.url, '/charges', { key, body: { amount: 1 } })).status).toBe(201)
+    const reused = await post(stripe.url, '/charges', { key, body: { amount: 2 } })
+    expect(reused.status).toBe(400)
+    expect(reused.headers.get('content-type')).toMatch(/^application\/json/)
+    expect(reused.json()).toEqual({
+      error: {
+        type: 'idempotency_error',
+        code: 'fingerprint_mismatch',
+        message: expect.stringContaining(key),
+        doc_url: expect.stringContaining('#fingerprint-mismatch'),
+      },
+    })
+    const bad = await post(stripe.url, '/charges', { key: 'k'.repeat(300) })
+    expect([bad.status, bad.json()]).toEqual([
+      400,
+      { error: expect.objectContaining({ type: 'invalid_request_error', code: 'key_invalid' }) },
+    ])
+    const down = await post((await boot({ errorFormat: 'stripe' }, downStore())).url, '/charges', { key })
+    expect([down.status, down.headers.get('retry-after'), down.json()]).toEqual([
+      503,
+      '1',
+      { error: expect.objectContaining({ type: 'api_error' }) },
+    ])
+    // Replays are never rewritten.
+    expect((await post(stripe.url, '/charges', { key, body: { amount: 1 } })).headers.get('idempotent-replayed')).toBe('true')
+  })
+
+  it("writes the layer's own answers with an errorFormat function, keeping Retry-After", async () => {
+    const own = await boot(
+      {
+        errorFormat: (answer) => ({
+          headers: { 'x-error-code': answer.code },
+          body: { errors: [{ code: answer.code, message: answer.detail }] },
+        }),
+      },
+      downStore(),
+    )
+    const answer = await post(own.url, '/charges', { key: randomUUID() })
+    expect([answer.status, answer.headers.get('retry-after'), answer.headers.get('x-error-code')]).toEqual([503, '1', 'STORE_UNAVAILABLE'])
+    expect(answer.json()).toEqual({ errors: [{ code: 'STORE_UNAVAILABLE', message: expect.stringMatching(/Retry with the same/) }] })
   })
 
   it('fails open when configured: the handler runs unprotected while the store is down', async () => {

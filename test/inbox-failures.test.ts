@@ -5,92 +5,15 @@
  */
 
 import { randomUUID } from 'node:crypto'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import Database from 'better-sqlite3'
-import mysql from 'mysql2/promise'
-import pg from 'pg'
-import { MySqlInbox, PgInbox, SqliteInbox } from '../src/messaging/inbox/index.js'
 import type { InboxMessage } from '../src/messaging/inbox/types.js'
-import { MYSQL_URL, PG_URL } from './helpers/orm-tools.js'
-import { serviceSkipReason } from './helpers/services.js'
-
-interface FailureInbox {
-  migrate(): Promise<void> | void
-  recordFailure(message: InboxMessage): Promise<number>
-  forgetFailures(messageId: string): Promise<void>
-  failing(limit?: number): Promise<Array<{ messageId: string; attempts: number; lastAttemptAtMs: number }>>
-  purge(): Promise<number> | number
-}
-
-interface Database_ {
-  /** An inbox on the shared database: `consumer`, `table`, and a retention in ms. */
-  inbox(consumer: string, table: string, retentionMs?: number): FailureInbox
-  /** Drops every table whose name starts with `prefix`. */
-  drop(prefix: string): Promise<void>
-  close(): Promise<void>
-}
-
-const databases: Record<string, () => Promise<Database_ | string>> = {
-  async postgres() {
-    const skip = await serviceSkipReason('PostgreSQL', 5432)
-    if (skip) return skip
-    const pool = new pg.Pool({ connectionString: PG_URL, max: 4 })
-    return {
-      inbox: (consumer, table, retentionMs) => new PgInbox({ pool, consumer, table, retention: retentionMs ?? '7d' }),
-      drop: async (prefix) => {
-        const { rows } = await pool.query(
-          `SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)`,
-          [prefix],
-        )
-        for (const { tablename } of rows) await pool.query(`DROP TABLE IF EXISTS "${tablename}"`)
-      },
-      close: () => pool.end(),
-    }
-  },
-  async mysql() {
-    const skip = await serviceSkipReason('MariaDB/MySQL', 3306)
-    if (skip) return skip
-    const pool = mysql.createPool({ uri: MYSQL_URL, connectionLimit: 4 })
-    return {
-      inbox: (consumer, table, retentionMs) => new MySqlInbox({ pool, consumer, table, retention: retentionMs ?? '7d' }),
-      drop: async (prefix) => {
-        const [rows] = await pool.query(
-          'SELECT table_name AS name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE ?',
-          [`${prefix}%`],
-        )
-        for (const { name } of rows as Array<{ name: string }>) await pool.query(`DROP TABLE IF EXISTS \`${name}\``)
-      },
-      close: () => pool.end(),
-    }
-  },
-  async sqlite() {
-    const dir = mkdtempSync(join(tmpdir(), 'idemkey-inbox-failures-'))
-    const database = new Database(join(dir, 'inbox.db'))
-    database.pragma('journal_mode = WAL')
-    // A second connection to the same file: another process of the consumer.
-    const other = new Database(join(dir, 'inbox.db'))
-    let turn = 0
-    return {
-      inbox: (consumer, table, retentionMs) =>
-        new SqliteInbox({ database: turn++ % 2 === 0 ? database : other, consumer, table, retention: retentionMs ?? '7d' }),
-      drop: async () => {},
-      close: async () => {
-        database.close()
-        other.close()
-        rmSync(dir, { recursive: true, force: true })
-      },
-    }
-  },
-}
+import { type InboxDatabase, inboxDatabases } from './helpers/inbox-databases.js'
 
 const message = (id: string): InboxMessage => ({ id, payload: 'x' })
 
-for (const [name, open] of Object.entries(databases)) {
+for (const [name, open] of Object.entries(inboxDatabases())) {
   const opened = await open()
   describe.skipIf(typeof opened === 'string')(`${name} inbox: failed attempts, for maxAttempts`, () => {
-    const db = opened as Database_
+    const db = opened as InboxDatabase
     const table = `idemkey_inbox_failures_${randomUUID().slice(0, 8)}`
     afterAll(async () => {
       await db.drop(table)

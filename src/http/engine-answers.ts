@@ -5,7 +5,6 @@
 import type { RunResult } from '../core/ledger.js'
 import { isIdempotencyError } from '../errors.js'
 import type { EngineConfig } from './engine-config.js'
-import { problem } from './problem.js'
 import type { AnswerOutcome, Decision, HttpResponseLike } from './types.js'
 
 /** A ledger answer that did not run the handler. */
@@ -16,25 +15,20 @@ export const MISCONFIGURED_DETAIL =
 
 /** The response to a ledger answer that did not run the handler: the replay, or a problem. */
 export function settledResponse(config: EngineConfig, result: Settled, key: string): HttpResponseLike {
-  const { header, base } = config
+  const { header, render } = config
   switch (result.kind) {
     case 'replayed':
       return result.value
     case 'mismatch':
-      return problem(
+      return render(
         'FINGERPRINT_MISMATCH',
         `The ${header} "${key}" was already used with a different request (method, path or body). Use a new key for a new request.`,
-        base,
-        {},
-        header,
       )
     case 'in_progress':
-      return problem(
+      return render(
         'IN_PROGRESS',
         `A request with the ${header} "${key}" is still being processed. Retry after the Retry-After delay with the same key.`,
-        base,
         { 'retry-after': String(Math.max(1, Math.ceil(result.retryAfterMs / 1_000))) },
-        header,
       )
   }
 }
@@ -42,7 +36,7 @@ export function settledResponse(config: EngineConfig, result: Settled, key: stri
 /** The decision for an error the layer knows (bad input, store down); `undefined` for any other. */
 export function decisionFromError(config: EngineConfig, error: unknown): Decision | undefined {
   if (!isIdempotencyError(error)) return undefined
-  const { header, base } = config
+  const { header, render } = config
   switch (error.code) {
     case 'STORE_UNAVAILABLE':
     case 'STORE_SCHEMA':
@@ -51,12 +45,10 @@ export function decisionFromError(config: EngineConfig, error: unknown): Decisio
       // onEvent as a store_error. The client learns only what to do.
       return {
         kind: 'respond',
-        response: problem(
+        response: render(
           error.code,
           `The idempotency store is unavailable right now, so this request was not run. Retry with the same ${header} after the Retry-After delay.`,
-          base,
           { 'retry-after': '1' },
-          header,
         ),
         outcome: 'store_unavailable',
       }
@@ -65,7 +57,7 @@ export function decisionFromError(config: EngineConfig, error: unknown): Decisio
     case 'SCOPE_INVALID':
     case 'BODY_TOO_LARGE':
     case 'BODY_INVALID':
-      return { kind: 'respond', response: problem(error.code, error.message, base, {}, header), outcome: 'rejected' }
+      return { kind: 'respond', response: render(error.code, error.message), outcome: 'rejected' }
     default:
       return undefined
   }
@@ -77,12 +69,10 @@ export function decisionFromError(config: EngineConfig, error: unknown): Decisio
  * answers. The retry gets the outcome that counts.
  */
 export function fencedOut(config: EngineConfig, key: string, what: 'answer was not kept' | 'writes were rolled back'): HttpResponseLike {
-  return problem(
+  return config.render(
     'FENCED_OUT',
     `Another attempt with the ${config.header} "${key}" took over while this one ran, so this one's ${what}. Retry with the same key to get the outcome that counts.`,
-    config.base,
     { 'retry-after': '1' },
-    config.header,
   )
 }
 

@@ -9,7 +9,7 @@ import { isTransactionalStore } from '../core/store.js'
 import { assertFunctions, nameList } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 import { keyHeaderName } from './key-header.js'
-import { DEFAULT_PROBLEM_BASE } from './problem.js'
+import { type AnswerRenderer, answerRenderer, DEFAULT_PROBLEM_BASE } from './problem.js'
 import { credentialScope, functionScope, resolveScopeSecret } from './scope.js'
 import { fromStored, requestFingerprint, storedHeaderSet, toStored } from './stored.js'
 import type { EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike } from './types.js'
@@ -35,8 +35,8 @@ export interface EngineConfig {
   failOpen: boolean
   transactional: boolean
   maxRequestBody: number
-  /** The base of problem types. */
-  base: string
+  /** Writes the layer's own answers in the API's error format (`errorFormat`). */
+  render: AnswerRenderer
   scopeOf: (req: HttpRequestLike) => string | Promise<string>
   fingerprintOf: NonNullable<EngineOptions['fingerprint']>
   runOptions: RunOptions<HttpResponseLike>
@@ -66,7 +66,14 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
   }
   const { header, keyHeader, maxRequestBody, maxStoredBody, wait, lease, ttl } = resolveRouteOptions(options)
   const allow = storedHeaderSet(nameList(options.storedHeaders, 'storedHeaders', "['location', 'x-request-id']"))
-  const base = options.problemBaseUrl ?? DEFAULT_PROBLEM_BASE
+  const errorFormat = options.errorFormat
+  if (errorFormat !== undefined && errorFormat !== 'problem' && errorFormat !== 'stripe' && typeof errorFormat !== 'function') {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `errorFormat must be 'problem', 'stripe' or a function of the layer's answer, got ${JSON.stringify(errorFormat)}.`,
+    )
+  }
+  const render = answerRenderer(errorFormat, options.problemBaseUrl ?? DEFAULT_PROBLEM_BASE, header)
   const classify = options.classify ?? classifyStatus
   const scopeFn = options.scope
   // Only the default scope needs the secret, so only it warns when none is set.
@@ -81,7 +88,7 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
     failOpen: options.failOpen === true,
     transactional: options.transactional === true,
     maxRequestBody,
-    base,
+    render,
     scopeOf: internals.scopeOf
       ? internals.scopeOf
       : scopeFn
@@ -90,7 +97,7 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
     fingerprintOf: options.fingerprint ?? requestFingerprint,
     runOptions: {
       encode: (response) => toStored(response, allow, maxStoredBody),
-      decode: (stored) => fromStored(stored, base),
+      decode: (stored) => fromStored(stored, render),
       classify: (response) => classify(response.status),
       wait,
       lease,

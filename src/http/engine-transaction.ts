@@ -5,7 +5,6 @@
 import type { RunOptions, RunResult, TransactionContext } from '../core/ledger.js'
 import { fencedOut, type Reporter, type Settled } from './engine-answers.js'
 import type { EngineConfig } from './engine-config.js'
-import { problem } from './problem.js'
 import type { Decision, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
 
 /** The first thing that happens to a request in the ledger. */
@@ -73,12 +72,10 @@ export async function executeInTransaction(
     const result = await running.catch((error: unknown) => ({ kind: 'error' as const, error }))
     if (result.kind === 'error') {
       // Why it did not commit is for the operator (onEvent); the client learns what to do.
-      return problem(
+      return config.render(
         'STORE_UNAVAILABLE',
         `The request's transaction did not commit, so none of its writes were kept. Retry with the same ${config.header}.`,
-        config.base,
         { 'retry-after': '1' },
-        config.header,
       )
     }
     if (result.kind === 'executed' && result.outcome === 'fenced_out') return fencedOut(config, key, 'writes were rolled back')

@@ -4,7 +4,6 @@ import { decisionFromError, fencedOut, MISCONFIGURED_DETAIL, Reporter, type Sett
 import { type EngineInternals, resolveEngineConfig } from './engine-config.js'
 import { executeInTransaction, type SettledAnswers } from './engine-transaction.js'
 import { parseKeyHeader } from './key-header.js'
-import { problem } from './problem.js'
 import type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
 
 export type { EngineInternals } from './engine-config.js'
@@ -42,7 +41,7 @@ export interface IdempotencyEngine {
  */
 export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>, internals: EngineInternals = {}): IdempotencyEngine {
   const config = resolveEngineConfig(options, internals)
-  const { ledger, methods, header, keyHeader, base, scopeOf, fingerprintOf, maxRequestBody, runOptions, onEvent, onReplay } = config
+  const { ledger, methods, header, keyHeader, scopeOf, fingerprintOf, maxRequestBody, runOptions, onEvent, onReplay } = config
   const reporter = new Reporter(onEvent)
 
   async function begin(req: HttpRequestLike): Promise<Decision> {
@@ -69,7 +68,7 @@ export function createEngine<Req = HttpRequestLike>(options: EngineOptions<Req>,
         if (!isIdempotencyError(error) || error.code !== 'INVALID_OPTION') throw error
         reporter.configError(key, error)
         if (onEvent) reporter.answered(key, 'rejected', 500, startedAtMs)
-        return { kind: 'respond', response: problem('INVALID_OPTION', MISCONFIGURED_DETAIL, base, {}, header), outcome: 'rejected' }
+        return { kind: 'respond', response: config.render('INVALID_OPTION', MISCONFIGURED_DETAIL), outcome: 'rejected' }
       }
       if (req.parsedBody !== undefined && Number(headerValue(req.headers['content-length'])) > maxRequestBody) {
         throw new IdempotencyError(

@@ -5,7 +5,7 @@
  */
 export { createEngine, type IdempotencyEngine } from './engine.js'
 export { KEY_HEADER, KEY_HEADER_NAME, parseKeyHeader } from './key-header.js'
-export { DEFAULT_PROBLEM_BASE, problem } from './problem.js'
+export { DEFAULT_PROBLEM_BASE, problem, stripeError } from './problem.js'
 export {
   credentialScope,
   functionScope,
@@ -19,9 +19,12 @@ export type {
   Decision,
   EngineEvent,
   EngineOptions,
+  ErrorFormat,
   HttpRequestLike,
   HttpResponseLike,
   IdempotencyContext,
+  LayerAnswer,
+  RenderedAnswer,
   ReplayRequest,
   ReplayResponse,
 } from './types.js'

@@ -201,6 +201,13 @@ export function isJsonType(contentType: string | string[] | undefined): boolean 
   return type === 'application/json' || type.endsWith('+json')
 }
 
+/** Whether a Content-Type is `application/x-www-form-urlencoded`, whatever its parameters. */
+export function isFormType(contentType: string | string[] | undefined): boolean {
+  return (
+    (Array.isArray(contentType) ? contentType[0] : contentType)?.split(';')[0]?.trim().toLowerCase() === 'application/x-www-form-urlencoded'
+  )
+}
+
 /** A body a framework kept as it came (a Buffer, or text), not as something it parsed. */
 export function isBytes(value: unknown): value is Buffer | string {
   return Buffer.isBuffer(value) || typeof value === 'string'

@@ -1,6 +1,11 @@
+/**
+ * The layer's own answers (a bad key, a key in progress or reused, the store down, …): RFC 9457
+ * problems by default, Stripe's error object with `errorFormat: 'stripe'`, or the API's own format
+ * through a function (docs/http.md, "Answers in your API's error format").
+ */
 import { HTTP_STATUS_BY_CODE, type IdempotencyErrorCode } from '../errors.js'
 import { KEY_HEADER_NAME } from './key-header.js'
-import type { HttpResponseLike } from './types.js'
+import type { ErrorFormat, HttpResponseLike, LayerAnswer, RenderedAnswer } from './types.js'
 
 /** The default base of problem `type` URIs: each error has a section in docs/errors.md. */
 export const DEFAULT_PROBLEM_BASE = 'https://idemkey.dev/docs/errors#'
@@ -21,6 +26,91 @@ const TITLES: Partial<Record<IdempotencyErrorCode, string>> = {
 
 const encoder = new TextEncoder()
 
+/** The title of an answer, naming the key's header as the API spells it. */
+function problemTitle(code: IdempotencyErrorCode | 'BODY_OMITTED', keyHeader = KEY_HEADER_NAME): string {
+  const title = code === 'BODY_OMITTED' ? 'Response body not stored' : (TITLES[code] ?? code)
+  return keyHeader === KEY_HEADER_NAME ? title : title.replace(KEY_HEADER_NAME, keyHeader)
+}
+
+/** Writes a {@link LayerAnswer} as a response; built once per engine by {@link answerRenderer}. */
+export type AnswerRenderer = (
+  code: LayerAnswer['code'],
+  detail: string,
+  headers?: Record<string, string>,
+  status?: number,
+) => HttpResponseLike
+
+/**
+ * Stripe's error type and status for each answer: a reused key is Stripe's `idempotency_error` (a
+ * `400`, which Stripe's libraries raise as `StripeIdempotencyError`), a key in use `409` with code
+ * `idempotency_key_in_use`, the layer's own failures `api_error`; the rest are `invalid_request_error`.
+ */
+const STRIPE: Partial<Record<LayerAnswer['code'], { type: string; status?: number; code?: string }>> = {
+  FINGERPRINT_MISMATCH: { type: 'idempotency_error', status: 400 },
+  IN_PROGRESS: { type: 'idempotency_error', code: 'idempotency_key_in_use' },
+  FENCED_OUT: { type: 'api_error' },
+  STORE_UNAVAILABLE: { type: 'api_error' },
+  STORE_SCHEMA: { type: 'api_error' },
+  INVALID_OPTION: { type: 'api_error' },
+}
+
+/**
+ * Stripe's error object (docs.stripe.com/api/errors): `type`, `message`, `code` (idemkey's code in
+ * lower case, or Stripe's own where it has one) and `doc_url`. A replay whose body was too large to
+ * store keeps its problem body: the request ran, and an error would tell a Stripe client it did not.
+ *
+ * @example
+ * idempotency({ ledger, errorFormat: 'stripe' }) // or errorFormat: (answer) => ({ ...stripeError(answer), headers: { 'x-idemkey': answer.code } })
+ */
+export function stripeError(answer: LayerAnswer): RenderedAnswer {
+  if (answer.code === 'BODY_OMITTED') return problemBody(answer)
+  const mapped = STRIPE[answer.code] ?? { type: 'invalid_request_error' }
+  return {
+    status: mapped.status ?? answer.status,
+    body: { error: { type: mapped.type, code: mapped.code ?? answer.code.toLowerCase(), message: answer.detail, doc_url: answer.type } },
+  }
+}
+
+function problemBody(answer: LayerAnswer): RenderedAnswer {
+  const { type, title, status, detail, code } = answer
+  return { headers: { 'content-type': 'application/problem+json' }, body: { type, title, status, detail, code } }
+}
+
+/**
+ * The renderer of an engine: each answer's status, title and type are worked out here once, then
+ * written in `format`. What a format function throws fails the request as an error in a handler would.
+ */
+export function answerRenderer(format: ErrorFormat | undefined, base = DEFAULT_PROBLEM_BASE, keyHeader?: string): AnswerRenderer {
+  const render = format === 'stripe' ? stripeError : typeof format === 'function' ? format : problemBody
+  return (code, detail, headers = {}, status) => {
+    const answer: LayerAnswer = {
+      code,
+      status: status ?? HTTP_STATUS_BY_CODE[code as IdempotencyErrorCode] ?? 500,
+      title: problemTitle(code, keyHeader),
+      detail,
+      type: `${base}${code.toLowerCase().replaceAll('_', '-')}`,
+      headers,
+    }
+    return toResponse(answer, render(answer))
+  }
+}
+
+function toResponse(answer: LayerAnswer, rendered: RenderedAnswer): HttpResponseLike {
+  const { body } = rendered
+  const bytes = body instanceof Uint8Array || typeof body === 'string'
+  const headers: Record<string, string> = {
+    'content-type': bytes ? 'text/plain; charset=utf-8' : 'application/json',
+    'cache-control': 'no-store',
+    ...answer.headers,
+  }
+  for (const [name, value] of Object.entries(rendered.headers ?? {})) headers[name.toLowerCase()] = value
+  return {
+    status: rendered.status ?? answer.status,
+    headers,
+    body: body instanceof Uint8Array ? body : encoder.encode(typeof body === 'string' ? body : JSON.stringify(body)),
+  }
+}
+
 /**
  * An RFC 9457 problem+json response for an error the layer itself answers. It never carries a stored
  * body of another request. `keyHeader` is how the title names the key's header, when it is not
@@ -36,18 +126,5 @@ export function problem(
   extraHeaders: Record<string, string> = {},
   keyHeader = KEY_HEADER_NAME,
 ): HttpResponseLike {
-  const status = HTTP_STATUS_BY_CODE[code] ?? 500
-  const title = TITLES[code] ?? code
-  const body = {
-    type: `${base}${code.toLowerCase().replaceAll('_', '-')}`,
-    title: keyHeader === KEY_HEADER_NAME ? title : title.replace(KEY_HEADER_NAME, keyHeader),
-    status,
-    detail,
-    code,
-  }
-  return {
-    status,
-    headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store', ...extraHeaders },
-    body: encoder.encode(JSON.stringify(body)),
-  }
+  return answerRenderer('problem', base, keyHeader)(code, detail, extraHeaders)
 }

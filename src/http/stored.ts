@@ -1,10 +1,11 @@
+import { canonicalForm } from '../core/canonical-form.js'
 import { canonicalJsonText, MAX_JSON_DEPTH } from '../core/canonical-json.js'
 import { canonicalJson, sha256Hex } from '../core/fingerprint.js'
 import { BODY_OMITTED_HEADER, REPLAYED_HEADER } from '../core/response-headers.js'
 import type { StoredResponse } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
-import { isJsonType } from './node-body.js'
-import { DEFAULT_PROBLEM_BASE } from './problem.js'
+import { isFormType, isJsonType } from './node-body.js'
+import { type AnswerRenderer, answerRenderer } from './problem.js'
 import { credentialScope, resolveScopeSecret } from './scope.js'
 import type { HttpRequestLike, HttpResponseLike } from './types.js'
 
@@ -62,22 +63,22 @@ export function toStored(response: HttpResponseLike, allow: Set<string>, maxBody
  * `body-omitted` problem as its body, so a client that parses the body learns why it is not the
  * original, and that the operation ran once.
  */
-export function fromStored(stored: StoredResponse, problemBase = DEFAULT_PROBLEM_BASE): HttpResponseLike {
+export function fromStored(stored: StoredResponse, render: AnswerRenderer = answerRenderer('problem')): HttpResponseLike {
   const omitted = stored.headers[BODY_OMITTED_HEADER]
   if (omitted === undefined) return { status: stored.status, headers: { ...stored.headers, [REPLAYED_HEADER]: 'true' }, body: stored.body }
-  // The problem below replaces the body: the original's encoding and language do not describe it.
+  // The answer below replaces the body: the original's encoding and language do not describe it.
   const { 'content-encoding': _encoding, 'content-language': _language, ...headers } = stored.headers
-  const body = {
-    type: `${problemBase}body-omitted`,
-    title: 'Response body not stored',
-    status: stored.status,
-    detail: `This request already ran once and answered ${stored.status} with a body of ${omitted} bytes, more than the idempotency layer stores for replays, so only its status and headers are replayed. Fetch the result (see Location, if given) instead of retrying.`,
-    code: 'BODY_OMITTED',
-  }
+  const answer = render(
+    'BODY_OMITTED',
+    `This request already ran once and answered ${stored.status} with a body of ${omitted} bytes, more than the idempotency layer stores for replays, so only its status and headers are replayed. Fetch the result (see Location, if given) instead of retrying.`,
+    {},
+    stored.status,
+  )
+  // A replay keeps the stored status; only the body and its type are the layer's.
   return {
     status: stored.status,
-    headers: { ...headers, 'content-type': 'application/problem+json', [REPLAYED_HEADER]: 'true' },
-    body: new TextEncoder().encode(JSON.stringify(body)),
+    headers: { ...headers, 'content-type': answer.headers['content-type'] as string, [REPLAYED_HEADER]: 'true' },
+    body: answer.body,
   }
 }
 
@@ -88,7 +89,9 @@ export function fromStored(stored: StoredResponse, problemBase = DEFAULT_PROBLEM
  * past {@link MAX_JSON_DEPTH} are a `400` (`BODY_INVALID`). A body that is not valid JSON is hashed as
  * bytes, never a crash. A body the framework already parsed (the bytes are gone) is canonicalised
  * from the parsed value, BigInt included; a value JSON cannot carry exactly is a `400`, never a
- * fallback to a value two different requests could share.
+ * fallback to a value two different requests could share. An `application/x-www-form-urlencoded` body
+ * is canonicalised from its bytes too: its fields in any order and percent-encoding are one request,
+ * the order of fields that share a name (`a[]=1&a[]=2`) counts (src/core/canonical-form.ts).
  *
  * @example
  * createEngine({ ledger, fingerprint: (req, body) => requestFingerprint({ ...req, url: req.url.split('?')[0] }, body) })
@@ -112,6 +115,7 @@ export function requestFingerprint(req: HttpRequestLike, body: Uint8Array): stri
     const canonical = canonicalJsonText(body)
     if (canonical !== undefined) return sha256Hex(`${head}json\n${canonical}`)
   }
+  if (isFormType(req.headers['content-type'])) return sha256Hex(`${head}form\n${canonicalForm(body)}`)
   return sha256Hex(head, 'bytes\n', body)
 }
 

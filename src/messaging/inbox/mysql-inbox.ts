@@ -42,11 +42,16 @@ export interface MySqlInboxOptions<Tx = MySqlConnectionLike> {
 const MAX_ID_BYTES = 1020
 const MAX_CONSUMER_BYTES = 255
 
+/** ER_LOCK_DEADLOCK, and how many transactions `handle` and `handleBatch` try before reporting one. */
+const DEADLOCK = 1213
+const DEADLOCK_ATTEMPTS = 5
+
 /**
- * Identity columns are VARBINARY (every text collation folds case or pads spaces). `mismatches` is
- * what the probe for "same ID, other payload" bumps: an UPDATE that changes the row it matches, so
+ * Identity columns are VARBINARY (every text collation folds case or pads spaces). `mismatches` counts
+ * copies of an ID that came with another payload; recording a known ID bumps it and, for the same
+ * payload, takes the bump back (see `#record`): each statement changes the row it matches, so
  * `affectedRows` tells the answer with or without CLIENT_FOUND_ROWS, and through any data-layer tool
- * (which reports only affected rows on MySQL). It commits only with a batch that reports the mismatch.
+ * (which reports only affected rows on MySQL).
  */
 const MIGRATIONS = (t: MySqlTableName): string[][] => [
   [
@@ -114,7 +119,7 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
   readonly #onEvent: (event: InboxEvent) => void
   readonly #consumerBytes: Buffer
   readonly #insert: string
-  readonly #probe: string
+  readonly #settle: string
 
   /** How long processed IDs are kept (the dedup window). */
   get retentionMs(): number {
@@ -146,9 +151,10 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
     this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
     assertFunctions('MySqlInbox', { onEvent: options.onEvent })
     this.#onEvent = options.onEvent ?? (() => {})
-    // INSERT IGNORE: 0 rows for a known ID whatever CLIENT_FOUND_ROWS says; lengths are checked first.
-    this.#insert = `INSERT IGNORE INTO ${this.#table.sql} (consumer, message_id, payload_hash, processed_at) VALUES (?, ?, ?, ${NOW_MS})`
-    this.#probe = `UPDATE ${this.#table.sql} SET mismatches = mismatches + 1 WHERE consumer = ? AND message_id = ? AND payload_hash <> ?`
+    // 1 row for a new ID; 2 for a known one, whose row it always changes (CLIENT_FOUND_ROWS or not).
+    this.#insert = `INSERT INTO ${this.#table.sql} (consumer, message_id, payload_hash, processed_at) VALUES (?, ?, ?, ${NOW_MS})
+      ON DUPLICATE KEY UPDATE mismatches = mismatches + 1`
+    this.#settle = `UPDATE ${this.#table.sql} SET mismatches = mismatches - 1 WHERE consumer = ? AND message_id = ? AND payload_hash = ?`
   }
 
   /** Creates the table. Idempotent; safe to run from several processes at once. */
@@ -330,9 +336,21 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
   }
 
   /**
-   * The ID's INSERT, then for a known ID the probe: an UPDATE that matches only a row with another
-   * payload. Both read the latest committed row (an INSERT waits on a concurrent insert of the same
-   * key), whatever snapshot the caller's transaction holds.
+   * The ID's INSERT, then for a known ID the settling UPDATE: it takes back the INSERT's bump when the
+   * payload is the same (a duplicate), and matches nothing for another payload (a mismatch, counted).
+   * Both read the latest committed row, whatever snapshot the caller's transaction holds.
+   *
+   * Why copies arriving at once cannot deadlock: the INSERT's ON DUPLICATE KEY UPDATE takes the known
+   * row's exclusive record lock at once (InnoDB, MySQL 8 and MariaDB alike; it waits on an uncommitted
+   * insert of the same key by asking for that lock), so the copies queue for one lock and each holds
+   * it alone until its transaction ends; the UPDATE then needs no lock it does not hold. An INSERT
+   * IGNORE took a shared lock instead: every waiting copy held one, each then asked for the exclusive
+   * lock to update the row, and waited on the others' shared locks (a deadlock, rolled back with
+   * "Deadlock found" for all but one).
+   *
+   *     copy A: INSERT (new row, locked) ... effect ... COMMIT
+   *     copy B: INSERT waits for the X lock ----------------> gets it: known; UPDATE; ROLLBACK
+   *     copy C: INSERT waits for the X lock ----------------------------------------> gets it ...
    */
   async #record(
     run: (sql: string, values: readonly (string | Buffer)[]) => Promise<number>,
@@ -341,13 +359,18 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
   ): Promise<'new' | 'duplicate' | 'mismatch'> {
     const id = Buffer.from(messageId, 'utf8')
     if ((await run(this.#insert, [this.#consumerBytes, id, hash])) === 1) return 'new'
-    return (await run(this.#probe, [this.#consumerBytes, id, hash])) > 0 ? 'mismatch' : 'duplicate'
+    return (await run(this.#settle, [this.#consumerBytes, id, hash])) > 0 ? 'duplicate' : 'mismatch'
   }
 
   /**
    * One transaction on a pooled connection, shared by `handle` and `handleBatch`. The caller's effects
    * run through `runEffect`, so their errors are rethrown as they are, while the database's become
    * `STORE_UNAVAILABLE`; either rolls back. `rollback: true` ends it without a commit.
+   *
+   * A deadlock before any effect ran is retried in a new transaction (InnoDB rolled the whole one
+   * back, and nothing of it had happened yet: as a redelivery would). It happens when the copy that
+   * inserted an ID rolls back (its effect failed) while others wait on the row: InnoDB hands each
+   * waiter a gap lock where the row was, and each one's insert then waits on the others' gap locks.
    */
   async #transaction<R>(
     label: string,
@@ -362,26 +385,33 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
     } catch (error) {
       throw mysqlMessagingError('MySqlInbox', 'connect', error, this.#table)
     }
-    let inTransaction = false
-    let inEffect = false
-    const runEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
-      inEffect = true
-      const value = await effect()
-      inEffect = false
-      return value
-    }
     try {
-      await connection.query('START TRANSACTION')
-      inTransaction = true
-      const { value, rollback } = await work(connection, runEffect)
-      await connection.query(rollback ? 'ROLLBACK' : 'COMMIT')
-      inTransaction = false
-      return value
-    } catch (error) {
-      if (inTransaction) await connection.query('ROLLBACK').catch(() => {})
-      // The effect's own errors are the caller's; ours mean the database is in trouble.
-      if (inEffect || error instanceof IdempotencyError) throw error
-      throw mysqlMessagingError('MySqlInbox', label, error, this.#table)
+      for (let attempt = 1; ; attempt++) {
+        let inTransaction = false
+        let inEffect = false
+        let effectRan = false
+        const runEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
+          inEffect = true
+          effectRan = true
+          const value = await effect()
+          inEffect = false
+          return value
+        }
+        try {
+          await connection.query('START TRANSACTION')
+          inTransaction = true
+          const { value, rollback } = await work(connection, runEffect)
+          await connection.query(rollback ? 'ROLLBACK' : 'COMMIT')
+          inTransaction = false
+          return value
+        } catch (error) {
+          if (inTransaction) await connection.query('ROLLBACK').catch(() => {})
+          // The effect's own errors are the caller's; ours mean the database is in trouble.
+          if (inEffect || error instanceof IdempotencyError) throw error
+          if (!effectRan && (error as { errno?: unknown } | null)?.errno === DEADLOCK && attempt < DEADLOCK_ATTEMPTS) continue
+          throw mysqlMessagingError('MySqlInbox', label, error, this.#table)
+        }
+      }
     } finally {
       connection.release()
     }

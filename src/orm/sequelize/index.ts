@@ -51,6 +51,8 @@ export function sequelizeTransactions(sequelize: Sequelize, options: SequelizeTr
         ...(dialect === 'postgres' ? { bind: [...values] } : { replacements: [...values] }),
       })) as [unknown, unknown]
       if (dialect === 'postgres') return { count: Array.isArray(rows) ? rows.length : 0 }
+      // A statement that starts with `INSERT INTO` is answered [insertId, affectedRows] by Sequelize.
+      if (typeof meta === 'number') return { count: meta }
       const header = (rows && typeof rows === 'object' && 'affectedRows' in rows ? rows : meta) as { affectedRows?: number }
       return { count: Number(header?.affectedRows ?? 0) }
     },
