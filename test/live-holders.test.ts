@@ -146,7 +146,9 @@ describe.concurrent('a holder inside its transaction, 35 s past its lease', () =
 
           // idemkey inspect, text and JSON
           const inspected = await cli('inspect', 'live', '--scope', scope, '--store', url)
-          expect(inspected).toMatch(/lease:\s+ended [\d.]+s ago: running in its transaction \(lease not renewed while the transaction holds the row;/)
+          expect(inspected).toMatch(
+            /lease:\s+ended [\d.]+s ago: running in its transaction \(lease not renewed while the transaction holds the row;/,
+          )
           expect(inspected).not.toContain('crashed')
           const inspectedJson = JSON.parse(await cli('inspect', 'live', '--scope', scope, '--store', url, '--json')) as {
             record: Record<string, unknown>
