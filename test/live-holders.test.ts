@@ -2,8 +2,8 @@
  * A holder alive inside its transaction is not a stuck one (issue 55, item 2). After a transaction's first
  * step the record's row stays locked and its lease is no longer renewed (docs/steps.md), so 35 s into a
  * healthy request the lease has long ended. Every operator surface (idemkey list and inspect, as text and
- * JSON, the operator page's api/summary, the Prometheus gauge behind the "stuck holders" alert) must say
- * it runs in its transaction, and still call STUCK a holder killed mid-transaction (rolled back) and one
+ * JSON, the operator page's api/summary and api/record, the Prometheus and OpenTelemetry gauges behind the
+ * "stuck holders" alert) must say it runs in its transaction, and still call STUCK a holder killed mid-transaction (rolled back) and one
  * whose lease ran out outside any transaction. Real processes on real PostgreSQL and MySQL/MariaDB.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
@@ -14,9 +14,11 @@ import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { type DataPoint, MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics'
 import mysql from 'mysql2/promise'
 import pg from 'pg'
 import type { IdempotencyStore } from '../src/core/store.js'
+import { openTelemetry } from '../src/observability/opentelemetry.js'
 import { type OperatorSummary, operatorPage } from '../src/observability/operator-page.js'
 import { prometheusMetrics } from '../src/observability/prometheus.js'
 import { openStore } from '../src/stores/open.js'
@@ -83,17 +85,40 @@ async function holder(store: string, scope: string, key: string): Promise<{ chil
   return { child, lines }
 }
 
-async function summaryOf(store: IdempotencyStore): Promise<OperatorSummary> {
+/** The operator page's api/summary, and its api/record of each key given (in `scope`). */
+async function pageOf(store: IdempotencyStore, scope: string, keys: string[]) {
   const page = operatorPage({ store })
   const server = createServer((req, res) => page.handler(req, res))
   server.listen(0, '127.0.0.1')
   await once(server, 'listening')
   try {
     const { port } = server.address() as AddressInfo
-    return (await (await fetch(`http://127.0.0.1:${port}/api/summary`)).json()) as OperatorSummary
+    const get = async (path: string) => (await fetch(`http://127.0.0.1:${port}${path}`)).json()
+    const summary = (await get('/api/summary')) as OperatorSummary
+    const records: Record<string, { leaseEnded: string | null }> = {}
+    for (const key of keys)
+      records[key] = (await get(`/api/record?${new URLSearchParams({ key, scope })}`)) as { leaseEnded: string | null }
+    return { summary, records }
   } finally {
     server.close()
   }
+}
+
+class TestReader extends MetricReader {
+  protected async onForceFlush(): Promise<void> {}
+  protected async onShutdown(): Promise<void> {}
+}
+
+/** The points of `idemkey.holders.past_lease` from openTelemetry({ store }), by `idemkey.holder.state`. */
+async function otelHolders(store: IdempotencyStore): Promise<Record<string, unknown>> {
+  const reader = new TestReader()
+  openTelemetry({ meterProvider: new MeterProvider({ readers: [reader] }), traces: false, store })
+  const { resourceMetrics } = await reader.collect()
+  const points = resourceMetrics.scopeMetrics
+    .flatMap((s) => s.metrics)
+    .filter((m) => m.descriptor.name === 'idemkey.holders.past_lease')
+    .flatMap((m) => m.dataPoints as DataPoint<number>[])
+  return Object.fromEntries(points.map((p) => [p.attributes['idemkey.holder.state'], p.value]))
 }
 
 /** The value of one sample of the Prometheus text, `undefined` when absent. */
@@ -162,15 +187,19 @@ describe.concurrent('a holder inside its transaction, 35 s past its lease', () =
           expect(await cli('inspect', 'killed', '--scope', scope, '--store', url)).toContain('not renewed (holder crashed or hung')
 
           // The operator page's summary
-          const summary = await summaryOf(store)
+          const { summary, records } = await pageOf(store, scope, ['live', 'killed'])
           expect(summary.stuck.map((r) => r.key).sort()).toEqual(['killed', 'plain'])
           expect(summary.inTransaction.map((r) => r.key)).toEqual(['live'])
+          expect(summary.holdersUnchecked).toBeUndefined()
+          expect(records.live?.leaseEnded).toBe('in_transaction')
+          expect(records.killed?.leaseEnded).toBe('abandoned')
 
-          // The gauge behind the "holders stuck past their lease" alert
+          // The gauges behind the "holders stuck past their lease" alert: the proxy's and OpenTelemetry's
           const metrics = prometheusMetrics({ store })
           const text = await metrics.registry.metrics()
           expect(sample(text, 'idemkey_holders_past_lease{state="stuck"}')).toBe(2)
           expect(sample(text, 'idemkey_holders_past_lease{state="in_transaction"}')).toBe(1)
+          expect(await otelHolders(store)).toEqual({ stuck: 2, in_transaction: 1 })
 
           // The live holder was alive all along: it commits, and the record is completed.
           live.child.stdin?.write('go\n')

@@ -64,3 +64,20 @@ export async function leaseEnds(store: IdempotencyStore, records: readonly Store
     return { ends, unchecked: error instanceof Error ? error.message : String(error) }
   }
 }
+
+/** The in-progress records {@link holdersPastLease} reads, at most: the gauges count up to this many. */
+export const HOLDERS_COUNT_LIMIT = 1_000
+
+/**
+ * How many holders are past their lease, stuck (abandoned) or alive in their transaction, among the first
+ * {@link HOLDERS_COUNT_LIMIT} in-progress records: what the holders gauges report. Rejects when the store
+ * does not answer the listing.
+ */
+export async function holdersPastLease(store: IdempotencyStore, nowMs: number): Promise<{ stuck: number; inTransaction: number }> {
+  const records = await store.list({ status: 'in_progress', limit: HOLDERS_COUNT_LIMIT })
+  const { ends } = await leaseEnds(store, records, nowMs)
+  return {
+    stuck: ends.filter((end) => end === 'abandoned').length,
+    inTransaction: ends.filter((end) => end === 'in_transaction').length,
+  }
+}

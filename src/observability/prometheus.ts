@@ -3,7 +3,7 @@
  * Prometheus names (docs/observability.md). Loaded only by `idemkey proxy --admin-port`.
  */
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client'
-import { leaseEnds } from '../core/lease-end.js'
+import { holdersPastLease } from '../core/lease-end.js'
 import type { LedgerTelemetry } from '../core/ledger.js'
 import type { IdempotencyStore } from '../core/store.js'
 import { isIdempotencyError } from '../errors.js'
@@ -27,13 +27,10 @@ export interface PrometheusMetrics {
 export interface PrometheusMetricsOptions {
   /**
    * The store whose holders past their lease `idemkey_holders_past_lease` counts, read at each scrape
-   * (in-progress records, at most {@link HOLDERS_COUNT_LIMIT}). Without it the gauge is not registered.
+   * (in-progress records, at most 1,000: `HOLDERS_COUNT_LIMIT`). Without it the gauge is not registered.
    */
   store?: IdempotencyStore
 }
-
-/** The in-progress records `idemkey_holders_past_lease` reads per scrape, at most. */
-export const HOLDERS_COUNT_LIMIT = 1_000
 
 /**
  * Creates a registry with idemkey's metrics (and Node's default process metrics, `process_*`/`nodejs_*`).
@@ -52,10 +49,9 @@ export function prometheusMetrics(options: PrometheusMetricsOptions = {}): Prome
       async collect() {
         this.reset()
         try {
-          const records = await store.list({ status: 'in_progress', limit: HOLDERS_COUNT_LIMIT })
-          const { ends } = await leaseEnds(store, records, Date.now())
-          this.set({ state: 'stuck' }, ends.filter((end) => end === 'abandoned').length)
-          this.set({ state: 'in_transaction' }, ends.filter((end) => end === 'in_transaction').length)
+          const holders = await holdersPastLease(store, Date.now())
+          this.set({ state: 'stuck' }, holders.stuck)
+          this.set({ state: 'in_transaction' }, holders.inTransaction)
         } catch {
           // The store did not answer: no sample (idemkey_store_up and the store errors say so), not a failed scrape.
         }
