@@ -2,7 +2,7 @@ import { createInterface } from 'node:readline/promises'
 import type { Command } from 'commander'
 import { describeStore } from '../stores/open.js'
 import { storeOption } from './options.js'
-import { leaseState, printJson } from './output.js'
+import { leaseEndOf, leaseState, printJson } from './output.js'
 import { CliError, withExistingStore } from './run.js'
 
 /**
@@ -34,8 +34,9 @@ Examples:
           if (!process.stdin.isTTY) {
             throw new CliError('evict deletes a record and needs confirmation: run it in a terminal, or pass --yes.', 2)
           }
+          const now = Date.now()
           const what = record
-            ? `${record.status} record (token ${record.token}, ${record.attempts} attempt(s), lease ${leaseState(record, Date.now())})`
+            ? `${record.status} record (token ${record.token}, ${record.attempts} attempt(s), lease ${leaseState(record, now, await leaseEndOf(store, record, now))})`
             : 'record (expired or absent)'
           const rl = createInterface({ input: process.stdin, output: process.stderr })
           const answer = await rl.question(

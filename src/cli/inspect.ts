@@ -1,10 +1,11 @@
 import type { Command } from 'commander'
+import type { LeaseEnd } from '../core/lease-end.js'
 import { DEFAULT_SCOPE } from '../core/ledger.js'
 import type { StoredRecord } from '../core/store.js'
 import { describeStore, parseStoreUrl } from '../stores/open.js'
 import { DEFAULT_INBOX_TABLE, readInboxes, renderInboxes } from './inbox-report.js'
 import { storeOption } from './options.js'
-import { age, bodyPreview, leaseState, printJson, recordJson, renderPairs } from './output.js'
+import { age, bodyPreview, leaseEndOf, leaseState, printJson, recordJson, renderPairs } from './output.js'
 import { assertStoreExists, CliError, withExistingStore } from './run.js'
 
 /** The scopes tried when `--scope` is not given: the HTTP layer's default, then the ledger's. */
@@ -65,11 +66,12 @@ Examples:
             `No live record for key "${key}" in scope ${where} of ${describeStore(spec)}. It may never have been used, have expired, or live in another scope: pass --scope, or look with idemkey list.`,
           )
         }
+        const end = await leaseEndOf(store, record, now)
         if (options.json) {
-          printJson({ found: true, record: recordJson(record, now) })
+          printJson({ found: true, record: recordJson(record, now, end) })
           return
         }
-        process.stdout.write(`${renderRecord(record, now)}\n`)
+        process.stdout.write(`${renderRecord(record, now, end)}\n`)
       })
     })
 }
@@ -106,7 +108,7 @@ async function inspectInboxes(options: InspectOptions): Promise<void> {
   process.stdout.write(`${renderInboxes(rows, options.inboxTable, now)}\n`)
 }
 
-function renderRecord(record: StoredRecord, now: number): string {
+function renderRecord(record: StoredRecord, now: number, end: LeaseEnd | null): string {
   const pairs: Array<[string, string | number]> = [
     ['key', record.key],
     ['scope', record.scope],
@@ -114,7 +116,7 @@ function renderRecord(record: StoredRecord, now: number): string {
     ['age', age(record.createdAtMs, now)],
     ['token', record.token],
     ['attempts', record.attempts],
-    ['lease', leaseState(record, now)],
+    ['lease', leaseState(record, now, end)],
     ['created', new Date(record.createdAtMs).toISOString()],
     ['updated', new Date(record.updatedAtMs).toISOString()],
     ['expires', new Date(record.expiresAtMs).toISOString()],

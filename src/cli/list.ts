@@ -1,13 +1,17 @@
 import { type Command, Option } from 'commander'
+import { type LeaseEnd, leaseEnds } from '../core/lease-end.js'
 import type { IdempotencyStore, ListFilter, RecordStatus, StoredRecord } from '../core/store.js'
 import { durationArg, intArg, storeOption } from './options.js'
-import { age, isStuck, leaseEnd, leaseState, printJson, recordJson, renderTable } from './output.js'
+import { age, leaseState, printJson, recordJson, renderTable, warnUnchecked } from './output.js'
 import { withExistingStore } from './run.js'
 
 const STATUSES: RecordStatus[] = ['in_progress', 'completed', 'failed']
 
-/** The first column of the table, by what ended the lease (see leaseEnd in output.ts). */
-const LABELS = { abandoned: 'STUCK', released: 'released', live: '' } as const
+/** The first column of the table, by what ended the lease (core/lease-end.ts). */
+const LABELS = { abandoned: 'STUCK', in_transaction: 'in tx', released: 'released', live: '' } as const
+
+/** Stuck first, then those running (lease held, or in their transaction), then released, then settled. */
+const RANK = { abandoned: 0, live: 1, in_transaction: 1, released: 2 } as const
 
 interface ListOptions {
   store: string
@@ -21,8 +25,9 @@ interface ListOptions {
 
 /**
  * `idemkey list`: records for operators. Stuck intents first (in progress, lease ended without a
- * release: the holder crashed or hung), then live in-progress ones, then released ones (a transient
- * failure gave them back; the next retry runs afresh), then settled ones; oldest first within each.
+ * release: the holder crashed or hung), then live in-progress ones (lease held, or the holder inside its
+ * transaction), then released ones (a transient failure gave them back; the next retry runs afresh),
+ * then settled ones; oldest first within each.
  */
 export function registerList(program: Command): void {
   program
@@ -45,30 +50,32 @@ Examples:
 
 The first column: STUCK is an in-progress record whose lease ran out without a release (its holder
 crashed, was killed or hung): the next retry with its key takes over and runs the work again, so check
-whether it took effect. "released" is one a transient failure (5xx, 401, 408, 409, 425, 429, a thrown
-error) gave back: nothing is wrong, the next retry runs afresh.`,
+whether it took effect. "in tx" is one whose holder runs inside its database transaction, which holds
+the record's row (runInTransaction after its first step no longer renews the lease): it is alive, a
+duplicate waits for its commit. "released" is one a transient failure (5xx, 401, 408, 409, 425, 429, a
+thrown error) gave back: nothing is wrong, the next retry runs afresh.`,
     )
     .action(async (options: ListOptions) => {
       await withExistingStore(options.store, 'list', async ({ store }) => {
         const now = Date.now()
-        const records = await collect(store, options, now)
+        const { records, ends } = await collect(store, options, now)
         if (options.json) {
-          printJson(records.map((r) => ({ ...recordJson(r, now), stuck: isStuck(r, now) })))
+          printJson(records.map((r, i) => recordJson(r, now, ends[i] ?? null)))
           return
         }
         if (records.length === 0) {
           process.stdout.write('no records match\n')
           return
         }
-        const rows = records.map((r) => [
-          LABELS[leaseEnd(r, now) ?? 'live'],
+        const rows = records.map((r, i) => [
+          LABELS[ends[i] ?? 'live'],
           r.scope,
           r.key,
           r.status,
           age(r.createdAtMs, now),
           r.token,
           r.attempts,
-          leaseState(r, now),
+          leaseState(r, now, ends[i] ?? null),
           r.response ? String(r.response.status) : '-',
         ])
         process.stdout.write(`${renderTable(['', 'scope', 'key', 'status', 'age', 'token', 'attempts', 'lease', 'response'], rows)}\n`)
@@ -78,9 +85,14 @@ error) gave back: nothing is wrong, the next retry runs afresh.`,
 
 /**
  * Asks the store per status (in progress first), so stuck intents are never pushed out of the
- * listing by a mass of completed ones, then orders: stuck, in progress, the rest; oldest first.
+ * listing by a mass of completed ones, and which holders past their lease run in their transaction,
+ * then orders: stuck, in progress, released, the rest; oldest first.
  */
-async function collect(store: IdempotencyStore, options: ListOptions, now: number): Promise<StoredRecord[]> {
+async function collect(
+  store: IdempotencyStore,
+  options: ListOptions,
+  now: number,
+): Promise<{ records: StoredRecord[]; ends: Array<LeaseEnd | null> }> {
   const base: ListFilter = { limit: options.limit }
   if (options.scope !== undefined) base.scope = options.scope
   if (options.olderThan !== undefined) base.createdBeforeMs = now - options.olderThan
@@ -91,10 +103,12 @@ async function collect(store: IdempotencyStore, options: ListOptions, now: numbe
     if (records.length >= options.limit) break
     records.push(...(await store.list({ ...base, status, limit: options.limit - records.length })))
   }
-  const rank = (r: StoredRecord) => {
-    if (r.status !== 'in_progress') return 3
-    const ended = leaseEnd(r, now)
-    return ended === 'abandoned' ? 0 : ended === 'released' ? 2 : 1
-  }
-  return records.sort((a, b) => rank(a) - rank(b) || a.createdAtMs - b.createdAtMs).slice(0, options.limit)
+  const found = await leaseEnds(store, records, now)
+  warnUnchecked(found.unchecked)
+  const rank = (i: number) => ((records[i] as StoredRecord).status === 'in_progress' ? RANK[found.ends[i] ?? 'live'] : 3)
+  const order = records
+    .map((_, i) => i)
+    .sort((a, b) => rank(a) - rank(b) || (records[a] as StoredRecord).createdAtMs - (records[b] as StoredRecord).createdAtMs)
+    .slice(0, options.limit)
+  return { records: order.map((i) => records[i] as StoredRecord), ends: order.map((i) => found.ends[i] ?? null) }
 }

@@ -1,5 +1,6 @@
 import { formatDuration } from '../core/duration.js'
-import type { StoredRecord } from '../core/store.js'
+import { type LeaseEnd, leaseEnd, leaseEnds } from '../core/lease-end.js'
+import type { IdempotencyStore, StoredRecord } from '../core/store.js'
 
 /**
  * Renders rows as an aligned plain-text table with a header line; numbers are right-aligned.
@@ -29,8 +30,11 @@ export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`)
 }
 
-/** A record as plain JSON: times as ISO strings and ages, the body summarized (size, and text when readable). */
-export function recordJson(record: StoredRecord, nowMs: number): Record<string, unknown> {
+/**
+ * A record as plain JSON: times as ISO strings and ages, the body summarized (size, and text when readable);
+ * `leaseEnded` and `stuck` (abandoned by its holder) by `end`, what leaseEnds (core/lease-end.ts) found.
+ */
+export function recordJson(record: StoredRecord, nowMs: number, end: LeaseEnd | null): Record<string, unknown> {
   return {
     scope: record.scope,
     key: record.key,
@@ -43,8 +47,9 @@ export function recordJson(record: StoredRecord, nowMs: number): Record<string, 
     updatedAt: new Date(record.updatedAtMs).toISOString(),
     expiresAt: new Date(record.expiresAtMs).toISOString(),
     lockedUntil: record.lockedUntilMs === null ? null : new Date(record.lockedUntilMs).toISOString(),
-    leaseState: leaseState(record, nowMs),
-    leaseEnded: leaseEnd(record, nowMs),
+    leaseState: leaseState(record, nowMs, end),
+    leaseEnded: end,
+    stuck: end === 'abandoned',
     resourceId: record.resourceId,
     response: record.response
       ? {
@@ -58,36 +63,38 @@ export function recordJson(record: StoredRecord, nowMs: number): Record<string, 
 }
 
 /**
- * What ended the lease of an in-progress record, once it has ended:
- * - `released`: the holder gave the record back (a transient failure: 5xx, 401, 408, 409, 425, 429, a
- *   thrown error), so the next retry with the key runs afresh. Nothing is wrong.
- * - `abandoned`: the holder stopped renewing (crashed, killed, hung, cut off from the store). The next
- *   retry takes over; until one comes, the intent is stuck, and whether its work ran is unknown.
- *
- * Every built-in store ends a released lease at the instant of the release (`locked_until` =
- * `updated_at`), while a lease that ran out ends after the holder's last write (its last acquire or
- * renewal set `locked_until` = `updated_at` + lease). A custom store that does not keep this is
- * reported as abandoned, the cautious reading. `null` while the lease is live or the record is settled.
+ * `held 12s more`, `released 3s ago (…)`, `ended 3s ago: running in its transaction (…)`, `ended 3s ago, not
+ * renewed (…)`, or `-` once the record is settled. `end`: what ended the lease, as leaseEnds (core/lease-end.ts) found
+ * (by default as the record alone tells, which cannot see a holder in its transaction).
  */
-export function leaseEnd(record: StoredRecord, nowMs: number): 'released' | 'abandoned' | null {
-  if (record.status !== 'in_progress' || record.lockedUntilMs === null || record.lockedUntilMs > nowMs) return null
-  return record.lockedUntilMs <= record.updatedAtMs ? 'released' : 'abandoned'
-}
-
-/** `held 12s more`, `released 3s ago (…)`, `ended 3s ago, not renewed (…)`, or `-` once the record is settled. */
-export function leaseState(record: StoredRecord, nowMs: number): string {
+export function leaseState(record: StoredRecord, nowMs: number, end: LeaseEnd | null = leaseEnd(record, nowMs)): string {
   if (record.status !== 'in_progress' || record.lockedUntilMs === null) return '-'
   const left = record.lockedUntilMs - nowMs
   if (left > 0) return `held ${formatDuration(left)} more`
   const ago = formatDuration(-left)
-  return leaseEnd(record, nowMs) === 'released'
-    ? `released ${ago} ago (transient failure: the next retry runs afresh)`
-    : `ended ${ago} ago, not renewed (holder crashed or hung: the next retry takes over)`
+  if (end === 'released') return `released ${ago} ago (transient failure: the next retry runs afresh)`
+  if (end === 'in_transaction') {
+    return `ended ${ago} ago: running in its transaction (lease not renewed while the transaction holds the row; duplicates wait for its commit)`
+  }
+  return `ended ${ago} ago, not renewed (holder crashed or hung: the next retry takes over)`
 }
 
-/** Whether an in-progress record was abandoned by its holder (crashed or hung), as opposed to released. */
-export function isStuck(record: StoredRecord, nowMs: number): boolean {
-  return leaseEnd(record, nowMs) === 'abandoned'
+/** What ended one record's lease, asking the store whether its holder runs in its transaction (leaseEnds). */
+export async function leaseEndOf(store: IdempotencyStore, record: StoredRecord, nowMs: number): Promise<LeaseEnd | null> {
+  const found = await leaseEnds(store, [record], nowMs)
+  warnUnchecked(found.unchecked)
+  return found.ends[0] ?? null
+}
+
+/**
+ * Says on stderr that the store could not tell which holders run in their transaction (`unchecked` of
+ * leaseEnds): those are shown STUCK, which may be wrong for some.
+ */
+export function warnUnchecked(unchecked: string | undefined): void {
+  if (unchecked === undefined) return
+  process.stderr.write(
+    `idemkey: could not ask the store which holders run inside their transaction (${unchecked}); they are shown as STUCK. Run the command again.\n`,
+  )
 }
 
 /** Up to 120 characters of a body when it is UTF-8 text, else `null`. */

@@ -27,7 +27,8 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
   const spec = parseStoreUrl(flags.store)
   const { log: logger, access } = createLogger({ level: flags.logLevel, format: flags.logFormat })
   const admin = flags.adminPort !== undefined
-  const metrics: PrometheusMetrics | undefined = admin ? prometheusMetrics() : undefined
+  // Made once the store is: its holders gauge reads it at each scrape (onStoreState runs later, on first use).
+  let metrics: PrometheusMetrics | undefined
   // Said once per change: an outage is one error line and one line when it ends, not one per request.
   let wasDown = false
   const onStoreState = (up: boolean, error?: unknown) => {
@@ -56,6 +57,7 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
     1_000,
     onStoreState,
   )
+  if (admin) metrics = prometheusMetrics({ store })
   const ledger = new Ledger({ store, lease: flags.lease, ttl: flags.ttl, wait: flags.wait, telemetry: metrics?.telemetry })
   const page = admin ? operatorPage({ store, token: flags.adminToken }) : undefined
   const onEvent = (event: EngineEvent) => {

@@ -119,6 +119,10 @@ export class ReconnectingStore implements IdempotencyStore {
   list(filter?: ListFilter): Promise<StoredRecord[]> {
     return this.#call((store) => store.list(filter))
   }
+  /** The opened store's answer; every record `false` when it has no transactional holders. */
+  heldInTransaction(records: ReadonlyArray<{ scope: string; key: string }>): Promise<boolean[]> {
+    return this.#call(async (store) => (store.heldInTransaction ? store.heldInTransaction(records) : records.map(() => false)))
+  }
   purgeExpired(limit: number): Promise<number> {
     return this.#call((store) => store.purgeExpired(limit))
   }

@@ -137,6 +137,14 @@ export interface IdempotencyStore {
    */
   recordStep?(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean>
   /**
+   * For operators (`idemkey list`, the operator page): per record, in the order given, whether an open
+   * database transaction holds its row now. A holder inside `runInTransaction` holds it from its first step
+   * on, and no longer renews its lease (docs/steps.md): past its lease, such a holder is alive, not stuck.
+   * Asks without waiting for any lock, in its own short transaction. Optional: stores without transactional
+   * holders (Redis, DynamoDB, memory, SQLite) leave it out.
+   */
+  heldInTransaction?(records: ReadonlyArray<{ scope: string; key: string }>): Promise<boolean[]>
+  /**
    * Calls `onChange` when the record may have changed (completed, released, evicted). Optional:
    * without it the ledger polls. Notifications may be lost; waiters always poll as well.
    */

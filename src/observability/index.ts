@@ -10,5 +10,6 @@ export {
   type OperatorPageRelay,
   type OperatorSummary,
   operatorPage,
+  type PastLeaseHolder,
 } from './operator-page.js'
 export { keyHash } from './recorder.js'

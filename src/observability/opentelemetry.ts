@@ -18,11 +18,14 @@ import {
   type TracerProvider,
   trace,
 } from '@opentelemetry/api'
+import { holdersPastLease } from '../core/lease-end.js'
 import type { LedgerTelemetry } from '../core/ledger.js'
+import type { IdempotencyStore } from '../core/store.js'
 import { assertMethods } from '../core/validate.js'
 import { isIdempotencyError } from '../errors.js'
 import {
   DURATION_BUCKETS_S,
+  dbSystem,
   keyHash,
   type MetricSink,
   type RunSpan,
@@ -49,6 +52,13 @@ export interface OpenTelemetryOptions {
   traces?: boolean
   /** Record metrics. @default true */
   metrics?: boolean
+  /**
+   * The store whose holders past their lease the gauge `idemkey.holders.past_lease` reports, read at each
+   * collection (in-progress records, at most 1,000): `idemkey.holder.state` is `stuck` (crashed or hung:
+   * page on it) or `in_transaction` (alive inside its transaction, docs/steps.md). Without it the gauge
+   * is not made.
+   */
+  store?: IdempotencyStore
 }
 
 /**
@@ -68,6 +78,7 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): LedgerTelemet
   if (options.metrics !== false) {
     const meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(INSTRUMENTATION_NAME)
     sinks.push(otelMetrics(meter))
+    if (options.store) holdersGauge(meter, options.store)
   }
   const spans =
     options.traces === false ? undefined : otelSpans((options.tracerProvider ?? trace.getTracerProvider()).getTracer(INSTRUMENTATION_NAME))
@@ -157,6 +168,28 @@ function otelMetrics(meter: Meter): MetricSink {
       else errors.set(id, { attributes: { 'db.system.name': system, 'db.operation.name': operation }, value: 1 })
     },
   }
+}
+
+/** `idemkey.holders.past_lease`: read from the store when the SDK collects; no point while the store does not answer. */
+function holdersGauge(meter: Meter, store: IdempotencyStore): void {
+  const system = dbSystem(store.name)
+  const stuck: Attributes = { 'db.system.name': system, 'idemkey.holder.state': 'stuck' }
+  const inTransaction: Attributes = { 'db.system.name': system, 'idemkey.holder.state': 'in_transaction' }
+  meter
+    .createObservableGauge('idemkey.holders.past_lease', {
+      description:
+        'In-progress records past their lease: stuck (the holder crashed or hung) or in_transaction (alive inside its transaction)',
+      unit: '{record}',
+    })
+    .addCallback(async (result) => {
+      try {
+        const holders = await holdersPastLease(store, Date.now())
+        result.observe(holders.stuck, stuck)
+        result.observe(holders.inTransaction, inTransaction)
+      } catch {
+        // The store did not answer: no point (idemkey.store.errors says so), not a failed collection.
+      }
+    })
 }
 
 function otelSpans(tracer: Tracer): SpanStarter {

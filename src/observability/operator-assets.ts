@@ -18,7 +18,8 @@ export const PAGE_HTML = `<!doctype html>
 <main id="main">
 <section><h2>Records by state</h2><table id="counts"><tbody></tbody></table></section>
 <section><h2>Rates <small>(per second, 10 s buckets, last 5 minutes)</small></h2><div id="charts"></div></section>
-<section><h2>Holders past their lease without an outcome</h2><p class="hint">Their holder crashed or stalled: the next retry takes the record over and runs the work again.</p><table id="stuck"><thead><tr><th>scope</th><th>key</th><th>key hash</th><th>token</th><th>lease ended</th><th>attempts</th></tr></thead><tbody></tbody></table></section>
+<section><h2>Holders past their lease without an outcome</h2><p class="hint">Their holder crashed or stalled: the next retry takes the record over and runs the work again.</p><p id="holders-unchecked" class="hint" hidden></p><table id="stuck"><thead><tr><th>scope</th><th>key</th><th>key hash</th><th>token</th><th>lease ended</th><th>attempts</th></tr></thead><tbody></tbody></table>
+<h3>Running in their transaction</h3><p class="hint">Past their lease, alive: the holder's open transaction holds the record's row (the lease is not renewed from its first step on). Duplicates wait for its commit.</p><table id="in-transaction"><thead><tr><th>scope</th><th>key</th><th>key hash</th><th>token</th><th>lease ended</th><th>attempts</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Recent mismatches</h2><p class="hint">A key reused with another request: a client bug, or a key that is not unique enough.</p><table id="mismatches"><thead><tr><th>when</th><th>key hash</th></tr></thead><tbody></tbody></table></section>
 <section id="inbox-section" hidden><h2>Inboxes <small>(oldest kept message ID)</small></h2><p class="hint">How far back each inbox's dedup window reaches. Older than the retention: purge() is not running. The retention must cover the broker's redelivery horizon.</p><table id="inboxes"><thead><tr><th>consumer</th><th>retention</th><th>oldest kept</th><th>age</th><th>message ID</th></tr></thead><tbody></tbody></table><h3>Failing messages <small>(attempts recorded against maxAttempts)</small></h3><p class="hint">Failing, or delivered again and running. One that reaches maxAttempts is given up on (dead-lettered).</p><table id="failing"><thead><tr><th>consumer</th><th>attempts</th><th>last attempt</th><th>age</th><th>message ID</th></tr></thead><tbody></tbody></table></section>
 <section id="relay-section" hidden><h2>CDC relay slots <small>(WAL held for the broker)</small></h2><p class="hint">A slot keeps the WAL its relay has not had confirmed by the broker. Missing, lost or past the relay's maxLagBytes: its ready() (/readyz) fails; see docs/messaging.md, "CDC relay".</p><table id="relays"><thead><tr><th>slot</th><th>state</th><th>lag</th><th>max lag</th><th>read by a relay</th><th>WAL status</th></tr></thead><tbody></tbody></table></section>
@@ -85,7 +86,11 @@ export const PAGE_JS = `'use strict'
     store.className = 'pill ' + (s.store.up ? 'up' : 'down')
     $('updated').textContent = 'updated ' + when(s.generatedAtMs)
     fill($('counts'), Object.entries(s.counts).map(([state, c]) => [state, (c.capped ? '≥ ' : '') + c.count]), 'store unavailable')
-    fill($('stuck'), s.stuck.map((r) => [r.scope, r.key, r.keyHash, r.token, when(r.lockedUntilMs), r.attempts]), 'none')
+    const holders = (list) => list.map((r) => [r.scope, r.key, r.keyHash, r.token, when(r.lockedUntilMs), r.attempts])
+    fill($('stuck'), holders(s.stuck), 'none')
+    fill($('in-transaction'), holders(s.inTransaction), 'none')
+    $('holders-unchecked').hidden = !s.holdersUnchecked
+    $('holders-unchecked').textContent = s.holdersUnchecked ? 'The store could not say which run in their transaction (' + s.holdersUnchecked + '): those are listed here.' : ''
     fill($('mismatches'), s.activity.mismatches.map((m) => [when(m.atMs), m.keyHash]), 'none')
     $('inbox-section').hidden = s.inboxes.length === 0
     fill($('inboxes'), s.inboxes.map((i) => [i.consumer, i.retentionMs === null ? '-' : span(i.retentionMs),

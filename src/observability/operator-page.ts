@@ -1,5 +1,6 @@
 import { timingSafeEqual } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import { type LeaseEnd, leaseEnds } from '../core/lease-end.js'
 import type { IdempotencyStore, RecordStatus, StoredRecord } from '../core/store.js'
 import { assertFunctions, assertMethods, assertOptionalPositiveInteger } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
@@ -62,8 +63,20 @@ export interface OperatorSummary {
   generatedAtMs: number
   store: { name: string; up: boolean; error?: string }
   counts: Record<RecordStatus, { count: number; capped: boolean }>
-  /** In-progress records whose lease ended without an outcome: their holder crashed or stalled. */
-  stuck: Array<{ scope: string; key: string; keyHash: string; token: number; lockedUntilMs: number; attempts: number }>
+  /**
+   * In-progress records whose lease ran out without an outcome or a release, and whose row no open
+   * transaction holds: their holder crashed or hung. At most 50.
+   */
+  stuck: PastLeaseHolder[]
+  /**
+   * In-progress records past their lease whose row an open transaction holds: the holder runs inside its
+   * transaction (`runInTransaction` after its first step, which no longer renews the lease; docs/steps.md).
+   * Alive, not stuck: duplicates wait for its commit. At most 50; always empty on stores without
+   * transactions (Redis, DynamoDB, memory, SQLite).
+   */
+  inTransaction: PastLeaseHolder[]
+  /** Set when the store could not say which holders run in their transaction: those are listed as stuck. */
+  holdersUnchecked?: string
   /**
    * Each inbox given: its retention and oldest kept ID (`null`: none kept, or it cannot tell; `error`: it
    * failed to answer), and its messages with attempts recorded, most first (`inbox.failing()`; none when
@@ -93,7 +106,32 @@ export interface OperatorSummary {
   activity: ActivitySnapshot
 }
 
+/** A holder past its lease, as the summary lists it. */
+export interface PastLeaseHolder {
+  scope: string
+  key: string
+  keyHash: string
+  token: number
+  lockedUntilMs: number
+  attempts: number
+}
+
 const STATES: RecordStatus[] = ['in_progress', 'completed', 'failed']
+
+/** The summary's rows of the records whose lease ended `end` (at most 50). */
+function pastLease(records: readonly StoredRecord[], ends: ReadonlyArray<LeaseEnd | null>, end: LeaseEnd): PastLeaseHolder[] {
+  return records
+    .filter((_, i) => ends[i] === end)
+    .slice(0, 50)
+    .map((r) => ({
+      scope: r.scope,
+      key: r.key,
+      keyHash: keyHash(r.scope, r.key),
+      token: r.token,
+      lockedUntilMs: r.lockedUntilMs as number,
+      attempts: r.attempts,
+    }))
+}
 
 /**
  * A read-only page for operators: records by state, holders past their lease without an outcome,
@@ -128,6 +166,7 @@ export function operatorPage(options: OperatorPageOptions): OperatorPage {
       store: { name: store.name, up: true },
       counts,
       stuck: [],
+      inTransaction: [],
       inboxes: await inboxRows(options.inboxes ?? []),
       relays: await relayRows(options.relays ?? []),
       activity: activity.snapshot(),
@@ -137,18 +176,10 @@ export function operatorPage(options: OperatorPageOptions): OperatorPage {
         const records = await store.list({ status, limit: status === 'in_progress' ? Math.max(countLimit, 1_000) : countLimit })
         counts[status] = { count: Math.min(records.length, countLimit), capped: records.length >= countLimit }
         if (status === 'in_progress') {
-          const at = now()
-          result.stuck = records
-            .filter((r) => r.lockedUntilMs !== null && r.lockedUntilMs < at)
-            .slice(0, 50)
-            .map((r) => ({
-              scope: r.scope,
-              key: r.key,
-              keyHash: keyHash(r.scope, r.key),
-              token: r.token,
-              lockedUntilMs: r.lockedUntilMs as number,
-              attempts: r.attempts,
-            }))
+          const { ends, unchecked } = await leaseEnds(store, records, now())
+          result.stuck = pastLease(records, ends, 'abandoned')
+          result.inTransaction = pastLease(records, ends, 'in_transaction')
+          if (unchecked !== undefined) result.holdersUnchecked = unchecked
         }
       }
     } catch (error) {
@@ -163,7 +194,8 @@ export function operatorPage(options: OperatorPageOptions): OperatorPage {
     const scope = url.searchParams.get('scope') || 'default'
     const record = await store.get(scope, key)
     if (!record) return { status: 404, body: { error: `No record for key "${key}" in scope "${scope}" (or it expired).`, scope, key } }
-    return { status: 200, body: describe(record, url.searchParams.get('bodies') === '1') }
+    const { ends } = await leaseEnds(store, [record], now())
+    return { status: 200, body: { ...describe(record, url.searchParams.get('bodies') === '1'), leaseEnded: ends[0] ?? null } }
   }
 
   const handler: OperatorPage['handler'] = (req, res, next) => {

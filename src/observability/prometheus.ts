@@ -3,7 +3,9 @@
  * Prometheus names (docs/observability.md). Loaded only by `idemkey proxy --admin-port`.
  */
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client'
+import { holdersPastLease } from '../core/lease-end.js'
 import type { LedgerTelemetry } from '../core/ledger.js'
+import type { IdempotencyStore } from '../core/store.js'
 import { isIdempotencyError } from '../errors.js'
 import type { AnswerOutcome } from '../http/types.js'
 import { DURATION_BUCKETS_S, recorder } from './recorder.js'
@@ -21,13 +23,41 @@ export interface PrometheusMetrics {
   storeUp(up: boolean): void
 }
 
+/** Options of {@link prometheusMetrics}. */
+export interface PrometheusMetricsOptions {
+  /**
+   * The store whose holders past their lease `idemkey_holders_past_lease` counts, read at each scrape
+   * (in-progress records, at most 1,000: `HOLDERS_COUNT_LIMIT`). Without it the gauge is not registered.
+   */
+  store?: IdempotencyStore
+}
+
 /**
  * Creates a registry with idemkey's metrics (and Node's default process metrics, `process_*`/`nodejs_*`).
  *
- * @example const metrics = prometheusMetrics(); new Ledger({ store, telemetry: metrics.telemetry })
+ * @example const metrics = prometheusMetrics({ store }); new Ledger({ store, telemetry: metrics.telemetry })
  */
-export function prometheusMetrics(): PrometheusMetrics {
+export function prometheusMetrics(options: PrometheusMetricsOptions = {}): PrometheusMetrics {
   const registry = new Registry()
+  const { store } = options
+  if (store) {
+    new Gauge({
+      name: 'idemkey_holders_past_lease',
+      help: 'In-progress records past their lease, by state: stuck (the holder crashed or hung: the next retry takes over and runs the work again) or in_transaction (alive: its open transaction holds the row, docs/steps.md)',
+      labelNames: ['state'],
+      registers: [registry],
+      async collect() {
+        this.reset()
+        try {
+          const holders = await holdersPastLease(store, Date.now())
+          this.set({ state: 'stuck' }, holders.stuck)
+          this.set({ state: 'in_transaction' }, holders.inTransaction)
+        } catch {
+          // The store did not answer: no sample (idemkey_store_up and the store errors say so), not a failed scrape.
+        }
+      },
+    })
+  }
   const intents = new Counter({
     name: 'idemkey_intents_total',
     help: 'Ledger runs that ended, by result (executed, replayed, mismatch, in_progress, error) and outcome (completed, failed, released, fenced_out, unrecorded)',

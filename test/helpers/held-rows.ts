@@ -66,6 +66,25 @@ export function describeHeldRows<Tx>(store: () => TransactionalSqlStore<Tx>): vo
     expect((await store().acquire(scope, 'held', fp, 30_000)).kind).toBe('replay')
   })
 
+  it('heldInTransaction names the rows an open transaction holds, answering while it holds them (it waits for no lock)', async () => {
+    const scope = `s-${randomUUID()}`
+    const s = store()
+    if (!s.heldInTransaction) throw new Error(`${s.name} has no heldInTransaction`)
+    const heldOf = s.heldInTransaction.bind(s)
+    const ids = ['held', 'free', 'absent'].map((key) => ({ scope, key }))
+    for (const key of ['held', 'free']) expect((await s.acquire(scope, key, fp, 50)).kind).toBe('acquired')
+    let during: boolean[] = []
+    await s.transaction(async (tx) => {
+      const token = ((await s.get(scope, 'held')) as { token: number }).token
+      expect(await s.completeInTransaction(tx, scope, 'held', token, outcome, 60_000)).toBe(true)
+      // A probe that waited for the lock would wait for this transaction, which waits for the probe.
+      during = await heldOf(ids)
+    })
+    expect(during).toEqual([true, false, false])
+    expect(await heldOf(ids)).toEqual([false, false, false])
+    expect(await heldOf([])).toEqual([])
+  })
+
   it("a duplicate run waits as for any holder in flight, and replays the holder's outcome once it commits", async () => {
     const scope = `s-${randomUUID()}`
     const ledger = new Ledger({ store: store(), storeTimeout: HELD_ROWS_QUERY_TIMEOUT_MS, wait: '300ms' })

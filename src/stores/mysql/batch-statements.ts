@@ -12,7 +12,7 @@ import { COLUMNS, NOW_MS, takeOver } from './statements.js'
 const times = (n: number, text: string, separator: string) => Array.from({ length: n }, () => text).join(separator)
 
 /** `n` (scope, key) pairs by primary key: a range scan of n points. */
-const byKeys = (n: number) => `(${times(n, '(scope = ? AND `key` = ?)', ' OR ')})`
+export const byKeys = (n: number) => `(${times(n, '(scope = ? AND `key` = ?)', ' OR ')})`
 
 /**
  * A derived table of `n` rows: the first names the columns (`? AS name`, `CAST(? AS SIGNED) AS name`

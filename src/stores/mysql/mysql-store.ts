@@ -18,6 +18,7 @@ import { listLimit } from '../shared.js'
 import { batchStatements } from './batch-statements.js'
 import { type AcquireInput, type FencedInput, fitsBatch, type GroupCommits, groupCommits, type KeyInput, lostRaces } from './batches.js'
 import { BoundedPool } from './bounded.js'
+import { heldRows } from './held-rows.js'
 import { isRetryable, rowHeld, toStoreError } from './mysql-errors.js'
 import type { MySqlConnectionLike, MySqlPoolLike, MySqlTransaction, MySqlValue, WriteResult } from './pool.js'
 import { completeValues, identity, liveAnswer, type Row, toRecord } from './records.js'
@@ -328,6 +329,12 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
       ORDER BY created_at, scope, \`key\` LIMIT ${limit}`
     const rows = await this.#run('list', async (pool) => (await pool.query(sql, values))[0] as Row[])
     return rows.map(toRecord)
+  }
+
+  /** Whether an open transaction holds each record's row (a holder inside its transaction), asked without waiting: held-rows.ts. */
+  async heldInTransaction(records: ReadonlyArray<{ scope: string; key: string }>): Promise<boolean[]> {
+    if (records.length === 0) return []
+    return this.#run('heldInTransaction', (pool) => heldRows(pool, this.table, records))
   }
 
   async purgeExpired(limit: number): Promise<number> {

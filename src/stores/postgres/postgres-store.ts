@@ -25,6 +25,7 @@ import {
   type RenewInput,
 } from './batches.js'
 import { channelName, endPool, holding, openPool } from './connect.js'
+import { heldRows } from './held-rows.js'
 import { convertLayout, type LayoutConversion } from './layout-migration.js'
 import { Listener } from './listener.js'
 import type { PostgresStoreOptions, PostgresStoreTransactionsOption } from './options.js'
@@ -440,6 +441,12 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
       ORDER BY created_at, scope, "key" LIMIT ${param(limit)}`
     const result = await this.#run('list', (pool) => pool.query({ text, values, query_timeout: this.#queryTimeoutMs }))
     return (result.rows as Row[]).map(toRecord)
+  }
+
+  /** Whether an open transaction holds each record's row (a holder inside its transaction), asked without waiting: held-rows.ts. */
+  async heldInTransaction(records: ReadonlyArray<{ scope: string; key: string }>): Promise<boolean[]> {
+    if (records.length === 0) return []
+    return this.#run('heldInTransaction', (pool) => heldRows(pool, qualified(this.schema, this.table), records, this.#queryTimeoutMs))
   }
 
   async purgeExpired(limit: number): Promise<number> {
