@@ -215,6 +215,48 @@ describe.skipIf(skip !== undefined)('idemkey/bullmq on a real Redis', () => {
     expect((await queue.getJob('b'))?.returnvalue).toEqual({ by: 'holder' })
   }, 60_000)
 
+  it.each([
+    ["with the default lease (the Worker's lockDuration)", { DEFAULT_LEASE: '1' }],
+    ['with a lease of 30 s given (the record itself names its holder)', { LEASE_MS: '30000' }],
+  ])(
+    "a worker process SIGKILLed mid-effect under a key of the user's, %s: the re-handed job takes its dead worker's record over at once and completes within lockDuration + stalledInterval + 2 s, each effect once",
+    async (_name, leaseEnv) => {
+      const { queueName, queue } = setup(`kill-custom-key-${leaseEnv.LEASE_MS ?? 'default'}`)
+      const LOCK_MS = 1_500
+      const STALLED_MS = 1_000
+      const env = { KEY_FROM_DATA: '1', ...leaseEnv, LOCK_MS: String(LOCK_MS), STALLED_MS: String(STALLED_MS) }
+      const start = (extra: Record<string, string>) =>
+        new Promise<ChildProcess>((resolve, reject) => {
+          const child = spawn(process.execPath, ['--import', 'tsx', WORKER, queueName, runId], {
+            env: { ...process.env, ...env, ...extra },
+            stdio: ['ignore', 'pipe', 'inherit'],
+          })
+          children.push(child)
+          child.once('error', reject)
+          child.stdout?.once('data', () => resolve(child))
+        })
+      // The crasher holds the job 3 s after its charge (locks renewed), so the survivor is up before the kill.
+      const crasher = await start({ CRASH_AFTER_CHARGE: '1', CRASH_DELAY_MS: '3000' })
+      const killed = new Promise<number>((resolve) => crasher.once('exit', () => resolve(Date.now())))
+      // A generated job id: the record is keyed by the order, as for work that may be enqueued twice.
+      const order = `o-kill-${leaseEnv.LEASE_MS ?? 'default'}`
+      const job = await queue.add('charge', { order, amount: 10 }, { attempts: 3 })
+      await eventually(async () => (await queue.getJobState(job.id as string)) === 'active', 'the crasher to take the job', 10_000)
+      await start({ CRASH_AFTER_CHARGE: '0' })
+      const killedAtMs = await killed
+      await eventually(async () => (await queue.getJobState(job.id as string)) === 'completed', 'the re-handed job to complete', 45_000)
+      const tookMs = Date.now() - killedAtMs
+      expect(tookMs, `completed ${tookMs} ms after the kill`).toBeLessThanOrEqual(LOCK_MS + STALLED_MS + 2_000)
+      const done = await queue.getJob(job.id as string)
+      expect(done?.stalledCounter).toBe(1)
+      expect(done?.returnvalue).toEqual({ charged: 10 })
+      const all = await effects()
+      expect([count(all, order, 'reserve'), count(all, order, 'charge'), count(all, order, 'email')]).toEqual([1, 1, 1])
+      for (const child of children) child.kill('SIGTERM')
+    },
+    90_000,
+  )
+
   it('a worker process SIGKILLed mid-job: BullMQ re-delivers the stalled job to another worker process, which resumes it; every job of three processes completes and each effect runs once', async () => {
     const { queueName, queue } = setup('crash')
     const start = (crash: boolean) =>
