@@ -55,11 +55,17 @@ export function markHolder(job: Job<unknown>, scope: string, key: string, token:
   }
 }
 
-/** The token an earlier delivery of `job` marked for (scope, key); `undefined` when there is no such mark or no way to read it. */
+/**
+ * The token an earlier delivery of `job` marked for (scope, key); `undefined` when there is no such mark or
+ * no way to read it (a failed read only costs this delivery the wait for the lease, as without a mark).
+ */
 export async function markedToken(job: Job<unknown>, scope: string, key: string): Promise<number | undefined> {
   const backend = workerOf(job)?.getBackend?.()
   if (job.id === undefined || typeof backend?.getJobLogs !== 'function') return undefined
-  const { logs } = await backend.getJobLogs(job.id, 0, MARK_SEARCH - 1, false)
+  const logs = await backend.getJobLogs(job.id, 0, MARK_SEARCH - 1, false).then(
+    (read) => read.logs,
+    () => [],
+  )
   const identity = JSON.stringify([scope, key])
   for (const line of logs) {
     const match = MARK.exec(line)
