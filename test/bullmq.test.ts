@@ -9,8 +9,10 @@ import { randomUUID } from 'node:crypto'
 import { join } from 'node:path'
 import { type Job, Queue, QueueEvents, Worker } from 'bullmq'
 import { Redis } from 'ioredis'
+import pg from 'pg'
 import { Ledger } from '../src/core/ledger.js'
 import { idempotentProcessor } from '../src/jobs/bullmq/index.js'
+import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
 import { RedisStore } from '../src/stores/redis/redis-store.js'
 import { eventually } from './helpers/eventually.js'
 import { dropPrefix } from './helpers/redis.js'
@@ -19,6 +21,7 @@ import { serviceSkipReason } from './helpers/services.js'
 const URL = 'redis://127.0.0.1:6379'
 const connection = { host: '127.0.0.1', port: 6379 }
 const skip = await serviceSkipReason('Redis', 6379)
+const skipPostgres = skip ?? (await serviceSkipReason('PostgreSQL', 5432))
 const WORKER = join(import.meta.dirname, 'fixtures/bullmq/worker.ts')
 
 describe.skipIf(skip !== undefined)('idemkey/bullmq on a real Redis', () => {
@@ -215,6 +218,67 @@ describe.skipIf(skip !== undefined)('idemkey/bullmq on a real Redis', () => {
     expect((await queue.getJob('b'))?.returnvalue).toEqual({ by: 'holder' })
   }, 60_000)
 
+  it("reads BullMQ's lock token itself: a job whose key another holder has is put back (delayed) even when a wrapper of the user's passes the job alone", async () => {
+    const { queueName, queue, events } = setup('token')
+    let finish!: () => void
+    const holder = ledger.run(
+      { scope: `bullmq:${queueName}`, key: 'tok-1', payload: { n: 1 } },
+      () => new Promise<string>((resolve) => (finish = () => resolve('by the holder'))),
+    )
+    const wrapped = idempotentProcessor<{ n: number }, string>(async () => 'by the job', { ledger })
+    // The user's own processor around the wrapper: it hands on the job, not BullMQ's token.
+    const worker = new Worker<{ n: number }>(queueName, (job) => wrapped(job), { connection, lockDuration: 1_000 })
+    queues.push(worker)
+    const job = await queue.add('charge', { n: 1 }, { jobId: 'tok-1', attempts: 1 })
+    await eventually(async () => (await queue.getJobState('tok-1')) === 'delayed', 'the job to be put back while the holder runs', 10_000)
+    finish()
+    expect(await holder).toMatchObject({ kind: 'executed', value: 'by the holder' })
+    expect(await job.waitUntilFinished(events, 10_000)).toBe('by the holder')
+    expect((await queue.getJob('tok-1'))?.attemptsMade).toBe(1)
+  })
+
+  it.each([
+    ["with the default lease (the Worker's lockDuration)", 'default', { DEFAULT_LEASE: '1' }],
+    ['with a lease of 30 s given (the record itself names its holder)', '30s', { LEASE_MS: '30000' }],
+  ] as Array<[string, string, Record<string, string>]>)(
+    "a worker process SIGKILLed mid-effect under a key of the user's, %s: the re-handed job takes its dead worker's record over at once and completes within lockDuration + stalledInterval + 2 s, each effect once",
+    async (_name, variant, leaseEnv) => {
+      const { queueName, queue } = setup(`kill-custom-key-${variant}`)
+      const LOCK_MS = 1_500
+      const STALLED_MS = 1_000
+      const env = { KEY_FROM_DATA: '1', ...leaseEnv, LOCK_MS: String(LOCK_MS), STALLED_MS: String(STALLED_MS) }
+      const start = (extra: Record<string, string>) =>
+        new Promise<ChildProcess>((resolve, reject) => {
+          const child = spawn(process.execPath, ['--import', 'tsx', WORKER, queueName, runId], {
+            env: { ...process.env, ...env, ...extra },
+            stdio: ['ignore', 'pipe', 'inherit'],
+          })
+          children.push(child)
+          child.once('error', reject)
+          child.stdout?.once('data', () => resolve(child))
+        })
+      // The crasher holds the job 3 s after its charge (locks renewed), so the survivor is up before the kill.
+      const crasher = await start({ CRASH_AFTER_CHARGE: '1', CRASH_DELAY_MS: '3000' })
+      const killed = new Promise<number>((resolve) => crasher.once('exit', () => resolve(Date.now())))
+      // A generated job id: the record is keyed by the order, as for work that may be enqueued twice.
+      const order = `o-kill-${variant}`
+      const job = await queue.add('charge', { order, amount: 10 }, { attempts: 3 })
+      await eventually(async () => (await queue.getJobState(job.id as string)) === 'active', 'the crasher to take the job', 10_000)
+      await start({ CRASH_AFTER_CHARGE: '0' })
+      const killedAtMs = await killed
+      await eventually(async () => (await queue.getJobState(job.id as string)) === 'completed', 'the re-handed job to complete', 45_000)
+      const tookMs = Date.now() - killedAtMs
+      expect(tookMs, `completed ${tookMs} ms after the kill`).toBeLessThanOrEqual(LOCK_MS + STALLED_MS + 2_000)
+      const done = await queue.getJob(job.id as string)
+      expect(done?.stalledCounter).toBe(1)
+      expect(done?.returnvalue).toEqual({ charged: 10 })
+      const all = await effects()
+      expect([count(all, order, 'reserve'), count(all, order, 'charge'), count(all, order, 'email')]).toEqual([1, 1, 1])
+      for (const child of children) child.kill('SIGTERM')
+    },
+    90_000,
+  )
+
   it('a worker process SIGKILLed mid-job: BullMQ re-delivers the stalled job to another worker process, which resumes it; every job of three processes completes and each effect runs once', async () => {
     const { queueName, queue } = setup('crash')
     const start = (crash: boolean) =>
@@ -253,4 +317,54 @@ describe.skipIf(skip !== undefined)('idemkey/bullmq on a real Redis', () => {
     expect(Object.values(calls).every((n) => Number(n) <= 2)).toBe(true)
     for (const child of children) child.kill('SIGTERM')
   }, 60_000)
+})
+
+describe.skipIf(skipPostgres !== undefined)('idemkey/bullmq with transactional: true on a real PostgreSQL', () => {
+  const run = randomUUID().slice(0, 8)
+  const table = `idemkey_bullmq_${run}`
+  const orders = `bullmq_orders_${run}`
+  let pool: pg.Pool
+  let ledger: Ledger<PostgresStore>
+  const closing: Array<Queue | QueueEvents | Worker> = []
+
+  beforeAll(async () => {
+    pool = new pg.Pool({ connectionString: 'postgres://root@127.0.0.1:5432/test', max: 4 })
+    const store = new PostgresStore({ pool, table })
+    await store.migrate()
+    ledger = new Ledger({ store })
+    await pool.query(`CREATE TABLE ${orders} (id text PRIMARY KEY)`)
+  })
+  afterAll(async () => {
+    for (const q of closing.reverse()) await q.close().catch(() => {})
+    for (const q of closing) if (q instanceof Queue) await q.obliterate({ force: true }).catch(() => {})
+    await pool.query(`DROP TABLE IF EXISTS ${table}, ${orders}`)
+    await pool.end()
+  })
+
+  it("writes the processor's row in the record's transaction (ctx.tx): a run that throws after its write leaves no row, and the work enqueued twice writes it once", async () => {
+    const queueName = `idemkey-tx-${run}`
+    const queue = new Queue(queueName, { connection })
+    const events = new QueueEvents(queueName, { connection })
+    let runs = 0
+    const worker = new Worker(
+      queueName,
+      idempotentProcessor<{ order: string }, string, pg.PoolClient>(
+        async (job, ctx) => {
+          await ctx.tx.query(`INSERT INTO ${orders} (id) VALUES ($1)`, [job.data.order])
+          if (++runs === 1) throw new Error('the bank timed out after the row was written')
+          return job.data.order
+        },
+        { ledger, key: (job) => job.data.order, transactional: true },
+      ),
+      { connection, lockDuration: 2_000 },
+    )
+    closing.push(queue, events, worker)
+    const first = await queue.add('order', { order: 'o-1' }, { attempts: 3, backoff: { type: 'fixed', delay: 50 } })
+    expect(await first.waitUntilFinished(events, 15_000)).toBe('o-1')
+    const again = await queue.add('order', { order: 'o-1' }, { attempts: 3 })
+    expect(await again.waitUntilFinished(events, 15_000)).toBe('o-1')
+    expect(runs).toBe(2)
+    expect((await pool.query(`SELECT count(*)::int AS n FROM ${orders}`)).rows[0]).toEqual({ n: 1 })
+    expect(await ledger.store.get(`bullmq:${queueName}`, 'o-1')).toMatchObject({ status: 'completed' })
+  })
 })

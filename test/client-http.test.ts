@@ -86,7 +86,7 @@ describe.each<ServerMode>(['ledger', 'fetch-adapter'])('idempotentFetch against 
     const response = await client(url(), { ...charge(), idempotencyKey: key })
     expect(response.status).toBe(201)
     expect(idempotencyInfo(response)?.attempts).toBe(3)
-    expect(delays).toEqual([50, 100]) // random() = 0.5 of the caps 100 ms and 200 ms
+    expect(delays).toEqual([250, 500]) // random() = 0.5 of the default caps 500 ms and 1 s
   })
 
   it('retries 409 while the first attempt is in flight, waits the Retry-After, then gets the replay', async () => {

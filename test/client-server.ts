@@ -52,19 +52,22 @@ export class PaymentsServer {
   readonly #adapter = withIdempotency(this.ledger, (request) => this.#chargeFromRequest(request))
   #server: Server | undefined
   url = ''
+  port = 0
   /** When the `503-retry-after-date` fault tells the client to come back. */
   retryAtMs = 0
 
   constructor(readonly mode: ServerMode) {}
 
-  async start(): Promise<void> {
+  /** Listens on `port` (0: a free one). After {@link close}, `start(port)` restarts it on the same port, ledger and all. */
+  async start(port = 0): Promise<void> {
     this.#server = createServer((req, res) => {
       this.#serve(req, res).catch((error: unknown) => {
         res.destroy(error as Error)
       })
     })
-    await new Promise<void>((resolve) => this.#server?.listen(0, '127.0.0.1', resolve))
-    this.url = `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}`
+    await new Promise<void>((resolve) => this.#server?.listen(port, '127.0.0.1', resolve))
+    this.port = (this.#server.address() as AddressInfo).port
+    this.url = `http://127.0.0.1:${this.port}`
   }
 
   close(): Promise<void> {

@@ -57,7 +57,11 @@ export interface IdempotentFetchOptions {
   methods?: string[]
   /** Makes the key of a new intent. @default uuidv7 */
   generateKey?: () => string
-  /** Attempts in all, the first included. @default 5 */
+  /**
+   * Attempts in all, the first included. The default lets the waits between attempts (full jitter below
+   * caps of 0.5, 1, 2, 4, 8, then 10 s) outlast a server restart of several seconds, and leaves attempts
+   * for the server's waits after it. @default 12
+   */
   maxAttempts?: number
   /**
    * Total time of a call; no attempt starts, and no wait is begun, that would end after it. The default
@@ -65,7 +69,7 @@ export interface IdempotentFetchOptions {
    * between them. @default '60s'
    */
   maxElapsed?: Duration
-  /** Cap of the first backoff; it doubles at each retry, and the wait is random below it (full jitter). @default '100ms' */
+  /** Cap of the first backoff; it doubles at each retry, and the wait is random below it (full jitter). @default '500ms' */
   baseDelay?: Duration
   /** Largest backoff cap. A server's `Retry-After` is honoured even when longer, within `maxElapsed`. @default '10s' */
   maxDelay?: Duration
@@ -103,14 +107,16 @@ export interface IdempotentRequestInit extends RequestInit {
 
 /**
  * The defaults of {@link createIdempotentFetch}, chosen to agree with the server's (docs/client.md,
- * "Defaults that agree"): an attempt outlasts the server's wait for an in-flight duplicate (10 s), and
- * the whole budget outlasts five attempts each held that long, with the server's `Retry-After` (at most
- * 2 s) between them.
+ * "Defaults that agree"): an attempt outlasts the server's wait for an in-flight duplicate (10 s); the
+ * budget outlasts a first request that runs a whole lease (30 s) while the duplicate is held for the
+ * wait, with the server's `Retry-After` (at most 2 s) between attempts; and against a server that is
+ * down, the jittered waits of the attempts outlast a restart of several seconds (5 s in all but about
+ * 2 calls in a million), then leave attempts for the lease a crashed holder left behind.
  */
 export const IDEMPOTENT_FETCH_DEFAULTS = {
-  maxAttempts: 5,
+  maxAttempts: 12,
   maxElapsed: '60s',
-  baseDelay: '100ms',
+  baseDelay: '500ms',
   maxDelay: '10s',
   attemptTimeout: '15s',
 } as const satisfies Partial<IdempotentFetchOptions>
@@ -287,7 +293,7 @@ function quietly(hook: () => void): void {
 }
 
 /**
- * The idempotent fetch with default options (POST and PATCH covered, 5 attempts, 60 s in all).
+ * The idempotent fetch with default options (POST and PATCH covered, 12 attempts, 60 s in all).
  *
  * @example
  * const response = await idempotentFetch('https://api.example.com/orders', { method: 'POST', body })

@@ -1,13 +1,15 @@
 /**
  * BullMQ jobs that take effect once per logical key (docs/jobs.md): `idempotentProcessor` wraps a
  * processor so a job retried, re-processed after a stall, or enqueued twice under one key runs its
- * effect once, resumes after its last recorded step (`ctx.step`), and returns the recorded result.
+ * effect once, resumes after its last recorded step (`ctx.step`), and returns the recorded result. With
+ * `transactional: true` (a PostgresStore) the effect's writes commit in the record's transaction.
  */
 import { DelayedError, type Job, UnrecoverableError } from 'bullmq'
 import { type Duration, runDuration } from '../../core/duration.js'
-import type { IntentContext, Ledger } from '../../core/ledger.js'
+import type { IntentContext, Ledger, RunResult, TransactionContext } from '../../core/ledger.js'
 import { assertFunctions, assertKey } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
+import { lockDurationOf, lockTokenOf, markedToken, markHolder } from './worker-side.js'
 
 /** Options of {@link idempotentProcessor}. */
 export interface IdempotentProcessorOptions<D> {
@@ -27,13 +29,24 @@ export interface IdempotentProcessorOptions<D> {
   /** What must be equal for two jobs under one key to be the same work. @default `job.data` */
   payload?: (job: Job<D>) => unknown
   /**
-   * How long a worker holds a job's record without renewing it. Give it your Worker's `lockDuration`
-   * (BullMQ's default is 30 s), so the record's lease and BullMQ's lock end together. @default '30s'
+   * How long a worker holds a job's record without renewing it (renewed every third of it while the job
+   * runs). By default the running Worker's `lockDuration`, so the record's lease and BullMQ's lock end
+   * together; in a sandboxed processor, whose job does not show its Worker, BullMQ's default 30 s: give
+   * your `lockDuration` there. @default the Worker's `lockDuration`
    */
   lease?: Duration
   /** How long a job waits for another worker that holds the same key before it is put back. @default the lease */
   wait?: Duration
+  /**
+   * Run the processor in the record's transaction (a store with transactions: PostgresStore, MySqlStore):
+   * `ctx.tx` is that transaction, and the effect's writes on it commit with the record, or not at all.
+   * @default false
+   */
+  transactional?: boolean
 }
+
+/** Options of {@link idempotentProcessor} with the processor's writes in the record's transaction. */
+export type TransactionalProcessorOptions<D> = IdempotentProcessorOptions<D> & { transactional: true }
 
 /** A BullMQ processor: what `new Worker(queue, processor)` takes. */
 export type BullProcessor<D, R> = (job: Job<D>, token?: string, signal?: AbortSignal) => Promise<R>
@@ -73,16 +86,18 @@ function generatedId<D>(job: Job<D>): boolean {
  * Wraps `processor` so its effect runs once per logical key. `ctx` is the ledger's intent context:
  * `ctx.step(name, fn)` records each side effect's result, so a retry or a re-processed stalled job
  * resumes after the last recorded step; `ctx.signal` aborts when this worker lost the record. The third
- * argument is BullMQ's own signal, aborted by `worker.cancelJob(id)` and `worker.cancelAllJobs()`.
+ * argument is BullMQ's own signal, aborted by `worker.cancelJob(id)` and `worker.cancelAllJobs()`. BullMQ's
+ * lock token is read from what BullMQ hands the processor (or the job): a wrapper of yours around it may
+ * pass the job alone.
  *
  * What BullMQ sees: the processor's value (executed, or replayed from the record: a job enqueued again
  * under a finished key completes with the first run's result, without running); an
  * `UnrecoverableError` for a key reused with other data or a job with no key; a job whose key another
  * worker still holds is put back (delayed, no attempt counted) until that worker's lease ends. A job
- * BullMQ re-delivers after a stall (its worker died: BullMQ's lock ended) takes the dead worker's
- * record over at once instead of waiting for its lease, when the record is keyed by the job's own
- * `jobId` in the queue's default scope (with a `key` or `scope` of yours, another live job of the same
- * work may hold it: the stalled job waits for that lease like any other).
+ * BullMQ re-delivers after a stall (its worker died, or lost BullMQ's lock) takes its own dead delivery's
+ * record over at once, under any key: the record's holder is marked in the job's log (`idemkey: holds
+ * ["<scope>","<key>"] with token <n>`), and the takeover fences that delivery out (its token is no longer
+ * current). A record another job of the same work holds is waited for, as any other.
  *
  * @example
  * new Worker('payments', idempotentProcessor(async (job, ctx) => {
@@ -91,8 +106,16 @@ function generatedId<D>(job: Job<D>): boolean {
  *   return { chargeId: charge.id }
  * }, { ledger }), { connection, lockDuration: 30_000 })
  */
+export function idempotentProcessor<D = unknown, R = unknown, Tx = unknown>(
+  processor: (job: Job<D>, ctx: TransactionContext<Tx>, signal?: AbortSignal) => Promise<R> | R,
+  options: TransactionalProcessorOptions<D>,
+): BullProcessor<D, R>
 export function idempotentProcessor<D = unknown, R = unknown>(
   processor: (job: Job<D>, ctx: IntentContext, signal?: AbortSignal) => Promise<R> | R,
+  options: IdempotentProcessorOptions<D>,
+): BullProcessor<D, R>
+export function idempotentProcessor<D = unknown, R = unknown>(
+  processor: (job: Job<D>, ctx: never, signal?: AbortSignal) => Promise<R> | R,
   options: IdempotentProcessorOptions<D>,
 ): BullProcessor<D, R> {
   const ledger = options?.ledger
@@ -103,44 +126,48 @@ export function idempotentProcessor<D = unknown, R = unknown>(
     throw new IdempotencyError('INVALID_OPTION', 'idempotentProcessor(processor, options) needs the job processor function first.')
   }
   assertFunctions('idempotentProcessor()', { key: options.key, scope: options.scope, payload: options.payload }, { orString: ['scope'] })
-  const leaseMs = runDuration('lease', options.lease ?? '30s')
-  const waitMs = runDuration('wait', options.wait ?? leaseMs)
+  // Checked here, so a bad duration fails where the worker is set up, not at every job.
+  const givenLeaseMs = options.lease === undefined ? undefined : runDuration('lease', options.lease)
+  const givenWaitMs = options.wait === undefined ? undefined : runDuration('wait', options.wait)
+  const transactional = options.transactional === true
   const keyedByJobId = options.key === undefined && options.scope === undefined
   const scopeOf = (job: Job<D>) => (typeof options.scope === 'function' ? options.scope(job) : (options.scope ?? queueScope(job)))
 
   // Three parameters: BullMQ hands its cancellation signal only to a processor that declares a third.
-  return async function idempotentJob(job: Job<D>, token?: string, signal?: AbortSignal): Promise<R> {
-    let key: string
-    if (options.key) key = options.key(job)
-    else if (generatedId(job)) {
-      throw new UnrecoverableError(
-        `idemkey: job ${job.id} in queue "${job.queueName}" has no logical key: BullMQ generated its id, which changes when the same work is enqueued again. Add it with a jobId (queue.add(name, data, { jobId })), or give idempotentProcessor a key: (job) => ...`,
-      )
-    } else key = String(job.opts.jobId)
-    try {
-      assertKey(key)
-    } catch (error) {
-      throw new UnrecoverableError(`idemkey: job ${job.id}: ${(error as Error).message}`)
-    }
+  return async function idempotentJob(job: Job<D>, handedToken?: string, signal?: AbortSignal): Promise<R> {
+    const key = keyOf(job, options.key)
     const scope = scopeOf(job)
     const intent = { key, scope, payload: options.payload ? options.payload(job) : (job.data ?? null) }
-    const run = (wait: number) => ledger.run<R>(intent, (ctx) => processor(job, ctx, signal), { lease: leaseMs, wait })
-    // A job BullMQ re-delivered after a stall, whose record can only be its own (see below): asked without
-    // waiting, so the dead worker's record is taken over now. Waiting (`wait`, a lease by default) only
-    // ever ended at the dead worker's lease, up to a whole lease after BullMQ handed the job on.
-    const stalledOwn = job.stalledCounter > 0 && keyedByJobId
+    const lease = givenLeaseMs ?? lockDurationOf(job)
+    const waitMs = givenWaitMs ?? lease
+    const work = async (ctx: IntentContext): Promise<R> => {
+      // Under a key of the user's, mark which record this delivery holds, for its next delivery to read
+      // (beside the work: a mark not written before a crash only costs that delivery the lease's wait).
+      const marked = keyedByJobId ? undefined : markHolder(job, scope, key, ctx.token)
+      try {
+        return await processor(job, ctx as never, signal)
+      } finally {
+        await marked
+      }
+    }
+    const run = (wait: number): Promise<RunResult<R>> =>
+      transactional ? ledger.runInTransaction<R>(intent, work as never, { lease, wait }) : ledger.run<R>(intent, work, { lease, wait })
+    // BullMQ re-delivered this job after a stall: the delivery that held it lost BullMQ's lock (it died,
+    // or stopped answering). Asked without waiting, so its record, when it is this job's own, is taken
+    // over now rather than when its lease ends.
+    const stalled = job.stalledCounter > 0
 
-    let result = await run(stalledOwn ? 0 : waitMs)
-    if (result.kind === 'in_progress' && stalledOwn) {
-      // BullMQ re-delivered this job after a stall: the worker that held it lost BullMQ's lock (it
-      // died, or stopped answering). Its record's lease would end about now anyway; take it over at
-      // once. Its steps stay, and its late writes are fenced out by its token.
-      // Only when the record can be this job's own: its key is its jobId in its queue's own scope, and
-      // BullMQ keeps one job per jobId and queue. Under a key or scope of the user's, the holder may be
-      // another job of the same logical work, alive and running: taking its record would run the effect
-      // twice. Such a job waits for the holder's lease instead, as any other.
+    let result = await run(stalled ? 0 : waitMs)
+    if (result.kind === 'in_progress' && stalled) {
       const held = await ledger.store.get(scope, key)
-      if (held?.status === 'in_progress') await ledger.store.release(scope, key, held.token)
+      if (held?.status === 'in_progress' && (keyedByJobId || (await markedToken(job, scope, key)) === held.token)) {
+        // The holder is this job's earlier delivery: keyed by its jobId in its queue's scope (BullMQ keeps
+        // one job per jobId and queue), or marked with the very token the record holds now. Released with
+        // that token and acquired anew, the record's token moves on: a late write of that delivery is
+        // fenced out, and its steps stay for this one. Under a key of the user's, a record held with
+        // another token is another job's of the same work, maybe alive: it is waited for, as any other.
+        await ledger.store.release(scope, key, held.token)
+      }
       result = await run(waitMs)
     }
     switch (result.kind) {
@@ -152,6 +179,7 @@ export function idempotentProcessor<D = unknown, R = unknown>(
       case 'in_progress': {
         // Another live worker holds the same logical key (the same work enqueued twice, running at once):
         // come back when its lease ends, without spending one of this job's attempts.
+        const token = lockTokenOf(job, handedToken)
         if (token === undefined) {
           throw new IdempotencyError(
             'IN_PROGRESS',
@@ -163,4 +191,21 @@ export function idempotentProcessor<D = unknown, R = unknown>(
       }
     }
   }
+}
+
+/** The job's logical key: the user's `key`, or the jobId the producer set; a job with neither fails for good. */
+function keyOf<D>(job: Job<D>, key: ((job: Job<D>) => string) | undefined): string {
+  let value: string
+  if (key) value = key(job)
+  else if (generatedId(job)) {
+    throw new UnrecoverableError(
+      `idemkey: job ${job.id} in queue "${job.queueName}" has no logical key: BullMQ generated its id, which changes when the same work is enqueued again. Add it with a jobId (queue.add(name, data, { jobId })), or give idempotentProcessor a key: (job) => ...`,
+    )
+  } else value = String(job.opts.jobId)
+  try {
+    assertKey(value)
+  } catch (error) {
+    throw new UnrecoverableError(`idemkey: job ${job.id}: ${(error as Error).message}`)
+  }
+  return value
 }
