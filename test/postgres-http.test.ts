@@ -23,7 +23,7 @@ describe.skipIf(skip !== undefined)('PostgresStore behind the Express adapter wi
     await store.migrate()
     await pool.query(`CREATE TABLE "${orders}" (id serial PRIMARY KEY, sku text NOT NULL)`)
     const app = express()
-    app.post('/orders', express.json(), idempotency({ ledger: new Ledger({ store }), transactional: true }), async (req, res, next) => {
+    const handler: express.RequestHandler = async (req, res, next) => {
       try {
         const tx = req.idempotency?.tx as pg.PoolClient
         const { sku } = req.body as { sku: string }
@@ -32,11 +32,19 @@ describe.skipIf(skip !== undefined)('PostgresStore behind the Express adapter wi
           res.status(503).json({ error: 'try again' })
           return
         }
+        if (sku.startsWith('out-of-stock')) {
+          res.status(422).json({ error: 'out of stock' })
+          return
+        }
         res.status(201).json({ id: rows[0].id })
       } catch (error) {
         next(error)
       }
-    })
+    }
+    const ledger = new Ledger({ store })
+    app.post('/orders', express.json(), idempotency({ ledger, transactional: true }), handler)
+    // A route that keeps what its handler wrote on a decline (an audit row, say).
+    app.post('/audited', express.json(), idempotency({ ledger, transactional: true, failedWrites: 'commit' }), handler)
     const server = app.listen(0, '127.0.0.1')
     await new Promise((resolve) => server.once('listening', resolve))
     base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
@@ -49,8 +57,8 @@ describe.skipIf(skip !== undefined)('PostgresStore behind the Express adapter wi
     await pool.end()
   })
 
-  const post = (key: string, sku: string) =>
-    fetch(`${base}/orders`, {
+  const post = (key: string, sku: string, path = '/orders') =>
+    fetch(`${base}${path}`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'idempotency-key': key },
       body: JSON.stringify({ sku }),
@@ -91,5 +99,24 @@ describe.skipIf(skip !== undefined)('PostgresStore behind the Express adapter wi
     // Counted only now: the 503 may reach the client before its transaction ends, but the record is
     // released only after the rollback, so once the retry took the key the failed order cannot land late.
     expect(await count('fails')).toBe(0)
+  })
+
+  it('rolls back the order of a final 422 answer and replays the 422, so the client told "rejected" gets no order', async () => {
+    const key = randomUUID()
+    const sku = `out-of-stock-${key}`
+    const first = await post(key, sku)
+    expect(first.status).toBe(422)
+    const again = await post(key, sku)
+    expect(again.status).toBe(422)
+    expect(again.headers.get('idempotent-replayed')).toBe('true')
+    expect(await count(sku)).toBe(0)
+  })
+
+  it("with failedWrites: 'commit', the route keeps what its handler wrote before a final 422, once", async () => {
+    const key = randomUUID()
+    const sku = `out-of-stock-${key}`
+    expect((await post(key, sku, '/audited')).status).toBe(422)
+    expect((await post(key, sku, '/audited')).headers.get('idempotent-replayed')).toBe('true')
+    expect(await settledCount(sku, 1)).toBe(1)
   })
 })
