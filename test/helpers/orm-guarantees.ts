@@ -15,9 +15,9 @@ import { InboxMismatchError, MySqlInbox, PgInbox } from '../../src/messaging/inb
 import { MySqlOutbox, PgOutbox } from '../../src/messaging/outbox/index.js'
 import { isTransientTransactionError as isTransientMySql, MySqlStore } from '../../src/stores/mysql/index.js'
 import { isTransientTransactionError as isTransientPg, PostgresStore } from '../../src/stores/postgres/index.js'
+import { answeredWith } from './final-answers.js'
 import { PRISMA_TABLES } from './orm-prisma.js'
 import { type BusinessTables, type Dialect, MYSQL_URL, PG_URL, type ToolHarness, type ToolName, toolHarness } from './orm-tools.js'
-import { answeredWith } from './final-answers.js'
 import { paused } from './paused-store.js'
 import { serviceSkipReason } from './services.js'
 
@@ -177,7 +177,7 @@ export async function describeToolTransactions(tool: ToolName, dialect: Dialect)
       expect(await orderRows(key)).toEqual(['retry'])
     })
 
-    it('a returned final answer (422 out of stock) rolls back the work\'s writes and stores the answer, replayed without running again', async () => {
+    it("a returned final answer (422 out of stock) rolls back the work's writes and stores the answer, replayed without running again", async () => {
       const ledger = new Ledger({ store: setup.store })
       const key = `order-${randomUUID()}`
       let runs = 0

@@ -57,10 +57,12 @@ describe.skipIf(skip !== undefined)('MySqlStore transactions (SPEC §6)', () => 
   })
 
   it("rolls back the business write of a returned final answer (422) and stores the answer; failedWrites: 'commit' keeps it", async () => {
-    const declined = (id: string) => async ({ tx }: { tx: MySqlTransaction }) => {
-      await tx.execute(`INSERT INTO \`${orders}\` (id) VALUES (?)`, [id])
-      return { error: 'out of stock' }
-    }
+    const declined =
+      (id: string) =>
+      async ({ tx }: { tx: MySqlTransaction }) => {
+        await tx.execute(`INSERT INTO \`${orders}\` (id) VALUES (?)`, [id])
+        return { error: 'out of stock' }
+      }
     const first = await ledger.runInTransaction({ key: 'k-422', scope: 'tx', payload: 1 }, declined('order-422'), answeredWith(422))
     expect(first).toMatchObject({ kind: 'executed', outcome: 'failed' })
     expect(await orderIds()).not.toContain('order-422')

@@ -49,10 +49,12 @@ describe.skipIf(skip !== undefined)('PostgresStore transactions (SPEC §6)', () 
   it("rolls back the business writes of a returned final answer (422) and stores the answer; failedWrites: 'commit' keeps them", async () => {
     const ledger = new Ledger({ store })
     const [rolled, kept] = [`order-${randomUUID()}`, `order-${randomUUID()}`]
-    const declined = (key: string) => async ({ tx }: { tx: pg.PoolClient }) => {
-      await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, 'declined')`, [key])
-      return { error: 'out of stock' }
-    }
+    const declined =
+      (key: string) =>
+      async ({ tx }: { tx: pg.PoolClient }) => {
+        await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, 'declined')`, [key])
+        return { error: 'out of stock' }
+      }
     const first = await ledger.runInTransaction({ key: rolled, payload: 1 }, declined(rolled), answeredWith(422))
     expect(first).toMatchObject({ kind: 'executed', outcome: 'failed' })
     expect(await orderRows(rolled)).toEqual([])
