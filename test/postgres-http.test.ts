@@ -18,11 +18,13 @@ describe.skipIf(skip !== undefined)('PostgresStore behind the Express adapter wi
   const store = new PostgresStore<pg.PoolClient>({ pool, table })
   let base = ''
   let close = () => {}
+  let wrote = () => {}
 
   beforeAll(async () => {
     await store.migrate()
     await pool.query(`CREATE TABLE "${orders}" (id serial PRIMARY KEY, sku text NOT NULL)`)
     const app = express()
+    const hung = new Set<string>()
     const handler: express.RequestHandler = async (req, res, next) => {
       try {
         const tx = req.idempotency?.tx as pg.PoolClient
@@ -30,6 +32,12 @@ describe.skipIf(skip !== undefined)('PostgresStore behind the Express adapter wi
         const { rows } = await tx.query(`INSERT INTO "${orders}" (sku) VALUES ($1) RETURNING id`, [sku])
         if (sku === 'fails') {
           res.status(503).json({ error: 'try again' })
+          return
+        }
+        if (sku.startsWith('hangs') && !hung.has(sku)) {
+          // The first attempt never answers (a stuck downstream call); its client gives up.
+          hung.add(sku)
+          wrote()
           return
         }
         if (sku.startsWith('out-of-stock')) {
@@ -44,6 +52,8 @@ describe.skipIf(skip !== undefined)('PostgresStore behind the Express adapter wi
     const ledger = new Ledger({ store })
     app.post('/orders', express.json(), idempotency({ ledger, transactional: true }), handler)
     // A route that keeps what its handler wrote on a decline (an audit row, say).
+    // Released soon after its client went away with the response not ended (the abandon timeout).
+    app.post('/hanging', express.json(), idempotency({ ledger, transactional: true, abandonAfterMs: 100 }), handler)
     app.post('/audited', express.json(), idempotency({ ledger, transactional: true, failedWrites: 'commit' }), handler)
     const server = app.listen(0, '127.0.0.1')
     await new Promise((resolve) => server.once('listening', resolve))
@@ -57,8 +67,9 @@ describe.skipIf(skip !== undefined)('PostgresStore behind the Express adapter wi
     await pool.end()
   })
 
-  const post = (key: string, sku: string, path = '/orders') =>
+  const post = (key: string, sku: string, path = '/orders', signal?: AbortSignal) =>
     fetch(`${base}${path}`, {
+      signal,
       method: 'POST',
       headers: { 'content-type': 'application/json', 'idempotency-key': key },
       body: JSON.stringify({ sku }),
@@ -118,5 +129,25 @@ describe.skipIf(skip !== undefined)('PostgresStore behind the Express adapter wi
     expect((await post(key, sku, '/audited')).status).toBe(422)
     expect((await post(key, sku, '/audited')).headers.get('idempotent-replayed')).toBe('true')
     expect(await settledCount(sku, 1)).toBe(1)
+  })
+
+  it('rolls back the order of a handler that never answered once its client left (abandonAfterMs), so the retry writes it once', async () => {
+    const key = randomUUID()
+    const sku = `hangs-${key}`
+    const written = new Promise<void>((resolve) => {
+      wrote = resolve
+    })
+    const client = new AbortController()
+    const first = post(key, sku, '/hanging', client.signal).catch((error: unknown) => error)
+    await written
+    client.abort()
+    expect(await first).toMatchObject({ name: 'AbortError' })
+    // The retry waits for the abandoned attempt's release, then runs the handler again.
+    const retry = await post(key, sku, '/hanging')
+    expect(retry.status).toBe(201)
+    expect(retry.headers.get('idempotent-replayed')).toBeNull()
+    expect(await settledCount(sku, 1)).toBe(1)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(await count(sku)).toBe(1)
   })
 })
