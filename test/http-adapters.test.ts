@@ -428,6 +428,8 @@ class FencingTxStore extends MemoryStore {
   async completeInTransaction(_tx: object, ...args: Parameters<MemoryStore['complete']>): Promise<boolean> {
     return this.fenceNext ? false : this.complete(...args)
   }
+  /** Its transactions hold no writes, so there is nothing to roll back to. */
+  async savepointInTransaction(): Promise<void> {}
 }
 
 describe('Express adapter in transactional mode', () => {
@@ -473,6 +475,13 @@ describe('Express adapter in transactional mode', () => {
     expect(response.headers.get('content-type')).toBe('application/problem+json')
     expect(response.headers.get('x-order')).toBeNull()
     expect(await response.text()).not.toContain('ch_1')
+  })
+
+  it('refuses failedWrites at start-up without transactional: true, and an unknown value', () => {
+    expect(() => expressIdempotency({ ledger: new Ledger({ store }), failedWrites: 'commit' })).toThrow(/add transactional: true/)
+    expect(() => expressIdempotency({ ledger: new Ledger({ store }), transactional: true, failedWrites: 'keep' as never })).toThrow(
+      /failedWrites is 'rollback'/,
+    )
   })
 
   it('refuses transactional: true at start-up when the store runs no transactions', () => {

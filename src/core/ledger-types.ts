@@ -119,7 +119,20 @@ export interface RunOptions<T> {
    * then, not a whole lease later.
    */
   deadlineMs?: number
+  /**
+   * `runInTransaction` only: what becomes of the work's writes when its value is classified `failed` (a
+   * final answer such as `422 out of stock`, stored and replayed). `'rollback'`: they are rolled back to
+   * a savepoint taken before the work, and the answer is recorded in the same transaction, so a client
+   * told "rejected" finds nothing of the request done. `'commit'`: they commit with the answer (work that
+   * deliberately keeps, say, an audit row of a decline). A thrown error or a transient answer rolls
+   * everything back either way (docs/http.md, "What happens to the handler's writes").
+   * @default 'rollback'
+   */
+  failedWrites?: FailedWrites
 }
+
+/** What {@link RunOptions.failedWrites} does with the work's writes on a final failure. */
+export type FailedWrites = 'rollback' | 'commit'
 
 /** What happened to the outcome of an executed attempt. */
 export type ExecutedOutcome =

@@ -426,6 +426,43 @@ describe('Ledger.runInTransaction', () => {
     expect((await store.get('default', k))?.status).toBe('in_progress')
     expect((await ledger.runInTransaction({ key: k }, () => 'retry')).kind).toBe('executed')
   })
+
+  it("stores a returned final failure without the work's writes, or with them under failedWrites: 'commit'", async () => {
+    const store = new TxMemoryStore()
+    const ledger = new Ledger({ store })
+    const declined =
+      (write: string) =>
+      ({ tx }: { tx: string[] }) => {
+        tx.push(write)
+        return 422
+      }
+    const encode = (status: number) => ({ status, headers: {}, body: new Uint8Array() })
+    const [rolled, kept] = [key(), key()]
+    expect(await ledger.runInTransaction({ key: rolled }, declined('order'), { encode })).toMatchObject({
+      kind: 'executed',
+      outcome: 'failed',
+    })
+    expect(store.committed).toEqual([])
+    expect((await store.get('default', rolled))?.status).toBe('failed')
+    expect(await ledger.runInTransaction({ key: kept }, declined('audit'), { encode, failedWrites: 'commit' })).toMatchObject({
+      outcome: 'failed',
+    })
+    expect(store.committed).toEqual(['audit'])
+  })
+
+  it("refuses a store that cannot roll back to a savepoint unless failedWrites: 'commit', and an unknown failedWrites", async () => {
+    const store = new TxMemoryStore()
+    Object.defineProperty(store, 'savepointInTransaction', { value: undefined })
+    const ledger = new Ledger({ store })
+    await expect(ledger.runInTransaction({ key: key() }, () => 1)).rejects.toMatchObject({
+      code: 'INVALID_OPTION',
+      message: expect.stringContaining("failedWrites: 'commit'"),
+    })
+    expect(await ledger.runInTransaction({ key: key() }, () => 1, { failedWrites: 'commit' })).toMatchObject({ outcome: 'completed' })
+    await expect(
+      new Ledger({ store: new TxMemoryStore() }).runInTransaction({ key: key() }, () => 1, { failedWrites: 'keep' as never }),
+    ).rejects.toMatchObject({ code: 'INVALID_OPTION', message: expect.stringContaining('"keep"') })
+  })
 })
 
 describe('Ledger.begin', () => {

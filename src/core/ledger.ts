@@ -5,6 +5,7 @@ import { parsePositiveDuration, runDuration } from './duration.js'
 import { fingerprintOf } from './fingerprint.js'
 import type {
   Begun,
+  FailedWrites,
   Intent,
   IntentContext,
   LedgerEvent,
@@ -35,6 +36,7 @@ export type {
   Acquired,
   Begun,
   ExecutedOutcome,
+  FailedWrites,
   Intent,
   IntentContext,
   LedgerEvent,
@@ -153,7 +155,9 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
   /**
    * Like {@link Ledger.run}, but `fn` runs inside a store transaction that also completes the record
    * (docs/postgres.md): the business writes and the record commit together or not at all, and a holder that
-   * was fenced out meanwhile has its writes rolled back. Needs a transactional store (PostgreSQL).
+   * was fenced out meanwhile has its writes rolled back. A final failure `fn` returns is recorded without
+   * its writes, unless `failedWrites: 'commit'` (docs/http.md, "What happens to the handler's writes").
+   * Needs a transactional store (PostgreSQL, MySQL).
    */
   runInTransaction<T>(
     intent: Intent,
@@ -167,7 +171,13 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
       )
     }
     const store = this.store as unknown as TransactionalStore<TxOf<S>>
-    return this.#run(intent, options, (attempt, plan) => this.#executeInTransaction(store, attempt, plan, fn))
+    let rollbackFailed: boolean
+    try {
+      rollbackFailed = rollsBackFailed(store, options.failedWrites)
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    return this.#run(intent, options, (attempt, plan) => this.#executeInTransaction(store, attempt, plan, fn, rollbackFailed))
   }
 
   /** Closes the store. */
@@ -337,6 +347,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     attempt: Attempt,
     plan: Plan<T>,
     fn: (ctx: TransactionContext<Tx>) => T | Promise<T>,
+    rollbackFailed: boolean,
   ): Promise<RunResult<T>> {
     const core = this.#core
     const { scope, key, token } = attempt
@@ -355,11 +366,14 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
           })
         }
         await this.#reconcile(attempt, plan)
+        // Around the work alone: a final failure it returns is recorded without its writes.
+        if (rollbackFailed) await store.savepointInTransaction?.(tx, 'set')
         const context = attempt.inTransaction(tx)
         const value = await (plan.telemetry ? plan.telemetry.work(() => fn(context)) : fn(context))
         const response = plan.encode(value)
         const classification = plan.classify(value, response)
         if (classification === 'transient') throw new Rollback('transient', response, value)
+        if (classification === 'failed' && rollbackFailed) await store.savepointInTransaction?.(tx, 'rollback')
         const outcome: Outcome = { status: classification, response, resourceId: plan.resourceId?.(value) ?? null }
         await renewal.stop()
         // The token check and the business writes commit together: a zombie's writes roll back here.
@@ -383,6 +397,28 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
       throw error
     }
   }
+}
+
+/**
+ * Whether a run's final failure rolls back its work's writes (`RunOptions.failedWrites`), checked before
+ * anything runs (and by the HTTP layer at start-up): a store that cannot roll back to a savepoint must
+ * be told to commit them.
+ */
+export function rollsBackFailed(store: TransactionalStore<unknown>, failedWrites: FailedWrites | undefined): boolean {
+  if (failedWrites !== undefined && failedWrites !== 'rollback' && failedWrites !== 'commit') {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `failedWrites is 'rollback' (a final failure the work returns keeps none of its writes) or 'commit' (they commit with it), got ${JSON.stringify(failedWrites)}.`,
+    )
+  }
+  if (failedWrites === 'commit') return false
+  if (typeof store.savepointInTransaction !== 'function') {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      `${store.name} cannot roll a transaction back to a savepoint (it has no savepointInTransaction), so a final failure the work returns would commit its writes: implement savepointInTransaction, or pass failedWrites: 'commit' to keep them.`,
+    )
+  }
+  return true
 }
 
 /** The run's own listener, with the run's telemetry seeing each event first. */

@@ -10,6 +10,7 @@
  */
 import { createHash } from 'node:crypto'
 import { IdempotencyError } from '../errors.js'
+import type { SavepointCommand } from './store.js'
 
 /** A value the store binds to a statement's placeholder. */
 export type SqlValue = string | number | boolean | null | Buffer
@@ -77,6 +78,16 @@ export function asPgClient(candidate: unknown): PgClientOfTool | undefined {
   return client && typeof client.query === 'function' && typeof client.connectionParameters === 'object'
     ? (client as PgClientOfTool)
     : undefined
+}
+
+/**
+ * The savepoint `runInTransaction` takes around the work (the same SQL on PostgreSQL, MySQL/MariaDB and
+ * SQLite): a final failure the work returns is rolled back to it before the record's completion is
+ * written in the same transaction (`RunOptions.failedWrites`).
+ */
+export const WORK_SAVEPOINT: Readonly<Record<SavepointCommand, string>> = {
+  set: 'SAVEPOINT idemkey_work',
+  rollback: 'ROLLBACK TO SAVEPOINT idemkey_work',
 }
 
 /** A quoted literal or identifier (left alone), or a `$n` placeholder. */

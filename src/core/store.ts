@@ -165,7 +165,16 @@ export interface TransactionalStore<Tx> extends IdempotencyStore {
   completeInTransaction(tx: Tx, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean>
   /** `recordStep` inside `tx`: the step commits (or rolls back) with the transaction's business writes. */
   recordStepInTransaction?(tx: Tx, scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean>
+  /**
+   * Sets (`'set'`) the savepoint the ledger takes before the work inside `tx`, or rolls `tx` back to it
+   * (`'rollback'`), so that a final failure the work returned is recorded without the work's writes
+   * (`RunOptions.failedWrites`). Without it, `runInTransaction` needs `failedWrites: 'commit'`.
+   */
+  savepointInTransaction?(tx: Tx, command: SavepointCommand): Promise<void>
 }
+
+/** What {@link TransactionalStore.savepointInTransaction} does: set the work's savepoint, or roll back to it. */
+export type SavepointCommand = 'set' | 'rollback'
 
 /** True when the store implements {@link TransactionalStore}. */
 export function isTransactionalStore(store: IdempotencyStore): store is TransactionalStore<unknown> {

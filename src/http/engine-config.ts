@@ -3,9 +3,9 @@
  * every request uses (the scope rule, the fingerprint, the ledger's run options).
  */
 import { runDuration } from '../core/duration.js'
-import type { Ledger, RunOptions } from '../core/ledger.js'
+import { type Ledger, type RunOptions, rollsBackFailed } from '../core/ledger.js'
 import { classifyStatus } from '../core/outcome.js'
-import { isTransactionalStore } from '../core/store.js'
+import { isTransactionalStore, type TransactionalStore } from '../core/store.js'
 import { assertFunctions, nameList } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
 import { keyHeaderName } from './key-header.js'
@@ -64,6 +64,13 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
       `transactional: true needs a store that runs transactions (PostgresStore, MySqlStore); ${ledger.store.name} does not. Drop the option or change the store.`,
     )
   }
+  if (options.transactional) rollsBackFailed(ledger.store as TransactionalStore<unknown>, options.failedWrites)
+  else if (options.failedWrites !== undefined) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      "failedWrites applies to the handler's writes in the store's transaction: add transactional: true, or drop failedWrites.",
+    )
+  }
   const { header, keyHeader, maxRequestBody, maxStoredBody, wait, lease, ttl } = resolveRouteOptions(options)
   const allow = storedHeaderSet(nameList(options.storedHeaders, 'storedHeaders', "['location', 'x-request-id']"))
   const errorFormat = options.errorFormat
@@ -104,6 +111,7 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
       ttl,
       onEvent,
       reconcile: options.reconcile,
+      failedWrites: options.failedWrites,
     },
     runOptionsOf: internals.runOptionsOf,
     onReplay: options.onReplay,

@@ -1,5 +1,5 @@
 import type { Duration } from '../core/duration.js'
-import type { Ledger, LedgerEvent } from '../core/ledger.js'
+import type { FailedWrites, Ledger, LedgerEvent } from '../core/ledger.js'
 import type { Classification } from '../core/outcome.js'
 import type { Reconcile, StepMethods } from '../core/steps.js'
 import type { IdempotencyErrorCode } from '../errors.js'
@@ -122,6 +122,14 @@ export interface EngineOptions<Req = HttpRequestLike> {
   classify?: (status: number) => Classification
   /** Run the handler in the store's transaction, reachable as `ctx.tx` (PostgreSQL or MySQL: docs/postgres.md). @default false */
   transactional?: boolean
+  /**
+   * With `transactional: true`, what becomes of the handler's writes when it answers a final failure (a
+   * 4xx that is stored and replayed, such as `422 out of stock`): `'rollback'` undoes them (to a savepoint
+   * taken before the handler) and records the answer in the same transaction; `'commit'` keeps them with
+   * the answer, for a handler that deliberately records something on a decline (docs/http.md, "What
+   * happens to the handler's writes"). @default 'rollback'
+   */
+  failedWrites?: FailedWrites
   /** Called on a takeover, before the handler, with the steps an earlier attempt started but did not record (docs/steps.md). */
   reconcile?: Reconcile
   /** Base of the problem `type` URIs; a slug is appended. @default 'https://idemkey.dev/docs/errors#' */

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { ManualClock } from '../core/clock.js'
-import type { IdempotencyStore, StoredRecord } from '../core/store.js'
+import { type IdempotencyStore, isTransactionalStore, type StoredRecord, type TransactionalStore } from '../core/store.js'
 import { isIdempotencyError } from '../errors.js'
 import { describeSkipped, resolveHarness, type SuiteOptions } from './harness.js'
 import { ALL_BYTES, fp, type StoreFactory, sampleOutcome, skipRunning } from './shared.js'
@@ -122,6 +122,23 @@ export function describeStore(name: string, createStore: StoreFactory, options: 
         assert.equal(replay.record.status, 'failed')
         assert.equal(replay.record.response?.status, 400)
       }
+    })
+
+    it('rolls a transaction back to its savepoint and goes on: what came after it is undone, the transaction still commits (transactional stores)', async () => {
+      if (!isTransactionalStore(store) || !store.savepointInTransaction) return
+      const tx = store as TransactionalStore<unknown> & Required<Pick<TransactionalStore<unknown>, 'savepointInTransaction'>>
+      const s = scope()
+      const { token } = (await store.acquire(s, 'k', fp('a'), leaseMs)) as { token: number }
+      await tx.transaction(async (t) => {
+        await tx.savepointInTransaction(t, 'set')
+        assert.equal(await tx.completeInTransaction(t, s, 'k', token, sampleOutcome('completed'), 60_000), true)
+        await tx.savepointInTransaction(t, 'rollback')
+        // The completion above is undone, so the record is in progress again for this one.
+        assert.equal(await tx.completeInTransaction(t, s, 'k', token, sampleOutcome('failed'), 60_000), true)
+      })
+      const record = await store.get(s, 'k')
+      assert.equal(record?.status, 'failed')
+      assert.equal(record?.response?.status, 400)
     })
 
     it('round-trips empty, binary and NUL-filled bodies exactly', async () => {

@@ -15,6 +15,7 @@ import { InboxMismatchError, MySqlInbox, PgInbox } from '../../src/messaging/inb
 import { MySqlOutbox, PgOutbox } from '../../src/messaging/outbox/index.js'
 import { isTransientTransactionError as isTransientMySql, MySqlStore } from '../../src/stores/mysql/index.js'
 import { isTransientTransactionError as isTransientPg, PostgresStore } from '../../src/stores/postgres/index.js'
+import { answeredWith } from './final-answers.js'
 import { PRISMA_TABLES } from './orm-prisma.js'
 import { type BusinessTables, type Dialect, MYSQL_URL, PG_URL, type ToolHarness, type ToolName, toolHarness } from './orm-tools.js'
 import { paused } from './paused-store.js'
@@ -174,6 +175,42 @@ export async function describeToolTransactions(tool: ToolName, dialect: Dialect)
       })
       expect(retry).toMatchObject({ kind: 'executed', outcome: 'completed', value: 2 })
       expect(await orderRows(key)).toEqual(['retry'])
+    })
+
+    it("a returned final answer (422 out of stock) rolls back the work's writes and stores the answer, replayed without running again", async () => {
+      const ledger = new Ledger({ store: setup.store })
+      const key = `order-${randomUUID()}`
+      let runs = 0
+      const declined = async ({ tx }: { tx: unknown }) => {
+        runs++
+        await setup.harness.insertOrder(tx, key, 'declined')
+        return { error: 'out of stock' }
+      }
+      expect(await ledger.runInTransaction({ key, payload: 1 }, declined, answeredWith(422))).toMatchObject({
+        kind: 'executed',
+        outcome: 'failed',
+      })
+      expect(await orderRows(key)).toEqual([])
+      expect(await setup.store.get('default', key)).toMatchObject({ status: 'failed', response: { status: 422 } })
+      const again = await ledger.runInTransaction({ key, payload: 1 }, declined, answeredWith(422))
+      expect(again).toMatchObject({ kind: 'replayed', value: { error: 'out of stock' } })
+      expect(runs).toBe(1)
+    })
+
+    it("with failedWrites: 'commit', a returned final answer commits the work's writes with the stored answer", async () => {
+      const ledger = new Ledger({ store: setup.store })
+      const key = `order-${randomUUID()}`
+      const result = await ledger.runInTransaction(
+        { key, payload: 1 },
+        async ({ tx }) => {
+          await setup.harness.insertOrder(tx, key, 'audit')
+          return { error: 'card declined' }
+        },
+        answeredWith(402, { failedWrites: 'commit' }),
+      )
+      expect(result).toMatchObject({ kind: 'executed', outcome: 'failed' })
+      expect(await orderRows(key)).toEqual(['audit'])
+      expect(await setup.store.get('default', key)).toMatchObject({ status: 'failed', response: { status: 402 } })
     })
 
     it("a zombie past its lease cannot commit: the token refuses its completion and the tool's transaction rolls its write back", async () => {

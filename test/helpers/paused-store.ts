@@ -16,5 +16,6 @@ export function paused<Tx>(store: TransactionalStore<Tx>): TransactionalStore<Tx
     close: async () => {},
     transaction: (fn) => store.transaction(fn),
     completeInTransaction: (...args) => store.completeInTransaction(...args),
+    savepointInTransaction: store.savepointInTransaction && ((...args) => store.savepointInTransaction?.(...args) as Promise<void>),
   }
 }

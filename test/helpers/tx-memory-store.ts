@@ -1,4 +1,4 @@
-import type { Outcome, TransactionalStore } from '../../src/core/store.js'
+import type { Outcome, SavepointCommand, TransactionalStore } from '../../src/core/store.js'
 import { MemoryStore } from '../../src/stores/memory/memory-store.js'
 
 /**
@@ -12,6 +12,12 @@ export class TxMemoryStore extends MemoryStore implements TransactionalStore<str
     const result = await fn(tx)
     this.committed.push(...tx)
     return result
+  }
+  readonly #savepoints = new WeakMap<string[], number>()
+  /** A savepoint is the number of writes made on `tx` so far; rolling back to it drops the later ones. */
+  async savepointInTransaction(tx: string[], command: SavepointCommand): Promise<void> {
+    if (command === 'set') this.#savepoints.set(tx, tx.length)
+    else tx.length = this.#savepoints.get(tx) ?? 0
   }
   completeInTransaction(_tx: string[], scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
     return this.complete(scope, key, token, outcome, ttlMs)

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { type Duration, parseDuration, parseTimerDuration } from '../../core/duration.js'
-import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
+import { assertSqlTransactions, type SqlTransactions, type SqlValue, WORK_SAVEPOINT } from '../../core/sql-transactions.js'
 import { assertRecordStep, stepsFromJson } from '../../core/steps-store.js'
 import {
   type AcquireResult,
@@ -9,6 +9,7 @@ import {
   type IdempotencyStore,
   type ListFilter,
   type Outcome,
+  type SavepointCommand,
   type StoredRecord,
   type TransactionalStore,
 } from '../../core/store.js'
@@ -240,6 +241,30 @@ export class MySqlStore<Tx = MySqlTransaction> implements IdempotencyStore, Tran
    */
   async completeInTransaction(tx: Tx, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
     return this.#writeIn(tx, 'completeInTransaction', identity(scope, key), token, completeValues(scope, key, token, outcome, ttlMs))
+  }
+
+  /**
+   * Sets the savepoint `runInTransaction` takes before the work, or rolls `tx` back to it (a final
+   * failure the work returned keeps none of its writes: `RunOptions.failedWrites`). Through a tool, on
+   * its transaction's connection, unprepared.
+   */
+  async savepointInTransaction(tx: Tx, command: SavepointCommand): Promise<void> {
+    const text = WORK_SAVEPOINT[command]
+    const tool = this.#tool
+    try {
+      if (tool) await tool.execute(tx, text, [], { prepare: false })
+      else await (tx as unknown as MySqlTransaction).query(text)
+    } catch (error) {
+      // errno 1305: the savepoint is gone with the whole transaction, which InnoDB rolled back (a deadlock).
+      if ((error as { errno?: unknown } | null)?.errno === 1305) {
+        throw new IdempotencyError(
+          'STORE_UNAVAILABLE',
+          `mysql: ${text}${tool ? ` (through ${tool.tool})` : ''}: the transaction is no longer open, so the record is not completed. InnoDB rolls a whole transaction back on a deadlock (errno 1213), business writes included: let a deadlock error propagate out of the work, and a retry runs it again in a new transaction.`,
+          { cause: error },
+        )
+      }
+      throw toStoreError(tool ? `${text} (through ${tool.tool})` : text, error, this.table)
+    }
   }
 
   /** One UPDATE of the record's `steps`, fenced by token (docs/steps.md). */

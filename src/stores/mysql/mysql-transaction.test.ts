@@ -1,4 +1,5 @@
 import mysql from 'mysql2/promise'
+import { answeredWith } from '../../../test/helpers/final-answers.js'
 import { serviceSkipReason } from '../../../test/helpers/services.js'
 import { Ledger } from '../../core/ledger.js'
 import { fp, sampleOutcome } from '../../testing/index.js'
@@ -53,6 +54,26 @@ describe.skipIf(skip !== undefined)('MySqlStore transactions (SPEC §6)', () => 
     await expect(failing).rejects.toThrow('payment provider timed out')
     expect(await orderIds()).not.toContain('order-2')
     expect(await store.acquire('tx', 'k2', fp('other'), 60_000)).toEqual({ kind: 'acquired', token: 2 })
+  })
+
+  it("rolls back the business write of a returned final answer (422) and stores the answer; failedWrites: 'commit' keeps it", async () => {
+    const declined =
+      (id: string) =>
+      async ({ tx }: { tx: MySqlTransaction }) => {
+        await tx.execute(`INSERT INTO \`${orders}\` (id) VALUES (?)`, [id])
+        return { error: 'out of stock' }
+      }
+    const first = await ledger.runInTransaction({ key: 'k-422', scope: 'tx', payload: 1 }, declined('order-422'), answeredWith(422))
+    expect(first).toMatchObject({ kind: 'executed', outcome: 'failed' })
+    expect(await orderIds()).not.toContain('order-422')
+    expect(await store.get('tx', 'k-422')).toMatchObject({ status: 'failed', response: { status: 422 } })
+    const kept = await ledger.runInTransaction(
+      { key: 'k-422-kept', scope: 'tx', payload: 1 },
+      declined('order-422-kept'),
+      answeredWith(422, { failedWrites: 'commit' }),
+    )
+    expect(kept).toMatchObject({ kind: 'executed', outcome: 'failed' })
+    expect(await orderIds()).toContain('order-422-kept')
   })
 
   it("rolls back a fenced-out holder's business write: completeInTransaction refuses its stale token", async () => {

@@ -1,11 +1,12 @@
 import { parseDuration, parseTimerDuration } from '../../core/duration.js'
-import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
+import { assertSqlTransactions, type SqlTransactions, type SqlValue, WORK_SAVEPOINT } from '../../core/sql-transactions.js'
 import { assertRecordStep } from '../../core/steps-store.js'
 import {
   type AcquireResult,
   DEFAULT_ABANDONED_RETENTION_MS,
   type ListFilter,
   type Outcome,
+  type SavepointCommand,
   type StoredRecord,
   type TransactionalStore,
   type Unsubscribe,
@@ -390,6 +391,22 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   /** `complete` inside the transaction `tx` (from {@link PostgresStore.transaction}); the notice goes out at commit. */
   async completeInTransaction(tx: Tx, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
     return this.#complete(tx, scope, key, token, outcome, ttlMs)
+  }
+
+  /**
+   * Sets the savepoint `runInTransaction` takes before the work, or rolls `tx` back to it (a final
+   * failure the work returned keeps none of its writes: `RunOptions.failedWrites`). Through a tool, on
+   * its transaction's connection, unprepared.
+   */
+  async savepointInTransaction(tx: Tx, command: SavepointCommand): Promise<void> {
+    const text = WORK_SAVEPOINT[command]
+    const tool = this.#tool
+    try {
+      if (tool) await tool.execute(tx, text, [], { prepare: false })
+      else await (tx as unknown as PgQueryable).query(text)
+    } catch (error) {
+      throw toStoreError(tool ? `${text} (through ${tool.tool})` : text, error, this.schema, this.table)
+    }
   }
 
   /** One UPDATE of the record's `steps`, fenced by token (docs/steps.md). */

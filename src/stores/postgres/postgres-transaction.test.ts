@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
+import { answeredWith } from '../../../test/helpers/final-answers.js'
 import { paused } from '../../../test/helpers/paused-store.js'
 import { serviceSkipReason } from '../../../test/helpers/services.js'
 import { Ledger } from '../../core/ledger.js'
@@ -43,6 +44,45 @@ describe.skipIf(skip !== undefined)('PostgresStore transactions (SPEC §6)', () 
     expect(second).toMatchObject({ kind: 'replayed', value: { ok: true } })
     expect(await orderRows(key)).toEqual(['first'])
     expect((await store.get('default', key))?.status).toBe('completed')
+  })
+
+  it("rolls back the business writes of a returned final answer (422) and stores the answer; failedWrites: 'commit' keeps them", async () => {
+    const ledger = new Ledger({ store })
+    const [rolled, kept] = [`order-${randomUUID()}`, `order-${randomUUID()}`]
+    const declined =
+      (key: string) =>
+      async ({ tx }: { tx: pg.PoolClient }) => {
+        await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, 'declined')`, [key])
+        return { error: 'out of stock' }
+      }
+    const first = await ledger.runInTransaction({ key: rolled, payload: 1 }, declined(rolled), answeredWith(422))
+    expect(first).toMatchObject({ kind: 'executed', outcome: 'failed' })
+    expect(await orderRows(rolled)).toEqual([])
+    expect(await store.get('default', rolled)).toMatchObject({ status: 'failed', response: { status: 422 } })
+    const second = await ledger.runInTransaction({ key: kept, payload: 1 }, declined(kept), answeredWith(422, { failedWrites: 'commit' }))
+    expect(second).toMatchObject({ kind: 'executed', outcome: 'failed' })
+    expect(await orderRows(kept)).toEqual(['declined'])
+  })
+
+  it('stores the final answer of work that caught its own failed statement: the savepoint undoes the aborted part', async () => {
+    const ledger = new Ledger({ store })
+    const key = `order-${randomUUID()}`
+    const result = await ledger.runInTransaction(
+      { key, payload: 1 },
+      async ({ tx }) => {
+        await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, 'before')`, [key])
+        // A statement that fails aborts the whole PostgreSQL transaction; the work answers a final 422 instead.
+        const failed = await tx.query(`INSERT INTO "${orders}" (intent, who) VALUES ($1, NULL)`, [key]).then(
+          () => false,
+          () => true,
+        )
+        return { error: failed ? 'invalid order' : 'inserted' }
+      },
+      answeredWith(422),
+    )
+    expect(result).toMatchObject({ kind: 'executed', outcome: 'failed', value: { error: 'invalid order' } })
+    expect(await orderRows(key)).toEqual([])
+    expect(await store.get('default', key)).toMatchObject({ status: 'failed', response: { status: 422 } })
   })
 
   it('rolls back the business writes when the work throws, and releases the record for a retry', async () => {
