@@ -7,6 +7,7 @@
  * The tunnel cases need a Node.js line with `shouldUpgradeCallback` (24.9 and later, what `npm test`
  * runs on); on older lines the proxy tunnels nothing and they are skipped.
  */
+import type { ChildProcess } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server } from 'node:http'
 import { type AddressInfo, connect, type Socket } from 'node:net'
@@ -17,6 +18,7 @@ import { idempotency } from '../src/http/express/index.js'
 import type { EngineOptions } from '../src/http/types.js'
 import { operatorPage } from '../src/observability/operator-page.js'
 import { MemoryStore } from '../src/stores/memory/memory-store.js'
+import { startProxy } from './helpers/proxy-process.js'
 
 const canTunnel = typeof (createServer() as { shouldUpgradeCallback?: unknown }).shouldUpgradeCallback === 'function'
 const WS_HEADERS =
@@ -437,6 +439,31 @@ for (const [name, start] of Object.entries(targets)) {
     })
   })
 }
+
+describe('idemkey proxy --scope-credentials', () => {
+  const children: ChildProcess[] = []
+  afterAll(() => {
+    for (const child of children) child.kill('SIGKILL')
+  })
+  const start = (args: string[]) =>
+    startProxy(['--upstream', `http://127.0.0.1:${upstream.port}`, '--store', 'memory:', ...args], children, {
+      env: { IDEMKEY_SCOPE_SECRET: 'test-secret' },
+    })
+
+  it('keeps cookie users apart with the flag, and without it refuses them and logs what to set', async () => {
+    const named = await start(['--scope-credentials', 'cookie:session'])
+    const { b } = await twoCallers(named.port, ['Cookie: session=alice'], ['Cookie: session=bob'])
+    expect(b).not.toMatch(/idempotent-replayed/i)
+    const plain = await start([])
+    expect(statusOf(await exchange(plain.port, post('/charges', randomUUID(), ['Cookie: session=alice'])))).toBe(500)
+    for (let i = 0; i < 50 && !/--scope-credentials/.test(plain.stderr()); i++) await sleep(50)
+    expect(plain.stderr()).toMatch(/carries a Cookie header but no Authorization.*--scope-credentials cookie:session/)
+  })
+
+  it('refuses to start with a credential it cannot read', async () => {
+    await expect(start(['--scope-credentials', 'session'])).rejects.toThrow(/expected 'authorization', 'cookie:<name>'/)
+  })
+})
 
 describe('the operator page', () => {
   async function page(options: { allowedHosts?: string[]; token?: string } = {}): Promise<number> {
