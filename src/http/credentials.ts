@@ -93,6 +93,25 @@ function cookieValues(header: string | string[] | undefined, name: string): stri
   return values
 }
 
+/**
+ * The headers {@link credentialParts} reads under `rule`, from a `get` of one header by name (a fetch
+ * `Headers`, a GraphQL server's request): for front ends that hold no header record.
+ */
+export function credentialHeaders(rule: CredentialRule, get: (name: string) => string | null | undefined): HttpRequestLike['headers'] {
+  const names = [
+    'authorization',
+    'cookie',
+    ...rule.sources.flatMap((s) => (s.kind === 'header' ? [s.name] : [])),
+    ...(rule.guarded ? API_KEY_HEADERS : []),
+  ]
+  const headers: HttpRequestLike['headers'] = {}
+  for (const name of names) {
+    const value = get(name)
+    if (value !== null && value !== undefined) headers[name] = value
+  }
+  return headers
+}
+
 function refuseUnnamedCredential(headers: HttpRequestLike['headers']): void {
   const carried = headers.cookie !== undefined ? 'a Cookie header' : API_KEY_HEADERS.find((name) => headers[name] !== undefined)
   if (carried === undefined) return
