@@ -101,6 +101,31 @@ describe('idemkey/graphql: the Envelop plugin in GraphQL Yoga', () => {
     expect(charges - before).toBe(3)
   })
 
+  it('keeps cookie users apart with credentials, and without them refuses a keyed mutation that carries a cookie, nothing run', async () => {
+    const named = createYoga({
+      schema,
+      plugins: [useIdempotency({ ledger, scopeSecret: 'graphql-test-secret', credentials: ['cookie:session'] })],
+      logging: false,
+    })
+    const post = async (target: typeof yoga, key: string, cookie: string) => {
+      const response = await target.fetch('http://yoga/graphql', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key, cookie },
+        body: JSON.stringify({ query: CHARGE, variables: { amount: 5 } }),
+      })
+      return (await response.json()) as { data?: { charge?: { id: string } }; errors?: Array<{ message: string }> }
+    }
+    const key = randomUUID()
+    const before = charges
+    const alice = await post(named, key, 'session=alice')
+    const bob = await post(named, key, 'session=bob')
+    expect(charges - before).toBe(2)
+    expect(bob.data?.charge?.id).not.toBe(alice.data?.charge?.id)
+    const refused = await post(yoga, randomUUID(), 'session=alice')
+    expect(charges - before).toBe(2)
+    expect(refused.errors?.length).toBeGreaterThan(0)
+  })
+
   it('counts the fragments a mutation selects through: the same key with another fragment body is refused', async () => {
     const key = randomUUID()
     const withFragment = (fields: string) =>

@@ -433,6 +433,29 @@ describe.each(Object.entries(adapters))('HTTP conformance: %s', (name, start: Ad
     expect(a.headers.get('idempotent-replayed')).toBe('true')
   })
 
+  it('scopes by the named credentials: two cookie users, and two API-key users, never share a key', async () => {
+    const named = await boot({ credentials: ['cookie:session', 'header:x-api-key'] })
+    const pairs: Array<[Record<string, string>, Record<string, string>]> = [
+      [{ cookie: 'session=alice' }, { cookie: 'session=bob' }],
+      [{ 'x-api-key': 'key-of-alice' }, { 'x-api-key': 'key-of-bob' }],
+    ]
+    for (const [alice, bob] of pairs) {
+      const key = randomUUID()
+      await post(named.url, '/charges', { key, headers: alice })
+      expect((await post(named.url, '/charges', { key, headers: bob })).headers.get('idempotent-replayed')).toBeNull()
+      expect(state.executions('/charges', key)).toBe(2)
+      expect((await post(named.url, '/charges', { key, headers: alice })).headers.get('idempotent-replayed')).toBe('true')
+    }
+  })
+
+  it('refuses, without running it, a keyed request with a cookie and no Authorization when no credential is named', async () => {
+    const key = randomUUID()
+    const answer = await post(app.url, '/charges', { key, headers: { cookie: 'session=alice' } })
+    expect(answer.status).toBe(500)
+    expect(answer.json().type).toMatch(/invalid-option$/)
+    expect(state.executions('/charges', key)).toBe(0)
+  })
+
   it('replays allowlisted headers only: never set-cookie, never unlisted ones', async () => {
     const key = randomUUID()
     const first = await post(app.url, '/charges', { key })

@@ -14,6 +14,7 @@ export interface ProxyFlags {
   requireKey?: boolean
   scopeHeader?: string
   scopeSecret?: string
+  scopeCredentials?: string[]
   maxBody: number
   upstreamTimeout: number
   drainTimeout: number
@@ -22,9 +23,12 @@ export interface ProxyFlags {
   maxConnections: number
   maxBuffered: number
   maxStoredBody: number
+  maxTunnels: number
+  tunnelIdleTimeout: number
   adminPort?: number
   adminHost: string
   adminToken?: string
+  adminAllowedHosts?: string[]
   logLevel: LogLevel
   logFormat?: 'json' | 'pretty'
 }

@@ -9,6 +9,21 @@ import type { HttpResponseLike } from '../http/types.js'
 
 /** Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded; fields named in `Connection` are dropped as well. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'transfer-encoding', 'upgrade', 'trailer', 'expect'])
+/**
+ * What a header name spelled with `_` for `-` (`Transfer_Encoding`) would stand for at an upstream that
+ * reads `_` as `-` (CGI, WSGI and the stacks built on them): framing, hop-by-hop and forwarding fields.
+ * Such names are dropped, so no client can frame or forward for the proxy.
+ */
+const LOOKALIKES = new Set([
+  ...HOP_BY_HOP,
+  'content-length',
+  'host',
+  'forwarded',
+  'via',
+  'x-forwarded-for',
+  'x-forwarded-host',
+  'x-forwarded-proto',
+])
 const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT'])
 export const VIA = '1.1 idemkey'
 
@@ -50,6 +65,7 @@ export function requestHeaders(
     const value = headers[name]
     if (value === undefined || HOP_BY_HOP.has(name) || dropped?.has(name) || name === 'host') continue
     if (buffered && name === 'content-length') continue
+    if (name.includes('_') && LOOKALIKES.has(name.replaceAll('_', '-'))) continue
     out[name] = value
   }
   const remote = req.socket.remoteAddress ?? 'unknown'
@@ -116,19 +132,43 @@ export function oneLine(error: unknown): string {
 }
 
 /**
- * The request target in origin form (`/path?query`). A client may send the absolute form
- * (`POST http://host/path HTTP/1.1`, RFC 9112 §3.2.2), which a server must accept: forwarded as it
- * came, it would be appended to the upstream's prefix as a path, and fingerprinted as another request.
+ * The request target in origin form (`/path?query`), or `undefined` for one the proxy refuses. A client
+ * may send the absolute form (`POST http://host/path HTTP/1.1`, RFC 9112 §3.2.2), which a server must
+ * accept: forwarded as it came, it would be appended to the upstream's prefix as a path, and an
+ * upstream would prefer its authority over Host. So it is read with the URL parser, and one it cannot
+ * read (`http://evil.example:99999/x`) is refused, as is a target that is no path at all (`*`, an
+ * authority) and a path with a dot segment (`/../internal`, `/%2e%2e/`, `/..%2f`), which an upstream
+ * that resolves them would take outside the `--upstream` path prefix. Clients remove dot segments
+ * before sending (RFC 3986 §5.2.4), so none sends one to mean anything else.
  */
-export function originForm(url: string | undefined): string {
+export function requestTarget(url: string | undefined): string | undefined {
   if (url === undefined) return '/'
-  if (url.startsWith('/') || !/^[a-z][a-z\d+.-]*:\/\//i.test(url)) return url
-  try {
-    const parsed = new URL(url)
-    return `${parsed.pathname}${parsed.search}`
-  } catch {
-    return url
+  let target = url
+  if (!url.startsWith('/')) {
+    if (!/^[a-z][a-z\d+.-]*:\/\//i.test(url)) return undefined
+    try {
+      const parsed = new URL(url)
+      target = `${parsed.pathname}${parsed.search}`
+    } catch {
+      return undefined
+    }
   }
+  const query = target.indexOf('?')
+  return DOT_SEGMENT.test(query < 0 ? target : target.slice(0, query)) ? undefined : target
+}
+
+/** A `.` or `..` segment, with `/`, `\\` or their percent-encodings as separators and `.` possibly encoded. */
+const DOT_SEGMENT = /(?:^|[/\\]|%2f|%5c)(?:\.|%2e){1,2}(?:[/\\]|%2f|%5c|$)/i
+
+/** The 400 of a target {@link requestTarget} refuses. */
+export function badTarget(): HttpResponseLike {
+  return proxyProblem(
+    400,
+    'bad-target',
+    'Bad request target',
+    'The request target is not a path the proxy forwards: an absolute URL that does not parse, no path at all, or a path with a "." or ".." segment (plain or percent-encoded). Send the path as a browser would, with dot segments resolved.',
+    false,
+  )
 }
 
 /** The request's path without its query, which may carry secrets: for log lines. */
@@ -136,11 +176,13 @@ export function pathOf(req: IncomingMessage): string {
   return (req.url ?? '/').split('?')[0] as string
 }
 
-/** A problem only the proxy answers (its slug has a section in docs/errors.md); always worth a retry. */
-export function proxyProblem(status: number, slug: string, title: string, detail: string): HttpResponseLike {
+/** A problem only the proxy answers (its slug has a section in docs/errors.md); worth a retry unless `retry` is false. */
+export function proxyProblem(status: number, slug: string, title: string, detail: string, retry = true): HttpResponseLike {
+  const headers: Record<string, string> = { 'content-type': 'application/problem+json', 'cache-control': 'no-store' }
+  if (retry) headers['retry-after'] = '1'
   return {
     status,
-    headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store', 'retry-after': '1' },
+    headers,
     body: new TextEncoder().encode(JSON.stringify({ type: `${DEFAULT_PROBLEM_BASE}${slug}`, title, status, detail })),
   }
 }

@@ -92,6 +92,8 @@ export function capConnections(server: Server, max: number, log: (kind: string, 
     socket.once('close', () => forget(socket))
   })
   return {
+    /** Takes a connection out of the count (a WebSocket tunnel, which has a limit of its own). */
+    forget,
     busy(socket: Socket): void {
       const requests = open.get(socket)
       if (requests === undefined) return

@@ -12,6 +12,7 @@ import { keyHash } from '../observability/recorder.js'
 import { describeStore, isServerClockStore, openStore, parseStoreUrl } from '../stores/open.js'
 import { listen } from './listen.js'
 import type { ProxyFlags } from './proxy-flags.js'
+import { throttledLog } from './proxy-limits.js'
 import { type AccessEntry, createProxyServer } from './proxy-server.js'
 import { ReconnectingStore } from './reconnecting-store.js'
 import { CliError } from './run.js'
@@ -59,11 +60,14 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
   )
   if (admin) metrics = prometheusMetrics({ store })
   const ledger = new Ledger({ store, lease: flags.lease, ttl: flags.ttl, wait: flags.wait, telemetry: metrics?.telemetry })
-  const page = admin ? operatorPage({ store, token: flags.adminToken }) : undefined
+  const configLog = throttledLog((line) => logger.error(`idemkey proxy: ${line}`))
+  const page = admin ? operatorPage({ store, token: flags.adminToken, allowedHosts: flags.adminAllowedHosts }) : undefined
   const onEvent = (event: EngineEvent) => {
     page?.onEvent(event)
     // A call that timed out above the store still means it is not answering.
     if (event.type === 'store_error') store.markDown(event.error)
+    // A request refused for the scope (a cookie or API key no --scope-credentials names): say why and what to set.
+    if (event.type === 'config_error') configLog('config-error', errorText(event.error))
     // Never rate-limited: each one is a request that a retry after its lease will run a second time.
     if (event.type === 'unrecorded') {
       metrics?.unrecorded()
@@ -88,6 +92,7 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
     requireKey: flags.requireKey,
     scopeHeader: flags.scopeHeader,
     scopeSecret: flags.scopeSecret,
+    scopeCredentials: flags.scopeCredentials,
     waitMs: flags.wait,
     leaseMs: flags.lease,
     ttlMs: flags.ttl,
@@ -98,6 +103,8 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
     maxConnections: flags.maxConnections,
     maxBufferedBytes: flags.maxBuffered,
     maxStoredBodyBytes: flags.maxStoredBody,
+    maxTunnels: flags.maxTunnels,
+    tunnelIdleTimeoutMs: flags.tunnelIdleTimeout,
     onEvent,
     onAccess,
     log: (line) => logger.warn(`idemkey proxy: ${line}`),

@@ -4,13 +4,25 @@ import type { Socket } from 'node:net'
 import { pipeline } from 'node:stream/promises'
 import { type Dispatcher, Pool } from 'undici'
 import type { Ledger } from '../core/ledger.js'
+import { type CredentialRule, credentialRule } from '../http/credentials.js'
 import { createEngine } from '../http/engine.js'
 import { KEY_HEADER, parseKeyHeader } from '../http/key-header.js'
 import { distinctHeaders, readNodeBody } from '../http/node-body.js'
 import { credentialScope, headerScope, resolveScopeSecret } from '../http/scope.js'
 import type { AnswerOutcome, Decision, EngineEvent, HttpRequestLike, HttpResponseLike } from '../http/types.js'
 import { keyHash } from '../observability/recorder.js'
-import { oneLine, originForm, pathOf, proxyProblem, Refusal, requestHeaders, responseHeaders, send, upstreamProblem } from './proxy-http.js'
+import {
+  badTarget,
+  oneLine,
+  pathOf,
+  proxyProblem,
+  Refusal,
+  requestHeaders,
+  requestTarget,
+  responseHeaders,
+  send,
+  upstreamProblem,
+} from './proxy-http.js'
 import {
   type BudgetTicket,
   ByteBudget,
@@ -21,7 +33,7 @@ import {
   sendAndClose,
   throttledLog,
 } from './proxy-limits.js'
-import { tunnelUpgrade } from './proxy-upgrade.js'
+import { refuseRaw, tunnelUpgrade } from './proxy-upgrade.js'
 
 /** Options of {@link createProxyServer}; the {@link ProxyLimits} bound what clients can hold of it. */
 export interface ProxyServerOptions extends ProxyLimits {
@@ -38,6 +50,12 @@ export interface ProxyServerOptions extends ProxyLimits {
    * @default none: a keyed hash of Authorization (`cred:…`), or `public`
    */
   scopeHeader?: string
+  /**
+   * The credentials that identify a caller (`authorization`, `cookie:<name>`, `header:<name>`), as the
+   * engine's `credentials` option: see there, and docs/proxy.md "Security model".
+   * @default ['authorization'], refusing keyed requests with an unnamed cookie or API key
+   */
+  scopeCredentials?: string[]
   /** The secret that keys credential scopes. @default process.env.IDEMKEY_SCOPE_SECRET (warned about when unset) */
   scopeSecret?: string
   waitMs?: number
@@ -111,6 +129,13 @@ export interface ProxyLimits {
   maxBufferedBytes?: number
   /** Largest response body stored for replay; a larger one streams through and is stored without its body. @default 1 MiB */
   maxStoredBodyBytes?: number
+  /**
+   * WebSocket tunnels open at once (each holds a client and an upstream connection); past it an upgrade
+   * gets `503`. Tunnels do not count against `maxConnections`. @default 128
+   */
+  maxTunnels?: number
+  /** A tunnel with no bytes either way for this long is closed. @default 60s */
+  tunnelIdleTimeoutMs?: number
   /** Where the proxy's own failures go, one line each, at most one a second per kind. @default stderr, as `idemkey proxy: …` */
   log?: (line: string) => void
 }
@@ -152,7 +177,11 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       storedHeaders: ['content-encoding'],
       onEvent: options.onEvent,
     },
-    { scopeOf: trailScope(proxyScope(options.scopeHeader, options.scopeSecret)) },
+    {
+      scopeOf: trailScope(
+        proxyScope(options.scopeHeader, options.scopeSecret, credentialRule(options.scopeCredentials, '--scope-credentials')),
+      ),
+    },
   )
   let active = 0
   let idle: (() => void) | undefined
@@ -167,6 +196,12 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   const budget = new ByteBudget(options.maxBufferedBytes ?? 64 * MiB)
   const log = throttledLog(options.log ?? ((line) => process.stderr.write(`idemkey proxy: ${line}\n`)))
   const onAccess = options.onAccess
+
+  /** A target {@link requestTarget} refuses: `400`, before anything else looks at the request. */
+  async function refuseTarget(req: IncomingMessage, res: ServerResponse, trail?: Trail): Promise<void> {
+    if (trail) trail.outcome = 'rejected'
+    sendAndClose(req, res, badTarget())
+  }
 
   async function serve(req: IncomingMessage, res: ServerResponse, ticket: BudgetTicket, trail?: Trail): Promise<void> {
     // Like every adapter: traffic the layer does not cover streams through without touching the engine.
@@ -395,7 +430,8 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   const server = createServer(serverOptions, (req, res) => {
     // A request that follows an early answer on a closing connection: dropped, as is the rest of it.
     if (lingering.has(req.socket)) return void req.resume()
-    req.url = originForm(req.url)
+    const target = requestTarget(req.url)
+    if (target !== undefined) req.url = target
     active++
     answering.add(res)
     if (draining) res.shouldKeepAlive = false
@@ -404,7 +440,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     const closed = new Promise<void>((resolve) => res.once('close', resolve))
     // Kept only for an access log: without one a request costs what it did.
     const trail: Trail | undefined = onAccess ? { startedAt: performance.now(), outcome: 'passthrough' } : undefined
-    const served = serve(req, res, ticket, trail).catch((error: unknown) => {
+    const served = (target === undefined ? refuseTarget(req, res, trail) : serve(req, res, ticket, trail)).catch((error: unknown) => {
       if (req.destroyed && !req.complete) return // the client went away mid-body: no one to answer
       if (trail) trail.outcome = 'proxy_error'
       log('proxy-error', `proxy error on ${req.method} ${pathOf(req)}: ${oneLine(error)}`)
@@ -428,7 +464,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     void Promise.all([served, closed]).then(() => {
       ticket.release()
       connections.free(req.socket)
-      if (trail && onAccess) onAccess(accessEntry(req, res, trail))
+      if (trail && onAccess) onAccess(accessEntry(req, res.statusCode, trail))
       answering.delete(res)
       active--
       if (active === 0) idle?.()
@@ -447,12 +483,41 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   }
   // Node lines without shouldUpgradeCallback would hand every request with an Upgrade header to this
   // listener, covered POSTs included: there, upgrades stay plain requests (the upstream sees no Upgrade).
+  /** WebSocket tunnels open or being opened: closed by drain() once the requests in flight are done. */
+  const tunnels = new Set<Socket>()
   if (typeof (server as { shouldUpgradeCallback?: unknown }).shouldUpgradeCallback === 'function') {
+    const maxTunnels = options.maxTunnels ?? 128
+    const idleMs = options.tunnelIdleTimeoutMs ?? 60_000
     server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
       if (!isTunnelled(req)) return void socket.destroy()
-      // A tunnel is a connection in use, never the idle one closed to make room.
+      const trail: Trail = { startedAt: performance.now(), outcome: 'passthrough' }
+      const done = (status: number, upstreamStatus?: number) => {
+        if (upstreamStatus !== undefined) trail.upstreamStatus = upstreamStatus
+        if (onAccess) onAccess(accessEntry(req, status, trail))
+      }
+      const target = requestTarget(req.url)
+      if (target === undefined) {
+        trail.outcome = 'rejected'
+        done(400)
+        return refuseRaw(socket, badTarget())
+      }
+      req.url = target
+      if (tunnels.size >= maxTunnels) {
+        log('tunnels', `--max-tunnels ${maxTunnels} reached: answering 503 to new WebSocket upgrades`)
+        done(503)
+        return refuseRaw(
+          socket,
+          proxyProblem(
+            503,
+            'too-many-tunnels',
+            'Too many tunnels',
+            'The proxy holds as many WebSocket tunnels as it may. Retry after the Retry-After delay.',
+          ),
+        )
+      }
+      // Busy while the upstream answers, never the idle one closed to make room; a tunnel leaves the count.
       connections.busy(socket)
-      tunnelUpgrade(req, socket, head, { base, prefix, timeoutMs, log })
+      tunnelUpgrade(req, socket, head, { base, prefix, timeoutMs, idleMs, tunnels, joined: connections.forget, done, log })
     })
   }
 
@@ -477,6 +542,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
           }
         }))
       server.closeAllConnections()
+      for (const socket of tunnels) socket.destroy()
       await pool.close().catch(() => {})
       return finished
     },
@@ -493,13 +559,13 @@ function trailScope(scopeOf: (req: HttpRequestLike) => string): (req: HttpReques
   }
 }
 
-/** The access log's entry of a finished request. */
-function accessEntry(req: IncomingMessage, res: ServerResponse, trail: Trail): AccessEntry {
+/** The access log's entry of a finished request, answered `status`. */
+function accessEntry(req: IncomingMessage, status: number, trail: Trail): AccessEntry {
   const entry: AccessEntry = {
     requestId: requestIdOf(req),
     method: req.method ?? 'GET',
     path: pathOf(req),
-    status: res.statusCode,
+    status,
     outcome: trail.outcome,
     durationMs: Math.round((performance.now() - trail.startedAt) * 100) / 100,
   }
@@ -533,12 +599,16 @@ export function requestIdOf(req: IncomingMessage): string {
  * credential. Each source keeps its own prefix, so a tenant named `public`, or a header value copied
  * from `idemkey list` (`cred:…`), can never land in another source's scope.
  */
-function proxyScope(scopeHeader: string | undefined, scopeSecret: string | undefined): (req: HttpRequestLike) => string {
+function proxyScope(
+  scopeHeader: string | undefined,
+  scopeSecret: string | undefined,
+  credentials: CredentialRule,
+): (req: HttpRequestLike) => string {
   const secret = resolveScopeSecret(scopeSecret)
   const name = scopeHeader?.toLowerCase()
   return (req) => {
     const value = name === undefined ? undefined : req.headers[name]
     const first = Array.isArray(value) ? value[0] : value
-    return first ? headerScope(first) : credentialScope(req.headers, secret)
+    return first ? headerScope(first) : credentialScope(req.headers, secret, credentials)
   }
 }

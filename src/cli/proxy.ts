@@ -1,6 +1,7 @@
 import { type Command, InvalidArgumentError, Option } from 'commander'
 import { isHeaderName } from '../core/key-header.js'
 import { redactUrl } from '../core/redact-url.js'
+import { credentialRule } from '../http/credentials.js'
 import {
   durationOption,
   hostArg,
@@ -47,6 +48,11 @@ export function registerProxy(program: Command): void {
       headerNameArg,
     )
     .option(
+      '--scope-credentials <list>',
+      'what identifies a caller, e.g. cookie:session or header:x-api-key (comma-separated; authorization, cookie:<name>, header:<name>); default: Authorization, refusing keyed requests that carry an unnamed cookie or API key',
+      credentialsArg,
+    )
+    .option(
       '--scope-secret <secret>',
       'secret that keys the Authorization hash, the same on every proxy (default: $IDEMKEY_SCOPE_SECRET; prefer the variable, flags show in ps)',
     )
@@ -59,6 +65,8 @@ export function registerProxy(program: Command): void {
     .addOption(limitOptions.maxConnections())
     .addOption(limitOptions.maxBuffered())
     .addOption(limitOptions.maxStoredBody())
+    .addOption(limitOptions.maxTunnels())
+    .addOption(limitOptions.tunnelIdleTimeout())
     .addOption(
       durationOption('--drain-timeout <duration>', 'on SIGTERM/SIGINT, how long to wait for in-flight requests', '30s', undefined, true),
     )
@@ -72,6 +80,15 @@ export function registerProxy(program: Command): void {
       'address of the admin port; the operator page answers other hosts only with --admin-token',
       hostArg('--admin-host'),
       '127.0.0.1',
+    )
+    .option(
+      '--admin-allowed-hosts <list>',
+      'host names the operator page answers besides loopback names and IP addresses (comma-separated): the names you reach it by',
+      (value: string) =>
+        value
+          .split(',')
+          .map((h) => h.trim())
+          .filter(Boolean),
     )
     .addOption(
       new Option(
@@ -126,6 +143,18 @@ const limitOptions = {
       'bytes held at once across covered request bodies and held responses; past it new covered requests get 503',
       '64mb',
     ),
+  maxTunnels: () =>
+    new Option('--max-tunnels <n>', 'WebSocket tunnels open at once (not counted in --max-connections); past it an upgrade gets 503')
+      .argParser(intArg('--max-tunnels', 0))
+      .default(128),
+  tunnelIdleTimeout: () =>
+    durationOption(
+      '--tunnel-idle-timeout <duration>',
+      'a WebSocket tunnel with no bytes either way for this long is closed',
+      '60s',
+      TIMEOUT_OF_ZERO,
+      true,
+    ),
   maxStoredBody: () =>
     sizeOption(
       '--max-stored-body <size>',
@@ -142,6 +171,20 @@ function headerNameArg(value: string): string {
     )
   }
   return value
+}
+
+/** `--scope-credentials`: checked as the engine checks its `credentials`, so a typo fails at start. */
+function credentialsArg(value: string): string[] {
+  const list = value
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter(Boolean)
+  try {
+    credentialRule(list, '--scope-credentials')
+  } catch (error) {
+    throw new InvalidArgumentError((error as Error).message)
+  }
+  return list
 }
 
 function upstreamArg(value: string): string {

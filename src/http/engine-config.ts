@@ -8,6 +8,7 @@ import { classifyStatus } from '../core/outcome.js'
 import { isTransactionalStore, type TransactionalStore } from '../core/store.js'
 import { assertFunctions, nameList } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
+import { credentialRule } from './credentials.js'
 import { keyHeaderName } from './key-header.js'
 import { type AnswerRenderer, answerRenderer, DEFAULT_PROBLEM_BASE } from './problem.js'
 import { credentialScope, functionScope, resolveScopeSecret } from './scope.js'
@@ -85,6 +86,7 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
   const scopeFn = options.scope
   // Only the default scope needs the secret, so only it warns when none is set.
   const secret = scopeFn || internals.scopeOf ? undefined : resolveScopeSecret(options.scopeSecret)
+  const credentials = credentialRule(options.credentials, 'idempotency({ credentials })')
   const onEvent = options.onEvent as ((event: EngineEvent) => void) | undefined
   return {
     ledger,
@@ -100,7 +102,7 @@ export function resolveEngineConfig<Req>(options: EngineOptions<Req>, internals:
       ? internals.scopeOf
       : scopeFn
         ? async (req: HttpRequestLike) => functionScope(await scopeFn((req.native ?? req) as Req))
-        : (req: HttpRequestLike) => credentialScope(req.headers, secret as string | Uint8Array),
+        : (req: HttpRequestLike) => credentialScope(req.headers, secret as string | Uint8Array, credentials),
     fingerprintOf: options.fingerprint ?? requestFingerprint,
     runOptions: {
       encode: (response) => toStored(response, allow, maxStoredBody),

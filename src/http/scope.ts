@@ -1,5 +1,6 @@
 import * as crypto from 'node:crypto'
 import { IdempotencyError } from '../errors.js'
+import { type CredentialRule, credentialParts, DEFAULT_CREDENTIALS } from './credentials.js'
 import type { HttpRequestLike } from './types.js'
 
 /**
@@ -8,9 +9,9 @@ import type { HttpRequestLike } from './types.js'
  * `idemkey list` such as `cred:…`, stays in its own namespace (docs/http.md, "Scopes").
  */
 export const SCOPE_SOURCES = {
-  /** No credential and no scope function: every anonymous caller shares it. */
+  /** No credential and no scope function: every anonymous caller shares it (a request with an unnamed cookie or API key is refused instead). */
   public: 'public',
-  /** A keyed hash of the Authorization credential. */
+  /** A keyed hash of the caller's credentials (Authorization, or the cookie or header named in `credentials`). */
   credential: 'cred:',
   /** A trusted header's value (the proxy's `--scope-header`). */
   header: 'header:',
@@ -73,17 +74,22 @@ export function normalizeCredential(authorization: string): string {
 }
 
 /**
- * The default scope (docs/http.md, "Scopes"): `cred:` and an HMAC-SHA-256 of the normalised Authorization
- * credential under the deployment secret, or `public` when the request has none.
+ * The default scope (docs/http.md, "Scopes"): `cred:` and an HMAC-SHA-256 of the caller's credentials
+ * under the deployment secret, or `public` when the request has none. `rule` names them (the
+ * `credentials` option); by default the normalised Authorization credential, and a request with a
+ * cookie or an API-key header but no Authorization is refused (`INVALID_OPTION`).
  *
  * @example
  * const scopeOf = (req) => credentialScope(req.headers, process.env.IDEMKEY_SCOPE_SECRET)
  */
-export function credentialScope(headers: HttpRequestLike['headers'], secret: string | Uint8Array): string {
-  const auth = headers.authorization
-  const credentials = (Array.isArray(auth) ? auth : auth === undefined ? [] : [auth]).map(normalizeCredential).filter(Boolean)
-  if (credentials.length === 0) return SCOPE_SOURCES.public
-  const mac = crypto.createHmac('sha256', secret).update(credentials.join(', ')).digest('hex')
+export function credentialScope(
+  headers: HttpRequestLike['headers'],
+  secret: string | Uint8Array,
+  rule: CredentialRule = DEFAULT_CREDENTIALS,
+): string {
+  const parts = credentialParts(headers, rule, normalizeCredential)
+  if (parts.length === 0) return SCOPE_SOURCES.public
+  const mac = crypto.createHmac('sha256', secret).update(parts.join('\n')).digest('hex')
   return `${SCOPE_SOURCES.credential}${mac.slice(0, 32)}`
 }
 

@@ -98,6 +98,17 @@ export interface EngineOptions<Req = HttpRequestLike> {
    */
   scope?: (req: Req) => string | number | null | undefined | Promise<string | number | null | undefined>
   /**
+   * What the default scope (no `scope` function) takes as the caller's identity: the credentials your
+   * API authenticates with, as `'authorization'`, `'cookie:<name>'` or `'header:<name>'`; the scope is an
+   * HMAC of those the request carries, `public` when it carries none. Without this option only
+   * `Authorization` counts, and a keyed request that carries a `Cookie` or an API-key header
+   * (`X-Api-Key`, `Api-Key`, `X-Auth-Token`, …) but no `Authorization` is refused (`500` invalid-option):
+   * those callers would otherwise share one scope. Ignored with a `scope` function.
+   * @default ['authorization'], refusing unnamed cookies and API keys
+   * @example credentials: ['cookie:session'] // or ['header:x-api-key'], or both
+   */
+  credentials?: readonly string[]
+  /**
    * The deployment secret that keys the default credential scope, shared by every instance.
    * @default process.env.IDEMKEY_SCOPE_SECRET (a warning at start-up when neither is set)
    */

@@ -2,6 +2,7 @@ import { isUtf8 } from 'node:buffer'
 import { createHash } from 'node:crypto'
 import type { Ledger } from '../core/ledger.js'
 import { assertFunctions } from '../core/validate.js'
+import { credentialRule } from '../http/credentials.js'
 import { createEngine } from '../http/engine.js'
 import { isJsonType, tooLarge } from '../http/node-body.js'
 import { credentialScope, resolveScopeSecret } from '../http/scope.js'
@@ -24,7 +25,8 @@ export type HttpResultFor<E> = E extends ApiGatewayV2EventLike ? ApiGatewayV2Res
 /**
  * Options of {@link withIdempotency}: every engine option but the ledger. Without `scope`, the scope is
  * the authorizer's principal when API Gateway authorized the request (JWT `sub`, a Lambda authorizer's
- * `principalId`, the IAM caller), else the `Authorization` header as every other adapter keys it.
+ * `principalId`, the IAM caller), else the credentials as every other adapter keys them (`Authorization`,
+ * or what `credentials` names).
  */
 export type LambdaHttpOptions<E extends HttpEventLike = HttpEventLike> = Omit<EngineOptions<E>, 'ledger'>
 
@@ -53,13 +55,14 @@ export function withIdempotency<E extends HttpEventLike, C extends LambdaContext
   assertLedger(ledger, 'withIdempotency (idemkey/lambda)')
   assertFunctions('withIdempotency()', { handler }, { required: ['handler'] })
   let secret: string | Uint8Array | undefined
+  const credentials = credentialRule(options.credentials, 'withIdempotency({ credentials })')
   // The default scope: the authorizer's principal, else the Authorization credential as every adapter keys it.
   const scopeOf = (request: HttpRequestLike): string => {
     const principal = principalOf(request.native as E)
     if (principal !== undefined)
       return `principal:${principal.length <= 200 ? principal : createHash('sha256').update(principal).digest('hex')}`
     secret ??= resolveScopeSecret(options.scopeSecret)
-    return credentialScope(request.headers, secret)
+    return credentialScope(request.headers, secret, credentials)
   }
   const engine = createEngine<E>(
     { ...options, ledger },

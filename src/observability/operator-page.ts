@@ -1,5 +1,6 @@
 import { timingSafeEqual } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import { isIP } from 'node:net'
 import { type LeaseEnd, leaseEnds } from '../core/lease-end.js'
 import type { IdempotencyStore, RecordStatus, StoredRecord } from '../core/store.js'
 import { assertFunctions, assertMethods, assertOptionalPositiveInteger } from '../core/validate.js'
@@ -23,6 +24,15 @@ export interface OperatorPageOptions {
   token?: string
   /** Serve clients other than loopback ones without a token (behind your own access control). @default false */
   allowRemote?: boolean
+  /**
+   * Host names the page answers besides loopback names (`localhost`, `*.localhost`) and IP addresses:
+   * the names you reach it by. A request for any other `Host` gets `421`, so a DNS-rebinding page
+   * (`http://attacker.test:9090` resolved to 127.0.0.1) cannot read it from the operator's browser.
+   * Checked whenever no token is set, and also with one once this is given.
+   * @default none
+   * @example allowedHosts: ['idemkey-admin.internal']
+   */
+  allowedHosts?: string[]
   /** Records counted per state at most; a count past it shows as `≥ N`. @default 1000 */
   countLimit?: number
   /** What the charts show. @default a new {@link Activity}, fed by {@link OperatorPage.onEvent} */
@@ -158,6 +168,17 @@ export function operatorPage(options: OperatorPageOptions): OperatorPage {
     )
   }
   const token = options.token === undefined ? undefined : Buffer.from(options.token)
+  if (
+    options.allowedHosts !== undefined &&
+    (!Array.isArray(options.allowedHosts) || !options.allowedHosts.every((h) => typeof h === 'string'))
+  ) {
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      "operatorPage({ allowedHosts }) must be a list of host names, e.g. ['idemkey-admin.internal'].",
+    )
+  }
+  // A token already stops a rebinding page (it never has the token): then Host is checked only when asked.
+  const allowedHosts = !token || options.allowedHosts !== undefined ? new Set((options.allowedHosts ?? []).map(hostName)) : undefined
 
   async function summary(): Promise<OperatorSummary> {
     const counts = {} as OperatorSummary['counts']
@@ -209,6 +230,16 @@ export function operatorPage(options: OperatorPageOptions): OperatorPage {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.setHeader('allow', 'GET, HEAD')
       return reply(res, 405, 'application/json', JSON.stringify({ error: 'The operator page is read only: GET it.' }))
+    }
+    if (allowedHosts && !hostAllowed(req.headers.host, allowedHosts)) {
+      return reply(
+        res,
+        421,
+        'application/json',
+        JSON.stringify({
+          error: `The operator page answers requests for loopback names (localhost, 127.0.0.1, [::1]) and IP addresses only, not for ${JSON.stringify(req.headers.host)}: a page reached by another name may be a DNS-rebinding attack. If you reach it by that name, add it to allowedHosts (idemkey proxy: --admin-allowed-hosts), and set a token.`,
+        }),
+      )
     }
     if (!token && !options.allowRemote && !isLoopback(req.socket.remoteAddress)) {
       return reply(
@@ -330,6 +361,24 @@ function authorized(header: string | undefined, token: Buffer): boolean {
   if (!match) return false
   const given = Buffer.from(match[1] as string)
   return given.byteLength === token.byteLength && timingSafeEqual(given, token)
+}
+
+/** The name of a Host value (`Example.test:9090` → `example.test`); an IPv6 literal keeps its brackets. */
+function hostName(host: string): string {
+  const lower = host.trim().toLowerCase()
+  const name = lower.startsWith('[') ? lower.slice(0, lower.indexOf(']') + 1) : lower.replace(/:\d*$/, '')
+  return name.endsWith('.') ? name.slice(0, -1) : name
+}
+
+/**
+ * Whether the page answers a request for `host`: none given (no browser sends none), an IP address (a
+ * rebinding page's origin is always a name), a loopback name, or one of `allowed`.
+ */
+function hostAllowed(host: string | undefined, allowed: Set<string>): boolean {
+  if (host === undefined) return true
+  const name = hostName(host)
+  if (name.startsWith('[') || isIP(name) !== 0) return true
+  return name === 'localhost' || name.endsWith('.localhost') || allowed.has(name)
 }
 
 /** Whether a peer address is this machine's (IPv4 127/8, ::1, or the IPv4-mapped form). */

@@ -13,6 +13,7 @@ import type { Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
+import { credentialHeaders, credentialRule } from '../../http/credentials.js'
 import { credentialScope, functionScope, resolveScopeSecret } from '../../http/scope.js'
 
 /** What a GraphQL server's context usually holds (Yoga's: the fetch `Request` and the request's params). */
@@ -34,6 +35,12 @@ export interface GraphQLIdempotencyOptions<C> {
    * two callers' keys never meet
    */
   scope?: (context: C) => string
+  /**
+   * What the default scope takes as the caller's identity, as the HTTP layer's `credentials`
+   * (`'authorization'`, `'cookie:<name>'`, `'header:<name>'`). @default ['authorization'], refusing a
+   * keyed mutation with an unnamed cookie or API key
+   */
+  credentials?: readonly string[]
   /** The secret of the default scope's hash. @default `IDEMKEY_SCOPE_SECRET`, else a warned-about constant */
   scopeSecret?: string | Uint8Array
   lease?: Duration
@@ -141,10 +148,11 @@ export function useIdempotency<C extends GraphQLContextLike = GraphQLContextLike
   const scopeFn = options.scope
   // Only the default scope needs the secret, so only it warns when none is set.
   const secret = scopeFn ? undefined : resolveScopeSecret(options.scopeSecret)
+  const credentials = credentialRule(options.credentials, 'useIdempotency({ credentials })')
   const scopeOf = (context: C): string => {
     if (scopeFn) return functionScope(scopeFn(context))
-    const authorization = context.request?.headers.get('authorization')
-    return credentialScope(authorization ? { authorization } : {}, secret as string | Uint8Array)
+    const headers = credentialHeaders(credentials, (name) => context.request?.headers.get(name))
+    return credentialScope(headers, secret as string | Uint8Array, credentials)
   }
   const runOptions = {
     encode: (result: ExecutionResult): StoredResponse => ({
@@ -326,6 +334,7 @@ export function apolloIdempotency<C = unknown>(
     ...(options.required !== undefined ? { required: options.required } : {}),
     ...(scopeOf ? { scope: (context: ApolloEnvelopContext<C>) => scopeOf(context.apollo) } : {}),
     ...(options.scopeSecret !== undefined ? { scopeSecret: options.scopeSecret } : {}),
+    ...(options.credentials !== undefined ? { credentials: options.credentials } : {}),
     ...runDurations(options),
   })
   return {
