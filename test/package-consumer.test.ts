@@ -21,7 +21,15 @@ import { cp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, posix } from 'node:path'
 import pg from 'pg'
-import { docFiles, exampleFileName, exampleModule, extractExamples, uncheckedSpots, WORLD_DIR } from './fixtures/docs/examples.js'
+import {
+  docFiles,
+  exampleFileName,
+  exampleModule,
+  extractExamples,
+  uncheckedSpots,
+  WORLD_DIR,
+  worldTypeNames,
+} from './fixtures/docs/examples.js'
 import { ensureBuilt, run, show } from './helpers/packed.js'
 import { serviceSkipReason } from './helpers/services.js'
 
@@ -318,8 +326,9 @@ describe.skipIf(typecheckSkip)('every docs example in a project made by `tsc --i
     mkdirSync(join(project, 'examples'), { recursive: true })
     writeFileSync(join(project, 'package.json'), '{ "type": "module" }\n')
     cpSync(join(ROOT, WORLD_DIR), join(project, 'world'), { recursive: true })
+    const typeNames = worldTypeNames(ROOT)
     const files = checked.map((example) => {
-      writeFileSync(join(project, 'examples', exampleFileName(example)), exampleModule(example, '../world'))
+      writeFileSync(join(project, 'examples', exampleFileName(example)), exampleModule(example, '../world', typeNames))
       return `../examples/${exampleFileName(example)}`
     })
     const started = performance.now()

@@ -22,6 +22,9 @@ export type {
   HttpRequestLike,
   HttpResponseLike,
   IdempotencyContext,
+  LedgerTransaction,
+  Register,
+  RegisteredContext,
   ReplayRequest,
   ReplayResponse,
 } from './types.js'
