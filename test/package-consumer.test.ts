@@ -331,6 +331,14 @@ describe.skipIf(typecheckSkip)('every docs example in a project made by `tsc --i
       writeFileSync(join(project, 'examples', exampleFileName(example)), exampleModule(example, '../world', typeNames))
       return `../examples/${exampleFileName(example)}`
     })
+    // A user's real objects handed to every idemkey type that takes one (test/fixtures/consumer/strict/).
+    cpSync(join(FIXTURES, 'strict'), join(project, 'strict'), { recursive: true })
+    files.push(...readdirSync(join(project, 'strict')).map((file) => `../strict/${file}`))
+    // A Node.js project that loads only idemkey and its client: no DOM lib, and no package that would bring it in.
+    writeFileSync(
+      join(project, 'node-only.ts'),
+      "import type * as core from 'idemkey'\nimport type * as client from 'idemkey/client'\nexport type { client, core }\n",
+    )
     const started = performance.now()
     await Promise.all(
       TYPESCRIPTS.map(async ({ name, tsc }) => {
@@ -341,8 +349,13 @@ describe.skipIf(typecheckSkip)('every docs example in a project made by `tsc --i
         // tsc --init's own defaults (strict, exactOptionalPropertyTypes, noUncheckedIndexedAccess,
         // verbatimModuleSyntax, module nodenext), with what its comment says a Node.js project sets
         // (lib esnext, types node: no DOM), and the decorators NestJS asks for.
-        for (const skipLibCheck of [false, true]) {
-          const config = join(dir, `tsconfig.skipLibCheck-${skipLibCheck}.json`)
+        const checks = [
+          { name: 'skipLibCheck false', skipLibCheck: false, files },
+          { name: 'skipLibCheck true', skipLibCheck: true, files },
+          { name: 'node only', skipLibCheck: false, files: ['../node-only.ts'] },
+        ]
+        for (const { name: check, skipLibCheck, files } of checks) {
+          const config = join(dir, `tsconfig.${check.replaceAll(' ', '-')}.json`)
           const compilerOptions = {
             lib: ['esnext'],
             types: ['node'],
@@ -356,10 +369,11 @@ describe.skipIf(typecheckSkip)('every docs example in a project made by `tsc --i
           const lines = `${out.stdout}${out.stderr}`.split('\n').filter((line) => /error TS/.test(line))
           if (out.code !== 0 && lines.length === 0) throw new Error(`${name}: tsc did not run\n${show(out)}`)
           for (const line of lines) {
-            const where = `${name}, skipLibCheck ${skipLibCheck}: ${line}`
+            const where = `${name}, ${check}: ${line}`
             const example = /^\.\.\/examples\/([^(]+)\(/.exec(line)?.[1]
             const world = /^\.\.\/world\/([\w-]+)\.ts\(/.exec(line)?.[1]
-            if (example) errors.get(checked.find((e) => exampleFileName(e) === example)?.id ?? '(unknown)')?.push(where)
+            if (/^\.\.\/strict\//.test(line)) errors.set('(real objects)', [...(errors.get('(real objects)') ?? []), where])
+            else if (example) errors.get(checked.find((e) => exampleFileName(e) === example)?.id ?? '(unknown)')?.push(where)
             else if (world) for (const e of checked.filter((e) => e.world === world && e.given.length > 0)) errors.get(e.id)?.push(where)
             // What other packages' declarations say about each other (skipLibCheck false) is not ours.
             else if (!/^\.\.\/\.\.\/node_modules\/(?!idemkey\/)/.test(line))
@@ -377,8 +391,12 @@ describe.skipIf(typecheckSkip)('every docs example in a project made by `tsc --i
     expect(checked.flatMap((example) => uncheckedSpots(example))).toEqual([])
   })
 
-  it("idemkey's own declarations type-check with skipLibCheck off", () => {
+  it("idemkey's own declarations type-check with skipLibCheck off, in a Node.js project without the DOM lib too", () => {
     expect(errors.get('(idemkey)') ?? []).toEqual([])
+  })
+
+  it("takes the user's real objects: pg, mysql2, ioredis, node-redis, postgres.js, ORMs, AWS SDK and @types/aws-lambda, with the transaction typed where the handler gets it", () => {
+    expect(errors.get('(real objects)') ?? []).toEqual([])
   })
 
   it.each(checked.map((example) => [example.id, example] as const))('%s', (id) => {

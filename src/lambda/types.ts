@@ -50,7 +50,7 @@ export interface ApiGatewayV2EventLike {
           jwt?: { claims?: Record<string, unknown> | undefined } | null | undefined
           lambda?: Record<string, unknown> | null | undefined
           iam?: { userArn?: string | null | undefined; userId?: string | null | undefined } | null | undefined
-          principalId?: string | undefined
+          principalId?: string | null | undefined
         }
       | null
       | undefined

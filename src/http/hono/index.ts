@@ -22,7 +22,9 @@ export type IdempotencyVariables<Tx = RegisteredContext['tx']> = { idempotency: 
  * Options of the middleware. `scope` receives Hono's `Context`, typed with your app's `Env` when you
  * name it: `idempotency<AppEnv>({ ledger, scope: (c) => c.get('jwtPayload').sub })`.
  */
-export type HonoIdempotencyOptions<E extends Env = Env, L extends Ledger = Ledger> = EngineOptions<Context<E>> & { ledger: L }
+export type HonoIdempotencyOptions<E extends Env = Env, L extends Ledger = Ledger> = Omit<EngineOptions<Context<E>>, 'ledger'> & {
+  ledger: L
+}
 
 /**
  * The middleware. It adds only its own variable to the app's `Env`, so the handlers after it keep their
