@@ -4,7 +4,7 @@ import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../.
 import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import type { PgQueryConfig } from '../../stores/postgres/pool.js'
-import { besideTable, fitPgName, InboxMismatchError, isMissingTable, purgeBatchSize, quoteName } from '../message.js'
+import { besideTable, fitPgName, InboxMismatchError, isMissingTable, purgeBatchSize, quoteName, RolledBack } from '../message.js'
 import { type PgClientLike, type PgPoolLike, type PgQueryable, rowsOf, withPoolClient } from '../pg.js'
 import type { Inbox, InboxBatchResult, InboxEvent, InboxFailure, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
@@ -37,11 +37,6 @@ type TransactionWork<Tx, R> = (
   tx: Tx,
   runEffect: <T>(effect: () => Promise<T> | T) => Promise<T>,
 ) => Promise<{ value: R; rollback?: boolean }>
-
-/** Thrown inside a tool's transaction to roll it back, with what the transaction answers. */
-class RolledBack {
-  constructor(readonly value: unknown) {}
-}
 
 /** The inbox's statements inside a tool's transaction. Only the number of rows comes back, which is all #record reads. */
 function throughTool<Tx>(tool: SqlTransactions<Tx>, tx: Tx): PgQueryable {
