@@ -19,7 +19,7 @@ import amqp from 'amqplib'
 import { Redis } from 'ioredis'
 import { AckPolicy, connect, nanos } from 'nats'
 import pg from 'pg'
-import { PgInbox, type PgPoolClient } from '../src/messaging/inbox/index.js'
+import { type PgClientLike, PgInbox } from '../src/messaging/inbox/index.js'
 import type { InboxMessage } from '../src/messaging/inbox/types.js'
 import type { Publisher } from '../src/messaging/message.js'
 import { OutboxRelay, PgCdcRelay, PgOutbox, type RelayEvent } from '../src/messaging/outbox/index.js'
@@ -75,7 +75,7 @@ const cleanups: Array<() => Promise<unknown>> = []
 interface Wiring {
   publisher: Publisher
   topic: (account: number) => string
-  consume: (inbox: PgInbox, handler: (tx: PgPoolClient, m: InboxMessage) => Promise<unknown>) => Promise<RunningConsumer>
+  consume: (inbox: PgInbox, handler: (tx: PgClientLike, m: InboxMessage) => Promise<unknown>) => Promise<RunningConsumer>
 }
 
 const byAccount = (m: InboxMessage) => m.headers?.account ?? null
@@ -160,7 +160,7 @@ async function setup(broker: string, run: string, mode: 'polling' | 'cdc', order
   const accounts = `"${schema}"."accounts_${broker}_${run}"`
   await pool.query(`CREATE TABLE ${accounts} (id int PRIMARY KEY, balance bigint NOT NULL DEFAULT 0)`)
   await pool.query(`INSERT INTO ${accounts} (id) SELECT generate_series(0, ${ACCOUNTS - 1})`)
-  const handler = (tx: PgPoolClient, m: InboxMessage) =>
+  const handler = (tx: PgClientLike, m: InboxMessage) =>
     tx.query(`UPDATE ${accounts} SET balance = balance + 1 WHERE id = $1`, [Number(m.headers?.account)])
   // The CDC relay's slot exists before the first event is written (a slot streams what commits after it).
   let cdcEvents: ((event: RelayEvent) => void) | undefined

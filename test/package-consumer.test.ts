@@ -21,6 +21,15 @@ import { cp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, posix } from 'node:path'
 import pg from 'pg'
+import {
+  docFiles,
+  exampleFileName,
+  exampleModule,
+  extractExamples,
+  uncheckedSpots,
+  WORLD_DIR,
+  worldTypeNames,
+} from './fixtures/docs/examples.js'
 import { ensureBuilt, run, show } from './helpers/packed.js'
 import { serviceSkipReason } from './helpers/services.js'
 
@@ -64,6 +73,19 @@ const PEERS = [
   '@types/express',
   '@types/koa',
   '@types/amqplib',
+]
+
+/** What the docs examples import beyond the peer dependencies: the tools a user of each page installs. */
+const DOCS_TOOLS = [
+  '@types/pg',
+  '@apollo/server',
+  '@nestjs/bullmq',
+  '@opentelemetry/sdk-trace-base',
+  'graphile-worker',
+  'graphql-yoga',
+  'pg-boss',
+  'redis',
+  'superjson',
 ]
 
 interface Packed {
@@ -115,7 +137,7 @@ beforeAll(async () => {
   tarball = join(work, packed.filename)
   await Promise.all([
     npmInstall(bare, [tarball], {}),
-    npmInstall(full, [tarball, ...PEERS.map((name) => `${name}@${installedVersion(name)}`)], {}),
+    npmInstall(full, [tarball, ...[...PEERS, ...DOCS_TOOLS].map((name) => `${name}@${installedVersion(name)}`)], {}),
   ])
   manifest = JSON.parse(readFileSync(join(bare, 'node_modules/idemkey/package.json'), 'utf8')) as typeof manifest
   subpaths = Object.keys(manifest.exports)
@@ -277,6 +299,111 @@ describe('idemkey in a project with its peer dependencies', () => {
     )
     expect(failures.join('\n')).toBe('')
     // Four full type-checks (library declarations included) at once on two cores.
+  })
+})
+
+/**
+ * Examples expected to fail until another branch lands (each entry names why); the lead empties it.
+ * An entry that passes fails the test, so the list cannot outlive its reason.
+ */
+const DOCS_EXPECTED_TO_FAIL_UNTIL_MERGED: Record<string, string> = {}
+
+/** The TypeScript lines whose `tsc --init` a new user runs: its defaults are what the examples must meet. */
+const TYPESCRIPTS = [
+  { name: 'TypeScript 5.9', tsc: TSC },
+  { name: 'TypeScript 7.0', tsc: join(ROOT, 'node_modules/typescript7/bin/tsc') },
+]
+
+describe.skipIf(typecheckSkip)('every docs example in a project made by `tsc --init`, beside the real drivers', () => {
+  const { examples } = extractExamples(ROOT, docFiles(ROOT))
+  const checked = examples.filter((example) => example.skip === undefined)
+  /** Example id → the errors each configuration reported in it (or in the world it imports). */
+  const errors = new Map<string, string[]>(checked.map((example) => [example.id, []]))
+  const project = join(full, 'docs-project')
+
+  beforeAll(async () => {
+    // ESM, as a Node project with top-level await is; the packages resolve from full/node_modules.
+    mkdirSync(join(project, 'examples'), { recursive: true })
+    writeFileSync(join(project, 'package.json'), '{ "type": "module" }\n')
+    cpSync(join(ROOT, WORLD_DIR), join(project, 'world'), { recursive: true })
+    const typeNames = worldTypeNames(ROOT)
+    const files = checked.map((example) => {
+      writeFileSync(join(project, 'examples', exampleFileName(example)), exampleModule(example, '../world', typeNames))
+      return `../examples/${exampleFileName(example)}`
+    })
+    // A user's real objects handed to every idemkey type that takes one (test/fixtures/consumer/strict/).
+    cpSync(join(FIXTURES, 'strict'), join(project, 'strict'), { recursive: true })
+    files.push(...readdirSync(join(project, 'strict')).map((file) => `../strict/${file}`))
+    // A Node.js project that loads only idemkey and its client: no DOM lib, and no package that would bring it in.
+    writeFileSync(
+      join(project, 'node-only.ts'),
+      "import type * as core from 'idemkey'\nimport type * as client from 'idemkey/client'\nexport type { client, core }\n",
+    )
+    const started = performance.now()
+    await Promise.all(
+      TYPESCRIPTS.map(async ({ name, tsc }) => {
+        const dir = join(project, name.replaceAll(' ', '-'))
+        mkdirSync(dir, { recursive: true })
+        const init = await run(process.execPath, [tsc, '--init'], dir)
+        if (init.code !== 0) throw new Error(`${name}: tsc --init failed\n${show(init)}`)
+        // tsc --init's own defaults (strict, exactOptionalPropertyTypes, noUncheckedIndexedAccess,
+        // verbatimModuleSyntax, module nodenext), with what its comment says a Node.js project sets
+        // (lib esnext, types node: no DOM), and the decorators NestJS asks for.
+        const checks = [
+          { name: 'skipLibCheck false', skipLibCheck: false, files },
+          { name: 'skipLibCheck true', skipLibCheck: true, files },
+          { name: 'node only', skipLibCheck: false, files: ['../node-only.ts'] },
+        ]
+        for (const { name: check, skipLibCheck, files } of checks) {
+          const config = join(dir, `tsconfig.${check.replaceAll(' ', '-')}.json`)
+          const compilerOptions = {
+            lib: ['esnext'],
+            types: ['node'],
+            skipLibCheck,
+            experimentalDecorators: true,
+            emitDecoratorMetadata: true,
+            noEmit: true,
+          }
+          writeFileSync(config, JSON.stringify({ extends: './tsconfig.json', compilerOptions, files }, null, 2))
+          const out = await run(process.execPath, [tsc, '-p', config, '--pretty', 'false'], dir, { timeoutMs: 400_000 })
+          const lines = `${out.stdout}${out.stderr}`.split('\n').filter((line) => /error TS/.test(line))
+          if (out.code !== 0 && lines.length === 0) throw new Error(`${name}: tsc did not run\n${show(out)}`)
+          for (const line of lines) {
+            const where = `${name}, ${check}: ${line}`
+            const example = /^\.\.\/examples\/([^(]+)\(/.exec(line)?.[1]
+            const world = /^\.\.\/world\/([\w-]+)\.ts\(/.exec(line)?.[1]
+            if (/^\.\.\/strict\//.test(line)) errors.set('(real objects)', [...(errors.get('(real objects)') ?? []), where])
+            else if (example) errors.get(checked.find((e) => exampleFileName(e) === example)?.id ?? '(unknown)')?.push(where)
+            else if (world) for (const e of checked.filter((e) => e.world === world && e.given.length > 0)) errors.get(e.id)?.push(where)
+            // What other packages' declarations say about each other (skipLibCheck false) is not ours.
+            else if (!/^\.\.\/\.\.\/node_modules\/(?!idemkey\/)/.test(line))
+              errors.set('(idemkey)', [...(errors.get('(idemkey)') ?? []), where])
+          }
+        }
+      }),
+    )
+    console.info(
+      `docs examples: ${checked.length} files and the real objects, 2 TypeScript lines x skipLibCheck false and true (and a Node-only check), ${Math.round(performance.now() - started)} ms`,
+    )
+  }, 900_000)
+
+  it('type-checks with nothing stepped around: no any, no @ts- directive, no cast to a type idemkey should give', () => {
+    expect(checked.flatMap((example) => uncheckedSpots(example))).toEqual([])
+  })
+
+  it("idemkey's own declarations type-check with skipLibCheck off, in a Node.js project without the DOM lib too", () => {
+    expect(errors.get('(idemkey)') ?? []).toEqual([])
+  })
+
+  it("takes the user's real objects: pg, mysql2, ioredis, node-redis, postgres.js, ORMs, AWS SDK and @types/aws-lambda, with the transaction typed where the handler gets it", () => {
+    expect(errors.get('(real objects)') ?? []).toEqual([])
+  })
+
+  it.each(checked.map((example) => [example.id, example] as const))('%s', (id) => {
+    const found = errors.get(id) ?? []
+    if (id in DOCS_EXPECTED_TO_FAIL_UNTIL_MERGED)
+      expect(found, `${id} passes now: remove it from DOCS_EXPECTED_TO_FAIL_UNTIL_MERGED`).not.toEqual([])
+    else expect(found).toEqual([])
   })
 })
 

@@ -29,8 +29,8 @@ describe.skipIf(skip !== undefined)('PgInbox: a checked-out connection that dies
     process.on('uncaughtException', onUncaught)
     try {
       const killed = inbox.handle({ id: 'm-1', payload: '{"amount":1}' }, async (tx) => {
-        const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')
-        await admin.query('SELECT pg_terminate_backend($1)', [rows[0]?.pid])
+        const { rows } = await tx.query('SELECT pg_backend_pid() AS pid')
+        await admin.query('SELECT pg_terminate_backend($1)', [(rows[0] as { pid: number } | undefined)?.pid])
         // The connection is gone: this statement fails, and pg also emits the error on the client.
         await tx.query('SELECT 1')
       })

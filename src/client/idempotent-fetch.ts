@@ -8,10 +8,10 @@ import { abortableSleep, backoffMs, isRetryableStatus, retryAfterMs } from './re
 import { uuidv7 } from './uuid.js'
 
 /** Any function with fetch's shape: the platform's, undici's, or a test double. */
-export type FetchLike = (input: RequestInfo | URL, init?: RequestInit) => Promise<Response>
+export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>
 
 /** An idempotent fetch: fetch's own signature, plus an optional `idempotencyKey` on init. */
-export type IdempotentFetch = (input: RequestInfo | URL, init?: IdempotentRequestInit) => Promise<Response>
+export type IdempotentFetch = (input: string | URL | Request, init?: IdempotentRequestInit) => Promise<Response>
 
 /** What a call did: the key it used, how many attempts it took, whether the server replayed. */
 export interface IdempotencyInfo {
@@ -102,7 +102,7 @@ export interface IdempotentRequestInit extends RequestInit {
    * across a page reload. Giving it also covers a method outside `methods`. An `Idempotency-Key`
    * header given by the caller is used the same way.
    */
-  idempotencyKey?: string
+  idempotencyKey?: string | undefined
 }
 
 /**
@@ -178,7 +178,7 @@ export function createIdempotentFetch(options: IdempotentFetchOptions = {}): Ide
   const random = options.random ?? Math.random
   const timer = options.timer ?? realTimer
 
-  return async function idempotentFetch(input: RequestInfo | URL, init: IdempotentRequestInit = {}): Promise<Response> {
+  return async function idempotentFetch(input: string | URL | Request, init: IdempotentRequestInit = {}): Promise<Response> {
     const { idempotencyKey, ...fetchInit } = init
     const method = methodOf(input, fetchInit)
     if (!methods.has(method) && idempotencyKey === undefined) return baseFetch(input, fetchInit)

@@ -17,7 +17,7 @@ export interface ReplayableRequest {
 const REQUEST_FIELDS = ['cache', 'credentials', 'integrity', 'keepalive', 'mode', 'redirect', 'referrer', 'referrerPolicy'] as const
 
 /** The method fetch will use, upper-cased (fetch itself upper-cases only the six standard ones). */
-export function methodOf(input: RequestInfo | URL, init: RequestInit): string {
+export function methodOf(input: string | URL | Request, init: RequestInit): string {
   return (init.method ?? (input instanceof Request ? input.method : 'GET')).toUpperCase()
 }
 
@@ -26,7 +26,7 @@ export function methodOf(input: RequestInfo | URL, init: RequestInit): string {
  * a stream could be read only once, and a `FormData` would get a new multipart boundary each time
  * (another fingerprint on the server: a 422 on the retry).
  */
-export async function toReplayable(input: RequestInfo | URL, init: RequestInit, method: string): Promise<ReplayableRequest> {
+export async function toReplayable(input: string | URL | Request, init: RequestInit, method: string): Promise<ReplayableRequest> {
   const fromRequest = input instanceof Request ? input : undefined
   // As in fetch: init.headers, when given, replace the Request's headers instead of merging with them.
   const headers = new Headers(init.headers ?? fromRequest?.headers)
@@ -47,7 +47,7 @@ export async function toReplayable(input: RequestInfo | URL, init: RequestInit, 
 
 const encoder = new TextEncoder()
 
-async function readBody(source: BodyInit | Request | null | undefined, headers: Headers): Promise<Uint8Array<ArrayBuffer> | undefined> {
+async function readBody(source: RequestInit['body'] | Request, headers: Headers): Promise<Uint8Array<ArrayBuffer> | undefined> {
   if (source === undefined || source === null) return undefined
   // The two commonest bodies without a Response (which costs more than the rest of the call): the
   // same bytes and content type fetch would send.

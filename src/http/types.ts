@@ -2,6 +2,7 @@ import type { Duration } from '../core/duration.js'
 import type { FailedWrites, Ledger, LedgerEvent } from '../core/ledger.js'
 import type { Classification } from '../core/outcome.js'
 import type { Reconcile, StepMethods } from '../core/steps.js'
+import type { TransactionalStore } from '../core/store.js'
 import type { IdempotencyErrorCode } from '../errors.js'
 
 /** A request in the engine's neutral shape; adapters translate their framework's request to it. */
@@ -38,7 +39,7 @@ export interface HttpResponseLike {
  * What a handler can read about the idempotent request it serves, and its durable steps: `step`,
  * `capture`, `now`, `uuid`, `random` (docs/steps.md).
  */
-export interface IdempotencyContext extends StepMethods {
+export interface IdempotencyContext<Tx = unknown> extends StepMethods {
   key: string
   scope: string
   /** The fencing token this attempt holds. */
@@ -47,9 +48,32 @@ export interface IdempotencyContext extends StepMethods {
   takeover: boolean
   /** Aborted when this attempt loses its lease. */
   signal: AbortSignal
-  /** With `transactional: true`: the store transaction that also completes the record (PostgreSQL). */
-  tx?: unknown
+  /**
+   * With `transactional: true`: the store transaction that also completes the record (PostgreSQL or
+   * MySQL): the pool's client, or your tool's transaction with the store's `transactions` option. Typed
+   * by the ledger where the adapter sees it (Hono, Koa, fetch), or once for the app with {@link Register}.
+   */
+  tx?: Tx
 }
+
+/**
+ * Where an app names its ledger once, so that the context the adapters put on the request
+ * (`req.idempotency` in Express, `request.idempotency` in Fastify, NestJS's `@IdempotencyCtx()`) has
+ * the ledger's transaction as `tx`. Empty by default: `tx` is then `unknown`.
+ *
+ * @example
+ * declare module 'idemkey/express' {
+ *   interface Register { ledger: typeof ledger }
+ * }
+ */
+// biome-ignore lint/suspicious/noEmptyInterface: filled by the app's declaration merging
+export interface Register {}
+
+/** The transaction `ledger.runInTransaction` (and `transactional: true`) hands the work, for a ledger type `L`. */
+export type LedgerTransaction<L> = L extends Ledger<infer S> ? (S extends TransactionalStore<infer Tx> ? Tx : unknown) : unknown
+
+/** The idempotency context of the ledger named in {@link Register}. */
+export type RegisteredContext = IdempotencyContext<Register extends { ledger: infer L } ? LedgerTransaction<L> : unknown>
 
 /** What the HTTP layer reports: the ledger's events, and its own configuration errors. */
 export type EngineEvent =

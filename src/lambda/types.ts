@@ -8,9 +8,9 @@
 export interface LambdaContextLike {
   /** Milliseconds left before Lambda stops the invocation. */
   getRemainingTimeInMillis(): number
-  awsRequestId?: string
+  awsRequestId?: string | undefined
   /** The function's name (without version or alias): `makeIdempotent`'s default scope. */
-  functionName?: string
+  functionName?: string | undefined
 }
 
 type Headers = Record<string, string | undefined> | null | undefined
@@ -20,15 +20,18 @@ export interface ApiGatewayV1EventLike {
   httpMethod: string
   path: string
   headers: Headers
-  multiValueHeaders?: Record<string, string[] | undefined> | null
-  queryStringParameters?: Record<string, string | undefined> | null
-  multiValueQueryStringParameters?: Record<string, string[] | undefined> | null
+  multiValueHeaders?: Record<string, string[] | undefined> | null | undefined
+  queryStringParameters?: Record<string, string | undefined> | null | undefined
+  multiValueQueryStringParameters?: Record<string, string[] | undefined> | null | undefined
   body: string | null
   isBase64Encoded: boolean
-  requestContext?: {
-    authorizer?: Record<string, unknown> | null
-    identity?: { userArn?: string | null; cognitoIdentityId?: string | null } | null
-  } | null
+  requestContext?:
+    | {
+        authorizer?: Record<string, unknown> | null | undefined
+        identity?: { userArn?: string | null | undefined; cognitoIdentityId?: string | null | undefined } | null | undefined
+      }
+    | null
+    | undefined
 }
 
 /** An HTTP API (payload format 2.0) or Lambda Function URL event. */
@@ -37,44 +40,47 @@ export interface ApiGatewayV2EventLike {
   rawPath: string
   rawQueryString: string
   headers: Headers
-  cookies?: string[]
-  body?: string
+  cookies?: string[] | undefined
+  body?: string | undefined
   isBase64Encoded: boolean
   requestContext: {
     http: { method: string }
-    authorizer?: {
-      jwt?: { claims?: Record<string, unknown> } | null
-      lambda?: Record<string, unknown> | null
-      iam?: { userArn?: string | null; userId?: string | null } | null
-      principalId?: string
-    } | null
+    authorizer?:
+      | {
+          jwt?: { claims?: Record<string, unknown> | undefined } | null | undefined
+          lambda?: Record<string, unknown> | null | undefined
+          iam?: { userArn?: string | null | undefined; userId?: string | null | undefined } | null | undefined
+          principalId?: string | null | undefined
+        }
+      | null
+      | undefined
   }
 }
 
 /** A REST API (1.0) proxy result. */
 export interface ApiGatewayV1ResultLike {
   statusCode: number
-  headers?: Record<string, boolean | number | string>
-  multiValueHeaders?: Record<string, Array<boolean | number | string>>
+  headers?: Record<string, boolean | number | string> | undefined
+  multiValueHeaders?: Record<string, Array<boolean | number | string>> | undefined
   body: string
-  isBase64Encoded?: boolean
+  isBase64Encoded?: boolean | undefined
 }
 
 /** An HTTP API (2.0) or Function URL structured result. */
 export interface ApiGatewayV2ResultLike {
-  statusCode?: number
-  headers?: Record<string, boolean | number | string>
-  cookies?: string[]
-  body?: string
-  isBase64Encoded?: boolean
+  statusCode?: number | undefined
+  headers?: Record<string, boolean | number | string> | undefined
+  cookies?: string[] | undefined
+  body?: string | undefined
+  isBase64Encoded?: boolean | undefined
 }
 
 /** One SQS record of a batch. */
 export interface SqsRecordLike {
   messageId: string
   body: string
-  eventSourceARN?: string
-  messageAttributes?: Record<string, { stringValue?: string; dataType?: string } | undefined>
+  eventSourceARN?: string | undefined
+  messageAttributes?: Record<string, { stringValue?: string | undefined; dataType?: string | undefined } | undefined>
 }
 
 /** An SQS batch event. */

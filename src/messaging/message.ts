@@ -190,3 +190,8 @@ export function purgeBatchSize(options: { batchSize?: number }): number {
   assertPositiveInteger(batchSize, 'batchSize')
   return batchSize
 }
+
+/** Thrown inside a tool's transaction to roll it back (a tool rolls back when its function throws), with what the transaction answers. */
+export class RolledBack {
+  constructor(readonly value: unknown) {}
+}

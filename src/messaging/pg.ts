@@ -1,39 +1,31 @@
 /**
- * The subset of `pg` the outbox and inbox use, declared structurally (as Kysely does), so they take
- * the user's own `Pool` and the user's own transaction client without importing `pg` types.
+ * The outbox's and inbox's view of `pg`: the store's driver types (src/stores/postgres/pool.ts), one
+ * set for everything idemkey does on PostgreSQL, so the user's own `Pool` and transaction client fit
+ * every one of them. The older names stay as aliases.
  */
 
 import { holding } from '../stores/postgres/connect.js'
+import type { PgClientLike, PgPoolLike, PgQueryResult } from '../stores/postgres/pool.js'
 
-/** A result of `query`. */
-export interface PgResult<R> {
-  rows: R[]
-  rowCount: number | null
-  /**
-   * The command tag (`pg` sets it): a `COMMIT` of a transaction an error had aborted answers
-   * `ROLLBACK`, with no error. Optional, for pools that do not report it.
-   */
-  command?: string
-}
+export type { PgClientLike, PgConnectionConfig, PgPoolLike, PgQueryable } from '../stores/postgres/pool.js'
 
-/** Anything that runs SQL: a `pg.Pool`, a `pg.Client` or a `pg.PoolClient` inside a transaction. */
-export interface PgQueryable {
-  query<R = Record<string, unknown>>(text: string, values?: unknown[]): Promise<PgResult<R>>
-}
+/**
+ * A result of `query`.
+ * @deprecated The same as `PgQueryResult` of `idemkey/postgres`.
+ */
+export type PgResult<R> = PgQueryResult<R>
 
-/** A client checked out of a pool. */
-export interface PgPoolClient extends PgQueryable {
-  release(destroy?: boolean | Error): void
-  on(event: 'notification', listener: (message: { channel: string; payload?: string }) => void): unknown
-  on(event: 'error', listener: (error: Error) => void): unknown
-  removeListener(event: 'notification', listener: (message: { channel: string; payload?: string }) => void): unknown
-  removeListener(event: 'error', listener: (error: Error) => void): unknown
-}
+/**
+ * A client checked out of a pool.
+ * @deprecated The same as `PgClientLike` (`idemkey/postgres`, `idemkey/outbox`, `idemkey/inbox`).
+ */
+export type PgPoolClient = PgClientLike
 
-/** A `pg.Pool`. */
-export interface PgPool extends PgQueryable {
-  connect(): Promise<PgPoolClient>
-}
+/**
+ * A `pg.Pool`.
+ * @deprecated The same as `PgPoolLike` (`idemkey/postgres`, `idemkey/outbox`, `idemkey/inbox`).
+ */
+export type PgPool = PgPoolLike
 
 /**
  * Checks a client out of `pool` for `work`, with an `error` listener while it is out: pg emits a
@@ -41,7 +33,12 @@ export interface PgPool extends PgQueryable {
  * and one nobody listens to crashes the process. The pool listens only to idle clients. A client that
  * failed so is destroyed on release, not returned to the pool.
  */
-export async function withPoolClient<R>(pool: PgPool, work: (client: PgPoolClient) => Promise<R>): Promise<R> {
+export async function withPoolClient<R>(pool: PgPoolLike, work: (client: PgClientLike) => Promise<R>): Promise<R> {
   const client = await pool.connect()
   return holding(client, () => work(client))
+}
+
+/** The rows of a result, as the statement's columns say they are. */
+export function rowsOf<R>(result: PgQueryResult): R[] {
+  return result.rows as R[]
 }

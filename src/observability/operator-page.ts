@@ -21,7 +21,7 @@ export interface OperatorPageOptions {
    * When set, every data request must carry `Authorization: Bearer <token>` (the page asks for it once
    * and keeps it for the tab). Needed to serve clients other than loopback ones.
    */
-  token?: string
+  token?: string | undefined
   /** Serve clients other than loopback ones without a token (behind your own access control). @default false */
   allowRemote?: boolean
   /**

@@ -6,18 +6,21 @@ import type { ServerResponse } from 'node:http'
 import type { Request as ExpressRequest, NextFunction, Response } from 'express'
 import { createEngine } from '../engine.js'
 import { abandonAfter, attachContext, capture, holdUntilCommit, sendNode } from '../node-response.js'
-import type { EngineOptions, IdempotencyContext } from '../types.js'
+import type { EngineOptions, IdempotencyContext, RegisteredContext } from '../types.js'
 import { type BodyCarrier, expressRequestLike } from './request.js'
 
 /** The operator page (docs/observability.md): `app.use('/idemkey', operatorPage({ store }).handler)`. */
 export { type OperatorPage, type OperatorPageOptions, operatorPage } from '../../observability/operator-page.js'
-export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
+export type { IdempotencyContext, LedgerTransaction, Register, RegisteredContext, ReplayRequest, ReplayResponse } from '../types.js'
 
 declare global {
   namespace Express {
     interface Request {
-      /** Set by idemkey on covered requests: the key, scope, fencing token, takeover flag, lease signal. */
-      idempotency?: IdempotencyContext
+      /**
+       * Set by idemkey on covered requests: the key, scope, fencing token, takeover flag, lease signal,
+       * and with `transactional: true` the transaction as `tx` (typed by the ledger named in `Register`).
+       */
+      idempotency?: RegisteredContext
     }
   }
 }

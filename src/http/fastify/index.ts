@@ -7,9 +7,9 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type { OperatorPage } from '../../observability/operator-page.js'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
 import { distinctHeaders, plainHeaders, readWebBody, tooLarge } from '../node-body.js'
-import type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../types.js'
+import type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, RegisteredContext } from '../types.js'
 
-export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
+export type { IdempotencyContext, LedgerTransaction, Register, RegisteredContext, ReplayRequest, ReplayResponse } from '../types.js'
 
 /** Per-route setting: `config: { idempotency: false }` turns it off, an object overrides options. */
 export type RouteIdempotency = false | Partial<Omit<FastifyIdempotencyOptions, 'ledger'>>
@@ -19,8 +19,8 @@ export type FastifyIdempotencyOptions = EngineOptions<FastifyRequest>
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** Set by idemkey on covered requests. */
-    idempotency?: IdempotencyContext
+    /** Set by idemkey on covered requests; `tx` typed by the ledger named in `Register` (`declare module 'idemkey/fastify'`). */
+    idempotency?: RegisteredContext
   }
   interface FastifyContextConfig {
     /** `false` to leave this route alone, or options for it (e.g. `{ required: true }`). */

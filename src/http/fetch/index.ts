@@ -5,9 +5,9 @@
 import type { Ledger } from '../../core/ledger.js'
 import { createEngine } from '../engine.js'
 import { headersRecord, readWebBody, toWebResponse } from '../node-body.js'
-import type { EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
+import type { EngineOptions, HttpRequestLike, IdempotencyContext, RegisteredContext } from '../types.js'
 
-export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
+export type { IdempotencyContext, LedgerTransaction, Register, RegisteredContext, ReplayRequest, ReplayResponse } from '../types.js'
 
 /**
  * Options of {@link withIdempotency}: every engine option but the ledger. `scope` receives the request
@@ -17,9 +17,12 @@ export type FetchIdempotencyOptions<R extends Request = Request> = Omit<EngineOp
 
 const contexts = new WeakMap<Request, IdempotencyContext>()
 
-/** The idempotency context of a request a wrapped handler is serving, or `undefined` when it is not covered. */
-export function getIdempotency(request: Request): IdempotencyContext | undefined {
-  return contexts.get(request)
+/**
+ * The idempotency context of a request a wrapped handler is serving, or `undefined` when it is not
+ * covered; `tx` is typed by the ledger named in `Register` (`declare module 'idemkey/fetch'`).
+ */
+export function getIdempotency(request: Request): RegisteredContext | undefined {
+  return contexts.get(request) as RegisteredContext | undefined
 }
 
 /**

@@ -5,21 +5,26 @@
 
 import type { IncomingMessage } from 'node:http'
 import type { Context, Env, MiddlewareHandler } from 'hono'
+import type { Ledger } from '../../core/ledger.js'
 import { createEngine } from '../engine.js'
 import { distinctHeaders, headersRecord, readWebBody, tooLarge, toWebResponse } from '../node-body.js'
-import type { EngineOptions, HttpRequestLike, IdempotencyContext } from '../types.js'
+import type { EngineOptions, HttpRequestLike, IdempotencyContext, LedgerTransaction, RegisteredContext } from '../types.js'
 
-export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
-
-/** Context variables the middleware sets: `c.get('idempotency')`. */
-export type IdempotencyVariables = { idempotency: IdempotencyContext | undefined }
+export type { IdempotencyContext, LedgerTransaction, Register, RegisteredContext, ReplayRequest, ReplayResponse } from '../types.js'
 
 /**
- * Options of the middleware. `scope` receives Hono's `Context` (`(c) => c.get('jwtPayload').sub`), typed
- * with your app's `Env` when you name it: `idempotency<AppEnv>({ ledger, scope: (c) => c.get('user').id })`.
+ * Context variables the middleware sets: `c.get('idempotency')`, whose `tx` is the transaction of the
+ * middleware's ledger (`Tx`: named in `Register` when the app's own `Hono<{ Variables: … }>` declares it).
  */
-// biome-ignore lint/suspicious/noExplicitAny: Hono's own default Env for a Context
-export type HonoIdempotencyOptions<E extends Env = any> = EngineOptions<Context<E>>
+export type IdempotencyVariables<Tx = RegisteredContext['tx']> = { idempotency: IdempotencyContext<Tx> | undefined }
+
+/**
+ * Options of the middleware. `scope` receives Hono's `Context`, typed with your app's `Env` when you
+ * name it: `idempotency<AppEnv>({ ledger, scope: (c) => c.get('jwtPayload').sub })`.
+ */
+export type HonoIdempotencyOptions<E extends Env = Env, L extends Ledger = Ledger> = Omit<EngineOptions<Context<E>>, 'ledger'> & {
+  ledger: L
+}
 
 /**
  * The middleware. It adds only its own variable to the app's `Env`, so the handlers after it keep their
@@ -29,10 +34,9 @@ export type HonoIdempotencyOptions<E extends Env = any> = EngineOptions<Context<
  * const app = new Hono<{ Variables: IdempotencyVariables }>()
  * app.post('/charges', idempotency({ ledger }), async (c) => c.json(await charge(await c.req.json()), 201))
  */
-// biome-ignore lint/suspicious/noExplicitAny: Hono's own default Env for a Context
-export function idempotency<E extends Env = any>(
-  options: HonoIdempotencyOptions<E>,
-): MiddlewareHandler<{ Variables: IdempotencyVariables }> {
+export function idempotency<E extends Env = Env, L extends Ledger = Ledger>(
+  options: HonoIdempotencyOptions<E, L>,
+): MiddlewareHandler<{ Variables: IdempotencyVariables<LedgerTransaction<L>> }> {
   const engine = createEngine(options)
   return async function idempotencyMiddleware(c, next) {
     const raw = c.req.raw
@@ -60,7 +64,7 @@ export function idempotency<E extends Env = any>(
       return
     }
     if (decision.kind === 'respond') return toWebResponse(decision.response)
-    c.set('idempotency', decision.context)
+    c.set('idempotency', decision.context as IdempotencyContext<LedgerTransaction<L>>)
     await next()
     if (c.error) {
       // Hono turned the handler's error into a 500 already: release the record.

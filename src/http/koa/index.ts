@@ -15,14 +15,27 @@ import {
   readNodeBody,
   tooLarge,
 } from '../node-body.js'
-import type { EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../types.js'
+import type { EngineOptions, HttpRequestLike, HttpResponseLike, RegisteredContext } from '../types.js'
 
-export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
+export type { IdempotencyContext, LedgerTransaction, Register, RegisteredContext, ReplayRequest, ReplayResponse } from '../types.js'
 
-/** What the middleware puts in `ctx.state`: `new Koa<IdempotencyState>()` types it for handlers. */
+/**
+ * What the middleware puts in `ctx.state`: `new Koa<IdempotencyState>()` types it for handlers, with
+ * the transaction of the ledger named in `Register` as `tx` (`declare module 'idemkey/koa'`).
+ */
 export interface IdempotencyState {
   /** Set on covered requests: the key, scope, fencing token, takeover flag, lease signal. */
-  idempotency?: IdempotencyContext
+  idempotency?: RegisteredContext
+}
+
+/**
+ * What the middleware hands on in `ctx.request` when no body parser ran before it (a body parser sets
+ * the same fields): the body, parsed when it is JSON, and its text. `new Koa<IdempotencyState,
+ * IdempotencyRequestContext>()` types them for handlers, without augmenting Koa's own `Request` (a body
+ * parser's typings do that, each its own way).
+ */
+export interface IdempotencyRequestContext {
+  request: { body?: unknown; rawBody?: string | undefined }
 }
 
 /**

@@ -1,7 +1,7 @@
 import { applyDecorators, createParamDecorator, type ExecutionContext, SetMetadata, UseInterceptors } from '@nestjs/common'
 import { checkRouteOptions } from '../engine-config.js'
 import { abandonAfter } from '../node-response.js'
-import type { IdempotencyContext } from '../types.js'
+import type { RegisteredContext } from '../types.js'
 import { IdempotencyInterceptor } from './idempotency.interceptor.js'
 import { IDEMPOTENT_METADATA, type RouteIdempotency } from './options.js'
 
@@ -30,9 +30,9 @@ export function Idempotent(options: RouteIdempotency = {}): MethodDecorator & Cl
  *
  * @example
  * @Post('charges')
- * create(@Body() body: ChargeDto, @IdempotencyCtx() ctx?: IdempotencyContext) { … }
+ * create(@Body() body: ChargeDto, @IdempotencyCtx() ctx?: RegisteredContext) { … }
  */
 export const IdempotencyCtx: () => ParameterDecorator = createParamDecorator(
-  (_data: unknown, context: ExecutionContext): IdempotencyContext | undefined =>
-    context.switchToHttp().getRequest<{ idempotency?: IdempotencyContext }>().idempotency,
+  (_data: unknown, context: ExecutionContext): RegisteredContext | undefined =>
+    context.switchToHttp().getRequest<{ idempotency?: RegisteredContext }>().idempotency,
 )

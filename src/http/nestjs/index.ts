@@ -3,7 +3,7 @@
  * a module (`IdempotencyModule.forRoot` / `forRootAsync`), an interceptor, and `@Idempotent()` for
  * per-route options.
  */
-export type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../types.js'
+export type { IdempotencyContext, LedgerTransaction, Register, RegisteredContext, ReplayRequest, ReplayResponse } from '../types.js'
 export { IdempotencyInterceptor } from './idempotency.interceptor.js'
 export { IdempotencyModule, type IdempotencyModuleAsyncOptions, type IdempotencyModuleBinding } from './idempotency.module.js'
 export { IdempotencyCtx, Idempotent } from './idempotent.decorator.js'

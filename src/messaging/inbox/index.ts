@@ -8,7 +8,7 @@
  */
 export { InboxMismatchError } from '../message.js'
 export type { MySqlConnectionLike, MySqlPoolLike } from '../mysql.js'
-export type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
+export type { PgClientLike, PgPool, PgPoolClient, PgPoolLike, PgQueryable } from '../pg.js'
 export { MySqlInbox, type MySqlInboxOptions } from './mysql-inbox.js'
 export { PgInbox, type PgInboxOptions, payloadHash } from './pg-inbox.js'
 export { SqliteInbox, type SqliteInboxOptions } from './sqlite-inbox.js'

@@ -2,7 +2,7 @@ import { type Duration, parsePositiveDuration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
 import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
-import { InboxMismatchError, isMissingTable, purgeBatchSize } from '../message.js'
+import { InboxMismatchError, isMissingTable, purgeBatchSize, RolledBack } from '../message.js'
 import {
   executeIn,
   type MySqlConnectionLike,
@@ -108,7 +108,7 @@ function assertMessageId(message: InboxMessage): void {
  * })
  * ack() // applied or duplicate: either way the broker may forget it
  */
-export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnectionLike> {
+export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<Tx> {
   readonly consumer: string
   readonly #pool: MySqlPoolLike
   readonly #tool: SqlTransactions<Tx> | undefined
@@ -224,20 +224,18 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
 
   /**
    * Runs `effect` in a transaction that also records the message ID, unless the ID was processed
-   * already. The effect gets the transaction's mysql2 connection. An error from `effect` rolls both
+   * already. The effect gets the transaction's mysql2 connection, or with the `transactions` option
+   * the tool's own transaction. An error from `effect` rolls both
    * back and is rethrown (do not ack: let the broker redeliver). Database errors become `STORE_UNAVAILABLE`.
    */
-  async handle<T>(
-    message: InboxMessage,
-    effect: (tx: MySqlConnectionLike, message: InboxMessage) => Promise<T> | T,
-  ): Promise<InboxResult<T>> {
+  async handle<T>(message: InboxMessage, effect: (tx: Tx, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>> {
     assertMessageId(message)
     const hash = payloadHash(message.payload)
     type Outcome = { seen: 'duplicate' | 'mismatch' } | { applied: Awaited<T> }
-    const outcome = await this.#transaction<Outcome>(`handle ${message.id}`, async (connection, runEffect) => {
-      const seen = await this.#record((sql, values) => executeIn(undefined, connection, sql, values), message.id, hash)
+    const outcome = await this.#transaction<Outcome>(`handle ${message.id}`, async (run, tx, runEffect) => {
+      const seen = await this.#record(run, message.id, hash)
       if (seen !== 'new') return { rollback: true, value: { seen } }
-      return { value: { applied: await runEffect(() => effect(connection, message)) } }
+      return { value: { applied: await runEffect(() => effect(tx, message)) } }
     })
     if ('seen' in outcome) return this.#seenBefore(outcome.seen, message.id)
     this.#emit({ type: 'applied', consumer: this.consumer, messageId: message.id })
@@ -254,12 +252,11 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
    */
   async handleBatch<T>(
     messages: readonly InboxMessage[],
-    effect: (tx: MySqlConnectionLike, message: InboxMessage) => Promise<T> | T,
+    effect: (tx: Tx, message: InboxMessage) => Promise<T> | T,
   ): Promise<Array<InboxBatchResult<T>>> {
     for (const message of messages) assertMessageId(message)
     const hashes = messages.map((m) => payloadHash(m.payload))
-    const { results, events } = await this.#transaction(`handleBatch of ${messages.length}`, async (connection, runEffect) => {
-      const run = (sql: string, values: readonly (string | Buffer)[]) => executeIn(undefined, connection, sql, values)
+    const { results, events } = await this.#transaction(`handleBatch of ${messages.length}`, async (run, tx, runEffect) => {
       // Each ID's first copy is recorded first, in one order whatever the batch's, so two consumers'
       // batches take their row locks in the same order and cannot deadlock on each other.
       const firstIndex = new Map<string, number>()
@@ -290,7 +287,7 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
       for (const [i, message] of messages.entries()) {
         const verdict = verdicts[i]
         if (verdict === 'apply') {
-          results.push({ status: 'applied', value: await runEffect(() => effect(connection, message)) })
+          results.push({ status: 'applied', value: await runEffect(() => effect(tx, message)) })
           events.push({ type: 'applied', consumer: this.consumer, messageId: message.id })
         } else if (verdict === 'mismatch') {
           results.push({ status: 'mismatch', error: new InboxMismatchError(this.consumer, message.id) })
@@ -363,9 +360,10 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
   }
 
   /**
-   * One transaction on a pooled connection, shared by `handle` and `handleBatch`. The caller's effects
-   * run through `runEffect`, so their errors are rethrown as they are, while the database's become
-   * `STORE_UNAVAILABLE`; either rolls back. `rollback: true` ends it without a commit.
+   * One transaction on a pooled connection, or the tool's with the `transactions` option, shared by
+   * `handle` and `handleBatch`: `work` gets how the inbox's statements run and the effect's `tx`. The
+   * caller's effects run through `runEffect`, so their errors are rethrown as they are, while the
+   * database's become `STORE_UNAVAILABLE`; either rolls back. `rollback: true` ends it without a commit.
    *
    * A deadlock before any effect ran is retried in a new transaction (InnoDB rolled the whole one
    * back, and nothing of it had happened yet: as a redelivery would). It happens when the copy that
@@ -375,10 +373,33 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
   async #transaction<R>(
     label: string,
     work: (
-      connection: MySqlConnectionLike,
+      run: (sql: string, values: readonly (string | Buffer)[]) => Promise<number>,
+      tx: Tx,
       runEffect: <T>(effect: () => Promise<T> | T) => Promise<T>,
     ) => Promise<{ value: R; rollback?: boolean }>,
   ): Promise<R> {
+    const tool = this.#tool
+    if (tool) {
+      let inToolEffect = false
+      const runToolEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
+        inToolEffect = true
+        const value = await effect()
+        inToolEffect = false
+        return value
+      }
+      try {
+        return await tool.transaction(async (tx) => {
+          const { value, rollback } = await work((sql, values) => executeIn(tool, tx, sql, values), tx, runToolEffect)
+          // A tool rolls back when its function throws: this carries the value out.
+          if (rollback) throw new RolledBack(value)
+          return value
+        })
+      } catch (error) {
+        if (error instanceof RolledBack) return error.value as R
+        if (inToolEffect || error instanceof IdempotencyError) throw error
+        throw mysqlMessagingError('MySqlInbox', label, error, this.#table)
+      }
+    }
     let connection: MySqlConnectionLike
     try {
       connection = await this.#pool.getConnection()
@@ -400,7 +421,11 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<MySqlConnecti
         try {
           await connection.query('START TRANSACTION')
           inTransaction = true
-          const { value, rollback } = await work(connection, runEffect)
+          const { value, rollback } = await work(
+            (sql, values) => executeIn(undefined, connection, sql, values),
+            connection as unknown as Tx,
+            runEffect,
+          )
           await connection.query(rollback ? 'ROLLBACK' : 'COMMIT')
           inTransaction = false
           return value

@@ -3,14 +3,15 @@ import { sha256Hex } from '../../core/fingerprint.js'
 import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
 import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import { besideTable, fitPgName, InboxMismatchError, isMissingTable, purgeBatchSize, quoteName } from '../message.js'
-import { type PgPool, type PgPoolClient, type PgQueryable, withPoolClient } from '../pg.js'
+import type { PgQueryConfig } from '../../stores/postgres/pool.js'
+import { besideTable, fitPgName, InboxMismatchError, isMissingTable, purgeBatchSize, quoteName, RolledBack } from '../message.js'
+import { type PgClientLike, type PgPoolLike, type PgQueryable, rowsOf, withPoolClient } from '../pg.js'
 import type { Inbox, InboxBatchResult, InboxEvent, InboxFailure, InboxMessage, InboxOldestRecord, InboxResult } from './types.js'
 
 /** Options of {@link PgInbox}. */
-export interface PgInboxOptions<Tx = PgQueryable> {
+export interface PgInboxOptions<Tx = PgClientLike> {
   /** The user's `pg.Pool`; each message runs in a transaction on one of its clients. */
-  pool: PgPool
+  pool: PgPoolLike
   /** This consumer's name: the same message ID is processed once per consumer name. */
   consumer: string
   /** Table name, optionally `schema.table`. @default 'idemkey_inbox' */
@@ -22,10 +23,30 @@ export interface PgInboxOptions<Tx = PgQueryable> {
   retention?: Duration
   onEvent?: (event: InboxEvent) => void
   /**
-   * Your data layer (docs/orm.md): `record(tx, …)` then takes the tool's own transaction object.
-   * @example new PgInbox({ pool, consumer: 'billing', transactions: kyselyTransactions(db) })
+   * Your data layer (docs/orm.md): `handle` and `handleBatch` then run the effect in the tool's own
+   * transaction (the effect's `tx` is the tool's transaction object, and so is the consumer helpers'),
+   * and `record(tx, …)` takes one.
+   * @example new PgInbox({ pool, consumer: 'billing', transactions: drizzleTransactions(db) })
    */
   transactions?: SqlTransactions<Tx>
+}
+
+/** What {@link PgInbox}'s transactions run: its statements go through `on`, the effect gets `tx`. */
+type TransactionWork<Tx, R> = (
+  on: PgQueryable,
+  tx: Tx,
+  runEffect: <T>(effect: () => Promise<T> | T) => Promise<T>,
+) => Promise<{ value: R; rollback?: boolean }>
+
+/** The inbox's statements inside a tool's transaction. Only the number of rows comes back, which is all #record reads. */
+function throughTool<Tx>(tool: SqlTransactions<Tx>, tx: Tx): PgQueryable {
+  return {
+    query: async (text: string | PgQueryConfig, values?: unknown[]) => {
+      const sql = typeof text === 'string' ? text : text.text
+      const { count } = await tool.execute(tx, sql, (values ?? []) as SqlValue[])
+      return { rows: Array.from({ length: count }, () => ({})), rowCount: count }
+    },
+  }
 }
 
 /** Hex SHA-256 of a payload (bytes, or text as UTF-8). */
@@ -72,10 +93,10 @@ function abortedAtCommit(label: string): IdempotencyError {
  * })
  * ack() // applied or duplicate: either way the broker may forget it
  */
-export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
+export class PgInbox<Tx = PgClientLike> implements Inbox<Tx> {
   readonly #tool: SqlTransactions<Tx> | undefined
   readonly consumer: string
-  readonly #pool: PgPool
+  readonly #pool: PgPoolLike
   readonly #table: string
   readonly #name: string
   /** Failed attempts by message (`recordFailure`), for `maxAttempts` across processes. */
@@ -145,16 +166,17 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
   /**
    * Runs `effect` in a transaction that also records the message ID, unless the ID was processed
    * already. An error from `effect` rolls both back and is rethrown (do not ack: let the broker
-   * redeliver). Database errors become `STORE_UNAVAILABLE`.
+   * redeliver). Database errors become `STORE_UNAVAILABLE`. `tx` is a client of the pool, or with the
+   * `transactions` option, the tool's own transaction.
    */
-  async handle<T>(message: InboxMessage, effect: (tx: PgPoolClient, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>> {
+  async handle<T>(message: InboxMessage, effect: (tx: Tx, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>> {
     assertMessageId(message)
     const hash = payloadHash(message.payload)
     type Outcome = { seen: 'duplicate' | 'mismatch' } | { applied: Awaited<T> }
-    const outcome = await this.#transaction<Outcome>(`handle ${message.id}`, async (client, runEffect) => {
-      const seen = await this.#record(client, message.id, hash)
+    const outcome = await this.#transaction<Outcome>(`handle ${message.id}`, async (on, tx, runEffect) => {
+      const seen = await this.#record(on, message.id, hash)
       if (seen !== 'new') return { rollback: true, value: { seen } }
-      return { value: { applied: await runEffect(() => effect(client, message)) } }
+      return { value: { applied: await runEffect(() => effect(tx, message)) } }
     })
     if ('seen' in outcome) return this.#seenBefore(outcome.seen, message.id)
     this.#emit({ type: 'applied', consumer: this.consumer, messageId: message.id })
@@ -170,7 +192,7 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
    */
   async handleBatch<T>(
     messages: readonly InboxMessage[],
-    effect: (tx: PgPoolClient, message: InboxMessage) => Promise<T> | T,
+    effect: (tx: Tx, message: InboxMessage) => Promise<T> | T,
   ): Promise<Array<InboxBatchResult<T>>> {
     for (const message of messages) assertMessageId(message)
     const hashes = messages.map((m) => payloadHash(m.payload))
@@ -178,33 +200,19 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
     // the one inserted), so two consumers' batches of the same IDs lock them in one order and cannot
     // deadlock on each other.
     const sorted = messages.map((_, i) => i).sort((a, b) => compareIds((messages[a] as InboxMessage).id, (messages[b] as InboxMessage).id))
-    const { results, events } = await this.#transaction(`handleBatch of ${messages.length}`, async (client, runEffect) => {
-      const inserted = await client.query<{ message_id: string }>(
-        `INSERT INTO ${this.#table} (consumer, message_id, payload_hash)
-         SELECT $1, id, hash FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS m(id, hash, n) ORDER BY n
-         ON CONFLICT DO NOTHING RETURNING message_id`,
-        [this.consumer, sorted.map((i) => (messages[i] as InboxMessage).id), sorted.map((i) => hashes[i] as string)],
-      )
-      const fresh = new Set(inserted.rows.map((r) => r.message_id))
-      // The hash each ID is known under: stored before this batch, or taken by its first copy here.
-      const known = new Map<string, string>()
-      const old = messages.filter((m) => !fresh.has(m.id)).map((m) => m.id)
-      if (old.length > 0) {
-        const { rows } = await client.query<{ message_id: string; payload_hash: string }>(
-          `SELECT message_id, payload_hash FROM ${this.#table} WHERE consumer = $1 AND message_id = ANY($2::text[])`,
-          [this.consumer, old],
-        )
-        for (const row of rows) known.set(row.message_id, row.payload_hash)
-      }
+    const { results, events } = await this.#transaction(`handleBatch of ${messages.length}`, async (client, tx, runEffect) => {
+      // Through a tool only the count of rows comes back: each ID is recorded alone, in the same order.
+      const fresh = this.#tool
+        ? await this.#recordEach(client, messages, hashes, sorted)
+        : await this.#recordAll(client, messages, hashes, sorted)
       const results: Array<InboxBatchResult<T>> = []
       const events: InboxEvent[] = []
       for (const [i, message] of messages.entries()) {
-        const hash = hashes[i] as string
-        if (fresh.has(message.id) && !known.has(message.id)) {
-          known.set(message.id, hash)
-          results.push({ status: 'applied', value: await runEffect(() => effect(client, message)) })
+        const seen = fresh[i] as 'new' | 'duplicate' | 'mismatch'
+        if (seen === 'new') {
+          results.push({ status: 'applied', value: await runEffect(() => effect(tx, message)) })
           events.push({ type: 'applied', consumer: this.consumer, messageId: message.id })
-        } else if (known.get(message.id) !== undefined && known.get(message.id) !== hash) {
+        } else if (seen === 'mismatch') {
           results.push({ status: 'mismatch', error: new InboxMismatchError(this.consumer, message.id) })
           events.push({ type: 'mismatch', consumer: this.consumer, messageId: message.id })
         } else {
@@ -219,27 +227,91 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
   }
 
   /**
-   * One transaction on a pooled client, shared by {@link PgInbox.handle} and {@link PgInbox.handleBatch}.
-   * The caller's effects run through `runEffect`, so their errors are rethrown as they are, while the
-   * database's become `STORE_UNAVAILABLE`; either rolls back. `rollback: true` ends it without a commit.
+   * What each message of a batch is: the first copy of a new ID `new`, an ID known under the same
+   * payload (or a second copy of the same in the batch) `duplicate`, under another one `mismatch`.
+   * One INSERT of all the IDs in `sorted` order (so concurrent batches lock alike), one SELECT of the known ones.
    */
-  async #transaction<R>(
-    label: string,
-    work: (client: PgPoolClient, runEffect: <T>(effect: () => Promise<T> | T) => Promise<T>) => Promise<{ value: R; rollback?: boolean }>,
-  ): Promise<R> {
-    const transaction = async (client: PgPoolClient): Promise<R> => {
-      let inTransaction = false
-      let inEffect = false
-      const runEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
-        inEffect = true
-        const value = await effect()
-        inEffect = false
-        return value
+  async #recordAll(
+    client: PgQueryable,
+    messages: readonly InboxMessage[],
+    hashes: string[],
+    sorted: number[],
+  ): Promise<Array<'new' | 'duplicate' | 'mismatch'>> {
+    const inserted = await client.query(
+      `INSERT INTO ${this.#table} (consumer, message_id, payload_hash)
+         SELECT $1, id, hash FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS m(id, hash, n) ORDER BY n
+         ON CONFLICT DO NOTHING RETURNING message_id`,
+      [this.consumer, sorted.map((i) => (messages[i] as InboxMessage).id), sorted.map((i) => hashes[i] as string)],
+    )
+    const fresh = new Set(rowsOf<{ message_id: string }>(inserted).map((r) => r.message_id))
+    // The hash each ID is known under: stored before this batch, or taken by its first copy here.
+    const known = new Map<string, string>()
+    const old = messages.filter((m) => !fresh.has(m.id)).map((m) => m.id)
+    if (old.length > 0) {
+      const found = await client.query(
+        `SELECT message_id, payload_hash FROM ${this.#table} WHERE consumer = $1 AND message_id = ANY($2::text[])`,
+        [this.consumer, old],
+      )
+      for (const row of rowsOf<{ message_id: string; payload_hash: string }>(found)) known.set(row.message_id, row.payload_hash)
+    }
+    return messages.map((message, i) => {
+      if (fresh.has(message.id) && !known.has(message.id)) {
+        known.set(message.id, hashes[i] as string)
+        return 'new'
       }
+      const hash = known.get(message.id)
+      return hash !== undefined && hash !== hashes[i] ? 'mismatch' : 'duplicate'
+    })
+  }
+
+  /** {@link PgInbox.#recordAll} one ID at a time, in `sorted` order, for a tool that answers a count of rows only. */
+  async #recordEach(
+    on: PgQueryable,
+    messages: readonly InboxMessage[],
+    hashes: string[],
+    sorted: number[],
+  ): Promise<Array<'new' | 'duplicate' | 'mismatch'>> {
+    const seen: Array<'new' | 'duplicate' | 'mismatch'> = []
+    for (const i of sorted) seen[i] = await this.#record(on, (messages[i] as InboxMessage).id, hashes[i] as string)
+    return seen
+  }
+
+  /**
+   * One transaction, shared by {@link PgInbox.handle} and {@link PgInbox.handleBatch}: on a pooled
+   * client, or the tool's with the `transactions` option. `work` gets what the inbox's own statements
+   * go through and the effect's `tx`. The caller's effects run through `runEffect`, so their errors are
+   * rethrown as they are, while the database's become `STORE_UNAVAILABLE`; either rolls back.
+   * `rollback: true` ends it without a commit.
+   */
+  async #transaction<R>(label: string, work: TransactionWork<Tx, R>): Promise<R> {
+    let inEffect = false
+    const runEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
+      inEffect = true
+      const value = await effect()
+      inEffect = false
+      return value
+    }
+    const ours = (error: unknown) => (inEffect || error instanceof IdempotencyError ? error : storeUnavailable('PgInbox', label, error))
+    const tool = this.#tool
+    if (tool) {
+      try {
+        return await tool.transaction(async (tx) => {
+          const { value, rollback } = await work(throughTool(tool, tx), tx, runEffect)
+          // A tool rolls back when its function throws: this carries the value out.
+          if (rollback) throw new RolledBack(value)
+          return value
+        })
+      } catch (error) {
+        if (error instanceof RolledBack) return error.value as R
+        throw ours(error)
+      }
+    }
+    const transaction = async (client: PgClientLike): Promise<R> => {
+      let inTransaction = false
       try {
         await client.query('BEGIN')
         inTransaction = true
-        const { value, rollback } = await work(client, runEffect)
+        const { value, rollback } = await work(client, client as unknown as Tx, runEffect)
         const ended = await client.query(rollback ? 'ROLLBACK' : 'COMMIT')
         inTransaction = false
         // An effect that caught a failed statement of its own and went on left the transaction aborted:
@@ -250,8 +322,7 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
       } catch (error) {
         if (inTransaction) await client.query('ROLLBACK').catch(() => {})
         // The effect's own errors are the caller's; ours mean the database is in trouble.
-        if (inEffect || error instanceof IdempotencyError) throw error
-        throw storeUnavailable('PgInbox', label, error)
+        throw ours(error)
       }
     }
     let connected = false
@@ -282,16 +353,7 @@ export class PgInbox<Tx = PgQueryable> implements Inbox<PgPoolClient> {
     const hash = payloadHash(message.payload)
     let seen: 'new' | 'duplicate' | 'mismatch'
     try {
-      const tool = this.#tool
-      const on: PgQueryable = tool
-        ? ({
-            // Through the tool only the number of rows comes back, which is all #record reads.
-            query: async (text: string, values?: unknown[]) => {
-              const { count } = await tool.execute(tx, text, (values ?? []) as SqlValue[])
-              return { rows: Array.from({ length: count }, () => ({})), rowCount: count }
-            },
-          } as PgQueryable)
-        : (tx as PgQueryable)
+      const on = this.#tool ? throughTool(this.#tool, tx) : (tx as PgQueryable)
       seen = await this.#record(on, message.id, hash)
     } catch (error) {
       throw storeUnavailable('PgInbox', `record ${message.id}`, error)

@@ -16,7 +16,7 @@ export {
   type PublishResult,
 } from '../message.js'
 export type { MySqlConnectionLike, MySqlPoolLike } from '../mysql.js'
-export type { PgPool, PgPoolClient, PgQueryable } from '../pg.js'
+export type { PgClientLike, PgConnectionConfig, PgPool, PgPoolClient, PgPoolLike, PgQueryable } from '../pg.js'
 export { MySqlOutbox, type MySqlOutboxOptions } from './mysql-outbox.js'
 export {
   type PgCdcConnectionConfig,

@@ -7,6 +7,7 @@ import type { LogicalReplicationService } from 'pg-logical-replication'
 import { type Duration, formatDuration, parseDuration, parsePositiveDuration } from '../../core/duration.js'
 import { assertFunctions, assertMethods, assertOptionalPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
+import type { PgConnectionConfig } from '../../stores/postgres/pool.js'
 import { fitPgName, type OutboxMessage, type Publisher, type PublishResult, quoteName } from '../message.js'
 import type { RelayEvent } from './relay.js'
 import { DEFAULT_MAX_LAG_BYTES, slotProblem } from './slot-health.js'
@@ -21,22 +22,16 @@ export type PgCdcRelayEvent =
   /** The slot's confirmed position moved: everything before `lsn` is confirmed by the broker. */
   | { type: 'confirmed'; relayId: string; lsn: string }
 
-/** A `pg` client config (declared here so the types do not need `pg` installed): whatever `new pg.Client(config)` takes. */
-export interface PgCdcConnectionConfig {
-  connectionString?: string
-  host?: string
-  port?: number
-  user?: string
-  password?: string
-  database?: string
-  ssl?: unknown
-  [option: string]: unknown
-}
+/**
+ * A `pg` client config.
+ * @deprecated The same as `PgConnectionConfig` of `idemkey/postgres`.
+ */
+export type PgCdcConnectionConfig = PgConnectionConfig
 
 /** Options of {@link PgCdcRelay}. */
 export interface PgCdcRelayOptions {
   /** How to reach PostgreSQL: a URL or a `pg` client config. The relay opens its own connections (one replication, one plain). */
-  connection: string | PgCdcConnectionConfig
+  connection: string | PgConnectionConfig
   publisher: Publisher
   /** The outbox table (`PgOutbox`'s `table`), optionally `schema.table`. @default 'idemkey_outbox' */
   table?: string
@@ -173,7 +168,7 @@ export class PgCdcRelay {
   readonly publication: string
   /** `ready()` fails past this lag, in bytes (the option); the operator page marks the slot past it too. */
   readonly maxLagBytes: number
-  readonly #connection: PgCdcConnectionConfig
+  readonly #connection: PgConnectionConfig
   readonly #publisher: Publisher
   readonly #table: string
   readonly #tableName: string
@@ -431,7 +426,7 @@ export class PgCdcRelay {
    * sends its status every second). Without it a half-open connection's walsender would hold the slot
    * until the server's own timeout (60 s by default), and the relay's new connection would stand by.
    */
-  #replicationConnection(): PgCdcConnectionConfig {
+  #replicationConnection(): PgConnectionConfig {
     const base = typeof this.#connection.options === 'string' ? this.#connection.options : process.env.PGOPTIONS
     const timeout = `-c wal_sender_timeout=${this.#silentConnectionMs}`
     return { ...this.#connection, options: base ? `${base} ${timeout}` : timeout }

@@ -3,14 +3,14 @@ import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-tran
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import { isServerError } from '../../stores/postgres/postgres-errors.js'
 import { besideTable, fitPgName, purgeBatchSize, quoteName } from '../message.js'
-import { type PgPool, type PgQueryable, withPoolClient } from '../pg.js'
+import { type PgPoolLike, type PgQueryable, rowsOf, withPoolClient } from '../pg.js'
 import { PgRelayStorage } from './pg-relay-storage.js'
 import { type AddResult, DEFAULT_MAX_PAYLOAD_BYTES, encodeEvent, type OutboxEventInput, type RelayStorage } from './storage.js'
 
 /** Options of {@link PgOutbox}. */
 export interface PgOutboxOptions<Tx = PgQueryable> {
   /** The user's `pg.Pool`: the relay claims and marks rows with it and LISTENs on one of its clients. */
-  pool: PgPool
+  pool: PgPoolLike
   /** Table name, optionally `schema.table`. @default 'idemkey_outbox' */
   table?: string
   /**
@@ -43,7 +43,7 @@ export interface PgOutboxOptions<Tx = PgQueryable> {
  * await client.query('COMMIT')
  */
 export class PgOutbox<Tx = PgQueryable> {
-  readonly #pool: PgPool
+  readonly #pool: PgPoolLike
   readonly #tool: SqlTransactions<Tx> | undefined
   readonly #table: string
   readonly #name: string
@@ -157,9 +157,8 @@ export class PgOutbox<Tx = PgQueryable> {
 
   /** Counts rows by status: what a dashboard or a test wants. */
   async stats(): Promise<{ pending: number; sent: number; dead: number }> {
-    const { rows } = await this.#query<{ status: string; n: string }>(
-      'stats',
-      `SELECT status, count(*) AS n FROM ${this.#table} GROUP BY status`,
+    const rows = rowsOf<{ status: string; n: string }>(
+      await this.#query('stats', `SELECT status, count(*) AS n FROM ${this.#table} GROUP BY status`),
     )
     const out = { pending: 0, sent: 0, dead: 0 }
     for (const r of rows) out[r.status as keyof typeof out] = Number(r.n)
@@ -201,9 +200,9 @@ export class PgOutbox<Tx = PgQueryable> {
     return result.rowCount ?? 0
   }
 
-  async #query<R>(operation: string, sql: string, values?: unknown[]) {
+  async #query(operation: string, sql: string, values?: unknown[]) {
     try {
-      return await this.#pool.query<R>(sql, values)
+      return await this.#pool.query(sql, values)
     } catch (error) {
       throw storeUnavailable('PgOutbox', `${operation} on ${this.#name}`, error)
     }

@@ -1,6 +1,6 @@
 import { storeUnavailable } from '../../errors.js'
 import type { OutboxMessage } from '../message.js'
-import { type PgPool, type PgPoolClient, withPoolClient } from '../pg.js'
+import { type PgClientLike, type PgPoolLike, rowsOf, withPoolClient } from '../pg.js'
 import type { RelayStorage, RowFailure } from './storage.js'
 
 interface Row {
@@ -32,7 +32,7 @@ function toMessage(row: Row): OutboxMessage {
 /** The relay's view of a PostgreSQL outbox table: leased claims, marks, LISTEN. */
 export class PgRelayStorage implements RelayStorage {
   constructor(
-    private readonly pool: PgPool,
+    private readonly pool: PgPoolLike,
     private readonly table: string,
     private readonly channel: string,
     private readonly lockKey: string | null,
@@ -60,14 +60,14 @@ export class PgRelayStorage implements RelayStorage {
       RETURNING o.seq, o.id, o.topic, o.partition_key, o.payload, o.content_type, o.headers, o.attempts, o.created_at`
     try {
       if (!this.lockKey) {
-        const { rows } = await this.pool.query<Row>(sql, [limit, relayId, leaseMs])
+        const rows = rowsOf<Row>(await this.pool.query(sql, [limit, relayId, leaseMs]))
         return rows.map(toMessage).sort((a, b) => a.seq - b.seq)
       }
       return await withPoolClient(this.pool, async (client) => {
         try {
           await client.query('BEGIN')
           await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [this.lockKey])
-          const { rows } = await client.query<Row>(sql, [limit, relayId, leaseMs])
+          const rows = rowsOf<Row>(await client.query(sql, [limit, relayId, leaseMs]))
           await client.query('COMMIT')
           return rows.map(toMessage).sort((a, b) => a.seq - b.seq)
         } catch (error) {
@@ -134,12 +134,19 @@ export class PgRelayStorage implements RelayStorage {
   async listen(wake: () => void): Promise<() => Promise<void>> {
     let stopped = false
     // The client and its error listener: pool clients are reused, so the listener must go with it.
-    let current: { client: PgPoolClient; onError: (error: Error) => void } | undefined
+    let current: { client: Listening; onError: (error: Error) => void } | undefined
     const onNotification = (message: { channel: string }) => {
       if (message.channel === this.channel) wake()
     }
     const connect = async (): Promise<void> => {
-      const client = await this.pool.connect()
+      const pooled = await this.pool.connect()
+      if (!listens(pooled)) {
+        // Not a node-postgres client (a wrapper without events): no wake-ups, the relay's poll covers every row.
+        pooled.release()
+        stopped = true
+        return
+      }
+      const client = pooled
       let broken = false
       const onError = (error: Error) => {
         if (broken) return
@@ -187,4 +194,11 @@ export class PgRelayStorage implements RelayStorage {
       held.client.release()
     }
   }
+}
+
+/** A pool client that emits events (a node-postgres one): what LISTEN needs. */
+type Listening = PgClientLike & Required<Pick<PgClientLike, 'on' | 'removeListener'>>
+
+function listens(client: PgClientLike): client is Listening {
+  return typeof client.on === 'function' && typeof client.removeListener === 'function'
 }

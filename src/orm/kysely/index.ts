@@ -10,7 +10,7 @@
  *   return { orderId: order.id }
  * })
  */
-import { CompiledQuery, type Kysely, MysqlAdapter, PostgresAdapter, type Transaction } from 'kysely'
+import { CompiledQuery, type Kysely, type Transaction } from 'kysely'
 import type { SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
 import { preparedOnKyselyPg } from '../kysely-prepared.js'
@@ -54,13 +54,25 @@ export function kyselyTransactions<DB>(db: Kysely<DB>, options: KyselyTransactio
   }
 }
 
+/**
+ * The dialect, from what Kysely's adapter says it supports: PostgreSQL's has transactional DDL and
+ * `RETURNING`, MySQL's neither (SQLite's and MSSQL's one of them). By its capabilities, not by
+ * `instanceof`: a Kysely built from another copy of kysely (CommonJS code beside an ESM app, two
+ * versions installed) has adapters of other classes, and so do dialects that extend Kysely's.
+ */
 function dialectOf(db: object): 'postgres' | 'mysql' {
   // getExecutor() is marked internal by Kysely; when it is not there, the option says it.
-  const adapter = (db as unknown as { getExecutor?: () => { adapter: unknown } }).getExecutor?.().adapter
-  if (adapter instanceof PostgresAdapter) return 'postgres'
-  if (adapter instanceof MysqlAdapter) return 'mysql'
+  const adapter = (db as unknown as { getExecutor?: () => { adapter?: AdapterCapabilities } }).getExecutor?.().adapter
+  if (adapter?.supportsTransactionalDdl === true && adapter.supportsReturning === true) return 'postgres'
+  if (adapter?.supportsTransactionalDdl === false && adapter.supportsReturning === false) return 'mysql'
   throw new IdempotencyError(
     'INVALID_OPTION',
     "kyselyTransactions could not tell the database's dialect: pass { dialect: 'postgres' } or { dialect: 'mysql' }.",
   )
+}
+
+/** What a Kysely `DialectAdapter` says it supports. */
+interface AdapterCapabilities {
+  supportsTransactionalDdl?: unknown
+  supportsReturning?: unknown
 }

@@ -16,8 +16,8 @@ import { filePayload, formPayload } from '../form-payload.js'
 export interface ResolverOptionsLike {
   ctx: unknown
   input: unknown
-  path?: string
-  signal?: AbortSignal
+  path?: string | undefined
+  signal?: AbortSignal | undefined
 }
 
 /** A tRPC transformer's value half (superjson, devalue, ...): what the router was created with. */

@@ -8,7 +8,7 @@ export type {
   PostgresStoreUrlOptions,
 } from './options.js'
 export type { PostgresLayout } from './partitions.js'
-export type { PgClientLike, PgNotification, PgPoolLike, PgQueryable, PgQueryConfig, PgQueryResult } from './pool.js'
+export type { PgClientLike, PgConnectionConfig, PgNotification, PgPoolLike, PgQueryable, PgQueryConfig, PgQueryResult } from './pool.js'
 export { isTransientTransactionError } from './postgres-errors.js'
 export { PostgresStore } from './postgres-store.js'
 export type { Rotation } from './rotation.js'

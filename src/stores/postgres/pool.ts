@@ -1,6 +1,8 @@
 /**
- * The subset of node-postgres (`pg`) the store uses, declared here so that any compatible pool fits
- * (a `pg.Pool` of any 8.x version, or a wrapper with the same methods) without importing pg's types.
+ * The subset of node-postgres (`pg`) idemkey uses on PostgreSQL, declared here so that any compatible
+ * pool fits (a `pg.Pool` of any 8.x version, or a wrapper with the same methods) without importing pg's
+ * types. One set for the store, the outbox, the inbox and the CDC relay. Optional fields say
+ * `| undefined`, as @types/pg does, so a real `pg.Pool` fits under `exactOptionalPropertyTypes`.
  */
 
 /**
@@ -8,11 +10,11 @@
  *
  * @example const { rows } = (await tx.query('SELECT 1 AS one')) as PgQueryResult
  */
-export interface PgQueryResult {
-  rows: unknown[]
+export interface PgQueryResult<R = unknown> {
+  rows: R[]
   rowCount: number | null
   /** The command tag (`COMMIT` of an aborted transaction answers `ROLLBACK`), where the driver reports it. */
-  command?: string
+  command?: string | undefined
 }
 
 /**
@@ -22,14 +24,14 @@ export interface PgQueryResult {
  */
 export interface PgQueryConfig {
   text: string
-  values?: unknown[]
-  name?: string
+  values?: unknown[] | undefined
+  name?: string | undefined
   /** node-postgres: fail the query after this many ms without an answer; a pool then drops its connection. */
-  query_timeout?: number
+  query_timeout?: number | undefined
 }
 
 /**
- * Anything that runs a query: a pool or one of its clients.
+ * Anything that runs a query: a `pg.Pool`, a `pg.Client`, or a `pg.PoolClient` inside a transaction.
  *
  * @example const db: PgQueryable = pool
  */
@@ -45,7 +47,7 @@ export interface PgQueryable {
  */
 export interface PgNotification {
   channel: string
-  payload?: string
+  payload?: string | undefined
 }
 
 /**
@@ -77,4 +79,21 @@ export interface PgPoolLike<Client extends PgClientLike = PgClientLike> extends 
   connect(): Promise<Client>
   /** Present on pools the store creates itself; the store never ends a pool it was given. */
   end?(): Promise<void>
+}
+
+/**
+ * A `pg` client config: whatever `new pg.Client(config)` takes (declared here so the types do not need
+ * `pg` installed). The CDC relay opens its own connections with it.
+ *
+ * @example const connection: PgConnectionConfig = { host: '127.0.0.1', database: 'app', user: 'app' }
+ */
+export interface PgConnectionConfig {
+  connectionString?: string | undefined
+  host?: string | undefined
+  port?: number | undefined
+  user?: string | undefined
+  password?: string | undefined
+  database?: string | undefined
+  ssl?: unknown
+  [option: string]: unknown
 }
