@@ -6,6 +6,8 @@
  * Run alone: npm run build && npx tsx bench/proxy.bench.ts [--seconds 4] [--connections 32] [--rate 1000]
  * `--pairs N` measures only the SQLite proxy on unique keys against the minimal forwarder, in N
  * alternating slices of each, with each process's CPU time per request (the figure noise moves least).
+ * On a Node.js older than 22.16 (this machine's Node 20), run it through `node scripts/with-node.mjs npx tsx ...`:
+ * bin/idemkey.js would re-run itself on Node 24 in a child, and the proxy's CPU column would read the wrapper's 0 µs.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'

@@ -23,6 +23,7 @@ const order = [
   'proxy',
   'relay',
   'consumers',
+  'mysql-inbox',
   'jobs',
   'orm',
   'record-size',
