@@ -602,6 +602,9 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       random: () => rng.next(),
       attemptTimeout: 2_500,
       maxAttempts: 8,
+      // The simulated fleet's own budget, not the library's default (500 ms since round 4): short waits
+      // put retries inside a holder's lease, where the interleavings the invariants look for happen.
+      baseDelay: '100ms',
       maxElapsed: 30_000,
       throwOnError: false,
     })
