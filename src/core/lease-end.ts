@@ -10,7 +10,7 @@ import type { IdempotencyStore, StoredRecord } from './store.js'
  * - `abandoned`: the holder stopped renewing (crashed, killed, hung, cut off from the store). The next
  *   retry takes over; until one comes, the intent is stuck, and whether its work ran is unknown.
  * - `in_transaction`: the holder runs inside its database transaction, which holds the record's row
- *   (`runInTransaction` after its first step: the lease is no longer renewed, docs/steps.md). It is
+ *   (`runInTransaction` after its first step: the lease is not renewed, docs/steps.md). It is
  *   alive: a duplicate waits for it and replays, a takeover waits for its commit or rollback.
  */
 export type LeaseEnd = 'released' | 'abandoned' | 'in_transaction'

@@ -139,7 +139,7 @@ export interface IdempotencyStore {
   /**
    * For operators (`idemkey list`, the operator page): per record, in the order given, whether an open
    * database transaction holds its row now. A holder inside `runInTransaction` holds it from its first step
-   * on, and no longer renews its lease (docs/steps.md): past its lease, such a holder is alive, not stuck.
+   * on, and does not renew its lease (docs/steps.md): past its lease, such a holder is alive, not stuck.
    * Asks without waiting for any lock, in its own short transaction. Optional: stores without transactional
    * holders (Redis, DynamoDB, memory, SQLite) leave it out.
    */

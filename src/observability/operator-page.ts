@@ -80,7 +80,7 @@ export interface OperatorSummary {
   stuck: PastLeaseHolder[]
   /**
    * In-progress records past their lease whose row an open transaction holds: the holder runs inside its
-   * transaction (`runInTransaction` after its first step, which no longer renews the lease; docs/steps.md).
+   * transaction (`runInTransaction` after its first step, which stops renewing the lease; docs/steps.md).
    * Alive, not stuck: duplicates wait for its commit. At most 50; always empty on stores without
    * transactions (Redis, DynamoDB, memory, SQLite).
    */

@@ -96,7 +96,7 @@ function generatedId<D>(job: Job<D>): boolean {
  * worker still holds is put back (delayed, no attempt counted) until that worker's lease ends. A job
  * BullMQ re-delivers after a stall (its worker died, or lost BullMQ's lock) takes its own dead delivery's
  * record over at once, under any key: the record's holder is marked in the job's log (`idemkey: holds
- * ["<scope>","<key>"] with token <n>`), and the takeover fences that delivery out (its token is no longer
+ * ["<scope>","<key>"] with token <n>`), and the takeover fences that delivery out (its token is not
  * current). A record another job of the same work holds is waited for, as any other.
  *
  * @example
