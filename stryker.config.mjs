@@ -17,8 +17,8 @@ const config = {
     'src/http/engine-config.ts',
     'src/http/engine-answers.ts',
     'src/http/engine-transaction.ts',
-    'src/stores/memory/memory-store.ts',
-    'src/stores/sqlite/sqlite-store.ts',
+    'src/backends/memory/memory-store.ts',
+    'src/backends/sqlite/sqlite-store.ts',
   ],
   coverageAnalysis: 'perTest',
   // Static mutants (module-level constants) need every test to rerun each; not worth the hours here.

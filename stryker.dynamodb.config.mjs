@@ -6,7 +6,7 @@
 import { storeRun } from './stryker.config.mjs'
 
 export default storeRun('dynamodb', [
-  'src/stores/dynamodb/dynamodb-store.ts',
-  'src/stores/dynamodb/schema.ts',
-  'src/stores/dynamodb/client.ts',
+  'src/backends/dynamodb/dynamodb-store.ts',
+  'src/backends/dynamodb/schema.ts',
+  'src/backends/dynamodb/client.ts',
 ])

@@ -6,8 +6,8 @@
 import { storeRun } from './stryker.config.mjs'
 
 export default storeRun('mysql', [
-  'src/stores/mysql/**/*.ts',
-  '!src/stores/mysql/**/*.test.ts',
-  'src/stores/group-commit.ts',
-  'src/stores/end-pool.ts',
+  'src/backends/mysql/**/*.ts',
+  '!src/backends/mysql/**/*.test.ts',
+  'src/backends/group-commit.ts',
+  'src/backends/end-pool.ts',
 ])

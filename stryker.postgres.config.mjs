@@ -6,4 +6,4 @@
 // the last score and the survivors accepted, with why.
 import { storeRun } from './stryker.config.mjs'
 
-export default storeRun('postgres', ['src/stores/postgres/**/*.ts', '!src/stores/postgres/**/*.test.ts', 'src/stores/end-pool.ts'])
+export default storeRun('postgres', ['src/backends/postgres/**/*.ts', '!src/backends/postgres/**/*.test.ts', 'src/backends/end-pool.ts'])

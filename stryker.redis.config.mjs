@@ -6,11 +6,11 @@
 import { storeRun } from './stryker.config.mjs'
 
 export default storeRun('redis', [
-  'src/stores/redis/redis-store.ts',
-  'src/stores/redis/record.ts',
-  'src/stores/redis/keys.ts',
-  'src/stores/redis/notifier.ts',
-  'src/stores/redis/client.ts',
-  'src/stores/redis/node-redis.ts',
-  'src/stores/redis/scan.ts',
+  'src/backends/redis/redis-store.ts',
+  'src/backends/redis/record.ts',
+  'src/backends/redis/keys.ts',
+  'src/backends/redis/notifier.ts',
+  'src/backends/redis/client.ts',
+  'src/backends/redis/node-redis.ts',
+  'src/backends/redis/scan.ts',
 ])

@@ -7,7 +7,7 @@ import { defineConfig } from 'vitest/config'
 export default defineConfig({
   test: {
     globals: true,
-    include: ['src/stores/mysql/*.test.ts', 'test/mysql-store-rules.test.ts', 'test/steps-transaction.test.ts'],
+    include: ['src/backends/mysql/*.test.ts', 'test/mysql-store-rules.test.ts', 'test/steps-transaction.test.ts'],
     // The model's random sequences, fewer of them (IDEMKEY_MODEL_RUNS caps numRuns), and not its real-time
     // runs (about 17 s, on the server's clock): a mutant costs seconds, not a minute. The contract stays whole.
     env: { IDEMKEY_MODEL_RUNS: '150' },

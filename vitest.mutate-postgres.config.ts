@@ -9,7 +9,7 @@ export default defineConfig({
   test: {
     globals: true,
     include: [
-      'src/stores/postgres/*.test.ts',
+      'src/backends/postgres/*.test.ts',
       'test/postgres-store-rules.test.ts',
       'test/postgres-rotation-rules.test.ts',
       'test/postgres-listener.test.ts',

@@ -9,8 +9,8 @@ export default defineConfig({
     globals: true,
     include: [
       'src/core/**/*.test.ts',
-      'src/stores/memory/*.test.ts',
-      'src/stores/sqlite/*.test.ts',
+      'src/backends/memory/*.test.ts',
+      'src/backends/sqlite/*.test.ts',
       'test/http-engine.test.ts',
       'test/http-engine-parts.test.ts',
       'test/http-conformance.test.ts',

@@ -9,9 +9,9 @@
  */
 import { randomUUID } from 'node:crypto'
 import { ConditionalCheckFailedException, UpdateItemCommand } from '@aws-sdk/client-dynamodb'
+import { DynamoDbStore } from '../src/backends/dynamodb/index.js'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import type { Outcome } from '../src/core/store.js'
-import { DynamoDbStore } from '../src/stores/dynamodb/index.js'
 import { startDynamoDb } from '../test/helpers/dynalite.js'
 import { fmt, opsPerSecond, report, table } from './lib.js'
 

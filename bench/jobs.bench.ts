@@ -15,9 +15,9 @@
 import { randomUUID } from 'node:crypto'
 import { Queue, Worker } from 'bullmq'
 import { Redis } from 'ioredis'
+import { RedisStore } from '../src/backends/redis/index.js'
 import { Ledger } from '../src/core/ledger.js'
 import { idempotentProcessor } from '../src/jobs/bullmq/index.js'
-import { RedisStore } from '../src/stores/redis/index.js'
 import { dropPrefix } from '../test/helpers/redis.js'
 import { fmt, numberArg, report, table } from './lib.js'
 

@@ -7,11 +7,11 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import BetterSqlite3 from 'better-sqlite3'
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
+import { SqliteStore } from '../src/backends/sqlite/sqlite-store.js'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { IdempotencyStore, Outcome } from '../src/core/store.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
-import { SqliteStore } from '../src/stores/sqlite/sqlite-store.js'
 import { fmt, opsPerSecond, report, table } from './lib.js'
 
 const msArg = process.argv.indexOf('--ms')

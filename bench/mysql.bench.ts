@@ -12,11 +12,11 @@
  */
 import { randomBytes } from 'node:crypto'
 import mysql from 'mysql2/promise'
+import { MySqlStore } from '../src/backends/mysql/index.js'
+import { bind, statements } from '../src/backends/mysql/statements.js'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { Outcome } from '../src/core/store.js'
-import { MySqlStore } from '../src/stores/mysql/index.js'
-import { bind, statements } from '../src/stores/mysql/statements.js'
 import { fmt, numberArg, opsPerSecond, report, table } from './lib.js'
 
 const MS = numberArg('--ms', 2_000)

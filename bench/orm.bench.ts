@@ -10,8 +10,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
+import { PostgresStore } from '../src/backends/postgres/index.js'
 import { Ledger } from '../src/core/ledger.js'
-import { PostgresStore } from '../src/stores/postgres/index.js'
 import { PRISMA_TABLES } from '../test/helpers/orm-prisma.js'
 import { type BusinessTables, PG_URL, type ToolName, toolHarness } from '../test/helpers/orm-tools.js'
 import { fmt, numberArg, opsPerSecond, report, table } from './lib.js'

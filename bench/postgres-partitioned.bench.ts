@@ -9,9 +9,9 @@
  * Run alone (about 40 s): npx tsx bench/postgres-partitioned.bench.ts [--ms 1500] [--rounds 2]
  */
 import pg from 'pg'
+import { PostgresStore } from '../src/backends/postgres/index.js'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import type { Outcome } from '../src/core/store.js'
-import { PostgresStore } from '../src/stores/postgres/index.js'
 import { fmt, numberArg, opsPerSecond, percentile, report, table } from './lib.js'
 
 const MS = numberArg('--ms', 1_500)

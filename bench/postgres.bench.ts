@@ -15,11 +15,11 @@
  *   npx tsx bench/postgres.bench.ts --throughput-only --callers 50 --ms 3000
  */
 import pg from 'pg'
+import { PostgresStore } from '../src/backends/postgres/index.js'
+import { statements } from '../src/backends/postgres/statements.js'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { Outcome } from '../src/core/store.js'
-import { PostgresStore } from '../src/stores/postgres/index.js'
-import { statements } from '../src/stores/postgres/statements.js'
 import { fmt, numberArg, opsPerSecond, percentile, report, table } from './lib.js'
 import { alternatingBlocks, fillCompleted, latencies } from './pg-fill.js'
 

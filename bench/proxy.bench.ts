@@ -240,10 +240,10 @@ async function main(): Promise<void> {
     }
   }
   const stores: Array<[string, string]> = [['SQLite (file, WAL)', `sqlite:${join(dir, 'bench.db')}`]]
-  if (existsSync(join(ROOT, 'dist/stores/postgres/index.js')) && (await portOpen(5432))) {
+  if (existsSync(join(ROOT, 'dist/backends/postgres/index.js')) && (await portOpen(5432))) {
     stores.push(['PostgreSQL', 'postgres://root@127.0.0.1:5432/test'])
   }
-  if (existsSync(join(ROOT, 'dist/stores/redis/index.js')) && (await portOpen(6379))) {
+  if (existsSync(join(ROOT, 'dist/backends/redis/index.js')) && (await portOpen(6379))) {
     stores.push(['Redis', 'redis://127.0.0.1:6379'])
   }
   try {

@@ -20,9 +20,9 @@
  */
 import { randomUUID } from 'node:crypto'
 import { Cluster, Redis } from 'ioredis'
+import { RedisStore } from '../src/backends/redis/index.js'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import type { Outcome } from '../src/core/store.js'
-import { RedisStore } from '../src/stores/redis/index.js'
 import { RedisCluster } from '../test/fixtures/redis/servers.js'
 import { fmt, numberArg, report, table } from './lib.js'
 

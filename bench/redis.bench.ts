@@ -12,11 +12,11 @@
 import { execFileSync } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
+import { RedisStore } from '../src/backends/redis/index.js'
+import { acquireLua } from '../src/backends/redis/lua.generated.js'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { Outcome } from '../src/core/store.js'
-import { RedisStore } from '../src/stores/redis/index.js'
-import { acquireLua } from '../src/stores/redis/lua.generated.js'
 import { dropPrefix } from '../test/helpers/redis.js'
 import { fmt, report, table } from './lib.js'
 
@@ -259,7 +259,7 @@ const LAYOUT_CHANGE = [
   '| redis-benchmark, acquire of a key in progress, µs per script call | 5.29 | 5.67 |',
   '| redis-benchmark SET (same run), µs per call | 2.14 | 2.14 |',
   '',
-  "The redis-benchmark rows: `redis-benchmark -n 100000 -c 50 -r 100000000 --csv evalsha <sha> 1 <space>:__rand_int__ s k <fingerprint> 30000 60000 1000` for the round-1 script (`git show 86b3980:src/stores/redis/lua/acquire.lua`, loaded with SCRIPT LOAD) and `... evalsha <sha> 2 <space>:r:__rand_int__ <space>:t:__rand_int__ <fingerprint> 1|1|sk 30000 60000 1000` for the packed one, `CONFIG RESETSTAT` before each. A script call costs Redis about 5 µs even when it makes only two calls (the in-progress row), against 2 µs for a SET: the calls a script saves are worth about 0.5-1 µs each, and the rest of a cycle's server cost was the price of running two scripts at all (which is why a new key now takes no script).",
+  "The redis-benchmark rows: `redis-benchmark -n 100000 -c 50 -r 100000000 --csv evalsha <sha> 1 <space>:__rand_int__ s k <fingerprint> 30000 60000 1000` for the round-1 script (`git show 86b3980:src/backends/redis/lua/acquire.lua`, loaded with SCRIPT LOAD) and `... evalsha <sha> 2 <space>:r:__rand_int__ <space>:t:__rand_int__ <fingerprint> 1|1|sk 30000 60000 1000` for the packed one, `CONFIG RESETSTAT` before each. A script call costs Redis about 5 µs even when it makes only two calls (the in-progress row), against 2 µs for a SET: the calls a script saves are worth about 0.5-1 µs each, and the rest of a cycle's server cost was the price of running two scripts at all (which is why a new key now takes no script).",
   '',
   'Against the other Express libraries on Redis (`npm run bench:peers -- --adapters idemkey-redis,node-idempotency-redis,powertools-redis,express-idempotency-redis --runs 3`, then `-- --adapters idemkey-redis,idemkey-memory,node-idempotency-redis,powertools-redis --runs 3`; x bare, new keys / replays):',
   '',

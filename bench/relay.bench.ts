@@ -9,8 +9,8 @@
 import { randomUUID } from 'node:crypto'
 import { connect, nanos } from 'nats'
 import pg from 'pg'
+import { NatsPublisher } from '../src/messaging/brokers/nats/index.js'
 import { OutboxRelay, PgOutbox, type RelayEvent } from '../src/messaging/outbox/index.js'
-import { NatsPublisher } from '../src/messaging/publishers/nats/index.js'
 import { fmt, numberArg, percentile, report, steadyLoad, table } from './lib.js'
 
 const EVENTS = numberArg('events', 20_000)

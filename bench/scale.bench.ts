@@ -27,11 +27,11 @@
  */
 import { execFileSync } from 'node:child_process'
 import pg from 'pg'
+import { PostgresStore } from '../src/backends/postgres/index.js'
+import { createPartitions, listPartitions, lockPartitions, partitionName, serverNow, slotOf } from '../src/backends/postgres/partitions.js'
+import { inTransaction } from '../src/backends/postgres/rotation.js'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import type { Outcome } from '../src/core/store.js'
-import { PostgresStore } from '../src/stores/postgres/index.js'
-import { createPartitions, listPartitions, lockPartitions, partitionName, serverNow, slotOf } from '../src/stores/postgres/partitions.js'
-import { inTransaction } from '../src/stores/postgres/rotation.js'
 import { fmt, numberArg, percentile, report, steadyLoad, table } from './lib.js'
 import { alternatingBlocks, dayTimeline, fillCompleted, firstRowOfDay, keyOf, latencies, scopeOf, walDuring } from './pg-fill.js'
 

@@ -12,11 +12,11 @@
  */
 
 import { runScenario } from '../sim/scenario.js'
+import { MemoryStore } from '../src/backends/memory/index.js'
 import { deriveKey } from '../src/client/derive-key.js'
 import { Ledger } from '../src/core/ledger.js'
 import { createEngine } from '../src/http/engine.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
-import { MemoryStore } from '../src/stores/memory/index.js'
 import { fmt, numberArg, report, table } from './lib.js'
 
 const REQUESTS = numberArg('--requests', 100_000)

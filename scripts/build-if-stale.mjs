@@ -2,7 +2,7 @@
 // (test/setup/fresh-build.ts), `npm run typecheck` (bench/ and the consumer fixtures import the package
 // by name, which resolves to dist/) and bin/idemkey.js in a checkout (npm install builds nothing: the
 // package has no install script, and is built by `prepack` for `npm pack` and `npm publish`).
-// - src/stores/redis/lua.generated.ts, regenerated when any src/stores/redis/lua/*.lua is newer;
+// - src/backends/redis/lua.generated.ts, regenerated when any src/backends/redis/lua/*.lua is newer;
 // - with `--dist`, dist/ (the CLI, the proxy, the package), rebuilt with `npm run build` when it is
 //   missing or any file it is built from is newer than the last finished build.
 // A build runs under the machine's build lock (`flock /tmp/build.lock`, where flock exists), so two test
@@ -34,8 +34,8 @@ const mtime = (path) => (existsSync(join(ROOT, path)) ? statSync(join(ROOT, path
 /** Paths of src/ that go into dist/: not tests, not the generated Lua (the build writes it itself). */
 const built = (path) => !/\.test(-d)?\.ts$/.test(path) && !path.endsWith('lua.generated.ts')
 
-const LUA = 'src/stores/redis/lua.generated.ts'
-const luaStale = () => newest(join(ROOT, 'src/stores/redis/lua'), (p) => p.endsWith('.lua')) > mtime(LUA)
+const LUA = 'src/backends/redis/lua.generated.ts'
+const luaStale = () => newest(join(ROOT, 'src/backends/redis/lua'), (p) => p.endsWith('.lua')) > mtime(LUA)
 
 /** Whether dist/ has a finished build (`missing` when not), and whether it is older than its sources. */
 export function distState() {

@@ -7,6 +7,8 @@
  * their clocks are skewed and jump. Every answer, effect and store write is recorded, and the
  * invariants of docs/testing.md ("Deterministic simulation") are checked against that history.
  */
+
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { deriveKey } from '../src/client/derive-key.js'
 import { createIdempotentFetch } from '../src/client/idempotent-fetch.js'
 import type { Clock } from '../src/core/clock.js'
@@ -15,7 +17,6 @@ import { Core } from '../src/core/run-core.js'
 import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
 import { createEngine } from '../src/http/engine.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { Proc, type Rng, type Settle, World } from './world.js'
 
 /** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */

@@ -164,7 +164,7 @@ describe('idemkey demo (built CLI)', () => {
     const skip = await serviceSkipReason('PostgreSQL', 5432)
     if (skip) return ctx.skip(skip)
     // A build without the PostgreSQL store is a broken build, wherever the tests run.
-    expect(existsSync(join(ROOT, 'dist/stores/postgres/index.js')), 'dist/stores/postgres/index.js is in the build').toBe(true)
+    expect(existsSync(join(ROOT, 'dist/backends/postgres/index.js')), 'dist/backends/postgres/index.js is in the build').toBe(true)
     const out = await runDemo('--intents', '20', '--seed', '11', '--json', '--store', 'postgres://root@127.0.0.1:5432/test', ...FAULTY)
     // On a failure, the report says which count was off (stderr holds only the progress lines).
     expect(out.code, `${out.stderr}\n${out.stdout}`).toBe(0)

@@ -6,10 +6,10 @@ import { type AddressInfo, createServer, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
-import { SqliteInbox } from '../src/messaging/inbox/sqlite-inbox.js'
-import { MySqlStore } from '../src/stores/mysql/mysql-store.js'
-import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
-import { SqliteStore } from '../src/stores/sqlite/sqlite-store.js'
+import { MySqlStore } from '../src/backends/mysql/mysql-store.js'
+import { PostgresStore } from '../src/backends/postgres/postgres-store.js'
+import { SqliteInbox } from '../src/backends/sqlite/sqlite-inbox.js'
+import { SqliteStore } from '../src/backends/sqlite/sqlite-store.js'
 import { type CliResult, runNode } from './helpers/cli.js'
 import { serviceSkipReason } from './helpers/services.js'
 
@@ -517,7 +517,7 @@ describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kep
     const table = `h2_inbox_${randomUUID().slice(0, 8)}`
     const pool = new pg.Pool({ connectionString: url, max: 1 })
     try {
-      const { PgInbox } = await import('../src/messaging/inbox/pg-inbox.js')
+      const { PgInbox } = await import('../src/backends/postgres/postgres-inbox.js')
       await new PgInbox({ pool, consumer: 'billing', table }).migrate()
       await pool.query(
         `INSERT INTO ${table} (consumer, message_id, payload_hash, processed_at) VALUES
@@ -542,7 +542,7 @@ describe('idemkey inspect --inboxes shows each inbox consumer and its oldest kep
     const table = `h2_inbox_${randomUUID().slice(0, 8)}`
     const pool = mysql.createPool(url)
     try {
-      const { MySqlInbox } = await import('../src/messaging/inbox/mysql-inbox.js')
+      const { MySqlInbox } = await import('../src/backends/mysql/mysql-inbox.js')
       await new MySqlInbox({ pool, consumer: 'billing', table }).migrate()
       const now = Date.now()
       await pool.query(

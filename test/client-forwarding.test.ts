@@ -2,10 +2,10 @@ import { randomUUID } from 'node:crypto'
 import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import express from 'express'
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { createIdempotentFetch, deriveKey, forwardKey, idempotencyInfo } from '../src/client/index.js'
 import { Ledger } from '../src/core/ledger.js'
 import { idempotency } from '../src/http/express/index.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { PaymentsServer } from './client-server.js'
 
 /**

@@ -5,11 +5,11 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { StoredResponse } from '../src/core/store.js'
 import { withIdempotency } from '../src/http/fetch/index.js'
 import { parseKeyHeader } from '../src/http/key-header.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 /** What the server does to the next attempt of a key; the plan is used up attempt by attempt. */
 export type Fault =

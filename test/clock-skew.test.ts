@@ -10,7 +10,7 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { DynamoDbStore } from '../src/stores/dynamodb/index.js'
+import { DynamoDbStore } from '../src/backends/dynamodb/index.js'
 import { runNode } from './helpers/cli.js'
 import { startDynamoDb } from './helpers/dynalite.js'
 import { describeLedgerProcesses, type Line, startWorker } from './helpers/ledger-processes.js'

@@ -31,7 +31,7 @@ describe('DynamoDbStore without @aws-sdk/client-dynamodb', () => {
     const script = join(dir, 'main.mts')
     writeFileSync(
       script,
-      `import { DynamoDbStore } from ${JSON.stringify(pathToFileURL(join(ROOT, 'src/stores/dynamodb/index.ts')).href)}
+      `import { DynamoDbStore } from ${JSON.stringify(pathToFileURL(join(ROOT, 'src/backends/dynamodb/index.ts')).href)}
 const store = new DynamoDbStore({ table: 'idemkey' })
 try {
   await store.get('s', 'k')

@@ -9,9 +9,9 @@ import {
   UpdateTimeToLiveCommand,
 } from '@aws-sdk/client-dynamodb'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import { type DynamoDbClientLike, DynamoDbStore, type DynamoDbStoreOptions } from '../src/backends/dynamodb/index.js'
 import { ManualClock } from '../src/core/clock.js'
 import type { Outcome } from '../src/core/store.js'
-import { type DynamoDbClientLike, DynamoDbStore, type DynamoDbStoreOptions } from '../src/stores/dynamodb/index.js'
 import { fp, sampleOutcome } from '../src/testing/index.js'
 import { type DynamoDbEndpoint, startDynamoDb } from './helpers/dynalite.js'
 import { eventually } from './helpers/eventually.js'
@@ -764,7 +764,7 @@ describe('DynamoDbStore without @aws-sdk/client-dynamodb, in this process', () =
       throw missing
     })
     try {
-      const { loadSdk } = await import('../src/stores/dynamodb/client.js')
+      const { loadSdk } = await import('../src/backends/dynamodb/client.js')
       const first = await loadSdk().then(
         () => undefined,
         (error: unknown) => error,

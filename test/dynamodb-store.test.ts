@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { DynamoDbStore } from '../src/backends/dynamodb/index.js'
+import { openStore } from '../src/cli/store-url.js'
 import { ManualClock } from '../src/core/clock.js'
-import { DynamoDbStore } from '../src/stores/dynamodb/index.js'
-import { openStore } from '../src/stores/open.js'
 import { describeStore, describeStoreModel, fp, sampleOutcome } from '../src/testing/index.js'
 import { type DynamoDbEndpoint, startDynamoDb } from './helpers/dynalite.js'
 

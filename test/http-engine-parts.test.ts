@@ -3,13 +3,14 @@
  * how it answers what does not run the handler and what it reports (engine-answers.ts), and the
  * `transactional: true` path (engine-transaction.ts), on the memory store and a transactional one.
  */
+
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { ManualClock } from '../src/core/clock.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { Outcome } from '../src/core/store.js'
 import { IdempotencyError, isIdempotencyError } from '../src/errors.js'
 import { createEngine } from '../src/http/engine.js'
 import type { Decision, EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { TxMemoryStore } from './helpers/tx-memory-store.js'
 
 const bytes = (text: string) => new TextEncoder().encode(text)

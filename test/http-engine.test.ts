@@ -1,4 +1,6 @@
 /** The engine's pieces on their own: key parsing, problems, the stored-header rules, fingerprints. */
+
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { canonicalJson } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
 import { IdempotencyError, isIdempotencyError } from '../src/errors.js'
@@ -7,7 +9,6 @@ import { parseKeyHeader } from '../src/http/key-header.js'
 import { problem } from '../src/http/problem.js'
 import { requestFingerprint, storedHeaderSet, toStored } from '../src/http/stored.js'
 import type { HttpRequestLike } from '../src/http/types.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 const bytes = (text: string) => new TextEncoder().encode(text)
 /** The JSON of a response's body: a problem's fields. */

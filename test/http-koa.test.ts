@@ -9,9 +9,9 @@ import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
 import multer from '@koa/multer'
 import Koa from 'koa'
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { Ledger } from '../src/core/ledger.js'
 import { type IdempotencyState, idempotency } from '../src/http/koa/index.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { type EncodedForm, encodedForm, postForm } from './helpers/multipart.js'
 
 async function send(url: string, key: string | undefined, body: string, contentType = 'application/json') {

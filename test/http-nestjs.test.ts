@@ -24,9 +24,9 @@ import {
 } from '@nestjs/common'
 import { NestFactory } from '@nestjs/core'
 import { FastifyAdapter } from '@nestjs/platform-fastify'
+import type { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { Ledger } from '../src/core/ledger.js'
 import { IdempotencyInterceptor, IdempotencyModule, Idempotent } from '../src/http/nestjs/index.js'
-import type { MemoryStore } from '../src/stores/memory/memory-store.js'
 import { countingStore } from './helpers/counting-store.js'
 
 async function send(url: string, key: string | undefined, body: unknown = {}, headers: Record<string, string> = {}) {

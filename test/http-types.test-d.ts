@@ -9,6 +9,7 @@ import { validator } from 'hono/validator'
 import Koa from 'koa'
 import type { ParsedQs } from 'qs'
 import { expectTypeOf } from 'vitest'
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { Ledger } from '../src/core/ledger.js'
 import { idempotency as expressIdempotency } from '../src/http/express/index.js'
 import { idempotency as fastifyIdempotency } from '../src/http/fastify/index.js'
@@ -17,7 +18,6 @@ import { idempotency as honoIdempotency, type IdempotencyVariables } from '../sr
 import { type IdempotencyState, idempotency as koaIdempotency } from '../src/http/koa/index.js'
 import { IdempotencyModule } from '../src/http/nestjs/index.js'
 import type { IdempotencyContext, ReplayRequest, ReplayResponse } from '../src/http/types.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 const ledger = new Ledger({ store: new MemoryStore() })
 const charge = (amount: number) => ({ id: 'ch_1', amount })

@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto'
 import type { APIGatewayProxyEvent, APIGatewayProxyEventV2, Context, SQSEvent, SQSRecord } from 'aws-lambda'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { DynamoDbStore } from '../src/backends/dynamodb/index.js'
+import { MemoryStore } from '../src/backends/memory/index.js'
 import { Ledger } from '../src/core/ledger.js'
 import { isIdempotencyError } from '../src/errors.js'
 import { lambdaLedger, makeIdempotent, sqsBatchHandler, withIdempotency } from '../src/lambda/index.js'
-import { DynamoDbStore } from '../src/stores/dynamodb/index.js'
-import { MemoryStore } from '../src/stores/memory/index.js'
 import { type DynamoDbEndpoint, startDynamoDb } from './helpers/dynalite.js'
 
 // The wrappers invoked in-process with the event shapes Lambda delivers, the records in DynamoDbStore on a

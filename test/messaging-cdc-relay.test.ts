@@ -14,6 +14,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import pg from 'pg'
+import { SqliteStore } from '../src/backends/sqlite/index.js'
+import type { RunningConsumer } from '../src/messaging/dispatcher.js'
 import { PgInbox } from '../src/messaging/inbox/index.js'
 import {
   PgCdcRelay,
@@ -23,9 +25,7 @@ import {
   ReplicationSlotInUseError,
   ReplicationSlotLagError,
 } from '../src/messaging/outbox/index.js'
-import type { RunningConsumer } from '../src/messaging/publishers/shared.js'
 import { type OperatorSummary, operatorPage } from '../src/observability/index.js'
-import { SqliteStore } from '../src/stores/sqlite/index.js'
 import {
   BROKER_PORTS,
   type BrokerName,

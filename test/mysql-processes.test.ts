@@ -1,5 +1,5 @@
 import mysql from 'mysql2/promise'
-import { MySqlStore } from '../src/stores/mysql/index.js'
+import { MySqlStore } from '../src/backends/mysql/index.js'
 import { describeLedgerProcesses } from './helpers/ledger-processes.js'
 import { serviceSkipReason } from './helpers/services.js'
 

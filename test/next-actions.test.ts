@@ -4,9 +4,10 @@
  * `(formData)` and `useActionState`'s `(previousState, formData)`, and says what to render when the key
  * is missing.
  */
+
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { Ledger } from '../src/core/ledger.js'
 import { ACTION_KEY_FIELD, actionKey, idempotentAction } from '../src/rpc/next/index.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 const ledger = new Ledger({ store: new MemoryStore() })
 const form = (values: Record<string, string>) => {

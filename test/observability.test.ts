@@ -7,13 +7,13 @@ import { context, trace } from '@opentelemetry/api'
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
 import { AggregationTemporality, type DataPoint, MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics'
 import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base'
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { ManualClock } from '../src/core/clock.js'
 import { Ledger, type LedgerEvent } from '../src/core/ledger.js'
 import type { IdempotencyStore } from '../src/core/store.js'
 import { createEngine } from '../src/http/engine.js'
 import type { EngineEvent, HttpRequestLike } from '../src/http/types.js'
 import { keyHash, openTelemetry } from '../src/observability/opentelemetry.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 class TestReader extends MetricReader {
   constructor() {

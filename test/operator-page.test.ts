@@ -8,6 +8,7 @@ import { DatabaseSync } from 'node:sqlite'
 import express from 'express'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { type Browser, chromium, type Page } from 'playwright-core'
+import { SqliteStore } from '../src/backends/sqlite/index.js'
 import { Ledger } from '../src/core/ledger.js'
 import { operatorPagePlugin } from '../src/http/fastify/index.js'
 import { SqliteInbox } from '../src/messaging/inbox/index.js'
@@ -21,7 +22,6 @@ import {
   operatorPage,
 } from '../src/observability/index.js'
 import { keyHash } from '../src/observability/recorder.js'
-import { SqliteStore } from '../src/stores/sqlite/index.js'
 import { toolPath } from './helpers/services.js'
 
 /** Where Debian's chromium package puts the browser; CHROMIUM_PATH overrides. */

@@ -6,8 +6,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
+import { PostgresStore } from '../src/backends/postgres/index.js'
 import { Ledger } from '../src/core/ledger.js'
-import { PostgresStore } from '../src/stores/postgres/index.js'
 import { PG_URL, type ToolName, toolHarness } from './helpers/orm-tools.js'
 import { serviceSkipReason } from './helpers/services.js'
 

@@ -4,9 +4,9 @@
  * take it, handing the work that tool's own transaction type. Nothing here runs.
  */
 import { expectTypeOf } from 'vitest'
+import { MySqlStore } from '../src/backends/mysql/index.js'
+import { PostgresStore } from '../src/backends/postgres/index.js'
 import { Ledger, type SqlExecuteOptions, type SqlOutcome, type SqlTransactions, type SqlValue } from '../src/index.js'
-import { MySqlStore } from '../src/stores/mysql/index.js'
-import { PostgresStore } from '../src/stores/postgres/index.js'
 
 /** A made-up tool: its transaction runs raw SQL with `$n` placeholders. */
 interface MyToolTx {

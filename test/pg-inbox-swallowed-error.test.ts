@@ -8,8 +8,8 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import postgres from 'postgres'
+import type { PgPool, PgQueryable } from '../src/backends/postgres/messaging.js'
 import { PgInbox } from '../src/messaging/inbox/index.js'
-import type { PgPool, PgQueryable } from '../src/messaging/pg.js'
 import { postgresJsPool } from '../src/orm/postgres-js/index.js'
 import { serviceSkipReason } from './helpers/services.js'
 

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { PostgresStore } from '../src/stores/postgres/index.js'
+import { PostgresStore } from '../src/backends/postgres/index.js'
 import { describeLedgerProcesses } from './helpers/ledger-processes.js'
 import { serviceSkipReason } from './helpers/services.js'
 

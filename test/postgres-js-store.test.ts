@@ -5,8 +5,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import postgres from 'postgres'
+import { PostgresStore } from '../src/backends/postgres/index.js'
 import { postgresJsPool, postgresJsTransactions } from '../src/orm/postgres-js/index.js'
-import { PostgresStore } from '../src/stores/postgres/index.js'
 import { describeStore, describeStoreModel } from '../src/testing/index.js'
 import { serviceSkipReason } from './helpers/services.js'
 

@@ -9,8 +9,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { Listener } from '../src/stores/postgres/listener.js'
-import type { PgClientLike, PgNotification, PgPoolLike, PgQueryConfig, PgQueryResult } from '../src/stores/postgres/pool.js'
+import { Listener } from '../src/backends/postgres/listener.js'
+import type { PgClientLike, PgNotification, PgPoolLike, PgQueryConfig, PgQueryResult } from '../src/backends/postgres/pool.js'
 import { eventually } from './helpers/eventually.js'
 import { serviceSkipReason } from './helpers/services.js'
 

@@ -4,7 +4,7 @@ import { once } from 'node:events'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import pg from 'pg'
-import { PostgresStore } from '../src/stores/postgres/index.js'
+import { PostgresStore } from '../src/backends/postgres/index.js'
 import { expectRaced } from './helpers/race-rounds.js'
 import { serviceSkipReason } from './helpers/services.js'
 

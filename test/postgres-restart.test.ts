@@ -1,7 +1,7 @@
 import pg from 'pg'
+import { PostgresStore } from '../src/backends/postgres/index.js'
 import { Ledger } from '../src/core/ledger.js'
 import { isIdempotencyError } from '../src/errors.js'
-import { PostgresStore } from '../src/stores/postgres/index.js'
 import { canStartThrowaway, startThrowaway, type ThrowawayServer } from './fixtures/postgres/throwaway-server.js'
 import { isCI } from './helpers/services.js'
 

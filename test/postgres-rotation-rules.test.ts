@@ -7,7 +7,6 @@
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { IdempotencyError } from '../src/errors.js'
 import {
   assertPartitionedName,
   createPartitions,
@@ -18,11 +17,12 @@ import {
   partitionedTableDdl,
   serverNow,
   slotOf,
-} from '../src/stores/postgres/partitions.js'
-import type { PgClientLike, PgPoolLike, PgQueryConfig, PgQueryResult } from '../src/stores/postgres/pool.js'
-import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
-import { dropExpiredPartitions, ensurePartitions, inTransaction } from '../src/stores/postgres/rotation.js'
-import { PostgresTasks } from '../src/stores/postgres/tasks.js'
+} from '../src/backends/postgres/partitions.js'
+import type { PgClientLike, PgPoolLike, PgQueryConfig, PgQueryResult } from '../src/backends/postgres/pool.js'
+import { PostgresStore } from '../src/backends/postgres/postgres-store.js'
+import { dropExpiredPartitions, ensurePartitions, inTransaction } from '../src/backends/postgres/rotation.js'
+import { PostgresTasks } from '../src/backends/postgres/tasks.js'
+import { IdempotencyError } from '../src/errors.js'
 import { fp } from '../src/testing/index.js'
 import { inTransaction as inClientTransaction } from './fixtures/messaging/pg.js'
 import { eventually } from './helpers/eventually.js'

@@ -7,9 +7,9 @@ import { Agent, createServer, request as httpRequest, type IncomingHttpHeaders, 
 import { type AddressInfo, connect, createServer as createTcpServer } from 'node:net'
 import { gunzipSync, gzipSync } from 'node:zlib'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { createProxyServer, type ProxyServer, type ProxyServerOptions } from '../src/cli/proxy-server.js'
 import { Ledger } from '../src/core/ledger.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 const MiB = 1024 * 1024
 

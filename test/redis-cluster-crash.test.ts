@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { Cluster } from 'ioredis'
-import { RedisStore } from '../src/stores/redis/index.js'
+import { RedisStore } from '../src/backends/redis/index.js'
 import { RedisCluster } from './fixtures/redis/servers.js'
 import { describeLedgerProcesses } from './helpers/ledger-processes.js'
 

@@ -1,6 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Cluster, Redis } from 'ioredis'
-import { RedisStore } from '../src/stores/redis/index.js'
+import { RedisStore } from '../src/backends/redis/index.js'
 import { describeStore, describeStoreModel } from '../src/testing/index.js'
 import { raceProcesses } from './fixtures/redis/racers.js'
 import { RedisCluster } from './fixtures/redis/servers.js'

@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
+import { serverHasSetIfEq } from '../src/backends/redis/client.js'
+import { type RedisArg, type RedisClientLike, RedisStore, recordNames } from '../src/backends/redis/index.js'
 import type { Outcome } from '../src/core/store.js'
-import { serverHasSetIfEq } from '../src/stores/redis/client.js'
-import { type RedisArg, type RedisClientLike, RedisStore, recordNames } from '../src/stores/redis/index.js'
 
 // The native compare-and-set complete (SET ... IFEQ, Valkey 8.1+ and Redis 8.4+) at the level of the
 // commands the store sends, against a fake client: this machine's Redis 7.0 has no IFEQ.

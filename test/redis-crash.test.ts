@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { RedisStore } from '../src/stores/redis/index.js'
+import { RedisStore } from '../src/backends/redis/index.js'
 import { describeLedgerProcesses } from './helpers/ledger-processes.js'
 import { serviceSkipReason } from './helpers/services.js'
 

@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto'
-import { RedisStore } from '../src/stores/redis/index.js'
+import { RedisStore } from '../src/backends/redis/index.js'
 import { freePort, RedisServer, tempDir } from './fixtures/redis/servers.js'
 
 const fp = (label: string) => createHash('sha256').update(label).digest('hex')

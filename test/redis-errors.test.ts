@@ -1,7 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
+import { RedisStore, recordNames } from '../src/backends/redis/index.js'
 import { Ledger } from '../src/core/ledger.js'
-import { RedisStore, recordNames } from '../src/stores/redis/index.js'
 import { freePort, RedisServer, tempDir } from './fixtures/redis/servers.js'
 import { serviceSkipReason } from './helpers/services.js'
 

@@ -1,10 +1,10 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, describe, expect, it } from 'vitest'
+import type { RedisArg, RedisClientLike } from '../src/backends/redis/index.js'
+import { RedisStore } from '../src/backends/redis/index.js'
+import { completeBatchLua } from '../src/backends/redis/lua.generated.js'
 import type { Outcome } from '../src/core/store.js'
-import type { RedisArg, RedisClientLike } from '../src/stores/redis/index.js'
-import { RedisStore } from '../src/stores/redis/index.js'
-import { completeBatchLua } from '../src/stores/redis/lua.generated.js'
 import { dropPrefix } from './helpers/redis.js'
 import { serviceSkipReason } from './helpers/services.js'
 

@@ -1,7 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { RedisStore, recordNames } from '../src/stores/redis/index.js'
+import { RedisStore, recordNames } from '../src/backends/redis/index.js'
 import { dropPrefix } from './helpers/redis.js'
 import { serviceSkipReason } from './helpers/services.js'
 

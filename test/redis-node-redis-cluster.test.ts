@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { createCluster } from '@redis/client'
-import { RedisStore } from '../src/stores/redis/index.js'
+import { RedisStore } from '../src/backends/redis/index.js'
 import { describeStore, describeStoreModel } from '../src/testing/index.js'
 import { RedisCluster } from './fixtures/redis/servers.js'
 

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { createClient } from '@redis/client'
-import { RedisStore } from '../src/stores/redis/index.js'
+import { RedisStore } from '../src/backends/redis/index.js'
 import { describeStore, describeStoreModel } from '../src/testing/index.js'
 import { dropPrefix } from './helpers/redis.js'
 import { serviceSkipReason } from './helpers/services.js'

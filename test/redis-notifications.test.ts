@@ -1,7 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
+import { RedisStore } from '../src/backends/redis/index.js'
 import { Ledger } from '../src/core/ledger.js'
-import { RedisStore } from '../src/stores/redis/index.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const URL = 'redis://127.0.0.1:6379'

@@ -1,12 +1,12 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { RedisStore, recordNames } from '../src/stores/redis/index.js'
-import { toMs } from '../src/stores/redis/record.js'
+import { RedisStore, recordNames } from '../src/backends/redis/index.js'
+import { toMs } from '../src/backends/redis/record.js'
 import { dropPrefix } from './helpers/redis.js'
 import { serviceSkipReason } from './helpers/services.js'
 
-// How RedisStore decodes what a record's key holds (src/stores/redis/record.ts): a packed record
+// How RedisStore decodes what a record's key holds (src/backends/redis/record.ts): a packed record
 // (docs/redis.md) read field by field, a round-1 hash read field by field, and every damaged or
 // foreign value refused with STORE_SCHEMA naming the field at fault. The values are written here by
 // hand, byte for byte, and read back through the store (get runs the read script, which hands a

@@ -1,9 +1,9 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { RedisArg, RedisClientLike } from '../src/backends/redis/index.js'
+import { RedisStore, recordNames } from '../src/backends/redis/index.js'
 import type { Outcome } from '../src/core/store.js'
-import type { RedisArg, RedisClientLike } from '../src/stores/redis/index.js'
-import { RedisStore, recordNames } from '../src/stores/redis/index.js'
 import { dropPrefix } from './helpers/redis.js'
 import { freePort, serviceSkipReason } from './helpers/services.js'
 

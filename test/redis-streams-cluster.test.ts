@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto'
 import { Cluster, type Redis } from 'ioredis'
 import { isIdempotencyError } from '../src/errors.js'
-import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/publishers/redis-streams/index.js'
+import { consumeRedisStreams, RedisStreamsPublisher } from '../src/messaging/brokers/redis-streams/index.js'
 import { RedisCluster } from './fixtures/redis/servers.js'
 import { eventually } from './helpers/eventually.js'
 import { memoryInbox } from './helpers/memory-inbox.js'

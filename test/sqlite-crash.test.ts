@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { SqliteDriverName } from '../src/stores/sqlite/driver.js'
+import type { SqliteDriverName } from '../src/backends/sqlite/driver.js'
 import { openDatabase, SQLITE_DRIVERS, storeOn } from './helpers/sqlite-drivers.js'
 
 const WORKER = join(import.meta.dirname, 'fixtures/sqlite/crash-worker.ts')

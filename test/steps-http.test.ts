@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto'
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { deriveKey } from '../src/client/derive-key.js'
 import { ManualClock } from '../src/core/clock.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { PendingStep } from '../src/core/steps.js'
 import { getIdempotency, withIdempotency } from '../src/http/fetch/index.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 describe('steps over HTTP', () => {
   it('gives the handler ctx.step and captured values: a retry after a 5xx resumes after the recorded steps', async () => {

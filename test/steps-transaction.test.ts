@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto'
 import mysql from 'mysql2/promise'
 import pg from 'pg'
+import { MySqlStore } from '../src/backends/mysql/mysql-store.js'
+import { PostgresStore } from '../src/backends/postgres/postgres-store.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { TransactionalStore } from '../src/core/store.js'
-import { MySqlStore } from '../src/stores/mysql/mysql-store.js'
-import { PostgresStore } from '../src/stores/postgres/postgres-store.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const PG_URL = 'postgres://root@127.0.0.1:5432/test'

@@ -4,8 +4,8 @@
  * every record but the last (an array's slice(0, -1)), or failing as if the store were down.
  */
 import { describe, expect, it } from 'vitest'
+import { MemoryStore } from '../src/backends/memory/index.js'
 import type { IdempotencyStore } from '../src/core/store.js'
-import { MemoryStore } from '../src/stores/memory/index.js'
 import { fp } from '../src/testing/index.js'
 import { SQLITE_DRIVERS, storeOn } from './helpers/sqlite-drivers.js'
 

@@ -11,11 +11,11 @@ import { serve } from '@hono/node-server'
 import express from 'express'
 import { Hono } from 'hono'
 import Stripe from 'stripe'
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { Ledger } from '../src/core/ledger.js'
 import { idempotency as expressIdempotency } from '../src/http/express/index.js'
 import { idempotency as honoIdempotency } from '../src/http/hono/index.js'
 import type { EngineOptions } from '../src/http/types.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 interface Api {
   url: string

@@ -8,9 +8,9 @@ import { randomUUID } from 'node:crypto'
 import { initTRPC } from '@trpc/server'
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch'
 import superjson from 'superjson'
+import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { Ledger } from '../src/core/ledger.js'
 import { idempotent } from '../src/rpc/trpc/index.js'
-import { MemoryStore } from '../src/stores/memory/memory-store.js'
 
 interface Context {
   idempotencyKey: string | undefined

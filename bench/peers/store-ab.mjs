@@ -36,7 +36,7 @@ for (const [name, dir] of [
   ['this', join(ROOT, 'dist')],
 ]) {
   const { Ledger } = await import(join(dir, 'index.js'))
-  const { RedisStore } = await import(join(dir, 'stores', 'redis', 'index.js'))
+  const { RedisStore } = await import(join(dir, 'backends', 'redis', 'index.js'))
   const store = new RedisStore({ url: URL, prefix: `${PREFIX}-${name}` })
   rigs[name] = { store, ledger: new Ledger({ store }) }
 }

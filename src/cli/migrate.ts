@@ -1,9 +1,9 @@
 import type { Command } from 'commander'
 import { formatDuration, parseDuration } from '../core/duration.js'
-import { describeStore, existingPostgresTable, parseStoreUrl } from '../stores/open.js'
 import { storeOption } from './options.js'
 import { printJson } from './output.js'
 import { CliError, withStore } from './run.js'
+import { describeStore, existingPostgresTable, parseStoreUrl } from './store-url.js'
 
 interface LayoutConvertible {
   convertLayout(): Promise<{ from: string; to: string; records: number }>

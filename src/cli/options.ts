@@ -2,8 +2,8 @@ import { InvalidArgumentError, Option } from 'commander'
 import { parseDuration, parseTimerDuration } from '../core/duration.js'
 import { redactUrl } from '../core/redact-url.js'
 import { isIdempotencyError } from '../errors.js'
-import { DEFAULT_STORE_URL, parseStoreUrl } from '../stores/open.js'
 import { CliError } from './run.js'
+import { DEFAULT_STORE_URL, parseStoreUrl } from './store-url.js'
 
 /** Help text of `--store`, shared by every command that opens one. */
 export const STORE_HELP =

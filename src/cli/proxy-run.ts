@@ -9,13 +9,13 @@ import { createLogger } from '../observability/logger.js'
 import { operatorPage } from '../observability/operator-page.js'
 import { type PrometheusMetrics, prometheusMetrics } from '../observability/prometheus.js'
 import { keyHash } from '../observability/recorder.js'
-import { describeStore, isServerClockStore, openStore, parseStoreUrl } from '../stores/open.js'
 import { listen } from './listen.js'
 import type { ProxyFlags } from './proxy-flags.js'
 import { throttledLog } from './proxy-limits.js'
 import { type AccessEntry, createProxyServer } from './proxy-server.js'
 import { ReconnectingStore } from './reconnecting-store.js'
 import { CliError } from './run.js'
+import { describeStore, isServerClockStore, openStore, parseStoreUrl } from './store-url.js'
 
 /** Starts the proxy and keeps it running until SIGTERM or SIGINT. */
 export async function runProxy(flags: ProxyFlags): Promise<void> {

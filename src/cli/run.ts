@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { isIdempotencyError } from '../errors.js'
-import { type OpenedStore, openStore, parseStoreUrl, type StoreSpec } from '../stores/open.js'
+import { type OpenedStore, openStore, parseStoreUrl, type StoreSpec } from './store-url.js'
 
 /** A failure the CLI reports in one line, without a stack trace: bad input, a refused confirmation. */
 export class CliError extends Error {

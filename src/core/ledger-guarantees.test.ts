@@ -4,8 +4,8 @@
  */
 import { createHash, randomUUID } from 'node:crypto'
 import { TxMemoryStore } from '../../test/helpers/tx-memory-store.js'
+import { MemoryStore } from '../backends/memory/memory-store.js'
 import { IdempotencyError } from '../errors.js'
-import { MemoryStore } from '../stores/memory/memory-store.js'
 import { ManualClock } from './clock.js'
 import { fingerprintOf, sha256Hex } from './fingerprint.js'
 import { Ledger, type LedgerEvent } from './ledger.js'

@@ -3,9 +3,9 @@
  * plain unit test fails too if they break again. Each names the seed that first showed it.
  */
 import { randomUUID } from 'node:crypto'
+import { MemoryStore } from '../backends/memory/memory-store.js'
 import { createEngine } from '../http/engine.js'
 import type { HttpRequestLike, HttpResponseLike } from '../http/types.js'
-import { MemoryStore } from '../stores/memory/memory-store.js'
 import { ManualClock } from './clock.js'
 import { Ledger } from './ledger.js'
 

@@ -3,8 +3,8 @@
  * was taken, and then failed every job the worker took (each one retried, and failed again).
  */
 import { describe, expect, it } from 'vitest'
+import { MemoryStore } from '../backends/memory/index.js'
 import { Ledger } from '../core/ledger.js'
-import { MemoryStore } from '../stores/memory/index.js'
 import { idempotentProcessor } from './bullmq/index.js'
 import { idempotentTask } from './graphile-worker/index.js'
 import { idempotentHandler } from './pg-boss/index.js'

@@ -1,4 +1,4 @@
-import { MemoryStore } from '../../src/stores/memory/memory-store.js'
+import { MemoryStore } from '../../src/backends/memory/memory-store.js'
 
 /** A MemoryStore that counts acquisitions, to see whether a request touched the ledger. */
 export function countingStore(): MemoryStore & { acquired: number } {

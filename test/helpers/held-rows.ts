@@ -1,6 +1,6 @@
 /**
  * The cases of a record whose row an open transaction holds, for the SQL stores
- * (src/stores/postgres/postgres-row-locks.test.ts, src/stores/mysql/mysql-row-locks.test.ts).
+ * (src/backends/postgres/postgres-row-locks.test.ts, src/backends/mysql/mysql-row-locks.test.ts).
  *
  * The holder completed the record inside its own transaction (`runInTransaction`, an ORM's
  * transaction, a pg-boss batch), its lease has ended meanwhile, and the transaction has not committed

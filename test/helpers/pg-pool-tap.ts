@@ -1,4 +1,4 @@
-import type { PgClientLike, PgPoolLike, PgQueryConfig, PgQueryResult } from '../../src/stores/postgres/pool.js'
+import type { PgClientLike, PgPoolLike, PgQueryConfig, PgQueryResult } from '../../src/backends/postgres/pool.js'
 
 /** Where a statement was sent: on the pool, or on a client checked out of it. */
 export type SentOn = 'pool' | 'client'

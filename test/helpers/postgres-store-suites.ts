@@ -1,11 +1,11 @@
 /**
  * The store contract, model and connection-string suites of PostgresStore for one layout. Each layout has
- * its own test file (src/stores/postgres/postgres-store*.test.ts), so vitest runs the two side by side.
+ * its own test file (src/backends/postgres/postgres-store*.test.ts), so vitest runs the two side by side.
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import type { PostgresStoreCommonOptions } from '../../src/stores/postgres/options.js'
-import { PostgresStore } from '../../src/stores/postgres/postgres-store.js'
+import type { PostgresStoreCommonOptions } from '../../src/backends/postgres/options.js'
+import { PostgresStore } from '../../src/backends/postgres/postgres-store.js'
 import { describeStore, describeStoreModel } from '../../src/testing/index.js'
 import { serviceSkipReason } from './services.js'
 

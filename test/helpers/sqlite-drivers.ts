@@ -5,8 +5,8 @@
 import { createRequire } from 'node:module'
 import { DatabaseSync } from 'node:sqlite'
 import type BetterSqlite3 from 'better-sqlite3'
-import type { SqliteDatabase, SqliteDriverName } from '../../src/stores/sqlite/driver.js'
-import { SqliteStore, type SqliteStoreOptions } from '../../src/stores/sqlite/sqlite-store.js'
+import type { SqliteDatabase, SqliteDriverName } from '../../src/backends/sqlite/driver.js'
+import { SqliteStore, type SqliteStoreOptions } from '../../src/backends/sqlite/sqlite-store.js'
 
 export const SQLITE_DRIVERS: readonly SqliteDriverName[] = ['node:sqlite', 'better-sqlite3']
 

@@ -1,5 +1,5 @@
+import { MemoryStore } from '../../src/backends/memory/memory-store.js'
 import type { Outcome, SavepointCommand, TransactionalStore } from '../../src/core/store.js'
-import { MemoryStore } from '../../src/stores/memory/memory-store.js'
 
 /**
  * A transactional store for the ledger's logic: writes made on `tx` become visible only on commit.

@@ -1,7 +1,7 @@
 /**
  * Vitest globalSetup: whatever way the tests are run (`npm test`, `npx vitest run some.test.ts`, an
  * editor's test runner), they test the current sources. The Redis store runs Lua generated from
- * src/stores/redis/lua; the CLI, proxy and package tests run dist/. Both are brought up to date here
+ * src/backends/redis/lua; the CLI, proxy and package tests run dist/. Both are brought up to date here
  * when older than their sources (dist/ only when a selected test file runs it), by
  * scripts/build-if-stale.mjs, under the build lock that every build on this machine takes. When a build
  * fails the run stops with the reason, rather than test the code of an older build.

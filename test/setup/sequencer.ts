@@ -12,7 +12,7 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node'
 const SLOWEST = [
   'test/package-consumer.test.ts', // 151: npm pack, installs and type-checks a consumer project
   'test/messaging-faults.test.ts', // 145: brokers and workers killed mid-flight
-  'src/stores/postgres/postgres-store-partitioned.test.ts', // 67
+  'src/backends/postgres/postgres-store-partitioned.test.ts', // 67
   'test/cli-operator.test.ts', // 62
   'test/cli-demo.test.ts', // 58
   'test/faults.test.ts', // 55
@@ -20,8 +20,8 @@ const SLOWEST = [
   'test/package-managers.test.ts', // 38
   'test/tcp-faults.test.ts', // 34
   'test/redis-cluster.test.ts', // 25
-  'src/stores/postgres/postgres-store.test.ts', // 24
-  'src/stores/mysql/mysql-store.test.ts', // 23
+  'src/backends/postgres/postgres-store.test.ts', // 24
+  'src/backends/mysql/mysql-store.test.ts', // 23
   'test/pg-boss.test.ts', // 23
   'test/sqlite-processes.test.ts', // 23
   'test/docs-examples.test.ts', // 22

@@ -4,9 +4,9 @@
  */
 import type { Job } from 'bullmq'
 import { describe, expect, it } from 'vitest'
+import { MemoryStore } from '../../backends/memory/index.js'
 import { fingerprintOf } from '../../core/fingerprint.js'
 import { Ledger } from '../../core/ledger.js'
-import { MemoryStore } from '../../stores/memory/index.js'
 import { idempotentProcessor } from './index.js'
 
 /** A job as BullMQ hands it to the processor: `stalledCounter` > 0 once it was re-delivered after a stall. */

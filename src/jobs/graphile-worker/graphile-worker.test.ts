@@ -3,8 +3,8 @@
  * test/graphile-worker.test.ts).
  */
 import { describe, expect, it } from 'vitest'
+import { MemoryStore } from '../../backends/memory/index.js'
 import { Ledger } from '../../core/ledger.js'
-import { MemoryStore } from '../../stores/memory/index.js'
 import { idempotentTask } from './index.js'
 
 const helpers = (id: string, key: string) => ({ job: { id, key, task_identifier: 'charge', attempts: 1 } })

@@ -1,4 +1,4 @@
-import { deriveKey } from '../../client/derive-key.js'
+import { deriveKey } from '../../core/derive-key.js'
 import type { Publisher } from '../message.js'
 import { OutboxRelay } from './relay.js'
 import { encodeEvent, messageIdFor, type RelayStorage } from './storage.js'

@@ -3,7 +3,7 @@
  * turns its input into a row: payload bytes, message ID, size limit.
  */
 import { randomUUID } from 'node:crypto'
-import { deriveKey } from '../../client/derive-key.js'
+import { deriveKey } from '../../core/derive-key.js'
 import { IdempotencyError } from '../../errors.js'
 import type { MessageHeaders, OutboxMessage } from '../message.js'
 

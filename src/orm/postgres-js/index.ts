@@ -13,9 +13,9 @@
  * })
  */
 import type { ListenMeta, ReservedSql, Sql, TransactionSql } from 'postgres'
+import type { PgClientLike, PgNotification, PgPoolLike, PgQueryConfig, PgQueryResult } from '../../backends/postgres/pool.js'
 import type { SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
-import type { PgClientLike, PgNotification, PgPoolLike, PgQueryConfig, PgQueryResult } from '../../stores/postgres/pool.js'
 
 /** Options of {@link postgresJsTransactions}. */
 export interface PostgresJsTransactionsOptions {

@@ -1,0 +1,719 @@
+import { isUtf8 } from 'node:buffer'
+import { type Duration, parseDuration } from '../../core/duration.js'
+import { assertRecordStep } from '../../core/steps-store.js'
+import {
+  type AcquireResult,
+  DEFAULT_ABANDONED_RETENTION_MS,
+  type IdempotencyStore,
+  type ListFilter,
+  type Outcome,
+  type StoredRecord,
+  type Unsubscribe,
+} from '../../core/store.js'
+import { assertFingerprint, assertIdentity, assertOptionalPositiveInteger, assertPositiveInteger } from '../../core/validate.js'
+import { IdempotencyError } from '../../errors.js'
+import { type BatchAnswer, GroupCommit } from '../group-commit.js'
+import { assertOutcome, encodeHeaders, listLimit, matchesFilter } from '../records.js'
+import {
+  databaseOf,
+  openClient,
+  type RedisArg,
+  type RedisClientLike,
+  Script,
+  sendBuffer,
+  serverHasSetIfEq,
+  toStoreError,
+} from './client.js'
+import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
+import {
+  acquireLua,
+  completeBatchLua,
+  completeLua,
+  evictLua,
+  purgeLua,
+  readLua,
+  recordStepLua,
+  releaseLua,
+  renewLua,
+  watchLua,
+} from './lua.generated.js'
+import {
+  fromNodeRedis,
+  fromNodeRedisCluster,
+  isNodeRedisClient,
+  isNodeRedisCluster,
+  type NodeRedisClientLike,
+  type NodeRedisClusterLike,
+} from './node-redis.js'
+import { Notifier } from './notifier.js'
+import { casCompleted, fromPacked, packedHead, packedIdentity, stepsFromFields, toMs, toRecord } from './record.js'
+import { ResumableScan, scanAll } from './scan.js'
+
+/** How long close() lets QUIT wait for its reply before dropping the connection. */
+const CLOSE_WAIT_MS = 1_000
+
+/** Options of {@link RedisStore}: give it a client, or a URL to open one. */
+export interface RedisStoreOptions {
+  /**
+   * Your ioredis `Redis` or `Cluster` (or anything with the same methods, see {@link RedisClientLike}), or
+   * your connected node-redis client (`createClient()` of `redis`/`@redis/client`) or cluster (`createCluster()`);
+   * `close()` leaves it open. Tune it to fail fast (see docs/redis.md): `maxRetriesPerRequest: 1`.
+   */
+  client?: RedisClientLike | NodeRedisClientLike | NodeRedisClusterLike
+  /** A `redis://` or `rediss://` URL of one server; the store opens (and closes) its own ioredis client, tuned to fail fast. */
+  url?: string
+  /**
+   * With `url`: how long the store's client waits for any reply while a command is outstanding before it
+   * drops the connection and reconnects (the commands in flight fail with `STORE_UNAVAILABLE`). A
+   * half-open connection (a NAT or firewall that forgot it, a Redis host that vanished) is never
+   * closed by the kernel, and would otherwise hang every later command for ever; the subscriber
+   * sends a PING that often while anyone waits, so a dead one is replaced too. Keep it above the
+   * ledger's `storeTimeout`. With your own `client`, set ioredis's `socketTimeout` yourself. @default '10s'
+   */
+  socketTimeout?: Duration
+  /** Start of every key and channel name the store uses (A-Z a-z 0-9 _ . : -). @default 'idemkey' */
+  prefix?: string
+  /** How long a record whose lease ended is kept (and its token counted) before Redis drops it. @default '24h' */
+  abandonedRetention?: Duration
+  /**
+   * How long Redis keeps a record's key after the record expired. Meanwhile the record counts as
+   * absent, but its token keeps counting (a late zombie stays fenced out) and `purgeExpired` can
+   * delete it. @default '1m'
+   */
+  expiredGrace?: Duration
+  /** Wake waiters through pub/sub (one subscriber connection per store, opened on first wait); `false`: waiters only poll. @default true */
+  notifications?: boolean
+  /** Most keys `list` reads (SCAN over every node, then one read per record). @default 100000 */
+  listScanLimit?: number
+  /**
+   * Complete a record this store acquired with one native compare-and-set, `SET key <outcome> IFEQ
+   * <the record it wrote> PX <ttl + grace>`, instead of the complete script: Valkey 8.1+ and Redis
+   * 8.4+ have it. By default the store asks the server once (`INFO server`, its version) and uses it
+   * when there; `false` keeps the script. A server that refuses it (an older node after a failover)
+   * turns it off for the store's life; the script then completes every record. See docs/redis.md.
+   * @default detected from the server's version
+   */
+  nativeCompareAndSet?: boolean
+  /**
+   * Group commit of completes, on one server (a Cluster sends each alone): the completes callers issue
+   * while one is in flight go to Redis together, and the fresh records among them (acquired by this
+   * store, token 1, untouched since) are completed by compare-and-set in one script call (what `SET ...
+   * IFEQ` does on the servers that have it), each caller answered with its own answer; anything else (a
+   * renewed record, one someone waits on, a taken-over one) by the complete script, fenced by its token, as
+   * without group commit. Under load it spares Redis a script call per complete; a caller alone sends its
+   * command at once (no timer). `false`: one script call per complete. See docs/redis.md, "Group commit".
+   * @default true
+   */
+  groupCommit?: boolean
+}
+
+/**
+ * A complete, as a group commit's input: the complete script's arguments (token, status, head, body, ttl,
+ * the key's TTL, channel), and the fresh record its acquire wrote when a batch may complete it by
+ * compare-and-set.
+ */
+interface Completion {
+  names: RecordNames
+  args: [token: number, status: 'c' | 'f', head: string, body: string | Buffer, ttlMs: number, keyTtlMs: number, channel: string]
+  fresh: FreshRecord | undefined
+}
+
+/** A recent record's key names, and what its native acquire wrote until its holder completes it. */
+interface Recent {
+  scope: string
+  names: RecordNames
+  fresh: FreshRecord | undefined
+}
+
+/** What the native acquire wrote to a key, kept until its holder completes it with SET ... IFEQ. */
+interface FreshRecord {
+  /** The exact value (the IFEQ comparison). */
+  value: string
+  /** Its fingerprint and identity, which the completed record keeps. */
+  tail: string
+  /** When the acquire's reply came (performance.now()): the record's age at completion. */
+  at: number
+}
+
+const scripts = {
+  acquire: new Script('acquire', acquireLua),
+  renew: new Script('renew', renewLua),
+  complete: new Script('complete', completeLua),
+  completeBatch: new Script('completeBatch', completeBatchLua),
+  release: new Script('release', releaseLua),
+  read: new Script('read', readLua),
+  evict: new Script('evict', evictLua),
+  purge: new Script('purge', purgeLua),
+  recordStep: new Script('recordStep', recordStepLua),
+  watch: new Script('watch', watchLua),
+}
+
+/**
+ * Records in Redis (one server, or a Cluster), shared by any number of processes and machines.
+ * Every operation is one atomic step on one record (a packed string): a Lua script, or for a new key one
+ * `SET NX GET`; changes are fenced by the token; leases and expiry are decided
+ * by the Redis server's clock (`TIME`), and each record's key carries a TTL so Redis drops it
+ * itself. Waiters are woken through pub/sub. Read docs/redis.md for what a crash or a failover
+ * may lose.
+ *
+ * @example
+ * import { Redis } from 'ioredis'
+ * const store = new RedisStore({ client: new Redis({ maxRetriesPerRequest: 1 }) })
+ * const ledger = new Ledger({ store })
+ */
+export class RedisStore implements IdempotencyStore {
+  readonly name = 'redis'
+  readonly serverClock = true
+  /** Start of every key and channel name this store uses. */
+  readonly prefix: string
+  readonly #retention: string
+  readonly #grace: string
+  readonly #graceMs: number
+  /** A record key's TTL beyond its lease (abandoned retention + expired grace), in ms. */
+  readonly #afterLeaseMs: number
+  readonly #listScanLimit: number
+  readonly #ownsClient: boolean
+  readonly #notifications: boolean
+  #client: RedisClientLike | undefined
+  readonly #opening: Promise<RedisClientLike> | undefined
+  #notifier: Notifier | undefined
+  /** Set by `close()`: a later watch opens no subscriber (it would outlive the store); its waiter polls. */
+  #closed = false
+  /** The `socketTimeout` of the client the store opened from `url` (unset with the caller's client). */
+  readonly #socketTimeoutMs: number | undefined
+  #purgeScan: ResumableScan | undefined
+  /** Whether the server takes SET NX GET (Redis 7.0+): a new key is then acquired without a script. */
+  #native = true
+  /**
+   * The key names of recent records, and the fresh record each one's native acquire wrote, by key alone
+   * (at most RECENT_RECORDS). A record's acquire and its complete find the same entry.
+   */
+  readonly #recent = new Map<string, Recent>()
+  /**
+   * Whether complete may use SET ... IFEQ: undefined until the server's answer to INFO (asked once, at
+   * the first new key), or as the option says.
+   */
+  #compareAndSet: boolean | undefined
+  #detecting = false
+  /** Whether completes are grouped: the option, on one server (a script's keys on a Cluster must share a slot). */
+  readonly #grouping: boolean
+  /** Completes, grouped (one server). */
+  readonly #completions = new GroupCommit<Completion, boolean | Error>({
+    one: (input) => this.#completeOne(input),
+    many: (inputs) => this.#completeMany(inputs),
+    identity: (input) => input.names.key,
+    distinct: false,
+    gaveUp: () => new Error('unreachable: a grouped complete is never sent again'),
+    alone: () => false,
+  })
+
+  constructor(options: RedisStoreOptions) {
+    if ((options?.client === undefined) === (options?.url === undefined)) {
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        'RedisStore needs exactly one of { client } (an ioredis Redis or Cluster) or { url } (redis://host:port).',
+      )
+    }
+    this.prefix = options.prefix ?? 'idemkey'
+    assertPrefix(this.prefix)
+    this.#retention = String(parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention'))
+    this.#grace = String(parseDuration(options.expiredGrace ?? '1m', 'expiredGrace'))
+    this.#graceMs = Number(this.#grace)
+    this.#compareAndSet = options.nativeCompareAndSet
+    this.#afterLeaseMs = Number(this.#retention) + Number(this.#grace)
+    this.#listScanLimit = options.listScanLimit ?? 100_000
+    assertOptionalPositiveInteger(this.#listScanLimit, 'RedisStore listScanLimit')
+    this.#notifications = options.notifications ?? true
+    this.#ownsClient = options.client === undefined
+    if ((options.client as { options?: { keyPrefix?: string } } | undefined)?.options?.keyPrefix) {
+      // ioredis would prefix script keys but not SCAN patterns, so list and purge would miss records.
+      throw new IdempotencyError(
+        'INVALID_OPTION',
+        'RedisStore cannot use an ioredis client with keyPrefix: pass a client without it and give the store { prefix } instead.',
+      )
+    }
+    if (options.client) {
+      this.#client = adaptClient(options.client)
+      this.#grouping = (options.groupCommit ?? true) && this.#client.isCluster !== true
+    } else {
+      // The client opened from a URL is one server's.
+      this.#grouping = options.groupCommit ?? true
+      this.#socketTimeoutMs = parseDuration(options.socketTimeout ?? '10s', 'socketTimeout')
+      // Checked now (a path that is no number is refused here), asked of the server when the client opens.
+      const database = databaseOf(options.url as string)
+      this.#opening = openClient(options.url as string, this.#socketTimeoutMs, database)
+      // A failed open is reported by the first operation; never as an unhandled rejection.
+      this.#opening.catch(() => {})
+    }
+  }
+
+  async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
+    assertIdentity(scope, key)
+    assertFingerprint(fingerprint)
+    assertPositiveInteger(leaseMs, 'leaseMs')
+    const recent = this.#recentOf(scope, key)
+    const names = recent.names
+    const identity = packedIdentity(scope, key)
+    if (this.#native) {
+      const answered = await this.#acquireNatively(recent, fingerprint, identity, leaseMs, scope, key)
+      if (answered !== undefined) return answered
+    }
+    const reply = (await this.#run(
+      'acquire',
+      scripts.acquire,
+      names,
+      [fingerprint, identity, leaseMs, this.#retention, this.#grace],
+      true,
+    )) as unknown[]
+    switch (reply[0]) {
+      case 1:
+        if (reply[2] === undefined) return { kind: 'acquired', token: reply[1] as number }
+        return { kind: 'acquired', token: reply[1] as number, steps: stepsFromFields(reply[2] as unknown[]) }
+      case 2:
+        return { kind: 'in_progress', lockedUntilMs: reply[1] as number }
+      case 3:
+        // The packed record (a Buffer), or the fields of a round-1 hash.
+        return {
+          kind: 'replay',
+          record: Array.isArray(reply[2]) ? toRecord(reply[2], 0, names.key) : fromPacked(reply[2] as Buffer, names.key),
+        }
+      default:
+        return { kind: 'mismatch' }
+    }
+  }
+
+  /**
+   * The common acquire without a script: one `SET key <fresh record> NX GET PX <lease + retention +
+   * grace>`. A new key (by far the most common acquire) is taken by that SET alone, its lease kept as
+   * durations that the scripts turn into server-clock times from the key's expiry (`absolute` in
+   * _lib.lua), so it costs Redis a SET instead of a script. When the key exists the SET changes
+   * nothing and returns the record: a completed record far from its expiry is replayed (or is a
+   * mismatch) from it; anything else (in progress, a takeover, near expiry, a watch marker, a round-1
+   * hash, a foreign value) goes to the acquire script, which decides on the server's clock. Servers
+   * before Redis 7.0 refuse SET NX GET: the store then uses the script for every acquire.
+   */
+  async #acquireNatively(
+    recent: Recent,
+    fingerprint: string,
+    identity: string,
+    leaseMs: number,
+    scope: string,
+    key: string,
+  ): Promise<AcquireResult | undefined> {
+    const client = this.#client ?? (await this.#ready('acquire'))
+    const redisKey = recent.names.key
+    const fresh = `ik100n|${leaseMs}|${this.#retention}|${this.#grace}|${fingerprint}${identity}`
+    const px = leaseMs + this.#afterLeaseMs
+    let prior: unknown
+    try {
+      prior = await sendBuffer(client, 'set', [redisKey, fresh, 'PX', px, 'NX', 'GET'])
+    } catch (error) {
+      const message = (error as Error)?.message ?? ''
+      // Before Redis 7.0 (NX and GET together are a syntax error): the script alone from now on.
+      if (/syntax error/i.test(message)) this.#native = false
+      // WRONGTYPE (a round-1 hash) and the rest: the script answers, or reports, as before.
+      if (/syntax error|WRONGTYPE/i.test(message)) return undefined
+      throw toStoreError('acquire', redisKey, error, client)
+    }
+    if (prior === null) {
+      if (this.#compareAndSet !== false || this.#grouping) this.#rememberFresh(client, recent, fresh, fingerprint + identity)
+      return { kind: 'acquired', token: 1 }
+    }
+    return Buffer.isBuffer(prior) ? settledRecord(prior, redisKey, fingerprint, scope, key) : undefined
+  }
+
+  /**
+   * Keeps the fresh record the native acquire just wrote, for its holder's SET ... IFEQ complete, and
+   * asks the server once whether it has that SET (INFO server).
+   */
+  #rememberFresh(client: RedisClientLike, recent: Recent, value: string, tail: string): void {
+    recent.fresh = { value, tail, at: performance.now() }
+    if (this.#compareAndSet !== undefined || this.#detecting) return
+    this.#detecting = true
+    sendBuffer(client, 'info', ['server']).then(
+      (info) => this.#settleCompareAndSet(serverHasSetIfEq(String(info))),
+      // INFO refused (an ACL) or lost: the script, which every server runs, completes every record.
+      () => this.#settleCompareAndSet(false),
+    )
+  }
+
+  #settleCompareAndSet(available: boolean): void {
+    this.#compareAndSet = available
+    // Group commit completes fresh records by compare-and-set without the native SET: they stay.
+    if (!available && !this.#grouping) this.#recent.clear()
+  }
+
+  /**
+   * The value a fresh record takes when completed by compare-and-set (native `SET ... IFEQ`, or a group
+   * commit's batch). It keeps how long the holder held the record, which readers take from the server's
+   * time of the write to date its creation. Measured here between the acquire's reply and this write,
+   * it is shorter than the server's interval, so it is rounded down: rounded to the nearest, it could
+   * pass that interval by a fraction and date the record a millisecond before its acquire.
+   */
+  #completedValue(fresh: FreshRecord, status: 'c' | 'f', head: string, body: string | Buffer, ttlMs: number, now: number): string | Buffer {
+    return casCompleted(status, ttlMs, this.#grace, Math.max(0, Math.floor(now - fresh.at)), fresh.tail, head, body)
+  }
+
+  /** One complete, by the script (a lone caller: the compare-and-set would cost Redis as much). */
+  #completeOne(input: Completion): Promise<boolean> {
+    return this.#run('complete', scripts.complete, input.names, input.args, true).then((reply) => reply === 1)
+  }
+
+  /**
+   * Several completes: the fresh records in one compare-and-set script call, then the script for each
+   * record that call did not write and for each that was not fresh (renewed, taken over), as a lone
+   * complete would.
+   */
+  async #completeMany(inputs: Completion[]): Promise<Array<BatchAnswer<boolean | Error>>> {
+    const fresh = inputs.filter((input) => input.fresh !== undefined)
+    const written = new Set<Completion>()
+    if (fresh.length > 1) {
+      const keys: RedisArg[] = [fresh.length]
+      const args: RedisArg[] = []
+      const now = performance.now()
+      for (const input of fresh) {
+        const record = input.fresh as FreshRecord
+        const [, status, head, body, ttlMs, keyTtlMs] = input.args
+        keys.push(input.names.key)
+        args.push(record.value, this.#completedValue(record, status, head, body, ttlMs, now), keyTtlMs)
+      }
+      const client = this.#client as RedisClientLike
+      const replies = (await scripts.completeBatch
+        .runOn(client, keys, args)
+        .catch((error: unknown) => fail('complete', (fresh[0] as Completion).names.key, error, client))) as unknown[]
+      for (const [i, input] of fresh.entries()) if (replies[i] === 1) written.add(input)
+    }
+    // Each caller's own failure (a foreign value under its key) is its answer alone, not its neighbours'.
+    return Promise.all(
+      inputs.map((input) =>
+        written.has(input)
+          ? { value: true }
+          : this.#completeOne(input).then(
+              (value) => ({ value }),
+              (error: Error) => ({ value: error }),
+            ),
+      ),
+    )
+  }
+
+  /**
+   * Completes with one SET ... IFEQ: it writes only when the key still holds, byte for byte, the fresh
+   * record this store's acquire wrote (token 1, in progress, nobody waiting, no steps, never renewed),
+   * so it is fenced exactly as the script's token check is; true when written. Any other value (another
+   * token, a renewal, a waiter's flag, an expiry) or no key: false, and the script decides.
+   */
+  async #completeByCompareAndSet(
+    client: RedisClientLike,
+    redisKey: string,
+    fresh: FreshRecord,
+    status: 'c' | 'f',
+    head: string,
+    body: string | Buffer,
+    ttlMs: number,
+  ): Promise<boolean> {
+    const value = this.#completedValue(fresh, status, head, body, ttlMs, performance.now())
+    try {
+      return (await sendBuffer(client, 'set', [redisKey, value, 'IFEQ', fresh.value, 'PX', ttlMs + this.#graceMs])) !== null
+    } catch (error) {
+      const message = (error as Error)?.message ?? ''
+      // A server without IFEQ (a node older than its peers, an option forced on): the script from now on.
+      if (/syntax error/i.test(message)) this.#settleCompareAndSet(false)
+      if (/syntax error|WRONGTYPE/i.test(message)) return false
+      throw toStoreError('complete', redisKey, error, client)
+    }
+  }
+
+  /** Stores the step in the record's steps hash, fenced by token (docs/steps.md). */
+  async recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+    assertRecordStep(scope, key, token, name, result)
+    if (!Number.isSafeInteger(token)) return false
+    return (await this.#run('recordStep', scripts.recordStep, this.#names(scope, key), [token, `~${name}`, result ?? ''], true)) === 1
+  }
+
+  async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    assertPositiveInteger(leaseMs, 'leaseMs')
+    if (!Number.isSafeInteger(token)) return false
+    const recent = this.#recentOf(scope, key)
+    const names = recent.names
+    recent.fresh = undefined // the script rewrites it: an IFEQ on it would only miss
+    return (await this.#run('renew', scripts.renew, names, [token, leaseMs, this.#retention, this.#grace], true)) === 1
+  }
+
+  async complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    assertPositiveInteger(ttlMs, 'ttlMs')
+    assertOutcome(outcome)
+    if (!Number.isSafeInteger(token)) return false
+    const recent = this.#recentOf(scope, key)
+    const names = recent.names
+    const status = outcome.status === 'completed' ? 'c' : 'f'
+    const head = packedHead(outcome.response.status, outcome.resourceId ?? null, encodeHeaders(outcome.response.headers))
+    const body = bodyArg(outcome.response.body)
+    const fresh = recent.fresh
+    const client = this.#client
+    if (fresh !== undefined) {
+      recent.fresh = undefined
+      if (token === 1 && this.#compareAndSet === true && client !== undefined) {
+        if (await this.#completeByCompareAndSet(client, names.key, fresh, status, head, body, ttlMs)) return true
+      }
+    }
+    const args: Completion['args'] = [token, status, head, body, ttlMs, ttlMs + this.#graceMs, names.channel]
+    if (client !== undefined && this.#grouping) {
+      // Only a fresh record this store wrote, still with token 1, may be completed by compare-and-set.
+      const casFrom = token === 1 && this.#compareAndSet !== true ? fresh : undefined
+      const answer = await this.#completions.run({ names, args, fresh: casFrom })
+      if (answer instanceof Error) throw answer
+      return answer
+    }
+    return (await this.#run('complete', scripts.complete, names, args, true)) === 1
+  }
+
+  async release(scope: string, key: string, token: number): Promise<boolean> {
+    assertIdentity(scope, key)
+    if (!Number.isSafeInteger(token)) return false
+    const recent = this.#recentOf(scope, key)
+    const names = recent.names
+    recent.fresh = undefined
+    return (await this.#run('release', scripts.release, names, [token, this.#retention, this.#grace, names.channel], true)) === 1
+  }
+
+  async get(scope: string, key: string): Promise<StoredRecord | null> {
+    assertIdentity(scope, key)
+    const names = this.#names(scope, key)
+    const record = await this.#read('get', names.key)
+    return record && record.record.expiresAtMs > record.nowMs ? record.record : null
+  }
+
+  /**
+   * Records for operators, oldest first. SCANs every node (each master of a cluster) for the
+   * store's keys (one scope's when `filter.scope` is given), reads each (up to `listScanLimit`),
+   * then filters and sorts: its cost grows with the number of records, so keep it off hot paths.
+   */
+  async list(filter: ListFilter = {}): Promise<StoredRecord[]> {
+    const limit = listLimit(filter)
+    if (limit === 0) return []
+    const client = await this.#ready('list')
+    let keys: string[]
+    try {
+      keys = await scanAll(client, recordPattern(this.prefix, filter.scope), this.#listScanLimit)
+    } catch (error) {
+      throw toStoreError('list', this.prefix, error, client)
+    }
+    const records: StoredRecord[] = []
+    for (let i = 0; i < keys.length; i += 200) {
+      const read = await Promise.all(keys.slice(i, i + 200).map((redisKey) => this.#read('list', redisKey)))
+      for (const entry of read) if (entry && matchesFilter(entry.record, filter, entry.nowMs)) records.push(entry.record)
+    }
+    return records.sort((a, b) => a.createdAtMs - b.createdAtMs || compare(a.scope, b.scope) || compare(a.key, b.key)).slice(0, limit)
+  }
+
+  /**
+   * Deletes up to `limit` records past their expiry. Redis drops every record's key by itself
+   * (`expiredGrace` after it expired), so this is optional housekeeping: it SCANs onwards from
+   * where the last call stopped and deletes what has expired, by the server's clock.
+   */
+  async purgeExpired(limit: number): Promise<number> {
+    assertPositiveInteger(limit, 'limit')
+    const client = await this.#ready('purgeExpired')
+    this.#purgeScan ??= new ResumableScan(client, recordPattern(this.prefix))
+    const scan = this.#purgeScan
+    let purged = 0
+    try {
+      for (;;) {
+        const { keys, done } = await scan.next()
+        for (let i = 0; i < keys.length && purged < limit; ) {
+          const chunk = keys.slice(i, i + (limit - purged))
+          i += chunk.length
+          const deleted = await Promise.all(
+            chunk.map((redisKey) => scripts.purge.run(client, redisKey, [], stepsKeyOf(this.prefix, redisKey))),
+          )
+          purged += deleted.filter((n) => n === 1).length
+          if (purged >= limit) scan.putBack(keys.slice(i))
+        }
+        if (purged >= limit || done) return purged
+      }
+    } catch (error) {
+      throw toStoreError('purgeExpired', this.prefix, error, client)
+    }
+  }
+
+  async evict(scope: string, key: string): Promise<boolean> {
+    assertIdentity(scope, key)
+    const names = this.#names(scope, key)
+    return (await this.#run('evict', scripts.evict, names, [names.channel], true)) === 1
+  }
+
+  /**
+   * Wakes `onChange` when the record is completed, released or evicted (pub/sub); a no-op with
+   * `notifications: false`. Flags the record as waited on (complete and release publish only then).
+   */
+  watch(scope: string, key: string, onChange: () => void): Unsubscribe {
+    if (!this.#notifications || this.#closed) return () => {}
+    assertIdentity(scope, key)
+    const client = this.#client
+    if (!client) return () => {} // still opening: the waiter polls
+    this.#notifier ??= new Notifier(client, this.#socketTimeoutMs)
+    const names = this.#names(scope, key)
+    // A watcher that comes before its record leaves a marker for as long as an abandoned record lives.
+    const flag = () => scripts.watch.run(client, names.key, [Number(this.#retention) + Number(this.#grace)])
+    return this.#notifier.watch(names.channel, onChange, flag)
+  }
+
+  /** Closes the subscriber, and the client when the store opened it. */
+  async close(): Promise<void> {
+    this.#closed = true
+    // The callers queued behind a batch in flight get their answers before the client goes.
+    await this.#completions.idle()
+    await this.#notifier?.close()
+    this.#notifier = undefined
+    if (!this.#ownsClient) return
+    const client = await this.#opening?.catch(() => undefined)
+    this.#client = undefined
+    if (!client) return
+    // QUIT needs a connection that answers. On one that does not (a hung server, another service on
+    // the port) it waits out the socket timeout, and the client then goes on reconnecting for ever,
+    // which keeps the process alive: a moment for QUIT, then the connection is dropped.
+    let timer: NodeJS.Timeout | undefined
+    await Promise.race([
+      client.quit().catch(() => {}),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, CLOSE_WAIT_MS)
+      }),
+    ])
+    clearTimeout(timer)
+    client.disconnect?.()
+  }
+
+  /**
+   * The names of a record's keys. Each costs a SHA-256, and a run asks for the same ones twice
+   * (acquire, then complete) within milliseconds: the most recent are kept, in a bounded map.
+   */
+  #names(scope: string, key: string): RecordNames {
+    return this.#recentOf(scope, key).names
+  }
+
+  /**
+   * The entry of (scope, key) among recent records. Keyed by the key alone, which the ledger hands to
+   * acquire and complete as the same string (its hash is computed once and kept on it): a key joined
+   * with its scope is a new string at every call, to build and hash again. A key that arrives under
+   * another scope takes the entry over (the first scope's complete then names its record afresh).
+   */
+  #recentOf(scope: string, key: string): Recent {
+    let recent = this.#recent.get(key)
+    if (recent === undefined || recent.scope !== scope) {
+      if (this.#recent.size >= RECENT_RECORDS) this.#recent.clear()
+      recent = { scope, names: recordNames(this.prefix, scope, key), fresh: undefined }
+      this.#recent.set(key, recent)
+    }
+    return recent
+  }
+
+  async #ready(operation: string): Promise<RedisClientLike> {
+    if (this.#client) return this.#client
+    try {
+      this.#client = await (this.#opening as Promise<RedisClientLike>)
+      return this.#client
+    } catch (error) {
+      throw toStoreError(operation, this.prefix, error)
+    }
+  }
+
+  #run(operation: string, script: Script, names: RecordNames, args: RedisArg[], withSteps = false): Promise<unknown> {
+    // The hot path, once the client is open: one promise chain, no extra async layer.
+    const client = this.#client
+    const steps = withSteps ? names.steps : undefined
+    if (client) return script.run(client, names.key, args, steps).catch((error: unknown) => fail(operation, names.key, error, client))
+    return this.#ready(operation).then((opened) =>
+      script.run(opened, names.key, args, steps).catch((error: unknown) => fail(operation, names.key, error, opened)),
+    )
+  }
+
+  /** A record with the server's time of the read, or null when the key is absent. */
+  async #read(operation: string, redisKey: string): Promise<{ record: StoredRecord; nowMs: number } | null> {
+    const client = this.#client ?? (await this.#ready(operation))
+    let reply: unknown[]
+    try {
+      reply = (await scripts.read.run(client, redisKey, [])) as unknown[]
+    } catch (error) {
+      throw toStoreError(operation, redisKey, error, client)
+    }
+    if (reply.length < 2) return null
+    const record = reply.length === 2 ? fromPacked(reply[1] as Buffer, redisKey) : toRecord(reply, 1, redisKey)
+    return { record, nowMs: toMs(reply[0]) }
+  }
+}
+
+function fail(operation: string, key: string, error: unknown, client: object): never {
+  throw toStoreError(operation, key, error, client)
+}
+
+/**
+ * How far from its expiry, by this machine's clock, a completed record must be for the native acquire
+ * to replay it without asking the server's clock: closer than that, the script decides. A clock ahead
+ * of the server's by more than this could replay a record in its last minute past expiry (until Redis
+ * drops the key at the end of its grace): a replay, never a second run.
+ */
+const NATIVE_REPLAY_MARGIN_MS = 60_000
+
+/** How many recent records (their key names, their fresh value) a store keeps at most (see #recentOf): a few hundred kilobytes. */
+const RECENT_RECORDS = 4_096
+
+/**
+ * The answer a record returned by the native acquire's SET gives without the script: a completed or
+ * failed record of this scope and key, at least {@link NATIVE_REPLAY_MARGIN_MS} from its expiry, is a
+ * replay, or a mismatch when the fingerprint differs. Anything else is the script's to decide.
+ */
+function settledRecord(v: Buffer, redisKey: string, fingerprint: string, scope: string, key: string): AcquireResult | undefined {
+  // ik1 <w> <s> <st>: only completed (c) and failed (f) records are answered here.
+  if (v.length < 7 || v[0] !== 0x69 || v[1] !== 0x6b || v[2] !== 0x31 || (v[5] !== 0x63 && v[5] !== 0x66)) return undefined
+  let record: StoredRecord
+  try {
+    record = fromPacked(v, redisKey)
+  } catch {
+    return undefined // damaged or foreign: the script reports it
+  }
+  if (record.scope !== scope || record.key !== key) return undefined
+  if (record.expiresAtMs - Date.now() < NATIVE_REPLAY_MARGIN_MS) return undefined
+  if (record.fingerprint !== fingerprint) return { kind: 'mismatch' }
+  return { kind: 'replay', record }
+}
+
+/**
+ * The body as a command argument. A Buffer argument makes ioredis build the command, and the whole
+ * auto-pipelined batch it joins, as Buffers; a string keeps it on ioredis's cheaper string path.
+ * Valid UTF-8 decodes and encodes back to the same bytes, so only such bodies go as text.
+ */
+function bodyArg(body: Uint8Array): string | Buffer {
+  const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength)
+  return isUtf8(bytes) ? bytes.toString('utf8') : bytes
+}
+
+/** The steps key beside a record key found by SCAN (`<prefix>:r:<scope hash>:{tag}` → `<prefix>:t:{tag}`). */
+function stepsKeyOf(prefix: string, redisKey: string): string {
+  return `${prefix}:t:${redisKey.slice(redisKey.lastIndexOf('{'))}`
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0
+}
+
+/**
+ * The client the store sends its commands through: a node-redis 5+ cluster or client behind the adapter,
+ * an ioredis one as it is. Refuses at construction a client the store would only fail on later: one with
+ * neither ioredis's `callBuffer` nor node-redis 5's `withTypeMapping` (node-redis 4, `redis@4` /
+ * `@redis/client@1`, has `sendCommand` but no way to ask for Buffer replies).
+ */
+function adaptClient(client: NonNullable<RedisStoreOptions['client']>): RedisClientLike {
+  if (isNodeRedisCluster(client)) return fromNodeRedisCluster(client)
+  if (isNodeRedisClient(client)) return fromNodeRedis(client)
+  if (typeof (client as { callBuffer?: unknown }).callBuffer === 'function') return client as RedisClientLike
+  const hint =
+    typeof (client as { sendCommand?: unknown }).sendCommand === 'function'
+      ? ' This looks like node-redis 4 (redis@4, @redis/client@1), which cannot return replies as bytes: upgrade to redis@5 or later.'
+      : ''
+  throw new IdempotencyError(
+    'INVALID_OPTION',
+    `RedisStore({ client }) takes an ioredis Redis or Cluster, or a node-redis 5+ client or cluster.${hint}`,
+  )
+}
