@@ -24,8 +24,7 @@ export async function openPool<Client extends PgClientLike>(connectionString: st
   }
   // Each statement is planned when it runs (plan_cache_mode, PostgreSQL 12+): a generic plan cached
   // while the table was new and nearly empty seq-scans it once it has filled, until autovacuum's
-  // ANALYZE invalidates it (up to a minute or more); on the peers bench a fresh table's replays ran at
-  // 0.19 x a bare app that way, 1.46 x planned each time. An `options` in the URL replaces this one.
+  // ANALYZE invalidates it (up to a minute or more). An `options` in the URL replaces this one.
   const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis, options: '-c plan_cache_mode=force_custom_plan' })
   // An idle connection that breaks (a server restart) is dropped by the pool; without a listener
   // its 'error' event would crash the process.
