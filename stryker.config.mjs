@@ -19,6 +19,7 @@ const config = {
     'src/http/engine-transaction.ts',
     'src/backends/memory/memory-store.ts',
     'src/backends/sqlite/sqlite-store.ts',
+    'src/backends/sqlite/statements.ts',
   ],
   coverageAnalysis: 'perTest',
   // Static mutants (module-level constants) need every test to rerun each; not worth the hours here.

@@ -9,4 +9,6 @@ export default storeRun('dynamodb', [
   'src/backends/dynamodb/dynamodb-store.ts',
   'src/backends/dynamodb/schema.ts',
   'src/backends/dynamodb/client.ts',
+  'src/backends/dynamodb/requests.ts',
+  'src/backends/dynamodb/migrate.ts',
 ])

@@ -73,7 +73,7 @@ function cycles(edges: Map<string, string[]>): string[][] {
 const LAYERS: Array<[RegExp, number]> = [
   [/^(errors|core\/)/, 0],
   // What every backend's inbox and outbox implement: broker- and database-neutral.
-  [/^messaging\/(message|dispatcher|inbox\/types|outbox\/(storage|relay))\.ts$/, 1],
+  [/^messaging\/(message|dispatcher|consumer-options|inbox\/types|outbox\/(storage|relay))\.ts$/, 1],
   [/^(backends\/|testing\/|client\/|orm\/)/, 2],
   [/^(http\/|messaging\/|observability\/|lambda\/)/, 3],
   [/^(cli\/|demo\/|index)/, 4],

@@ -15,7 +15,7 @@ import { join } from 'node:path'
 import { Redis } from 'ioredis'
 import pg from 'pg'
 import { SqliteStore } from '../src/backends/sqlite/index.js'
-import type { RunningConsumer } from '../src/messaging/dispatcher.js'
+import type { RunningConsumer } from '../src/messaging/consumer-options.js'
 import { PgInbox } from '../src/messaging/inbox/index.js'
 import {
   PgCdcRelay,

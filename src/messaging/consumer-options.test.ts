@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest'
 import { consumeNats, NatsPublisher } from './brokers/nats/index.js'
 import { consumeRabbitMq, RabbitMqPublisher } from './brokers/rabbitmq/index.js'
 import { consumeRedisStreams, RedisStreamsPublisher } from './brokers/redis-streams/index.js'
-import { delayOption, positive } from './dispatcher.js'
+import { delayOption, positive } from './consumer-options.js'
 import type { Inbox } from './inbox/types.js'
 
 /** A broker handle that fails the test if the helper reaches it. */

@@ -1,5 +1,5 @@
 import { type Clock, systemClock } from '../../core/clock.js'
-import { type Duration, parseDuration, parseTimerDuration } from '../../core/duration.js'
+import { parseDuration, parseTimerDuration } from '../../core/duration.js'
 import { BODY_OMITTED_HEADER } from '../../core/response-headers.js'
 import { assertRecordStep } from '../../core/steps-store.js'
 import {
@@ -11,70 +11,17 @@ import {
   type StoredRecord,
 } from '../../core/store.js'
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
-import { IdempotencyError, storeUnavailable } from '../../errors.js'
+import { IdempotencyError } from '../../errors.js'
 import { assertOutcome, encodeHeaders, listLimit, matchesFilter } from '../records.js'
-import { type DynamoDbClientLike, type DynamoDbSdk, errorName, loadSdk } from './client.js'
-import {
-  A,
-  type DynamoDbAttributeNames,
-  expressionNames,
-  type Item,
-  isRecordItem,
-  n,
-  type ResolvedNames,
-  resolveNames,
-  s,
-  stepsOf,
-  toRecord,
-} from './schema.js'
-
-/** Options of {@link DynamoDbStore}. */
-export interface DynamoDbStoreOptions {
-  /** The table's name. Create it with `await store.migrate()` (or see docs/dynamodb.md for the schema). */
-  table: string
-  /**
-   * Your `DynamoDBClient` (from `@aws-sdk/client-dynamodb`); `close()` leaves it open. Without it the
-   * store makes its own from `clientConfig` (region and credentials from the environment by default).
-   */
-  client?: DynamoDbClientLike
-  /** Configuration of the client the store makes when no `client` is given, e.g. `{ region, endpoint }`. */
-  clientConfig?: Record<string, unknown>
-  /** Attribute names of the table's keys and TTL, for a table shared with other items. */
-  attributes?: DynamoDbAttributeNames
-  /** Start of every partition key the store writes; `list` and `purgeExpired` only touch items under it. @default 'idemkey#' */
-  keyPrefix?: string
-  /** The value written into the sort key, when `attributes.sortKey` is set. @default 'idemkey' */
-  sortKeyValue?: string
-  /**
-   * DynamoDB has no server clock: leases run on the callers' clocks. A lease is taken over only once it
-   * ended this long ago by the taker's clock, so callers whose clocks differ by less than this never
-   * overlap. @default '1s'
-   */
-  clockSkew?: Duration
-  /** How long a record whose lease ended is kept (and its token counted) before it may be purged. @default '24h' */
-  abandonedRetention?: Duration
-  /**
-   * How long after a record expired its TTL attribute lets DynamoDB delete it. Meanwhile the record counts as
-   * absent but its token keeps counting, so a late zombie stays fenced out. @default '1h'
-   */
-  expiredGrace?: Duration
-  /** The clock of leases and expiry. Give it the ledger's `ManualClock` in tests. @default systemClock */
-  clock?: Clock
-  /**
-   * How long a request the store sends (its retries included) may go unanswered before it is abandoned:
-   * it fails (`STORE_UNAVAILABLE`) and its connection is destroyed. The SDK sets no such bound, and a
-   * half-open connection (a NAT or firewall that forgot it) never answers: each would keep its request
-   * waiting and its socket in use for ever, until none is left. Also bounds requests on your own
-   * `client`. Keep it above the ledger's `storeTimeout`; `0` bounds nothing. @default '10s'
-   */
-  requestTimeout?: Duration
-}
+import { migrateTable } from './migrate.js'
+import type { DynamoDbStoreOptions } from './options.js'
+import { DynamoDbRequests, isConditionFailed } from './requests.js'
+import { A, expressionNames, type Item, isRecordItem, n, type ResolvedNames, resolveNames, s, stepsOf, toRecord } from './schema.js'
 
 /** DynamoDB's item size limit is 400 KB; a response that would not fit is stored without its body. */
 const MAX_ITEM_BYTES = 400 * 1024
 /** Room kept for the item's other attributes and names (keys, scope, fingerprint, numbers). */
 const ITEM_OVERHEAD_BYTES = 4 * 1024
-const CONDITION_FAILED = 'ConditionalCheckFailedException'
 /** An acquire re-reads and retries when the record changes between its write and its read; this bounds the loop. */
 const MAX_ACQUIRE_ROUNDS = 16
 
@@ -99,18 +46,13 @@ export class DynamoDbStore implements IdempotencyStore {
   readonly table: string
   readonly #names: ResolvedNames
   readonly #exprNames: Record<string, string>
-  readonly #namesCache = new Map<string, Record<string, string>>()
   readonly #prefix: string
   readonly #sortKeyValue: string
   readonly #clock: Clock
   readonly #skewMs: number
   readonly #retentionMs: number
   readonly #graceMs: number
-  readonly #requestTimeoutMs: number
-  readonly #ownsClient: boolean
-  readonly #clientConfig: Record<string, unknown>
-  #client: DynamoDbClientLike | undefined
-  #sdk: DynamoDbSdk | undefined
+  readonly #requests: DynamoDbRequests
 
   constructor(options: DynamoDbStoreOptions) {
     if (typeof options?.table !== 'string' || !/^[A-Za-z0-9_.-]{3,255}$/.test(options.table)) {
@@ -146,10 +88,13 @@ export class DynamoDbStore implements IdempotencyStore {
     this.#skewMs = parseDuration(options.clockSkew ?? '1s', 'clockSkew')
     this.#retentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
     this.#graceMs = parseDuration(options.expiredGrace ?? '1h', 'expiredGrace')
-    this.#requestTimeoutMs = parseTimerDuration(options.requestTimeout ?? '10s', 'requestTimeout')
-    this.#ownsClient = options.client === undefined
-    this.#client = options.client
-    this.#clientConfig = options.clientConfig ?? {}
+    this.#requests = new DynamoDbRequests({
+      table: this.table,
+      client: options.client,
+      clientConfig: options.clientConfig,
+      requestTimeoutMs: parseTimerDuration(options.requestTimeout ?? '10s', 'requestTimeout'),
+      expressionNames: this.#exprNames,
+    })
   }
 
   /**
@@ -158,57 +103,7 @@ export class DynamoDbStore implements IdempotencyStore {
    * table that already exists. Needs `dynamodb:CreateTable`, `DescribeTable` and `UpdateTimeToLive`.
    */
   async migrate(): Promise<void> {
-    const { names } = { names: this.#names }
-    const keySchema = [{ AttributeName: names.partitionKey, KeyType: 'HASH' }]
-    const definitions = [{ AttributeName: names.partitionKey, AttributeType: 'S' }]
-    if (names.sortKey !== undefined) {
-      keySchema.push({ AttributeName: names.sortKey, KeyType: 'RANGE' })
-      definitions.push({ AttributeName: names.sortKey, AttributeType: 'S' })
-    }
-    try {
-      await this.#send('migrate', 'CreateTableCommand', {
-        TableName: this.table,
-        KeySchema: keySchema,
-        AttributeDefinitions: definitions,
-        BillingMode: 'PAY_PER_REQUEST',
-      })
-    } catch (error) {
-      if (errorName((error as { cause?: unknown }).cause) !== 'ResourceInUseException') throw error
-    }
-    const deadline = Date.now() + 120_000
-    for (;;) {
-      const described = (await this.#send('migrate', 'DescribeTableCommand', { TableName: this.table })) as {
-        Table?: { TableStatus?: string; KeySchema?: { AttributeName: string; KeyType: string }[] }
-      }
-      const found = (described.Table?.KeySchema ?? []).map((k) => `${k.AttributeName}:${k.KeyType}`).sort()
-      const wanted = keySchema.map((k) => `${k.AttributeName}:${k.KeyType}`).sort()
-      if (found.join() !== wanted.join()) {
-        throw new IdempotencyError(
-          'STORE_SCHEMA',
-          `dynamodb: table ${this.table} has the key schema (${found.join(', ')}), but the store is configured for (${wanted.join(', ')}). Set { attributes: { partitionKey, sortKey } } to the table's keys, or use another table.`,
-        )
-      }
-      if (described.Table?.TableStatus === 'ACTIVE') break
-      if (Date.now() > deadline) {
-        throw new IdempotencyError(
-          'STORE_UNAVAILABLE',
-          `dynamodb: table ${this.table} did not become ACTIVE within 2 minutes (status ${described.Table?.TableStatus}). Call migrate() again.`,
-        )
-      }
-      await new Promise((resolve) => setTimeout(resolve, 250))
-    }
-    try {
-      await this.#send('migrate', 'UpdateTimeToLiveCommand', {
-        TableName: this.table,
-        TimeToLiveSpecification: { Enabled: true, AttributeName: names.ttl },
-      })
-    } catch (error) {
-      const cause = (error as { cause?: unknown }).cause
-      const message = cause instanceof Error ? cause.message : ''
-      // Already on (a second migrate), or an emulator without TTL (dynalite): reads ignore expired items anyway.
-      if (/already enabled/i.test(message) || errorName(cause) === 'UnknownOperationException') return
-      throw error
-    }
+    await migrateTable(this.#requests, this.table, this.#names)
   }
 
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
@@ -233,7 +128,7 @@ export class DynamoDbStore implements IdempotencyStore {
       }
       let item: Item | undefined
       try {
-        const written = (await this.#send('acquire', 'UpdateItemCommand', {
+        const written = (await this.#requests.send('acquire', 'UpdateItemCommand', {
           TableName: this.table,
           Key,
           ConditionExpression: LIVE_FRESH,
@@ -265,7 +160,7 @@ export class DynamoDbStore implements IdempotencyStore {
       if (record.fingerprint !== fingerprint && (stepsOf(item)?.length ?? 0) > 0) return { kind: 'mismatch' }
       // Takeover: the lease ended (a crash, or a release). Fenced on the token seen, so only one taker wins.
       try {
-        const written = (await this.#send('acquire', 'UpdateItemCommand', {
+        const written = (await this.#requests.send('acquire', 'UpdateItemCommand', {
           TableName: this.table,
           Key,
           ConditionExpression:
@@ -299,7 +194,7 @@ export class DynamoDbStore implements IdempotencyStore {
     assertRecordStep(scope, key, token, name, result)
     if (!Number.isSafeInteger(token)) return false
     try {
-      await this.#send('recordStep', 'UpdateItemCommand', {
+      await this.#requests.send('recordStep', 'UpdateItemCommand', {
         TableName: this.table,
         Key: this.#key(scope, key),
         ConditionExpression: HELD,
@@ -432,7 +327,7 @@ export class DynamoDbStore implements IdempotencyStore {
     for (const item of expired) {
       if (!isRecordItem(item)) continue
       try {
-        await this.#send('purgeExpired', 'DeleteItemCommand', {
+        await this.#requests.send('purgeExpired', 'DeleteItemCommand', {
           TableName: this.table,
           Key: this.#keyOfItem(item),
           ConditionExpression: '#ea <= :now',
@@ -449,7 +344,7 @@ export class DynamoDbStore implements IdempotencyStore {
 
   async evict(scope: string, key: string): Promise<boolean> {
     assertIdentity(scope, key)
-    const deleted = (await this.#send('evict', 'DeleteItemCommand', {
+    const deleted = (await this.#requests.send('evict', 'DeleteItemCommand', {
       TableName: this.table,
       Key: this.#key(scope, key),
       ReturnValues: 'ALL_OLD',
@@ -459,10 +354,7 @@ export class DynamoDbStore implements IdempotencyStore {
 
   /** Destroys the client when the store made it; leaves yours open. */
   async close(): Promise<void> {
-    // Your client stays the store's: a later call goes through it, never through one made behind your back.
-    if (!this.#ownsClient) return
-    this.#client?.destroy?.()
-    this.#client = undefined
+    this.#requests.close()
   }
 
   #key(scope: string, key: string): Item {
@@ -485,7 +377,7 @@ export class DynamoDbStore implements IdempotencyStore {
   /** A write conditioned on `token` being current and the record in progress; `false` when it is not. */
   async #fenced(operation: string, scope: string, key: string, token: number, update: string, values: Item): Promise<boolean> {
     try {
-      await this.#send(operation, 'UpdateItemCommand', {
+      await this.#requests.send(operation, 'UpdateItemCommand', {
         TableName: this.table,
         Key: this.#key(scope, key),
         ConditionExpression: HELD,
@@ -501,7 +393,9 @@ export class DynamoDbStore implements IdempotencyStore {
   }
 
   async #read(operation: string, Key: Item): Promise<Item | undefined> {
-    const read = (await this.#send(operation, 'GetItemCommand', { TableName: this.table, Key, ConsistentRead: true })) as { Item?: Item }
+    const read = (await this.#requests.send(operation, 'GetItemCommand', { TableName: this.table, Key, ConsistentRead: true })) as {
+      Item?: Item
+    }
     return read.Item
   }
 
@@ -522,7 +416,7 @@ export class DynamoDbStore implements IdempotencyStore {
     }
     let start: Item | undefined
     do {
-      const page = (await this.#send(operation, 'ScanCommand', {
+      const page = (await this.#requests.send(operation, 'ScanCommand', {
         TableName: this.table,
         ConsistentRead: true,
         FilterExpression: conditions.join(' AND '),
@@ -534,71 +428,6 @@ export class DynamoDbStore implements IdempotencyStore {
       start = page.LastEvaluatedKey
     } while (start !== undefined)
   }
-
-  /** Sends one command; a failed condition is rethrown as is, anything else becomes an idemkey error. */
-  async #send(operation: string, command: keyof DynamoDbSdk, input: Record<string, unknown>): Promise<unknown> {
-    const sdk = this.#sdk ?? (await this.#loadSdk())
-    const client = this.#client ?? this.#makeClient(sdk)
-    // Aborting makes the SDK destroy the request's socket, so a half-open connection is not reused.
-    const deadline = this.#requestTimeoutMs > 0 ? AbortSignal.timeout(this.#requestTimeoutMs) : undefined
-    try {
-      if (input.ExpressionAttributeNames === this.#exprNames) input.ExpressionAttributeNames = this.#usedNames(input)
-      return await client.send(new sdk[command](input), deadline && { abortSignal: deadline })
-    } catch (error) {
-      if (isConditionFailed(error)) throw error
-      throw this.#storeError(operation, deadline?.aborted ? new RequestTimeoutError(this.#requestTimeoutMs, error) : error)
-    }
-  }
-
-  /** DynamoDB rejects unused placeholders: only the names the input's expressions use (cached per expression). */
-  #usedNames(input: Record<string, unknown>): Record<string, string> {
-    const text = `${input.ConditionExpression ?? ''} ${input.UpdateExpression ?? ''}`
-    let used = this.#namesCache.get(text)
-    if (used === undefined) {
-      used = {}
-      for (const [placeholder] of text.matchAll(/#\w+/g)) used[placeholder] = this.#exprNames[placeholder] as string
-      this.#namesCache.set(text, used)
-    }
-    return used
-  }
-
-  async #loadSdk(): Promise<DynamoDbSdk> {
-    this.#sdk = await loadSdk()
-    return this.#sdk
-  }
-
-  #makeClient(sdk: DynamoDbSdk): DynamoDbClientLike {
-    this.#client = new sdk.DynamoDBClient({ maxAttempts: 2, ...this.#clientConfig })
-    return this.#client
-  }
-
-  #storeError(operation: string, error: unknown): IdempotencyError {
-    if (errorName(error) === 'ResourceNotFoundException' && operation !== 'migrate') {
-      return new IdempotencyError(
-        'STORE_SCHEMA',
-        `dynamodb: ${operation} found no table ${this.table}. Create it with \`await store.migrate()\` (or as docs/dynamodb.md describes), or fix { table }.`,
-        { cause: error },
-      )
-    }
-    const failure = storeUnavailable('dynamodb', operation, error)
-    return failure
-  }
-}
-
-/** What a request unanswered within `requestTimeout` fails with (the cause of its STORE_UNAVAILABLE). */
-class RequestTimeoutError extends Error {
-  readonly code = 'IDEMKEY_REQUEST_TIMEOUT'
-  constructor(timeoutMs: number, cause: unknown) {
-    super(
-      `no answer from DynamoDB within requestTimeout (${timeoutMs} ms); the request was abandoned and its connection dropped (half-open, or the endpoint is stalled)`,
-      { cause },
-    )
-    this.name = 'RequestTimeoutError'
-  }
-}
-
-function isConditionFailed(error: unknown): boolean {
-  return errorName(error) === CONDITION_FAILED
 }
 
 function conditionItem(error: unknown): Item | undefined {

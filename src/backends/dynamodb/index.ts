@@ -6,5 +6,6 @@
  * const store = new DynamoDbStore({ table: 'idemkey' })
  */
 export type { DynamoDbClientLike } from './client.js'
-export { DynamoDbStore, type DynamoDbStoreOptions } from './dynamodb-store.js'
+export { DynamoDbStore } from './dynamodb-store.js'
+export type { DynamoDbStoreOptions } from './options.js'
 export type { DynamoDbAttributeNames } from './schema.js'

@@ -24,8 +24,7 @@ export async function openPool<Client extends PgClientLike>(connectionString: st
   }
   // Each statement is planned when it runs (plan_cache_mode, PostgreSQL 12+): a generic plan cached
   // while the table was new and nearly empty seq-scans it once it has filled, until autovacuum's
-  // ANALYZE invalidates it (up to a minute or more); on the peers bench a fresh table's replays ran at
-  // 0.19 x a bare app that way, 1.46 x planned each time. An `options` in the URL replaces this one.
+  // ANALYZE invalidates it (up to a minute or more). An `options` in the URL replaces this one.
   const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis, options: '-c plan_cache_mode=force_custom_plan' })
   // An idle connection that breaks (a server restart) is dropped by the pool; without a listener
   // its 'error' event would crash the process.
@@ -81,6 +80,46 @@ export async function holding<R>(client: CheckedOut, work: (held: Held) => Promi
     client.removeListener?.('error', onError)
     client.release(discarded || lost)
   }
+}
+
+/**
+ * Runs `fn` in a transaction on one client of `pool`, opened with `begin`: commits when it resolves,
+ * rolls back when it throws. A failing connect, BEGIN or COMMIT, and a connection lost under `fn`,
+ * become `storeError(operation, error)`; other errors of `fn` come through unchanged.
+ */
+export async function clientTransaction<Client extends PgClientLike, R>(
+  pool: PgPoolLike<Client>,
+  begin: string,
+  fn: (tx: Client) => Promise<R>,
+  storeError: (operation: string, error: unknown) => Error,
+): Promise<R> {
+  let client: Client
+  try {
+    client = await pool.connect()
+  } catch (error) {
+    throw storeError('transaction', error)
+  }
+  // A connection that breaks between queries (a server restart while `fn` awaits something else)
+  // emits 'error' on the client: holding() hears it (unheard, it would crash the process), and destroys
+  // a lost client, or one whose rollback failed (its state unknown), rather than pool it.
+  return holding(client, async (held) => {
+    try {
+      await client.query(begin).catch((error: unknown) => {
+        throw storeError('BEGIN', error)
+      })
+      const result = await fn(client)
+      await client.query('COMMIT').catch((error: unknown) => {
+        throw storeError('COMMIT', error)
+      })
+      return result
+    } catch (error) {
+      // The connection broke under the work (a server restart): its writes are gone with it. Say so
+      // with STORE_UNAVAILABLE (retry later), not as if the work itself had failed.
+      const lost = held.lost()
+      await client.query('ROLLBACK').catch(held.discard)
+      throw lost ? storeError('transaction', error) : error
+    }
+  })
 }
 
 /** A node-postgres client as far as closing it goes: its socket, under `connection`. */

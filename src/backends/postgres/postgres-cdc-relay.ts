@@ -3,18 +3,26 @@
  * pgoutput slot and a publication on the outbox table) instead of polling the table.
  */
 import { hostname } from 'node:os'
-import type { LogicalReplicationService } from 'pg-logical-replication'
 import { type Duration, formatDuration, parseDuration, parsePositiveDuration } from '../../core/duration.js'
 import { assertFunctions, assertMethods, assertOptionalPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
-import { fitPgName, type OutboxMessage, type Publisher, type PublishResult, quoteName } from '../../messaging/message.js'
-import type { RelayEvent } from '../../messaging/outbox/relay.js'
+import { fitPgName, type OutboxMessage, type Publisher, quoteName } from '../../messaging/message.js'
 import type { PgConnectionConfig } from './pool.js'
-import { DEFAULT_MAX_LAG_BYTES, slotProblem } from './slot-health.js'
+import { type CdcPublishEvent, CdcPublishLoop } from './postgres-cdc-publish-loop.js'
+import {
+  CdcStream,
+  loadReplication,
+  lsnToBigInt,
+  ReplicationSlotInUseError,
+  replicationConnection,
+  STATUS_INTERVAL_MS,
+  slotError,
+} from './postgres-cdc-stream.js'
+import { DEFAULT_MAX_LAG_BYTES, type PgCdcRelayHealth, ReplicationSlotLagError, slotProblem } from './slot-health.js'
 
 /** What the CDC relay reports: the polling relay's events, plus where it stands on the slot. */
 export type PgCdcRelayEvent =
-  | Extract<RelayEvent, { type: 'published' | 'failed' | 'error' }>
+  | CdcPublishEvent
   /** This relay holds the slot and streams from it. */
   | { type: 'streaming'; relayId: string; slot: string }
   /** Another relay holds the slot: this one waits and tries again every `standbyRetry`. */
@@ -64,83 +72,13 @@ export interface PgCdcRelayOptions {
   onEvent?: (event: PgCdcRelayEvent) => void
 }
 
-/** Where the slot stands: what `/readyz` and the operator want to know. */
-export interface PgCdcRelayHealth {
-  slot: string
-  /** False when the slot does not exist (dropped, or `setup()` never ran). */
-  exists: boolean
-  /** Some relay streams from the slot now (this one or another). */
-  active: boolean
-  /** This relay is the one streaming. */
-  streaming: boolean
-  confirmedLsn: string | null
-  currentLsn: string
-  /** WAL the slot keeps that the broker has not confirmed yet, in bytes (`pg_current_wal_lsn() - confirmed_flush_lsn`). */
-  lagBytes: number
-  /** `pg_replication_slots.wal_status`: `lost` means `max_slot_wal_keep_size` cut the slot off (events were skipped). */
-  walStatus: string | null
-}
-
-/**
- * Another relay streams from this slot. PostgreSQL lets one connection at a time read a slot, so two
- * relays never both publish: this one stands by and takes over when the other stops. Code `IN_PROGRESS`.
- */
-export class ReplicationSlotInUseError extends IdempotencyError {
-  readonly slot: string
-  constructor(slot: string, cause: unknown) {
-    super(
-      'IN_PROGRESS',
-      `Replication slot "${slot}" is being read by another relay (${(cause as Error)?.message ?? cause}). ` +
-        'Only one relay per slot publishes; this one stands by and takes over when the other stops.',
-      { cause },
-    )
-    this.slot = slot
-  }
-}
-
-/** `ready()`'s failure: the slot is missing, cut off, or lags more than `maxLagBytes`. Code `STORE_UNAVAILABLE`. */
-export class ReplicationSlotLagError extends IdempotencyError {
-  readonly health: PgCdcRelayHealth
-  constructor(health: PgCdcRelayHealth, why: string) {
-    super(
-      'STORE_UNAVAILABLE',
-      `CDC relay slot "${health.slot}" ${why}. Check that a relay is running and the broker confirms its publishes; ` +
-        'set max_slot_wal_keep_size so a stuck slot cannot fill the disk (docs/messaging.md, "CDC relay").',
-    )
-    this.health = health
-  }
-}
-
-/** An item of the relay's queue: an outbox row, or the end of a transaction (the LSN to confirm once all before it is published). */
-type Item = { message: OutboxMessage; ackLsn?: undefined } | { message?: undefined; ackLsn: string }
-
-interface Stream {
-  service: LogicalReplicationService
-  /** Set when the connection ended: the batch in flight stops retrying, its rows come again from the slot. */
-  closed: boolean
-  /** When the server last sent anything (data or keepalive). */
-  heardAt: number
-}
+export { lsnToBigInt, type PgCdcRelayHealth, ReplicationSlotInUseError, ReplicationSlotLagError }
 
 type PgModule = typeof import('pg')
 type PgClient = InstanceType<PgModule['Client']>
 
-/**
- * LSN text (`16/B374D848`) as a number of bytes, for comparing.
- *
- * @example lsnToBigInt('1/0') // 4294967296n
- */
-export function lsnToBigInt(lsn: string): bigint {
-  const [high, low] = lsn.split('/')
-  return (BigInt(`0x${high}`) << 32n) + BigInt(`0x${low}`)
-}
-
-function bigIntToLsn(value: bigint): string {
-  return `${(value >> 32n).toString(16).toUpperCase()}/${(value & 0xffffffffn).toString(16).toUpperCase()}`
-}
-
+/** Reading the slot pauses while this many batches wait for the broker. */
 const HIGH_WATER_BATCHES = 8
-const STATUS_INTERVAL_MS = 1_000
 /** An idle relay pings every second; by default a connection that has answered nothing for 30 s is half-open, and replaced. */
 const SILENT_CONNECTION_MS = 30_000
 
@@ -169,25 +107,16 @@ export class PgCdcRelay {
   /** `ready()` fails past this lag, in bytes (the option); the operator page marks the slot past it too. */
   readonly maxLagBytes: number
   readonly #connection: PgConnectionConfig
-  readonly #publisher: Publisher
   readonly #table: string
   readonly #tableName: string
   readonly #batchSize: number
-  readonly #maxAttempts: number
-  readonly #backoffInitialMs: number
-  readonly #backoffMaxMs: number
   readonly #standbyRetryMs: number
   readonly #silentConnectionMs: number
   readonly #onEvent: (event: PgCdcRelayEvent) => void
   #running: Promise<void> | undefined
   #stopping = false
-  #stream: Stream | undefined
-  #queue: Item[] = []
-  #transaction: OutboxMessage[] | undefined
-  #inFlight = false
-  #confirmed = 0n
-  /** Wakes the publish loop when the queue gets items or the stream closes. */
-  #wake: (() => void) | undefined
+  #stream: CdcStream | undefined
+  readonly #publishLoop: CdcPublishLoop
   /** Backoff and standby sleeps, cut short by stop() or a closed stream. */
   readonly #sleepers = new Set<() => void>()
   #pg: Promise<PgModule> | undefined
@@ -209,7 +138,6 @@ export class PgCdcRelay {
     }
     assertMethods('PgCdcRelay', 'publisher', options.publisher, ['publish'])
     assertFunctions('PgCdcRelay', { onEvent: options.onEvent })
-    this.#publisher = options.publisher
     const table = options.table ?? 'idemkey_outbox'
     this.#table = quoteName(table, 'PgCdcRelay table')
     this.#tableName = table.slice(table.lastIndexOf('.') + 1)
@@ -222,10 +150,10 @@ export class PgCdcRelay {
     assertOptionalPositiveInteger(options.batchSize, 'PgCdcRelay batchSize')
     assertOptionalPositiveInteger(options.maxAttempts, 'PgCdcRelay maxAttempts')
     this.#batchSize = options.batchSize ?? 256
-    this.#maxAttempts = options.maxAttempts ?? 10
+    const maxAttempts = options.maxAttempts ?? 10
     // A first delay of 0 doubles to 0: every reconnect and retry would follow at once.
-    this.#backoffInitialMs = parsePositiveDuration(options.backoffInitial ?? '200ms', 'backoffInitial')
-    this.#backoffMaxMs = parseDuration(options.backoffMax ?? '30s', 'backoffMax')
+    const backoffInitialMs = parsePositiveDuration(options.backoffInitial ?? '200ms', 'backoffInitial')
+    const backoffMaxMs = parseDuration(options.backoffMax ?? '30s', 'backoffMax')
     this.#standbyRetryMs = parsePositiveDuration(options.standbyRetry ?? '2s', 'standbyRetry')
     this.#silentConnectionMs = parseDuration(options.silentConnectionTimeout ?? SILENT_CONNECTION_MS, 'silentConnectionTimeout')
     if (this.#silentConnectionMs < 2 * STATUS_INTERVAL_MS) {
@@ -238,6 +166,18 @@ export class PgCdcRelay {
     this.maxLagBytes = options.maxLagBytes ?? DEFAULT_MAX_LAG_BYTES
     this.relayId = options.relayId ?? `${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 8)}`
     this.#onEvent = options.onEvent ?? (() => {})
+    this.#publishLoop = new CdcPublishLoop({
+      relayId: this.relayId,
+      publisher: options.publisher,
+      batchSize: this.#batchSize,
+      maxAttempts,
+      backoffInitialMs,
+      backoffMaxMs,
+      emit: (event) => this.#emit(event),
+      markDead: (message, error) => this.#markDead(message, error),
+      sleep: (ms) => this.#sleep(ms),
+      stopping: () => this.#stopping,
+    })
   }
 
   /**
@@ -309,8 +249,8 @@ export class PgCdcRelay {
 
   /**
    * Runs setup(), drop() or health(). Outside start()/stop(), the plain connection they open is closed
-   * when the last of them ends, so a script that only calls them exits by itself (it was held open until
-   * a stop() such a script never calls). A running relay keeps it for its own queries.
+   * when the last of them ends, so a script that only calls them exits by itself. A running relay keeps
+   * it for its own queries.
    */
   async #closingAfter<T>(work: () => Promise<T>): Promise<T> {
     this.#outsideCalls++
@@ -382,28 +322,29 @@ export class PgCdcRelay {
   /** One replication connection, from open to close: stream into the queue, publish from it. */
   async #streamOnce(): Promise<void> {
     const { LogicalReplicationService, PgoutputPlugin } = await loadReplication()
-    // Start from what the slot already confirmed (another relay may have moved it): a status update
-    // must never report less, or the server would replay more than needed.
     const slot = await this.health()
-    this.#confirmed = slot.confirmedLsn ? lsnToBigInt(slot.confirmedLsn) : 0n
     // Acknowledgements are ours alone: the library's automatic ones would confirm what the broker has not.
     const service = new LogicalReplicationService(
-      this.#replicationConnection() as ConstructorParameters<typeof LogicalReplicationService>[0],
+      replicationConnection(this.#connection, this.#silentConnectionMs) as ConstructorParameters<typeof LogicalReplicationService>[0],
       {
         acknowledge: { auto: false, timeoutSeconds: 0 },
       },
     )
-    const stream: Stream = { service, closed: false, heardAt: Date.now() }
+    const stream = new CdcStream(service, {
+      slot: this.slot,
+      tableName: this.#tableName,
+      silentConnectionMs: this.#silentConnectionMs,
+      highWater: HIGH_WATER_BATCHES * this.#batchSize,
+      confirmedLsn: slot.confirmedLsn,
+      onConfirmed: (lsn) => this.#emit({ type: 'confirmed', relayId: this.relayId, lsn }),
+      onError: (error) => this.#emit({ type: 'error', relayId: this.relayId, error }),
+      onClose: () => this.#wakeAll(),
+    })
     this.#stream = stream
-    this.#queue = []
-    this.#transaction = undefined
-    service.on('error', () => {}) // the subscribe() promise carries the failure
-    service.on('data', (_lsn: string, message: PgoutputMessage) => this.#receive(stream, message))
-    service.on('heartbeat', (lsn: string, _time: number, shouldRespond: boolean) => this.#heartbeat(stream, lsn, shouldRespond))
     service.on('start', () => this.#emit({ type: 'streaming', relayId: this.relayId, slot: this.slot }))
     const plugin = new PgoutputPlugin({ protoVersion: 1, publicationNames: [this.publication] })
-    const publishing = this.#publishLoop(stream)
-    const status = setInterval(() => this.#tick(stream), STATUS_INTERVAL_MS)
+    const publishing = this.#publishLoop.run(stream)
+    const status = setInterval(() => stream.tick(), STATUS_INTERVAL_MS)
     try {
       // '0/0': start at the slot's confirmed position. The library would resume from the last LSN it
       // received, which skips what was received but never confirmed by the broker.
@@ -420,178 +361,6 @@ export class PgCdcRelay {
     }
   }
 
-  /**
-   * The replication connection's config: the server's `wal_sender_timeout` set to
-   * `silentConnectionTimeout`, so that the server, too, ends a connection gone silent (the relay
-   * sends its status every second). Without it a half-open connection's walsender would hold the slot
-   * until the server's own timeout (60 s by default), and the relay's new connection would stand by.
-   */
-  #replicationConnection(): PgConnectionConfig {
-    const base = typeof this.#connection.options === 'string' ? this.#connection.options : process.env.PGOPTIONS
-    const timeout = `-c wal_sender_timeout=${this.#silentConnectionMs}`
-    return { ...this.#connection, options: base ? `${base} ${timeout}` : timeout }
-  }
-
-  /** Every second: tell the server where we stand (asking for a keepalive when idle), and drop a connection gone silent. */
-  #tick(stream: Stream): void {
-    const idle = this.#idle()
-    if (idle && Date.now() - stream.heardAt > this.#silentConnectionMs) {
-      this.#emit({
-        type: 'error',
-        relayId: this.relayId,
-        error: new IdempotencyError(
-          'STORE_UNAVAILABLE',
-          `PgCdcRelay on slot "${this.slot}": the replication connection answered nothing for ${formatDuration(this.#silentConnectionMs)} ` +
-            '(silentConnectionTimeout), so it is taken as half-open; reconnecting.',
-        ),
-      })
-      stream.closed = true
-      this.#wakeAll()
-      void stream.service.stop().catch(() => {})
-      return
-    }
-    this.#sendStatus(stream, idle)
-  }
-
-  #receive(stream: Stream, message: PgoutputMessage): void {
-    if (stream.closed) return
-    stream.heardAt = Date.now()
-    if (message.tag === 'begin') this.#transaction = []
-    else if (message.tag === 'insert' && message.relation.name === this.#tableName) this.#transaction?.push(toMessage(message.new))
-    else if (message.tag === 'commit' && message.commitEndLsn) {
-      for (const m of this.#transaction ?? []) this.#queue.push({ message: m })
-      this.#queue.push({ ackLsn: message.commitEndLsn })
-      this.#transaction = undefined
-      this.#wake?.()
-      // Backpressure: stop reading the socket while the broker is behind (PostgreSQL keeps the rest).
-      if (this.#queue.length > HIGH_WATER_BATCHES * this.#batchSize) socketOf(stream.service)?.pause()
-    }
-  }
-
-  /** A keepalive: when nothing is buffered or in flight, everything the server sent is done, so its position is confirmed. */
-  #heartbeat(stream: Stream, lsn: string, shouldRespond: boolean): void {
-    if (stream.closed) return
-    stream.heardAt = Date.now()
-    if (this.#idle() && this.#transaction === undefined) this.#advance(stream, lsn)
-    else if (shouldRespond) this.#sendStatus(stream, false)
-  }
-
-  #idle(): boolean {
-    return this.#queue.length === 0 && !this.#inFlight
-  }
-
-  async #publishLoop(stream: Stream): Promise<void> {
-    while (!stream.closed) {
-      if (this.#queue.length === 0) {
-        await new Promise<void>((resolve) => {
-          this.#wake = resolve
-        })
-        this.#wake = undefined
-        continue
-      }
-      const items = this.#takeBatch()
-      if (this.#queue.length <= this.#batchSize) socketOf(stream.service)?.resume()
-      this.#inFlight = true
-      try {
-        const messages = items.flatMap((item) => (item.message ? [item.message] : []))
-        const delivered = await this.#deliver(stream, messages)
-        const ack = items.findLast((item) => item.ackLsn !== undefined)?.ackLsn
-        if (delivered && ack) this.#advance(stream, ack)
-      } catch (error) {
-        this.#emit({ type: 'error', relayId: this.relayId, error })
-      } finally {
-        this.#inFlight = false
-      }
-    }
-  }
-
-  /** Up to `batchSize` messages from the front of the queue, with the transaction ends among them. */
-  #takeBatch(): Item[] {
-    let count = 0
-    let end = 0
-    while (end < this.#queue.length) {
-      const item = this.#queue[end] as Item
-      if (item.message) {
-        if (count === this.#batchSize) break
-        count++
-      }
-      end++
-    }
-    return this.#queue.splice(0, end)
-  }
-
-  /**
-   * Publishes in waves: every message without a partition key at once, and the head of each
-   * partition's chain; a retryable failure holds its chain (and the confirmed position) and is retried
-   * with backoff, so a later event never overtakes an earlier one. Returns false when the connection
-   * closed first: the slot will stream those rows again.
-   */
-  async #deliver(stream: Stream, batch: OutboxMessage[]): Promise<boolean> {
-    const chains: OutboxMessage[][] = []
-    const byKey = new Map<string, OutboxMessage[]>()
-    for (const message of batch) {
-      if (message.partitionKey === null) chains.push([message])
-      else {
-        const chain = byKey.get(message.partitionKey)
-        if (chain) chain.push(message)
-        else {
-          const fresh = [message]
-          byKey.set(message.partitionKey, fresh)
-          chains.push(fresh)
-        }
-      }
-    }
-    const attempts = new Map<string, number>()
-    const sent: OutboxMessage[] = []
-    let retries = 0
-    for (;;) {
-      const active = chains.filter((chain) => chain.length > 0)
-      if (active.length === 0) break
-      const heads = active.map((chain) => chain[0] as OutboxMessage)
-      const results = await this.#publish(heads.map((m) => ({ ...m, attempts: (attempts.get(m.id) ?? 0) + 1 })))
-      let failed = false
-      for (const [i, message] of heads.entries()) {
-        const result = results[i] ?? { ok: false, error: new Error('the publisher returned no result for this message'), retryable: true }
-        const chain = active[i] as OutboxMessage[]
-        if (result.ok) {
-          sent.push(message)
-          chain.shift()
-          continue
-        }
-        const tries = (attempts.get(message.id) ?? 0) + 1
-        attempts.set(message.id, tries)
-        const dead = !result.retryable || tries >= this.#maxAttempts
-        const retryInMs = dead ? 0 : this.#backoff(retries + 1)
-        this.#emit({
-          type: 'failed',
-          relayId: this.relayId,
-          message: { ...message, attempts: tries },
-          error: result.error,
-          dead,
-          retryInMs,
-        })
-        if (dead) {
-          chain.shift()
-          await this.#markDead(message, result.error)
-        } else failed = true
-      }
-      if (!failed) continue
-      if (stream.closed || this.#stopping) return false
-      await this.#sleep(this.#backoff(++retries))
-    }
-    if (sent.length > 0) this.#emit({ type: 'published', relayId: this.relayId, messages: sent })
-    return true
-  }
-
-  async #publish(messages: OutboxMessage[]): Promise<PublishResult[]> {
-    try {
-      return await this.#publisher.publish(messages)
-    } catch (error) {
-      const err = error instanceof Error ? error : new Error(String(error))
-      return messages.map(() => ({ ok: false, error: err, retryable: true }))
-    }
-  }
-
   /** The row stays in the table as the polling relay's dead letters do, for an operator to see; the stream moves on. */
   async #markDead(message: OutboxMessage, error: Error): Promise<void> {
     await this.#query(`UPDATE ${this.#table} SET status = 'dead', last_error = $2 WHERE id = $1`, [message.id, error.message]).catch(
@@ -599,38 +368,18 @@ export class PgCdcRelay {
     )
   }
 
-  /** Moves the confirmed position forward (never back) and tells the server. */
-  #advance(stream: Stream, lsn: string): void {
-    const value = lsnToBigInt(lsn)
-    if (value <= this.#confirmed) return
-    this.#confirmed = value
-    this.#sendStatus(stream, false)
-    this.#emit({ type: 'confirmed', relayId: this.relayId, lsn })
-  }
-
-  /**
-   * A standby status update with the confirmed position exactly. The library's `acknowledge(lsn)`
-   * reports `lsn + 1`, which would let the server skip a transaction whose commit record starts at
-   * `lsn`; so it gets `lsn - 1`. `ping` asks for a keepalive back, which confirms an idle relay's
-   * position up to the server's end of WAL (so writes to other tables do not count as lag).
-   */
-  #sendStatus(stream: Stream, ping: boolean): void {
-    if (stream.closed || this.#confirmed === 0n) return
-    void stream.service.acknowledge(bigIntToLsn(this.#confirmed - 1n), ping).catch(() => {})
-  }
-
   async #closeStream(): Promise<void> {
     const stream = this.#stream
     if (!stream) return
     // Let the batch in flight finish (and confirm) before the connection goes.
-    while (this.#inFlight) await new Promise((resolve) => setTimeout(resolve, 10))
+    while (stream.inFlight) await new Promise((resolve) => setTimeout(resolve, 10))
     stream.closed = true
     this.#wakeAll()
     await stream.service.stop().catch(() => {})
   }
 
   #wakeAll(): void {
-    this.#wake?.()
+    this.#stream?.wake()
     for (const wake of [...this.#sleepers]) wake()
   }
 
@@ -644,11 +393,6 @@ export class PgCdcRelay {
       const timer = setTimeout(done, ms)
       this.#sleepers.add(done)
     })
-  }
-
-  #backoff(attempt: number): number {
-    const ceiling = Math.min(this.#backoffMaxMs, this.#backoffInitialMs * 2 ** Math.max(0, attempt - 1))
-    return Math.round(ceiling / 2 + (Math.random() * ceiling) / 2)
   }
 
   /**
@@ -699,38 +443,10 @@ export class PgCdcRelay {
   }
 }
 
-/** The parts of pgoutput's messages the relay reads. */
-type PgoutputMessage =
-  | { tag: 'begin' }
-  | { tag: 'insert'; relation: { schema: string; name: string }; new: Record<string, unknown> }
-  | { tag: 'commit'; commitEndLsn: string | null }
-  | { tag: 'relation' | 'type' | 'origin' | 'update' | 'delete' | 'truncate' | 'message' }
-
-function toMessage(row: Record<string, unknown>): OutboxMessage {
-  return {
-    seq: Number(row.seq),
-    id: String(row.id),
-    topic: String(row.topic),
-    partitionKey: (row.partition_key as string | null) ?? null,
-    payload: row.payload as Buffer,
-    contentType: String(row.content_type),
-    headers: JSON.parse(String(row.headers ?? '{}')) as Record<string, string>,
-    attempts: 1,
-    createdAtMs: row.created_at instanceof Date ? row.created_at.getTime() : Date.parse(String(row.created_at)),
-  }
-}
-
 function ignoreDuplicate(error: unknown): void {
   // Another process created it between our check and our CREATE.
   const code = ((error as { cause?: { code?: string } }).cause ?? (error as { code?: string }))?.code
   if (code !== '42710') throw error
-}
-
-/** PostgreSQL's "replication slot ... is active for PID ..." (object_in_use) becomes the typed standby error. */
-function slotError(slot: string, error: unknown): unknown {
-  const code = (error as { code?: string })?.code
-  if (code === '55006' || /is active for PID/i.test(String((error as Error)?.message))) return new ReplicationSlotInUseError(slot, error)
-  return error
 }
 
 /**
@@ -752,33 +468,11 @@ async function endWithin(client: PgClient, ms: number): Promise<void> {
   if (!ended) (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy()
 }
 
-/** The replication connection's socket (the library keeps it private), to pause reading while the broker is behind. */
-function socketOf(service: LogicalReplicationService): { pause(): void; resume(): void } | undefined {
-  return (service as unknown as { _connection?: { stream?: { pause(): void; resume(): void } } })._connection?.stream
-}
-
 async function loadPg(): Promise<PgModule> {
   try {
     const mod = (await import('pg')) as unknown as { default?: PgModule } & PgModule
     return mod.default ?? mod
   } catch (error) {
     throw new IdempotencyError('INVALID_OPTION', 'PgCdcRelay needs the pg package: npm install pg', { cause: error })
-  }
-}
-
-async function loadReplication(): Promise<typeof import('pg-logical-replication')> {
-  try {
-    const mod = (await import('pg-logical-replication')) as unknown as {
-      default?: typeof import('pg-logical-replication')
-    } & typeof import('pg-logical-replication')
-    return mod.LogicalReplicationService ? mod : (mod.default as typeof import('pg-logical-replication'))
-  } catch (error) {
-    throw new IdempotencyError(
-      'INVALID_OPTION',
-      'PgCdcRelay needs the pg-logical-replication package: npm install pg-logical-replication',
-      {
-        cause: error,
-      },
-    )
   }
 }

@@ -1,17 +1,15 @@
-import { parseDuration, parseTimerDuration } from '../../core/duration.js'
-import { assertSqlTransactions, type SqlTransactions, type SqlValue, WORK_SAVEPOINT } from '../../core/sql-transactions.js'
+import { type SqlTransactions, type SqlValue, WORK_SAVEPOINT } from '../../core/sql-transactions.js'
 import { assertRecordStep } from '../../core/steps-store.js'
-import {
-  type AcquireResult,
-  DEFAULT_ABANDONED_RETENTION_MS,
-  type ListFilter,
-  type Outcome,
-  type SavepointCommand,
-  type StoredRecord,
-  type TransactionalStore,
-  type Unsubscribe,
+import type {
+  AcquireResult,
+  ListFilter,
+  Outcome,
+  SavepointCommand,
+  StoredRecord,
+  TransactionalStore,
+  Unsubscribe,
 } from '../../core/store.js'
-import { assertFingerprint, assertIdentity, assertOptionalPositiveInteger, assertPositiveInteger } from '../../core/validate.js'
+import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
 import { assertOutcome, encodeHeaders, listLimit } from '../records.js'
 import { batchStatements } from './batch-statements.js'
@@ -25,22 +23,22 @@ import {
   lostRaces,
   type RenewInput,
 } from './batches.js'
-import { channelName, endPool, holding, openPool } from './connect.js'
+import { channelName, clientTransaction, endPool, openPool } from './connect.js'
 import { heldRows } from './held-rows.js'
 import { convertLayout, type LayoutConversion } from './layout-migration.js'
 import { Listener } from './listener.js'
 import type { PostgresStoreOptions, PostgresStoreTransactionsOption } from './options.js'
+import { PartitionedAcquire } from './partitioned-acquire.js'
 import { type PartitionedStatements, partitionedStatements } from './partitioned-statements.js'
-import { assertPartitionedName, type PostgresLayout } from './partitions.js'
+import type { PostgresLayout } from './partitions.js'
 import type { PgClientLike, PgPoolLike, PgQueryable, PgQueryResult } from './pool.js'
-import { lockNotGranted, rowHeld, toStoreError } from './postgres-errors.js'
-import { ensurePartitions, inTransaction, type Rotation, rotate } from './rotation.js'
+import { rowHeld, toStoreError } from './postgres-errors.js'
+import { resolveOptions } from './resolve-options.js'
+import { type Rotation, rotate } from './rotation.js'
 import { type AcquireRow, acquireAnswer, type Row, toRecord } from './rows.js'
 import { migrate } from './schema.js'
 import { COLUMNS, NOW_MS, qualified, type Statement, type Statements, statements } from './statements.js'
 import { PostgresTasks } from './tasks.js'
-
-const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/
 
 /**
  * Records in a PostgreSQL table, shared by any number of processes and machines, with business writes and the record in one
@@ -84,6 +82,8 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   readonly #sql: Statements
   /** The statements of the partitioned layout (absent on the plain one). */
   readonly #parted: PartitionedStatements | undefined
+  /** The acquire of the partitioned layout (absent on the plain one). */
+  readonly #partitioned: PartitionedAcquire<Client> | undefined
   /** The interval a partitioned table `migrate()` creates gets. */
   readonly #intervalMs: number
   readonly #retentionMs: number
@@ -93,10 +93,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   /** The one close(), once asked for. */
   #closing: Promise<void> | undefined
   readonly #begin: string
-  /**
-   * The isolation asked for with `isolationLevel`, set as the first statement of a tool's transaction
-   * (`undefined`: the option was not given, and the tool's transaction keeps its own level).
-   */
+  /** `SET TRANSACTION ISOLATION LEVEL …` for a tool's transaction, when `isolationLevel` was given. */
   readonly #toolIsolation: string | undefined
   readonly #ownsPool: boolean
   readonly #listener: Listener | undefined
@@ -109,74 +106,34 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   readonly #groups: GroupCommits | undefined
 
   constructor(options: PostgresStoreOptions<Client> & PostgresStoreTransactionsOption<Tx>) {
-    const schema = options?.schema ?? 'public'
-    const table = options?.table ?? 'idemkey_records'
-    for (const [name, value] of [
-      ['schema', schema],
-      ['table', table],
-    ] as const) {
-      if (typeof value !== 'string' || !IDENTIFIER.test(value)) {
-        throw new IdempotencyError(
-          'INVALID_OPTION',
-          `PostgresStore ${name} "${value}" must be a plain SQL identifier (letters, digits, underscore; up to 63).`,
-        )
-      }
-    }
-    if ((options?.pool === undefined) === (options?.connectionString === undefined)) {
-      throw new IdempotencyError(
-        'INVALID_OPTION',
-        'PostgresStore needs exactly one of { pool } (a pg.Pool) or { connectionString } (postgres://user:password@host:port/database).',
-      )
-    }
-    assertOptionalPositiveInteger((options as { max?: unknown }).max, 'PostgresStore max (connections)')
+    const resolved = resolveOptions(options)
+    const { schema, table } = resolved
     this.schema = schema
     this.table = table
+    this.layout = resolved.layout
     this.#sql = statements(schema, table)
-    const layout = options.layout ?? 'plain'
-    if (layout !== 'plain' && layout !== 'partitioned') {
-      throw new IdempotencyError('INVALID_OPTION', `PostgresStore layout must be 'plain' or 'partitioned', got ${JSON.stringify(layout)}.`)
-    }
-    this.layout = layout
-    this.#intervalMs = parseDuration(options.partitionInterval ?? '1d', 'partitionInterval')
-    if (layout === 'partitioned') {
-      if (this.#intervalMs <= 0) {
-        // A table created so would carry an interval of 0, and every partition's bounds divide by it.
-        throw new IdempotencyError(
-          'INVALID_OPTION',
-          `PostgresStore partitionInterval must be longer than 0 with layout 'partitioned' (e.g. '1d'), got ${JSON.stringify(options.partitionInterval)}.`,
-        )
-      }
-      assertPartitionedName(table)
+    if (resolved.layout === 'partitioned') {
       this.#parted = partitionedStatements(schema, table)
+      this.#partitioned = new PartitionedAcquire({
+        ...resolved,
+        sql: this.#parted,
+        ready: (operation) => this.#ready(operation),
+        query: (operation, statement, values) => this.#query(operation, statement, values),
+      })
     }
-    this.#retentionMs = parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention')
-    // On the partitioned layout every statement is planned when it runs: a plan cached while the
-    // partition of now was new and nearly empty scans it whole once it has filled (a sequential scan
-    // is the cheapest plan for a tiny table, and nothing replans until autovacuum analyzes it).
-    this.#prepared = (options.layout ?? 'plain') === 'plain' && (options.preparedStatements ?? true)
-    this.#queryTimeoutMs = parseTimerDuration(options.queryTimeout ?? '10s', 'queryTimeout')
-    const isolation = options.isolationLevel ?? 'read committed'
-    if (!['read committed', 'repeatable read', 'serializable'].includes(isolation)) {
-      throw new IdempotencyError(
-        'INVALID_OPTION',
-        `PostgresStore isolationLevel must be 'read committed', 'repeatable read' or 'serializable', got ${JSON.stringify(isolation)}.`,
-      )
-    }
-    this.#begin = `BEGIN ISOLATION LEVEL ${isolation.toUpperCase()}`
-    this.#toolIsolation = options.isolationLevel === undefined ? undefined : `SET TRANSACTION ISOLATION LEVEL ${isolation.toUpperCase()}`
-    if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'PostgresStore', 'postgres')
+    this.#intervalMs = resolved.intervalMs
+    this.#retentionMs = resolved.retentionMs
+    this.#prepared = resolved.prepared
+    this.#queryTimeoutMs = resolved.queryTimeoutMs
+    this.#begin = resolved.begin
+    this.#toolIsolation = resolved.toolIsolation
     this.#tool = options.transactions
-    this.#ownsPool = options.pool === undefined
-    if (options.pool) this.#pool = options.pool
-    else {
-      this.#opening = openPool(
-        options.connectionString,
-        options.max ?? 10,
-        parseDuration(options.connectionTimeout ?? '5s', 'connectionTimeout'),
-      )
+    this.#ownsPool = resolved.open !== undefined
+    if (resolved.open) {
+      this.#opening = openPool(resolved.open.connectionString, resolved.open.max, resolved.open.connectionTimeoutMs)
       // An open that fails is reported by the first operation, never as an unhandled rejection.
       this.#opening.catch(() => {})
-    }
+    } else this.#pool = options.pool
     this.channel = options.notifications === false ? null : channelName(schema, table)
     if (this.channel) {
       const arm = async (id: string) => {
@@ -197,7 +154,9 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
         retentionMs: this.#retentionMs,
         channel: this.channel,
         query: (operation, statement, values) =>
-          parted && statement === parted.acquire ? this.#lockedAcquire(values) : this.#query(operation, statement, values),
+          parted && statement === parted.acquire
+            ? (this.#partitioned as PartitionedAcquire<Client>).acquire(values)
+            : this.#query(operation, statement, values),
         one: {
           acquire: (input) => this.#acquireOne(input),
           get: (input) => this.#getOne(input),
@@ -217,7 +176,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   async migrate(): Promise<void> {
     const pool = await this.#ready('migrate')
     await migrate(pool, this.schema, this.table, { layout: this.layout, intervalMs: this.#intervalMs })
-    if (this.#parted) await this.#ensurePartitions('migrate')
+    await this.#partitioned?.ensurePartitions('migrate')
   }
 
   /**
@@ -249,83 +208,6 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     }
   }
 
-  /**
-   * Creates the partition of now and those ahead. For an acquire whose insert found its partition
-   * missing (a missed rotation), a lock not granted in time is no failure: another transaction holds
-   * it, one creating the same partitions for other callers, or a rotation, and the acquire's next
-   * attempt finds the partition, or asks again.
-   */
-  async #ensurePartitions(operation: 'migrate' | 'acquire'): Promise<void> {
-    try {
-      await ensurePartitions(await this.#ready(operation), this.schema, this.table, this.#intervalMs)
-    } catch (error) {
-      if (operation === 'acquire' && lockNotGranted(error)) return
-      throw toStoreError(operation, error, this.schema, this.table)
-    }
-  }
-
-  /**
-   * The partitioned acquire (partitioned-statements.ts), in the batch statement's shape: a lock-free
-   * read answers the callers whose key has a live record (replays, duplicates in flight, mismatches);
-   * the others go on under the key locks.
-   */
-  async #lockedAcquire(values: unknown[]): Promise<PgQueryResult> {
-    const [scopes, keys, fingerprints, leases, watched] = values as [string[], string[], string[], number[], string[]]
-    const peeked = (await this.#query('acquire', (this.#parted as PartitionedStatements).peek, [scopes, keys, fingerprints]))
-      .rows as Array<{
-      n: string | number
-    }>
-    if (peeked.length === scopes.length) return { rows: peeked, rowCount: peeked.length }
-    // The callers the read left unanswered go on under the key locks, numbered again from 1 (and
-    // the first of each key among them may write); their rows are numbered back as the caller's.
-    const answered = new Set(peeked.map((row) => Number(row.n)))
-    const rest = scopes.map((_, i) => i).filter((i) => !answered.has(i + 1))
-    const pick = <T>(column: T[]) => rest.map((i) => column[i] as T)
-    const first = rest.map((i, j) => j === 0 || scopes[i] !== scopes[rest[j - 1] as number] || keys[i] !== keys[rest[j - 1] as number])
-    const locked = await this.#underKeyLocks([
-      pick(scopes),
-      pick(keys),
-      pick(fingerprints),
-      pick(leases),
-      pick(watched),
-      first.map((flag) => (flag ? 't' : 'f')),
-      values[6],
-    ])
-    const rows = [
-      ...peeked,
-      ...(locked.rows as Array<{ n: string | number }>).map((row) => ({ ...row, n: (rest[Number(row.n) - 1] as number) + 1 })),
-    ]
-    return { rows, rowCount: rows.length }
-  }
-
-  /**
-   * The keys' advisory locks, then the acquire statement, in one READ COMMITTED transaction, so the
-   * statement's snapshot comes after the locks. An insert that found no partition for now (a
-   * rotation was missed) creates the partitions and runs again.
-   */
-  async #underKeyLocks(values: unknown[]): Promise<PgQueryResult> {
-    const parted = this.#parted as PartitionedStatements
-    const pool = await this.#ready('acquire')
-    const named = (statement: Statement, params: unknown[]) =>
-      this.#prepared
-        ? { name: statement.name, text: statement.text, values: params, query_timeout: this.#queryTimeoutMs }
-        : { text: statement.text, values: params, query_timeout: this.#queryTimeoutMs }
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await inTransaction(pool, async (tx) => {
-          await tx.query(named(parted.lock, [values[0], values[1], `${this.schema}.${this.table}`]))
-          return tx.query(named(parted.acquire, values))
-        })
-      } catch (error) {
-        if (attempt < 3 && noPartition(error)) {
-          await this.#ensurePartitions('acquire')
-          continue
-        }
-        throw toStoreError('acquire', error, this.schema, this.table)
-      }
-    }
-  }
-
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
     assertIdentity(scope, key)
     assertFingerprint(fingerprint)
@@ -353,7 +235,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
       // The batch statement with one caller: the partitioned layout has no single-key form.
       const batch = [[scope], [key], [fingerprint], [leaseMs], [watched ? 't' : 'f'], ['t'], this.#retentionMs]
       for (let round = 0; round < 100; round++) {
-        const row = (await this.#lockedAcquire(batch)).rows[0] as AcquireRow | undefined
+        const row = (await (this.#partitioned as PartitionedAcquire<Client>).acquire(batch)).rows[0] as AcquireRow | undefined
         if (!row) throw new IdempotencyError('STORE_SCHEMA', 'postgres: acquire returned no row; is the table an idemkey table?')
         const answer = acquireAnswer(row, scope, key, fingerprint)
         if (answer) return answer
@@ -503,33 +385,7 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
 
   async #clientTransaction<R>(fn: (tx: Client) => Promise<R>): Promise<R> {
     const pool = await this.#ready('transaction')
-    let client: Client
-    try {
-      client = await pool.connect()
-    } catch (error) {
-      throw toStoreError('transaction', error, this.schema, this.table)
-    }
-    // A connection that breaks between queries (a server restart while `fn` awaits something else)
-    // emits 'error' on the client: holding() hears it (unheard, it would crash the process), and destroys
-    // a lost client, or one whose rollback failed (its state unknown), rather than pool it.
-    return holding(client, async (held) => {
-      try {
-        await client.query(this.#begin).catch((error: unknown) => {
-          throw toStoreError('BEGIN', error, this.schema, this.table)
-        })
-        const result = await fn(client)
-        await client.query('COMMIT').catch((error: unknown) => {
-          throw toStoreError('COMMIT', error, this.schema, this.table)
-        })
-        return result
-      } catch (error) {
-        // The connection broke under the work (a server restart): its writes are gone with it. Say so
-        // with STORE_UNAVAILABLE (retry later), not as if the work itself had failed.
-        const lost = held.lost()
-        await client.query('ROLLBACK').catch(held.discard)
-        throw lost ? toStoreError('transaction', error, this.schema, this.table) : error
-      }
-    })
+    return clientTransaction(pool, this.#begin, fn, (operation, error) => toStoreError(operation, error, this.schema, this.table))
   }
 
   /** Stops the purge loop and the LISTEN connection, and ends the pool the store opened (a pool you passed stays open). */
@@ -629,10 +485,4 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     if (this.#pool) return step(this.#pool).catch(fail)
     return this.#ready(operation).then((pool) => step(pool).catch(fail))
   }
-}
-
-/** An insert that found no partition for its `created_at` (SQLSTATE 23514, "no partition of relation … found for row"). */
-function noPartition(error: unknown): boolean {
-  const { code, message } = (error ?? {}) as { code?: string; message?: string }
-  return code === '23514' && /no partition/.test(message ?? '')
 }

@@ -1,7 +1,8 @@
 /**
- * How a CDC relay's slot is judged, shared by `PgCdcRelay.ready()` and the operator page (which must
- * not load the relay and its drivers to draw a row).
+ * A CDC relay's slot health and how it is judged, shared by `PgCdcRelay.ready()` and the operator page
+ * (which must not load the relay and its drivers to draw a row).
  */
+import { IdempotencyError } from '../../errors.js'
 
 /** `PgCdcRelay`'s `maxLagBytes` unless given: 256 MiB. */
 export const DEFAULT_MAX_LAG_BYTES = 256 * 1024 * 1024
@@ -17,4 +18,34 @@ export function slotProblem(
   if (!health.exists) return 'missing'
   if (health.walStatus === 'lost') return 'lost'
   return health.lagBytes > maxLagBytes ? 'lagging' : null
+}
+
+/** Where the slot stands: what `/readyz` and the operator want to know. */
+export interface PgCdcRelayHealth {
+  slot: string
+  /** False when the slot does not exist (dropped, or `setup()` never ran). */
+  exists: boolean
+  /** Some relay streams from the slot now (this one or another). */
+  active: boolean
+  /** This relay is the one streaming. */
+  streaming: boolean
+  confirmedLsn: string | null
+  currentLsn: string
+  /** WAL the slot keeps that the broker has not confirmed yet, in bytes (`pg_current_wal_lsn() - confirmed_flush_lsn`). */
+  lagBytes: number
+  /** `pg_replication_slots.wal_status`: `lost` means `max_slot_wal_keep_size` cut the slot off (events were skipped). */
+  walStatus: string | null
+}
+
+/** `ready()`'s failure: the slot is missing, cut off, or lags more than `maxLagBytes`. Code `STORE_UNAVAILABLE`. */
+export class ReplicationSlotLagError extends IdempotencyError {
+  readonly health: PgCdcRelayHealth
+  constructor(health: PgCdcRelayHealth, why: string) {
+    super(
+      'STORE_UNAVAILABLE',
+      `CDC relay slot "${health.slot}" ${why}. Check that a relay is running and the broker confirms its publishes; ` +
+        'set max_slot_wal_keep_size so a stuck slot cannot fill the disk (docs/messaging.md, "CDC relay").',
+    )
+    this.health = health
+  }
 }

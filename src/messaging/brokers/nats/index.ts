@@ -5,6 +5,6 @@
  * @example
  * import { NatsPublisher, consumeNats } from 'idemkey/nats'
  */
-export type { ConsumeOptions, RunningConsumer } from '../../dispatcher.js'
+export type { ConsumeOptions, RunningConsumer } from '../../consumer-options.js'
 export { type ConsumeNatsOptions, consumeNats, natsInboxMessage } from './nats-consumer.js'
 export { NatsPublisher, type NatsPublisherOptions } from './nats-publisher.js'

@@ -5,6 +5,6 @@
  * @example
  * import { RabbitMqPublisher, consumeRabbitMq } from 'idemkey/rabbitmq'
  */
-export type { ConsumeOptions, RunningConsumer } from '../../dispatcher.js'
+export type { ConsumeOptions, RunningConsumer } from '../../consumer-options.js'
 export { type ConsumeRabbitMqOptions, consumeRabbitMq, rabbitMqInboxMessage } from './rabbitmq-consumer.js'
 export { RabbitMqPublisher, type RabbitMqPublisherOptions } from './rabbitmq-publisher.js'

@@ -4,15 +4,14 @@ import {
   type ConsumeOptions,
   checkInboxWindow,
   consumerConcurrency,
-  createDispatcher,
   defaultInHand,
   delayOption,
   keyOf,
   maxAttemptsOption,
   positive,
   type RunningConsumer,
-  type Verdict,
-} from '../../dispatcher.js'
+} from '../../consumer-options.js'
+import { createDispatcher, type Verdict } from '../../dispatcher.js'
 import type { InboxMessage } from '../../inbox/types.js'
 import { type AckEntry, AckWindow } from './ack-window.js'
 import { readQueueMessageTtl } from './queue-ttl.js'

@@ -5,6 +5,6 @@
  * @example
  * import { RedisStreamsPublisher, consumeRedisStreams } from 'idemkey/redis-streams'
  */
-export type { ConsumeOptions, RunningConsumer } from '../../dispatcher.js'
+export type { ConsumeOptions, RunningConsumer } from '../../consumer-options.js'
 export { type ConsumeRedisStreamsOptions, consumeRedisStreams } from './redis-streams-consumer.js'
 export { RedisStreamsPublisher, type RedisStreamsPublisherOptions } from './redis-streams-publisher.js'

@@ -6,15 +6,14 @@ import {
   type ConsumeOptions,
   checkInboxWindow,
   consumerConcurrency,
-  createDispatcher,
   defaultInHand,
   delayOption,
   keyOf,
   maxAttemptsOption,
   positive,
   type RunningConsumer,
-  type Verdict,
-} from '../../dispatcher.js'
+} from '../../consumer-options.js'
+import { createDispatcher, type Verdict } from '../../dispatcher.js'
 import type { InboxMessage } from '../../inbox/types.js'
 
 /** Options of {@link consumeRedisStreams}. */
@@ -207,7 +206,7 @@ export async function consumeRedisStreams<Tx>(options: ConsumeRedisStreamsOption
       if (inHand.has(entryId)) continue
       const { message, refused } = toInboxMessage(stream, entry)
       if (refused) {
-        // It threw here once: the entry stayed in hand, pending for ever, and the rest of its read was dropped.
+        // Refused, not thrown: a throw would leave the entry in hand, pending for ever, and drop the rest of its read.
         options.onError?.(refused, message)
         void settle(entry, message, 'reject')
         continue
