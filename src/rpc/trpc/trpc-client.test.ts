@@ -8,9 +8,9 @@ import type { AddressInfo } from 'node:net'
 import { createTRPCClient, httpBatchLink, httpLink, TRPCClientError } from '@trpc/client'
 import { initTRPC } from '@trpc/server'
 import { createHTTPServer } from '@trpc/server/adapters/standalone'
-import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { Ledger } from '../src/core/ledger.js'
-import { idempotent } from '../src/rpc/trpc/index.js'
+import { MemoryStore } from '../../backends/memory/memory-store.js'
+import { Ledger } from '../../core/ledger.js'
+import { idempotent } from './index.js'
 
 interface Context {
   idempotencyKey: string | undefined

@@ -5,9 +5,9 @@
  * is missing.
  */
 
-import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { Ledger } from '../src/core/ledger.js'
-import { ACTION_KEY_FIELD, actionKey, idempotentAction } from '../src/rpc/next/index.js'
+import { MemoryStore } from '../../backends/memory/memory-store.js'
+import { Ledger } from '../../core/ledger.js'
+import { ACTION_KEY_FIELD, actionKey, idempotentAction } from './index.js'
 
 const ledger = new Ledger({ store: new MemoryStore() })
 const form = (values: Record<string, string>) => {

@@ -5,10 +5,10 @@
  */
 import { randomUUID } from 'node:crypto'
 import postgres from 'postgres'
-import { PostgresStore } from '../src/backends/postgres/index.js'
-import { postgresJsPool, postgresJsTransactions } from '../src/orm/postgres-js/index.js'
-import { describeStore, describeStoreModel } from '../src/testing/index.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { postgresJsPool, postgresJsTransactions } from '../../orm/postgres-js/index.js'
+import { describeStore, describeStoreModel } from '../../testing/index.js'
+import { PostgresStore } from './index.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
 const skip = await serviceSkipReason('PostgreSQL', 5432)

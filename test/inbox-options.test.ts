@@ -5,9 +5,9 @@
  */
 import Database from 'better-sqlite3'
 import { describe, expect, it } from 'vitest'
-import { MySqlInbox } from '../../backends/mysql/mysql-inbox.js'
-import { PgInbox } from '../../backends/postgres/postgres-inbox.js'
-import { SqliteInbox } from '../../backends/sqlite/sqlite-inbox.js'
+import { MySqlInbox } from '../src/backends/mysql/mysql-inbox.js'
+import { PgInbox } from '../src/backends/postgres/postgres-inbox.js'
+import { SqliteInbox } from '../src/backends/sqlite/sqlite-inbox.js'
 
 const invalid = (message: string) => expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining(message) })
 /** Never used: every case is refused, or made and dropped, before a query. */

@@ -9,19 +9,19 @@ import {
   UpdateTimeToLiveCommand,
 } from '@aws-sdk/client-dynamodb'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
-import { type DynamoDbClientLike, DynamoDbStore, type DynamoDbStoreOptions } from '../src/backends/dynamodb/index.js'
-import { ManualClock } from '../src/core/clock.js'
-import type { Outcome } from '../src/core/store.js'
-import { fp, sampleOutcome } from '../src/testing/index.js'
-import { type DynamoDbEndpoint, startDynamoDb } from './helpers/dynalite.js'
-import { eventually } from './helpers/eventually.js'
-import { TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
+import { type DynamoDbEndpoint, startDynamoDb } from '../../../test/helpers/dynalite.js'
+import { eventually } from '../../../test/helpers/eventually.js'
+import { TcpFaultProxy } from '../../../test/helpers/tcp-fault-proxy.js'
+import { ManualClock } from '../../core/clock.js'
+import type { Outcome } from '../../core/store.js'
+import { fp, sampleOutcome } from '../../testing/index.js'
+import { type DynamoDbClientLike, DynamoDbStore, type DynamoDbStoreOptions } from './index.js'
 
 // The rules DynamoDbStore keeps around its conditional writes: the checks of its options, the items it
 // writes (keys, TTL, body), migrate() on tables that are not what it wants, the acquire loop when another
 // writer moves the record between the failed write and the read, list, purge, close, and the errors each
 // operation reports. Against dynalite on a loopback port (or IDEMKEY_DYNAMODB_ENDPOINT), as in
-// test/dynamodb-store.test.ts; where a test needs DynamoDB to answer otherwise (a table still CREATING, a
+// dynamodb-store.test.ts; where a test needs DynamoDB to answer otherwise (a table still CREATING, a
 // throttled request), the store's client is a real client whose sends pass through a hook.
 const dynamo: DynamoDbEndpoint = await startDynamoDb()
 afterAll(() => dynamo.stop())
@@ -764,7 +764,7 @@ describe('DynamoDbStore without @aws-sdk/client-dynamodb, in this process', () =
       throw missing
     })
     try {
-      const { loadSdk } = await import('../src/backends/dynamodb/client.js')
+      const { loadSdk } = await import('./client.js')
       const first = await loadSdk().then(
         () => undefined,
         (error: unknown) => error,

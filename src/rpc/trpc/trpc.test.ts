@@ -8,9 +8,9 @@ import { randomUUID } from 'node:crypto'
 import { initTRPC } from '@trpc/server'
 import { fetchRequestHandler } from '@trpc/server/adapters/fetch'
 import superjson from 'superjson'
-import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { Ledger } from '../src/core/ledger.js'
-import { idempotent } from '../src/rpc/trpc/index.js'
+import { MemoryStore } from '../../backends/memory/memory-store.js'
+import { Ledger } from '../../core/ledger.js'
+import { idempotent } from './index.js'
 
 interface Context {
   idempotencyKey: string | undefined
@@ -102,7 +102,7 @@ describe('idemkey/trpc without a scope', () => {
     vi.resetModules()
     const warned = vi.spyOn(process, 'emitWarning').mockImplementation(() => {})
     try {
-      const fresh = await import('../src/rpc/trpc/index.js')
+      const fresh = await import('./index.js')
       const ledger = new Ledger({ store: new MemoryStore() })
       fresh.idempotent({ ledger, key: () => 'k', scope: () => 'tenant' }, () => 1)
       expect(warned).not.toHaveBeenCalled()

@@ -6,10 +6,10 @@
  */
 import { randomUUID } from 'node:crypto'
 import { createSchema, createYoga, type Plugin, useExecutionCancellation } from 'graphql-yoga'
-import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { Ledger } from '../src/core/ledger.js'
-import { IdempotencyError } from '../src/errors.js'
-import { apolloIdempotency, useIdempotency } from '../src/rpc/graphql/index.js'
+import { MemoryStore } from '../../backends/memory/memory-store.js'
+import { Ledger } from '../../core/ledger.js'
+import { IdempotencyError } from '../../errors.js'
+import { apolloIdempotency, useIdempotency } from './index.js'
 
 let charges = 0
 let failNext = false

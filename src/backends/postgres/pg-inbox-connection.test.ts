@@ -6,8 +6,8 @@
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { PgInbox } from '../src/messaging/inbox/index.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { PgInbox } from '../../messaging/inbox/index.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
 const skip = await serviceSkipReason('PostgreSQL', 5432)

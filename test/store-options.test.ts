@@ -4,10 +4,10 @@
  * check as "NaN" and crashed later), a clock without `sleep()` and `timer()`.
  */
 import { describe, expect, it } from 'vitest'
-import { MemoryStore } from './memory/index.js'
-import { MySqlStore } from './mysql/index.js'
-import { PostgresStore } from './postgres/index.js'
-import { SqliteStore } from './sqlite/index.js'
+import { MemoryStore } from '../src/backends/memory/index.js'
+import { MySqlStore } from '../src/backends/mysql/index.js'
+import { PostgresStore } from '../src/backends/postgres/index.js'
+import { SqliteStore } from '../src/backends/sqlite/index.js'
 
 const invalid = (message: string) => expect.objectContaining({ code: 'INVALID_OPTION', message: expect.stringContaining(message) })
 

@@ -8,10 +8,10 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import postgres from 'postgres'
-import type { PgPool, PgQueryable } from '../src/backends/postgres/messaging.js'
-import { PgInbox } from '../src/messaging/inbox/index.js'
-import { postgresJsPool } from '../src/orm/postgres-js/index.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { PgInbox } from '../../messaging/inbox/index.js'
+import { postgresJsPool } from '../../orm/postgres-js/index.js'
+import type { PgPool, PgQueryable } from './messaging.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
 const skip = await serviceSkipReason('PostgreSQL', 5432)

@@ -1,14 +1,14 @@
 /** The engine's pieces on their own: key parsing, problems, the stored-header rules, fingerprints. */
 
-import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { canonicalJson } from '../src/core/fingerprint.js'
-import { Ledger } from '../src/core/ledger.js'
-import { IdempotencyError, isIdempotencyError } from '../src/errors.js'
-import { createEngine } from '../src/http/engine.js'
-import { parseKeyHeader } from '../src/http/key-header.js'
-import { problem } from '../src/http/problem.js'
-import { requestFingerprint, storedHeaderSet, toStored } from '../src/http/stored.js'
-import type { HttpRequestLike } from '../src/http/types.js'
+import { MemoryStore } from '../backends/memory/memory-store.js'
+import { canonicalJson } from '../core/fingerprint.js'
+import { Ledger } from '../core/ledger.js'
+import { IdempotencyError, isIdempotencyError } from '../errors.js'
+import { createEngine } from './engine.js'
+import { parseKeyHeader } from './key-header.js'
+import { problem } from './problem.js'
+import { requestFingerprint, storedHeaderSet, toStored } from './stored.js'
+import type { HttpRequestLike } from './types.js'
 
 const bytes = (text: string) => new TextEncoder().encode(text)
 /** The JSON of a response's body: a problem's fields. */
@@ -220,7 +220,7 @@ describe('createEngine', () => {
   it('answers 413 when the body is larger than maxRequestBody, before touching the ledger', async () => {
     const store = new MemoryStore()
     const engine = createEngine({ ledger: new Ledger({ store }), maxRequestBody: 4 })
-    const { readWebBody } = await import('../src/http/node-body.js')
+    const { readWebBody } = await import('./node-body.js')
     const body = new Blob(['0123456789']).stream()
     const response = await engine.handle(
       req({ headers: { 'idempotency-key': 'k', 'content-type': 'text/plain' }, body: (limit) => readWebBody(body, null, limit) }),
@@ -348,7 +348,7 @@ describe('createEngine: how each covered request is answered and reported', () =
 describe('docs/errors.md', () => {
   it('has a section for every problem type the layer answers', async () => {
     const { readFileSync } = await import('node:fs')
-    const page = readFileSync(new URL('../docs/errors.md', import.meta.url), 'utf8')
+    const page = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8')
     const headings = new Set([...page.matchAll(/^## ([a-z-]+)$/gm)].map((m) => m[1]))
     const codes = [
       'KEY_INVALID',

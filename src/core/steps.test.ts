@@ -1,9 +1,9 @@
-import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { deriveKey } from '../src/client/derive-key.js'
-import { ManualClock } from '../src/core/clock.js'
-import { Ledger } from '../src/core/ledger.js'
-import type { PendingStep } from '../src/core/steps.js'
-import type { IdempotencyStore } from '../src/core/store.js'
+import { MemoryStore } from '../backends/memory/memory-store.js'
+import { deriveKey } from '../client/derive-key.js'
+import { ManualClock } from './clock.js'
+import { Ledger } from './ledger.js'
+import type { PendingStep } from './steps.js'
+import type { IdempotencyStore } from './store.js'
 
 /** An attempt that dies after `afterSteps` steps: the work throws a non-transient crash and the lease is left to end. */
 class Crash extends Error {}

@@ -9,10 +9,10 @@
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
-import { Listener } from '../src/backends/postgres/listener.js'
-import type { PgClientLike, PgNotification, PgPoolLike, PgQueryConfig, PgQueryResult } from '../src/backends/postgres/pool.js'
-import { eventually } from './helpers/eventually.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { eventually } from '../../../test/helpers/eventually.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { Listener } from './listener.js'
+import type { PgClientLike, PgNotification, PgPoolLike, PgQueryConfig, PgQueryResult } from './pool.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
 const skip = await serviceSkipReason('PostgreSQL', 5432)

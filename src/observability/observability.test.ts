@@ -7,13 +7,13 @@ import { context, trace } from '@opentelemetry/api'
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
 import { AggregationTemporality, type DataPoint, MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics'
 import { BasicTracerProvider, InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base'
-import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { ManualClock } from '../src/core/clock.js'
-import { Ledger, type LedgerEvent } from '../src/core/ledger.js'
-import type { IdempotencyStore } from '../src/core/store.js'
-import { createEngine } from '../src/http/engine.js'
-import type { EngineEvent, HttpRequestLike } from '../src/http/types.js'
-import { keyHash, openTelemetry } from '../src/observability/opentelemetry.js'
+import { MemoryStore } from '../backends/memory/memory-store.js'
+import { ManualClock } from '../core/clock.js'
+import { Ledger, type LedgerEvent } from '../core/ledger.js'
+import type { IdempotencyStore } from '../core/store.js'
+import { createEngine } from '../http/engine.js'
+import type { EngineEvent, HttpRequestLike } from '../http/types.js'
+import { keyHash, openTelemetry } from './opentelemetry.js'
 
 class TestReader extends MetricReader {
   constructor() {
@@ -247,7 +247,7 @@ describe('openTelemetry(): spans', () => {
     const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] })
     const store = flakyStore(new MemoryStore({ clock }), failing)
     const ledger = new Ledger({ store, clock, lease: '1s', telemetry: openTelemetry({ tracerProvider, metrics: false }) })
-    await store.acquire('default', 'k', (await import('../src/core/fingerprint.js')).fingerprintOf(1), 1_000)
+    await store.acquire('default', 'k', (await import('../core/fingerprint.js')).fingerprintOf(1), 1_000)
     clock.advance(1_001)
     await ledger.run({ key: 'k', payload: 1 }, () => 'ok')
     failing.add('acquire')

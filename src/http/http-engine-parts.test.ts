@@ -4,14 +4,14 @@
  * `transactional: true` path (engine-transaction.ts), on the memory store and a transactional one.
  */
 
-import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { ManualClock } from '../src/core/clock.js'
-import { Ledger } from '../src/core/ledger.js'
-import type { Outcome } from '../src/core/store.js'
-import { IdempotencyError, isIdempotencyError } from '../src/errors.js'
-import { createEngine } from '../src/http/engine.js'
-import type { Decision, EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
-import { TxMemoryStore } from './helpers/tx-memory-store.js'
+import { TxMemoryStore } from '../../test/helpers/tx-memory-store.js'
+import { MemoryStore } from '../backends/memory/memory-store.js'
+import { ManualClock } from '../core/clock.js'
+import { Ledger } from '../core/ledger.js'
+import type { Outcome } from '../core/store.js'
+import { IdempotencyError, isIdempotencyError } from '../errors.js'
+import { createEngine } from './engine.js'
+import type { Decision, EngineEvent, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
 
 const bytes = (text: string) => new TextEncoder().encode(text)
 const text = (response: HttpResponseLike) => new TextDecoder().decode(response.body)
@@ -165,7 +165,7 @@ describe('createEngine: its options', () => {
     vi.stubEnv('IDEMKEY_SCOPE_SECRET', '')
     const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => {})
     try {
-      const fresh = await import('../src/http/engine.js')
+      const fresh = await import('./engine.js')
       const ledger = new Ledger({ store: new MemoryStore() })
       fresh.createEngine({ ledger, scope: () => 'tenant-1' })
       fresh.createEngine({ ledger }, { scopeOf: () => 'header:tenant-1' })

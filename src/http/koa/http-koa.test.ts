@@ -9,10 +9,10 @@ import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
 import multer from '@koa/multer'
 import Koa from 'koa'
-import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { Ledger } from '../src/core/ledger.js'
-import { type IdempotencyState, idempotency } from '../src/http/koa/index.js'
-import { type EncodedForm, encodedForm, postForm } from './helpers/multipart.js'
+import { type EncodedForm, encodedForm, postForm } from '../../../test/helpers/multipart.js'
+import { MemoryStore } from '../../backends/memory/memory-store.js'
+import { Ledger } from '../../core/ledger.js'
+import { type IdempotencyState, idempotency } from './index.js'
 
 async function send(url: string, key: string | undefined, body: string, contentType = 'application/json') {
   const headers: Record<string, string> = { 'content-type': contentType }

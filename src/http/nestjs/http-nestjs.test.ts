@@ -24,10 +24,10 @@ import {
 } from '@nestjs/common'
 import { NestFactory } from '@nestjs/core'
 import { FastifyAdapter } from '@nestjs/platform-fastify'
-import type { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { Ledger } from '../src/core/ledger.js'
-import { IdempotencyInterceptor, IdempotencyModule, Idempotent } from '../src/http/nestjs/index.js'
-import { countingStore } from './helpers/counting-store.js'
+import { countingStore } from '../../../test/helpers/counting-store.js'
+import type { MemoryStore } from '../../backends/memory/memory-store.js'
+import { Ledger } from '../../core/ledger.js'
+import { IdempotencyInterceptor, IdempotencyModule, Idempotent } from './index.js'
 
 async function send(url: string, key: string | undefined, body: unknown = {}, headers: Record<string, string> = {}) {
   const all: Record<string, string> = { 'content-type': 'application/json', ...headers }

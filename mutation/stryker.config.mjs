@@ -2,12 +2,13 @@
 // scope runs for about an hour and a half on two cores with --concurrency 2). docs/testing.md records the
 // last score and the survivors accepted, with why. Scope: all of src/core/, the HTTP engine, and the
 // in-process stores; the tests are the in-process suites that cover them, the HTTP conformance suite and
-// the deterministic simulator included (vitest.mutate.config.ts), never the server-backed or
-// multi-process ones.
+// the deterministic simulator included (mutation/vitest.mutate.config.ts), never the server-backed or
+// multi-process ones. Run from the repository root (the npm scripts do): every path in these configs,
+// the vitest configs beside them included, is relative to it, not to this folder.
 /** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
 const config = {
   testRunner: 'vitest',
-  vitest: { configFile: 'vitest.mutate.config.ts', related: false },
+  vitest: { configFile: 'mutation/vitest.mutate.config.ts', related: false },
   plugins: ['@stryker-mutator/vitest-runner'],
   mutate: [
     // The ledger and everything it rests on (src/core/), the HTTP engine, and the two in-process stores.
@@ -49,7 +50,7 @@ export default config
 export function storeRun(store, mutate) {
   return {
     ...config,
-    vitest: { configFile: `vitest.mutate-${store}.config.ts`, related: false },
+    vitest: { configFile: `mutation/vitest.mutate-${store}.config.ts`, related: false },
     mutate,
     incrementalFile: `reports/mutation-${store}/stryker-incremental.json`,
     htmlReporter: { fileName: `reports/mutation-${store}/mutation.html` },

@@ -11,8 +11,8 @@ export default defineConfig({
       'src/core/**/*.test.ts',
       'src/backends/memory/*.test.ts',
       'src/backends/sqlite/*.test.ts',
-      'test/http-engine.test.ts',
-      'test/http-engine-parts.test.ts',
+      'src/http/http-engine.test.ts',
+      'src/http/http-engine-parts.test.ts',
       'test/http-conformance.test.ts',
       'test/http-adapters.test.ts',
       'src/http/scope.test.ts',
@@ -21,8 +21,7 @@ export default defineConfig({
       'test/steps-http.test.ts',
       'test/sim.test.ts',
       'src/client/derive-key.test.ts',
-      'test/steps.test.ts',
-      'test/observability.test.ts',
+      'src/observability/observability.test.ts',
     ],
     // A time limit that instrumented code (every branch counted) cannot meet says nothing of a mutant;
     // the proxy's conformance runs the built CLI in a child process, which no mutant reaches.

@@ -7,6 +7,12 @@
  */
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
+import { inTransaction as inClientTransaction } from '../../../test/fixtures/messaging/pg.js'
+import { eventually } from '../../../test/helpers/eventually.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { TcpFaultProxy } from '../../../test/helpers/tcp-fault-proxy.js'
+import { IdempotencyError } from '../../errors.js'
+import { fp } from '../../testing/index.js'
 import {
   assertPartitionedName,
   createPartitions,
@@ -17,17 +23,11 @@ import {
   partitionedTableDdl,
   serverNow,
   slotOf,
-} from '../src/backends/postgres/partitions.js'
-import type { PgClientLike, PgPoolLike, PgQueryConfig, PgQueryResult } from '../src/backends/postgres/pool.js'
-import { PostgresStore } from '../src/backends/postgres/postgres-store.js'
-import { dropExpiredPartitions, ensurePartitions, inTransaction } from '../src/backends/postgres/rotation.js'
-import { PostgresTasks } from '../src/backends/postgres/tasks.js'
-import { IdempotencyError } from '../src/errors.js'
-import { fp } from '../src/testing/index.js'
-import { inTransaction as inClientTransaction } from './fixtures/messaging/pg.js'
-import { eventually } from './helpers/eventually.js'
-import { serviceSkipReason } from './helpers/services.js'
-import { TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
+} from './partitions.js'
+import type { PgClientLike, PgPoolLike, PgQueryConfig, PgQueryResult } from './pool.js'
+import { PostgresStore } from './postgres-store.js'
+import { dropExpiredPartitions, ensurePartitions, inTransaction } from './rotation.js'
+import { PostgresTasks } from './tasks.js'
 
 const URL = 'postgres://root@127.0.0.1:5432/test'
 const skip = await serviceSkipReason('PostgreSQL', 5432)

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DynamoDbStore } from '../src/backends/dynamodb/index.js'
-import { openStore } from '../src/cli/store-url.js'
-import { ManualClock } from '../src/core/clock.js'
-import { describeStore, describeStoreModel, fp, sampleOutcome } from '../src/testing/index.js'
-import { type DynamoDbEndpoint, startDynamoDb } from './helpers/dynalite.js'
+import { type DynamoDbEndpoint, startDynamoDb } from '../../../test/helpers/dynalite.js'
+import { openStore } from '../../cli/store-url.js'
+import { ManualClock } from '../../core/clock.js'
+import { describeStore, describeStoreModel, fp, sampleOutcome } from '../../testing/index.js'
+import { DynamoDbStore } from './index.js'
 
 // The shared contract and the model test, against dynalite on a loopback port (or the endpoint in
 // IDEMKEY_DYNAMODB_ENDPOINT). Leases run on the injected clock, so no skew margin here.

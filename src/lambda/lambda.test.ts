@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto'
 import type { APIGatewayProxyEvent, APIGatewayProxyEventV2, Context, SQSEvent, SQSRecord } from 'aws-lambda'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DynamoDbStore } from '../src/backends/dynamodb/index.js'
-import { MemoryStore } from '../src/backends/memory/index.js'
-import { Ledger } from '../src/core/ledger.js'
-import { isIdempotencyError } from '../src/errors.js'
-import { lambdaLedger, makeIdempotent, sqsBatchHandler, withIdempotency } from '../src/lambda/index.js'
-import { type DynamoDbEndpoint, startDynamoDb } from './helpers/dynalite.js'
+import { type DynamoDbEndpoint, startDynamoDb } from '../../test/helpers/dynalite.js'
+import { DynamoDbStore } from '../backends/dynamodb/index.js'
+import { MemoryStore } from '../backends/memory/index.js'
+import { Ledger } from '../core/ledger.js'
+import { isIdempotencyError } from '../errors.js'
+import { lambdaLedger, makeIdempotent, sqsBatchHandler, withIdempotency } from './index.js'
 
 // The wrappers invoked in-process with the event shapes Lambda delivers, the records in DynamoDbStore on a
 // dynalite server. Events are typed with @types/aws-lambda, so the wrappers accept the real types.

@@ -7,7 +7,11 @@ import { defineConfig } from 'vitest/config'
 export default defineConfig({
   test: {
     globals: true,
-    include: ['test/dynamodb-store.test.ts', 'test/dynamodb-driver.test.ts', 'test/dynamodb-store-rules.test.ts'],
+    include: [
+      'src/backends/dynamodb/dynamodb-store.test.ts',
+      'test/dynamodb-driver.test.ts',
+      'src/backends/dynamodb/dynamodb-store-rules.test.ts',
+    ],
     testTimeout: 60_000,
     hookTimeout: 60_000,
   },
