@@ -145,11 +145,19 @@ describe.skipIf(skip !== undefined)('RedisStore when its keys are overwritten by
     expect(await store.acquire(s, 'k', fp('a'), 60_000)).toEqual({ kind: 'acquired', token: 1 })
   })
 
-  it('refuses a record key holding a foreign hash with STORE_SCHEMA, not a grant', async () => {
+  it('refuses a record key holding a hash with STORE_SCHEMA, not a grant, and leaves it as it is', async () => {
     const s = `s-${randomUUID()}`
     await redis.hset(recordNames(prefix, s, 'k').key, 'user', '42')
-    await expect(store.acquire(s, 'k', fp('a'), 60_000)).rejects.toMatchObject({ code: 'STORE_SCHEMA' })
-    await expect(store.get(s, 'k')).rejects.toMatchObject({ code: 'STORE_SCHEMA' })
+    for (const attempt of [
+      () => store.acquire(s, 'k', fp('a'), 60_000),
+      () => store.get(s, 'k'),
+      () => store.renew(s, 'k', 1, 60_000),
+      () => store.recordStep(s, 'k', 1, 'charge', '{}'),
+      () => store.complete(s, 'k', 1, outcome('x'), 60_000),
+      () => store.release(s, 'k', 1),
+    ]) {
+      await expect(attempt()).rejects.toMatchObject({ code: 'STORE_SCHEMA' })
+    }
     expect(await redis.hgetall(recordNames(prefix, s, 'k').key)).toEqual({ user: '42' })
   })
 

@@ -35,7 +35,7 @@ function digest(text: string, bytes: 9 | 16): string {
 
 /** The Redis names of one record. */
 export interface RecordNames {
-  /** The hash holding the record. */
+  /** The key holding the record (a packed string). */
   key: string
   /** The pub/sub channel its changes are announced on. */
   channel: string
@@ -47,7 +47,7 @@ export interface RecordNames {
  * Names the record of (scope, key):
  *
  * ```
- *   <prefix>:r:<scope hash>:{<record hash>}    the record (a packed string; a hash in round 1)
+ *   <prefix>:r:<scope hash>:{<record hash>}    the record (a packed string)
  *   <prefix>:t:{<record hash>}                 its durable steps (a hash, only once a step is recorded)
  *   <prefix>:n:{<record hash>}                 its change channel
  * ```
