@@ -1,11 +1,11 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { RedisStore, recordNames } from '../src/backends/redis/index.js'
-import * as lua from '../src/backends/redis/lua.generated.js'
-import { RECORD_TAG, toMs, WATCH_MARKER } from '../src/backends/redis/record.js'
-import { dropPrefix } from './helpers/redis.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { dropPrefix } from '../../../test/helpers/redis.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { RedisStore, recordNames } from './index.js'
+import * as lua from './lua.generated.js'
+import { RECORD_TAG, toMs, WATCH_MARKER } from './record.js'
 
 // How RedisStore decodes what a record's key holds (src/backends/redis/record.ts): a packed record
 // (docs/redis.md) read field by field, and every damaged or foreign value refused with STORE_SCHEMA

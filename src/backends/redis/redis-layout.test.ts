@@ -1,10 +1,10 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { RedisStore, recordNames } from '../src/backends/redis/index.js'
-import { WATCH_MARKER } from '../src/backends/redis/record.js'
-import { dropPrefix } from './helpers/redis.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { dropPrefix } from '../../../test/helpers/redis.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { RedisStore, recordNames } from './index.js'
+import { WATCH_MARKER } from './record.js'
 
 // The packed record layout (docs/redis.md): what a new key writes and touches, when changes are
 // published, and where steps live.
