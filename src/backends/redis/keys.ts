@@ -22,7 +22,7 @@ const oneShot = (crypto as { hash?: (algorithm: string, data: string, encoding: 
 /**
  * The first `bytes` (9 or 16) of the SHA-256 digest of `text`, in base64url without padding. Every
  * store operation names its record with one, so it takes the one-shot hash where there is one and
- * cuts its text (the names must stay byte for byte what they were).
+ * cuts its text: the names are byte for byte those of the cut digest, on every Node version.
  */
 function digest(text: string, bytes: 9 | 16): string {
   if (oneShot === undefined) return crypto.createHash('sha256').update(text).digest().subarray(0, bytes).toString('base64url')
