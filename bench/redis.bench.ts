@@ -232,47 +232,13 @@ async function main(): Promise<void> {
     '',
     table(['callers', 'raw SET', 'acquire+complete cycle', 'replay', 'Redis µs inside a SET', 'Redis µs inside a script call'], costs),
     '',
-    'A cycle is one `acquire` of a new key and one `complete` of it: two round trips, a plain `SET NX GET` (no script since 2026-11-24) and the complete script; the target is 40% of the raw SET rate through the same client. A replay is one round trip (the same `SET NX GET` returns the stored record, answered without a script when it is far from expiry). `redis-benchmark` (C, one connection per caller, no pipelining) shows what the server itself can do: its SET rate, and its rate for the acquire script alone on new keys (which the store now runs only for keys that exist: in progress, near expiry, taken over). The columns of one caller count come from interleaved slices, so load from elsewhere on the machine (2 cores, shared) falls on them alike; still, compare rows of one run, not runs.',
+    'A cycle is one `acquire` of a new key and one `complete` of it: two round trips, a plain `SET NX GET` (no script) and the complete script; the target is 40% of the raw SET rate through the same client. A replay is one round trip (the same `SET NX GET` returns the stored record, answered without a script when it is far from expiry). `redis-benchmark` (C, one connection per caller, no pipelining) shows what the server itself can do: its SET rate, and its rate for the acquire script alone on new keys (which the store now runs only for keys that exist: in progress, near expiry, taken over). The columns of one caller count come from interleaved slices, so load from elsewhere on the machine (2 cores, shared) falls on them alike; still, compare rows of one run, not runs.',
     '',
     verdict(measured),
-    '',
-    LAYOUT_CHANGE,
   ].join('\n')
   const flags = `${msArg > 0 ? ` --ms ${MS}` : ''}${roundsArg > 0 ? ` --rounds ${ROUNDS}` : ''}`
   report('redis', 'RedisStore (Redis over loopback)', `npx tsx bench/redis.bench.ts${flags}`, body)
 }
-
-/** What the packed record layout changed, measured when it landed (kept with every run of this bench). */
-const LAYOUT_CHANGE = [
-  '### The packed record layout (2026-11-23): before and after',
-  '',
-  'Round 1 kept a record as a hash of 11 fields (a new key: TIME, HGETALL, HSET, PEXPIREAT; a complete: HMGET, TIME, HSET, PEXPIREAT, PUBLISH); the packed layout keeps one string (a new key: TIME, SET NX GET PX; a complete: GET, TIME, SET, PUBLISH only when someone waits). Figures of the same machine, same day; the machine is shared, so only figures measured side by side are compared.',
-  '',
-  '| measure (50 callers or connections) | round-1 hash | packed string |',
-  '| --- | --- | --- |',
-  '| this bench: cycle CPU µs, client / Redis | 22.3 / 20.8 | 21.3 / 19.0 |',
-  '| this bench: replay CPU µs, client / Redis | 21.9 / 12.8 | 11.3 / 10.1 |',
-  '| this bench: Redis µs inside a script call | 9.9 | 8.7 |',
-  '| this bench: cycles / raw SET, replays / raw SET | 21%, 27% | 19%, 35% |',
-  '| redis-benchmark, acquire script on new keys, req/s (two runs each, alternating) | 41,806 and 60,314 | 67,069 and 72,202 |',
-  '| the same, Redis µs per script call (INFO commandstats) | 7.28 and 8.32 | 6.59 and 6.00 |',
-  '| redis-benchmark, acquire of a key in progress, µs per script call | 5.29 | 5.67 |',
-  '| redis-benchmark SET (same run), µs per call | 2.14 | 2.14 |',
-  '',
-  "The redis-benchmark rows: `redis-benchmark -n 100000 -c 50 -r 100000000 --csv evalsha <sha> 1 <space>:__rand_int__ s k <fingerprint> 30000 60000 1000` for the round-1 script (`git show 86b3980:src/backends/redis/lua/acquire.lua`, loaded with SCRIPT LOAD) and `... evalsha <sha> 2 <space>:r:__rand_int__ <space>:t:__rand_int__ <fingerprint> 1|1|sk 30000 60000 1000` for the packed one, `CONFIG RESETSTAT` before each. A script call costs Redis about 5 µs even when it makes only two calls (the in-progress row), against 2 µs for a SET: the calls a script saves are worth about 0.5-1 µs each, and the rest of a cycle's server cost was the price of running two scripts at all (which is why a new key now takes no script).",
-  '',
-  'Against the other Express libraries on Redis (`npm run bench:peers -- --adapters idemkey-redis,node-idempotency-redis,powertools-redis,express-idempotency-redis --runs 3`, then `-- --adapters idemkey-redis,idemkey-memory,node-idempotency-redis,powertools-redis --runs 3`; x bare, new keys / replays):',
-  '',
-  '| library, store | before (the peers table of the same day, `--runs 6`) | after, run 1 | after, run 2 |',
-  '| --- | --- | --- | --- |',
-  '| **idemkey**, Redis | 0.35 / 0.88 | 0.52 / 0.79 | 0.61 / 0.85 |',
-  '| **idemkey**, memory | 0.51 / 1.15 | not run | 0.70 / 1.11 |',
-  '| node-idempotency, Redis | 0.74 / 1.07 | 0.74 / 0.77 | 0.91 / 0.89 |',
-  '| Powertools, Redis | 0.63 / 0.70 | 0.74 / 0.54 | 0.54 / 0.61 |',
-  '| express-idempotency, Redis | 0.46 / 0.18 | 0.62 / 0.29 | not run |',
-  '',
-  "**The new-keys target (at least the best Redis peer of the same run) is not met**: 0.52 against 0.74, and 0.61 against 0.91. The before column predates other changes of the day to the HTTP layer and the ledger (idemkey on memory moved from 0.51 to 0.70 with them), so the Redis row's own gain shows best against memory: idemkey on Redis went from 69% of idemkey on memory (0.35 / 0.51) to 87% (0.61 / 0.70, run 2), and the store is no longer what binds. idemkey with no store I/O at all (memory) is itself at 0.70 in that run, under node-idempotency on Redis (0.91), so the rest of the gap is in the HTTP layer and the ledger, not in Redis. What the store could still save is the price of the acquire script itself on a new key (about 5 µs of Redis per call): a native SET NX GET would need leases derived from the key's TTL instead of stored server times, not done here.",
-].join('\n')
 
 /**
  * Whether the 40% target is met, and why not when it is not, from the CPU figures of the run. The

@@ -7,6 +7,8 @@ import { storeRun } from './stryker.config.mjs'
 
 export default storeRun('redis', [
   'src/backends/redis/redis-store.ts',
+  'src/backends/redis/fast-path.ts',
+  'src/backends/redis/scripts.ts',
   'src/backends/redis/record.ts',
   'src/backends/redis/keys.ts',
   'src/backends/redis/notifier.ts',

@@ -10,21 +10,24 @@ const all = readdirSync(dir)
   .sort()
 
 /**
- * The helpers of the shared files (names starting with `_`): each `local function name(` with the
- * comment lines right above it. A script gets only the helpers it calls (and those they call): Redis
- * runs a script's whole chunk on every call, so each helper it carries costs a closure every time.
+ * The helpers of the shared files (names starting with `_`): each `local function name(` and each
+ * named constant (`local NAME = value`, one line) with the comment lines right above it. A script gets
+ * only the helpers it uses (and those they use): Redis runs a script's whole chunk on every call, so
+ * each helper it carries costs a closure every time.
  */
 function helpersOf(source) {
   const lines = source.split('\n')
   const helpers = []
   let start = 0
   for (let i = 0; i < lines.length; i++) {
-    const name = /^local function (\w+)\(/.exec(lines[i])?.[1]
-    if (!name) continue
+    const match = /^local (?:function (\w+)\(|(\w+) = )/.exec(lines[i])
+    if (!match) continue
+    const name = match[1] ?? match[2]
+    const definition = match[0]
     let first = i
     while (first > start && lines[first - 1].startsWith('--') && !lines[first - 1].startsWith('--[[')) first--
     if (helpers.length > 0) helpers[helpers.length - 1].text = lines.slice(helpers[helpers.length - 1].from, first).join('\n')
-    helpers.push({ name, from: first })
+    helpers.push({ name, definition, constant: match[1] === undefined, from: first })
     start = i + 1
   }
   if (helpers.length > 0)
@@ -37,8 +40,9 @@ function helpersOf(source) {
 }
 
 const helpers = all.filter((name) => name.startsWith('_')).flatMap((name) => helpersOf(readFileSync(join(dir, name), 'utf8')))
-/** Whether `text` calls `name` (comments, which may name a helper, do not count). */
-const calls = (text, name) => new RegExp(`\\b${name}\\(`).test(text.replace(/--\[\[[\s\S]*?\]\]/g, '').replace(/--[^\n]*/g, ''))
+/** Whether `text` uses `helper`: calls a function, names a constant (comments, which may name a helper, do not count). */
+const uses = (text, helper) =>
+  new RegExp(`\\b${helper.name}${helper.constant ? '\\b' : '\\('}`).test(text.replace(/--\[\[[\s\S]*?\]\]/g, '').replace(/--[^\n]*/g, ''))
 
 /** The helpers `script` needs, in their order in the shared files. */
 function needed(script) {
@@ -50,10 +54,10 @@ function needed(script) {
       script +
       helpers
         .filter((h) => used.has(h.name))
-        .map((h) => h.text.replace(`local function ${h.name}(`, ''))
+        .map((h) => h.text.replace(h.definition, ''))
         .join('')
     for (const helper of helpers) {
-      if (!used.has(helper.name) && calls(text, helper.name)) {
+      if (!used.has(helper.name) && uses(text, helper)) {
         used.add(helper.name)
         grew = true
       }

@@ -22,7 +22,7 @@ const oneShot = (crypto as { hash?: (algorithm: string, data: string, encoding: 
 /**
  * The first `bytes` (9 or 16) of the SHA-256 digest of `text`, in base64url without padding. Every
  * store operation names its record with one, so it takes the one-shot hash where there is one and
- * cuts its text (the names must stay byte for byte what they were).
+ * cuts its text: the names are byte for byte those of the cut digest, on every Node version.
  */
 function digest(text: string, bytes: 9 | 16): string {
   if (oneShot === undefined) return crypto.createHash('sha256').update(text).digest().subarray(0, bytes).toString('base64url')
@@ -35,7 +35,7 @@ function digest(text: string, bytes: 9 | 16): string {
 
 /** The Redis names of one record. */
 export interface RecordNames {
-  /** The hash holding the record. */
+  /** The key holding the record (a packed string). */
   key: string
   /** The pub/sub channel its changes are announced on. */
   channel: string
@@ -47,7 +47,7 @@ export interface RecordNames {
  * Names the record of (scope, key):
  *
  * ```
- *   <prefix>:r:<scope hash>:{<record hash>}    the record (a packed string; a hash in round 1)
+ *   <prefix>:r:<scope hash>:{<record hash>}    the record (a packed string)
  *   <prefix>:t:{<record hash>}                 its durable steps (a hash, only once a step is recorded)
  *   <prefix>:n:{<record hash>}                 its change channel
  * ```

@@ -5,7 +5,7 @@ import { Notifier } from './notifier.js'
 /**
  * A subscriber connection that refuses SUBSCRIBE while `down` (Redis unreachable), and a client whose
  * duplicate() is it. What the notifier does with them is its own bookkeeping; the real subscriber and
- * the real PUBLISH are in test/redis-notifications.test.ts.
+ * the real PUBLISH are in src/backends/redis/redis-notifications.test.ts.
  */
 function fakeRedis() {
   const state = { down: true, subscribes: [] as string[] }

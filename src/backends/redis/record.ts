@@ -2,116 +2,18 @@ import type { RecordStatus, StepEntry, StoredRecord } from '../../core/store.js'
 import { IdempotencyError } from '../../errors.js'
 import { decodeHeaders } from '../records.js'
 
-const STATUSES: ReadonlySet<string> = new Set(['in_progress', 'completed', 'failed'])
+/** The record-format tag every value idemkey writes under a record key starts with: idemkey's packed record, format 1. */
+export const RECORD_TAG = 'ik1'
+
+/**
+ * What `watch()` leaves under a key that holds no record yet (watch.lua): the tag, the waiter flag set,
+ * no steps, state `w`. Every script counts it as absent; the record's acquire turns it into the flag.
+ */
+export const WATCH_MARKER = `${RECORD_TAG}10w`
 
 /** The epoch ms of a reply element (a Buffer holding digits, or an integer). */
 export function toMs(value: unknown): number {
   return typeof value === 'number' ? value : Number(String(value))
-}
-
-/**
- * Turns a flat HGETALL reply (`field, value, …`, Buffers), starting at `from`, into a
- * {@link StoredRecord}; a hash idemkey did not write is `STORE_SCHEMA`. One pass, no Map: every
- * replay decodes a record, so this is on the hot path.
- *
- * The fields of a record's hash (short names: they are repeated in every record):
- *
- * | field | meaning | field | meaning |
- * |---|---|---|---|
- * | s, k | scope, key | rs, rh, rb | response status, headers (JSON), body |
- * | fp | fingerprint | rid | resource id (absent: null) |
- * | st | status | att | attempts |
- * | tok | fencing token | ca, ua | created at, updated at (ms) |
- * | lu | locked until (ms; ignored once completed) | ea | expires at (ms) |
- */
-export function toRecord(reply: unknown[], from: number, redisKey: string): StoredRecord {
-  let s: Buffer | undefined
-  let k: Buffer | undefined
-  let fp: Buffer | undefined
-  let st: Buffer | undefined
-  let tok: Buffer | undefined
-  let lu: Buffer | undefined
-  let rs: Buffer | undefined
-  let rh: Buffer | undefined
-  let rb: Buffer | undefined
-  let rid: Buffer | undefined
-  let att: Buffer | undefined
-  let ca: Buffer | undefined
-  let ua: Buffer | undefined
-  let ea: Buffer | undefined
-  for (let i = from; i + 1 < reply.length; i += 2) {
-    const value = reply[i + 1] as Buffer
-    // Field names are ASCII: latin1 decodes them at half the cost of utf8.
-    switch ((reply[i] as Buffer).toString('latin1')) {
-      case 's':
-        s = value
-        break
-      case 'k':
-        k = value
-        break
-      case 'fp':
-        fp = value
-        break
-      case 'st':
-        st = value
-        break
-      case 'tok':
-        tok = value
-        break
-      case 'lu':
-        lu = value
-        break
-      case 'rs':
-        rs = value
-        break
-      case 'rh':
-        rh = value
-        break
-      case 'rb':
-        rb = value
-        break
-      case 'rid':
-        rid = value
-        break
-      case 'att':
-        att = value
-        break
-      case 'ca':
-        ca = value
-        break
-      case 'ua':
-        ua = value
-        break
-      case 'ea':
-        ea = value
-        break
-    }
-  }
-  const int = (raw: Buffer | undefined, field: string) => {
-    const n = raw === undefined ? Number.NaN : Number(raw.toString('utf8'))
-    if (!Number.isSafeInteger(n)) foreign(redisKey, field)
-    return n
-  }
-  const status = st?.toString('utf8') as RecordStatus
-  if (!STATUSES.has(status)) foreign(redisKey, 'st')
-  if (s === undefined || k === undefined || fp === undefined) foreign(redisKey, 's/k/fp')
-  const done = status !== 'in_progress'
-  return {
-    scope: s.toString('utf8'),
-    key: k.toString('utf8'),
-    fingerprint: fp.toString('utf8'),
-    status,
-    token: int(tok, 'tok'),
-    lockedUntilMs: done ? null : int(lu, 'lu'),
-    response: done
-      ? { status: int(rs, 'rs'), headers: decodeHeaders(rh?.toString('utf8')), body: rb ? new Uint8Array(rb) : new Uint8Array(0) }
-      : null,
-    resourceId: rid?.toString('utf8') ?? null,
-    attempts: int(att, 'att'),
-    createdAtMs: int(ca, 'ca'),
-    updatedAtMs: int(ua, 'ua'),
-    expiresAtMs: int(ea, 'ea'),
-  }
 }
 
 function foreign(redisKey: string, field: string): never {
@@ -132,9 +34,23 @@ export function stepsFromFields(fields: unknown[]): StepEntry[] {
 }
 
 const BAR = 0x7c // '|'
+/** The state letters of a record in its absolute form (byte 5): p, c, f. */
+const IN_PROGRESS = 0x70
+const COMPLETED = 0x63
+const FAILED = 0x66
+
+/** Whether `v` starts with the {@link RECORD_TAG} and holds a state letter and its first separator (7 bytes). */
+function hasRecordHead(v: Buffer): boolean {
+  return v.length >= 7 && v[0] === 0x69 /* i */ && v[1] === 0x6b /* k */ && v[2] === 0x31 /* 1 */ && v[6] === BAR
+}
+
+/** Whether `v` is a completed or failed record in its absolute form (`ik1 <w> <s> c|f |`). */
+export function isSettled(v: Buffer): boolean {
+  return hasRecordHead(v) && (v[5] === COMPLETED || v[5] === FAILED)
+}
 
 /**
- * Decodes a packed record (the value of a record's key since round 2, docs/redis.md):
+ * Decodes a packed record (the value of a record's key, docs/redis.md):
  *
  * ```
  * ik1 <w> <s> <st> | tok | lu | att | ca | ua | ea | <fingerprint, 64 hex>
@@ -146,9 +62,10 @@ const BAR = 0x7c // '|'
  * Buffer: every replay decodes a record.
  */
 export function fromPacked(v: Buffer, redisKey: string): StoredRecord {
-  if (v.length < 7 || v[0] !== 0x69 || v[1] !== 0x6b || v[2] !== 0x31 || v[6] !== BAR) foreign(redisKey, 'header')
+  if (!hasRecordHead(v)) foreign(redisKey, 'header')
   const st = v[5]
-  const status: RecordStatus = st === 0x70 ? 'in_progress' : st === 0x63 ? 'completed' : st === 0x66 ? 'failed' : foreign(redisKey, 'st')
+  const status: RecordStatus =
+    st === IN_PROGRESS ? 'in_progress' : st === COMPLETED ? 'completed' : st === FAILED ? 'failed' : foreign(redisKey, 'st')
   let at = 7
   const int = (field: string): number => {
     let n = 0
@@ -226,7 +143,7 @@ export function packedIdentity(scope: string, key: string): string {
 
 /**
  * The value a record takes when the native compare-and-set completes it (`SET ... IFEQ <fresh record>`,
- * no script): `ik100` C (completed) or F (failed) `| ttl | grace | age |` then the fingerprint and
+ * no script): the tag, flags 00, C (completed) or F (failed) `| ttl | grace | age |` then the fingerprint and
  * identity (`tail`, as the fresh record held them), the response's head ({@link packedHead}) and the body.
  * No clock is read: the same SET gives the key its expiry (ttl + grace from the server's time), and the
  * scripts derive expiresAt, updatedAt and (minus `ageMs`, how long the holder held it) createdAt from it
@@ -241,6 +158,6 @@ export function casCompleted(
   head: string,
   body: string | Buffer,
 ): string | Buffer {
-  const text = `ik100${status === 'c' ? 'C' : 'F'}|${ttlMs}|${graceMs}|${ageMs}|${tail}${head}`
+  const text = `${RECORD_TAG}00${status === 'c' ? 'C' : 'F'}|${ttlMs}|${graceMs}|${ageMs}|${tail}${head}`
   return typeof body === 'string' ? text + body : Buffer.concat([Buffer.from(text, 'utf8'), body])
 }

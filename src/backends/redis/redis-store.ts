@@ -14,29 +14,9 @@ import { assertFingerprint, assertIdentity, assertOptionalPositiveInteger, asser
 import { IdempotencyError } from '../../errors.js'
 import { type BatchAnswer, GroupCommit } from '../group-commit.js'
 import { assertOutcome, encodeHeaders, listLimit, matchesFilter } from '../records.js'
-import {
-  databaseOf,
-  openClient,
-  type RedisArg,
-  type RedisClientLike,
-  Script,
-  sendBuffer,
-  serverHasSetIfEq,
-  toStoreError,
-} from './client.js'
+import { databaseOf, openClient, type RedisArg, type RedisClientLike, type Script, toStoreError } from './client.js'
+import { type Completion, FastPath, type Recent } from './fast-path.js'
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
-import {
-  acquireLua,
-  completeBatchLua,
-  completeLua,
-  evictLua,
-  purgeLua,
-  readLua,
-  recordStepLua,
-  releaseLua,
-  renewLua,
-  watchLua,
-} from './lua.generated.js'
 import {
   fromNodeRedis,
   fromNodeRedisCluster,
@@ -46,8 +26,9 @@ import {
   type NodeRedisClusterLike,
 } from './node-redis.js'
 import { Notifier } from './notifier.js'
-import { casCompleted, fromPacked, packedHead, packedIdentity, stepsFromFields, toMs, toRecord } from './record.js'
+import { packedHead, packedIdentity } from './record.js'
 import { ResumableScan, scanAll } from './scan.js'
+import { acquireAnswer, fail, readAnswer, scripts } from './scripts.js'
 
 /** How long close() lets QUIT wait for its reply before dropping the connection. */
 const CLOSE_WAIT_MS = 1_000
@@ -108,47 +89,6 @@ export interface RedisStoreOptions {
 }
 
 /**
- * A complete, as a group commit's input: the complete script's arguments (token, status, head, body, ttl,
- * the key's TTL, channel), and the fresh record its acquire wrote when a batch may complete it by
- * compare-and-set.
- */
-interface Completion {
-  names: RecordNames
-  args: [token: number, status: 'c' | 'f', head: string, body: string | Buffer, ttlMs: number, keyTtlMs: number, channel: string]
-  fresh: FreshRecord | undefined
-}
-
-/** A recent record's key names, and what its native acquire wrote until its holder completes it. */
-interface Recent {
-  scope: string
-  names: RecordNames
-  fresh: FreshRecord | undefined
-}
-
-/** What the native acquire wrote to a key, kept until its holder completes it with SET ... IFEQ. */
-interface FreshRecord {
-  /** The exact value (the IFEQ comparison). */
-  value: string
-  /** Its fingerprint and identity, which the completed record keeps. */
-  tail: string
-  /** When the acquire's reply came (performance.now()): the record's age at completion. */
-  at: number
-}
-
-const scripts = {
-  acquire: new Script('acquire', acquireLua),
-  renew: new Script('renew', renewLua),
-  complete: new Script('complete', completeLua),
-  completeBatch: new Script('completeBatch', completeBatchLua),
-  release: new Script('release', releaseLua),
-  read: new Script('read', readLua),
-  evict: new Script('evict', evictLua),
-  purge: new Script('purge', purgeLua),
-  recordStep: new Script('recordStep', recordStepLua),
-  watch: new Script('watch', watchLua),
-}
-
-/**
  * Records in Redis (one server, or a Cluster), shared by any number of processes and machines.
  * Every operation is one atomic step on one record (a packed string): a Lua script, or for a new key one
  * `SET NX GET`; changes are fenced by the token; leases and expiry are decided
@@ -169,8 +109,6 @@ export class RedisStore implements IdempotencyStore {
   readonly #retention: string
   readonly #grace: string
   readonly #graceMs: number
-  /** A record key's TTL beyond its lease (abandoned retention + expired grace), in ms. */
-  readonly #afterLeaseMs: number
   readonly #listScanLimit: number
   readonly #ownsClient: boolean
   readonly #notifications: boolean
@@ -182,19 +120,13 @@ export class RedisStore implements IdempotencyStore {
   /** The `socketTimeout` of the client the store opened from `url` (unset with the caller's client). */
   readonly #socketTimeoutMs: number | undefined
   #purgeScan: ResumableScan | undefined
-  /** Whether the server takes SET NX GET (Redis 7.0+): a new key is then acquired without a script. */
-  #native = true
+  /** The native acquire and the compare-and-set complete (fast-path.ts). */
+  readonly #fast: FastPath
   /**
    * The key names of recent records, and the fresh record each one's native acquire wrote, by key alone
    * (at most RECENT_RECORDS). A record's acquire and its complete find the same entry.
    */
   readonly #recent = new Map<string, Recent>()
-  /**
-   * Whether complete may use SET ... IFEQ: undefined until the server's answer to INFO (asked once, at
-   * the first new key), or as the option says.
-   */
-  #compareAndSet: boolean | undefined
-  #detecting = false
   /** Whether completes are grouped: the option, on one server (a script's keys on a Cluster must share a slot). */
   readonly #grouping: boolean
   /** Completes, grouped (one server). */
@@ -219,8 +151,6 @@ export class RedisStore implements IdempotencyStore {
     this.#retention = String(parseDuration(options.abandonedRetention ?? DEFAULT_ABANDONED_RETENTION_MS, 'abandonedRetention'))
     this.#grace = String(parseDuration(options.expiredGrace ?? '1m', 'expiredGrace'))
     this.#graceMs = Number(this.#grace)
-    this.#compareAndSet = options.nativeCompareAndSet
-    this.#afterLeaseMs = Number(this.#retention) + Number(this.#grace)
     this.#listScanLimit = options.listScanLimit ?? 100_000
     assertOptionalPositiveInteger(this.#listScanLimit, 'RedisStore listScanLimit')
     this.#notifications = options.notifications ?? true
@@ -245,6 +175,13 @@ export class RedisStore implements IdempotencyStore {
       // A failed open is reported by the first operation; never as an unhandled rejection.
       this.#opening.catch(() => {})
     }
+    this.#fast = new FastPath({
+      retention: this.#retention,
+      grace: this.#grace,
+      compareAndSet: options.nativeCompareAndSet,
+      grouping: this.#grouping,
+      forgetFresh: () => this.#recent.clear(),
+    })
   }
 
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
@@ -254,8 +191,9 @@ export class RedisStore implements IdempotencyStore {
     const recent = this.#recentOf(scope, key)
     const names = recent.names
     const identity = packedIdentity(scope, key)
-    if (this.#native) {
-      const answered = await this.#acquireNatively(recent, fingerprint, identity, leaseMs, scope, key)
+    if (this.#fast.acquires) {
+      const client = this.#client ?? (await this.#ready('acquire'))
+      const answered = await this.#fast.acquire(client, recent, fingerprint, identity, leaseMs, scope, key)
       if (answered !== undefined) return answered
     }
     const reply = (await this.#run(
@@ -265,93 +203,7 @@ export class RedisStore implements IdempotencyStore {
       [fingerprint, identity, leaseMs, this.#retention, this.#grace],
       true,
     )) as unknown[]
-    switch (reply[0]) {
-      case 1:
-        if (reply[2] === undefined) return { kind: 'acquired', token: reply[1] as number }
-        return { kind: 'acquired', token: reply[1] as number, steps: stepsFromFields(reply[2] as unknown[]) }
-      case 2:
-        return { kind: 'in_progress', lockedUntilMs: reply[1] as number }
-      case 3:
-        // The packed record (a Buffer), or the fields of a round-1 hash.
-        return {
-          kind: 'replay',
-          record: Array.isArray(reply[2]) ? toRecord(reply[2], 0, names.key) : fromPacked(reply[2] as Buffer, names.key),
-        }
-      default:
-        return { kind: 'mismatch' }
-    }
-  }
-
-  /**
-   * The common acquire without a script: one `SET key <fresh record> NX GET PX <lease + retention +
-   * grace>`. A new key (by far the most common acquire) is taken by that SET alone, its lease kept as
-   * durations that the scripts turn into server-clock times from the key's expiry (`absolute` in
-   * _lib.lua), so it costs Redis a SET instead of a script. When the key exists the SET changes
-   * nothing and returns the record: a completed record far from its expiry is replayed (or is a
-   * mismatch) from it; anything else (in progress, a takeover, near expiry, a watch marker, a round-1
-   * hash, a foreign value) goes to the acquire script, which decides on the server's clock. Servers
-   * before Redis 7.0 refuse SET NX GET: the store then uses the script for every acquire.
-   */
-  async #acquireNatively(
-    recent: Recent,
-    fingerprint: string,
-    identity: string,
-    leaseMs: number,
-    scope: string,
-    key: string,
-  ): Promise<AcquireResult | undefined> {
-    const client = this.#client ?? (await this.#ready('acquire'))
-    const redisKey = recent.names.key
-    const fresh = `ik100n|${leaseMs}|${this.#retention}|${this.#grace}|${fingerprint}${identity}`
-    const px = leaseMs + this.#afterLeaseMs
-    let prior: unknown
-    try {
-      prior = await sendBuffer(client, 'set', [redisKey, fresh, 'PX', px, 'NX', 'GET'])
-    } catch (error) {
-      const message = (error as Error)?.message ?? ''
-      // Before Redis 7.0 (NX and GET together are a syntax error): the script alone from now on.
-      if (/syntax error/i.test(message)) this.#native = false
-      // WRONGTYPE (a round-1 hash) and the rest: the script answers, or reports, as before.
-      if (/syntax error|WRONGTYPE/i.test(message)) return undefined
-      throw toStoreError('acquire', redisKey, error, client)
-    }
-    if (prior === null) {
-      if (this.#compareAndSet !== false || this.#grouping) this.#rememberFresh(client, recent, fresh, fingerprint + identity)
-      return { kind: 'acquired', token: 1 }
-    }
-    return Buffer.isBuffer(prior) ? settledRecord(prior, redisKey, fingerprint, scope, key) : undefined
-  }
-
-  /**
-   * Keeps the fresh record the native acquire just wrote, for its holder's SET ... IFEQ complete, and
-   * asks the server once whether it has that SET (INFO server).
-   */
-  #rememberFresh(client: RedisClientLike, recent: Recent, value: string, tail: string): void {
-    recent.fresh = { value, tail, at: performance.now() }
-    if (this.#compareAndSet !== undefined || this.#detecting) return
-    this.#detecting = true
-    sendBuffer(client, 'info', ['server']).then(
-      (info) => this.#settleCompareAndSet(serverHasSetIfEq(String(info))),
-      // INFO refused (an ACL) or lost: the script, which every server runs, completes every record.
-      () => this.#settleCompareAndSet(false),
-    )
-  }
-
-  #settleCompareAndSet(available: boolean): void {
-    this.#compareAndSet = available
-    // Group commit completes fresh records by compare-and-set without the native SET: they stay.
-    if (!available && !this.#grouping) this.#recent.clear()
-  }
-
-  /**
-   * The value a fresh record takes when completed by compare-and-set (native `SET ... IFEQ`, or a group
-   * commit's batch). It keeps how long the holder held the record, which readers take from the server's
-   * time of the write to date its creation. Measured here between the acquire's reply and this write,
-   * it is shorter than the server's interval, so it is rounded down: rounded to the nearest, it could
-   * pass that interval by a fraction and date the record a millisecond before its acquire.
-   */
-  #completedValue(fresh: FreshRecord, status: 'c' | 'f', head: string, body: string | Buffer, ttlMs: number, now: number): string | Buffer {
-    return casCompleted(status, ttlMs, this.#grace, Math.max(0, Math.floor(now - fresh.at)), fresh.tail, head, body)
+    return acquireAnswer(reply, names.key)
   }
 
   /** One complete, by the script (a lone caller: the compare-and-set would cost Redis as much). */
@@ -366,23 +218,7 @@ export class RedisStore implements IdempotencyStore {
    */
   async #completeMany(inputs: Completion[]): Promise<Array<BatchAnswer<boolean | Error>>> {
     const fresh = inputs.filter((input) => input.fresh !== undefined)
-    const written = new Set<Completion>()
-    if (fresh.length > 1) {
-      const keys: RedisArg[] = [fresh.length]
-      const args: RedisArg[] = []
-      const now = performance.now()
-      for (const input of fresh) {
-        const record = input.fresh as FreshRecord
-        const [, status, head, body, ttlMs, keyTtlMs] = input.args
-        keys.push(input.names.key)
-        args.push(record.value, this.#completedValue(record, status, head, body, ttlMs, now), keyTtlMs)
-      }
-      const client = this.#client as RedisClientLike
-      const replies = (await scripts.completeBatch
-        .runOn(client, keys, args)
-        .catch((error: unknown) => fail('complete', (fresh[0] as Completion).names.key, error, client))) as unknown[]
-      for (const [i, input] of fresh.entries()) if (replies[i] === 1) written.add(input)
-    }
+    const written = fresh.length > 1 ? await this.#fast.completeBatch(this.#client as RedisClientLike, fresh) : new Set<Completion>()
     // Each caller's own failure (a foreign value under its key) is its answer alone, not its neighbours'.
     return Promise.all(
       inputs.map((input) =>
@@ -394,33 +230,6 @@ export class RedisStore implements IdempotencyStore {
             ),
       ),
     )
-  }
-
-  /**
-   * Completes with one SET ... IFEQ: it writes only when the key still holds, byte for byte, the fresh
-   * record this store's acquire wrote (token 1, in progress, nobody waiting, no steps, never renewed),
-   * so it is fenced exactly as the script's token check is; true when written. Any other value (another
-   * token, a renewal, a waiter's flag, an expiry) or no key: false, and the script decides.
-   */
-  async #completeByCompareAndSet(
-    client: RedisClientLike,
-    redisKey: string,
-    fresh: FreshRecord,
-    status: 'c' | 'f',
-    head: string,
-    body: string | Buffer,
-    ttlMs: number,
-  ): Promise<boolean> {
-    const value = this.#completedValue(fresh, status, head, body, ttlMs, performance.now())
-    try {
-      return (await sendBuffer(client, 'set', [redisKey, value, 'IFEQ', fresh.value, 'PX', ttlMs + this.#graceMs])) !== null
-    } catch (error) {
-      const message = (error as Error)?.message ?? ''
-      // A server without IFEQ (a node older than its peers, an option forced on): the script from now on.
-      if (/syntax error/i.test(message)) this.#settleCompareAndSet(false)
-      if (/syntax error|WRONGTYPE/i.test(message)) return false
-      throw toStoreError('complete', redisKey, error, client)
-    }
   }
 
   /** Stores the step in the record's steps hash, fenced by token (docs/steps.md). */
@@ -454,14 +263,14 @@ export class RedisStore implements IdempotencyStore {
     const client = this.#client
     if (fresh !== undefined) {
       recent.fresh = undefined
-      if (token === 1 && this.#compareAndSet === true && client !== undefined) {
-        if (await this.#completeByCompareAndSet(client, names.key, fresh, status, head, body, ttlMs)) return true
+      if (token === 1 && this.#fast.compareAndSet === true && client !== undefined) {
+        if (await this.#fast.complete(client, names.key, fresh, status, head, body, ttlMs)) return true
       }
     }
     const args: Completion['args'] = [token, status, head, body, ttlMs, ttlMs + this.#graceMs, names.channel]
     if (client !== undefined && this.#grouping) {
       // Only a fresh record this store wrote, still with token 1, may be completed by compare-and-set.
-      const casFrom = token === 1 && this.#compareAndSet !== true ? fresh : undefined
+      const casFrom = token === 1 && this.#fast.compareAndSet !== true ? fresh : undefined
       const answer = await this.#completions.run({ names, args, fresh: casFrom })
       if (answer instanceof Error) throw answer
       return answer
@@ -638,46 +447,12 @@ export class RedisStore implements IdempotencyStore {
     } catch (error) {
       throw toStoreError(operation, redisKey, error, client)
     }
-    if (reply.length < 2) return null
-    const record = reply.length === 2 ? fromPacked(reply[1] as Buffer, redisKey) : toRecord(reply, 1, redisKey)
-    return { record, nowMs: toMs(reply[0]) }
+    return readAnswer(reply, redisKey)
   }
 }
-
-function fail(operation: string, key: string, error: unknown, client: object): never {
-  throw toStoreError(operation, key, error, client)
-}
-
-/**
- * How far from its expiry, by this machine's clock, a completed record must be for the native acquire
- * to replay it without asking the server's clock: closer than that, the script decides. A clock ahead
- * of the server's by more than this could replay a record in its last minute past expiry (until Redis
- * drops the key at the end of its grace): a replay, never a second run.
- */
-const NATIVE_REPLAY_MARGIN_MS = 60_000
 
 /** How many recent records (their key names, their fresh value) a store keeps at most (see #recentOf): a few hundred kilobytes. */
 const RECENT_RECORDS = 4_096
-
-/**
- * The answer a record returned by the native acquire's SET gives without the script: a completed or
- * failed record of this scope and key, at least {@link NATIVE_REPLAY_MARGIN_MS} from its expiry, is a
- * replay, or a mismatch when the fingerprint differs. Anything else is the script's to decide.
- */
-function settledRecord(v: Buffer, redisKey: string, fingerprint: string, scope: string, key: string): AcquireResult | undefined {
-  // ik1 <w> <s> <st>: only completed (c) and failed (f) records are answered here.
-  if (v.length < 7 || v[0] !== 0x69 || v[1] !== 0x6b || v[2] !== 0x31 || (v[5] !== 0x63 && v[5] !== 0x66)) return undefined
-  let record: StoredRecord
-  try {
-    record = fromPacked(v, redisKey)
-  } catch {
-    return undefined // damaged or foreign: the script reports it
-  }
-  if (record.scope !== scope || record.key !== key) return undefined
-  if (record.expiresAtMs - Date.now() < NATIVE_REPLAY_MARGIN_MS) return undefined
-  if (record.fingerprint !== fingerprint) return { kind: 'mismatch' }
-  return { kind: 'replay', record }
-}
 
 /**
  * The body as a command argument. A Buffer argument makes ioredis build the command, and the whole

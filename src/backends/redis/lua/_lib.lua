@@ -1,14 +1,16 @@
---[[ Helpers the scripts share: scripts/gen-lua.mjs puts in front of each script the ones it calls. ]]
+--[[ Helpers the scripts share: scripts/gen-lua.mjs puts in front of each script the ones it calls.
+  Every value idemkey writes under a record key starts with 'ik1', the record-format tag (idemkey's
+  packed record, format 1), then the flags w (1: someone waits) and s (1: steps recorded), then a state
+  letter: p, c, f (in progress, completed, failed), n (fresh from the native acquire), C, F (completed
+  by the native compare-and-set) or w (a watch marker). ]]
+-- What watch.lua leaves under a key that holds no record yet: the tag, w set, s clear, state w. Every
+-- other script counts it as absent; the record's acquire turns it into the record's w flag.
+local WATCH_MARKER = 'ik110w'
 local function int(n) return string.format('%d', n) end
 -- The server's clock in epoch ms (one TIME call): leases and expiry never use the caller's.
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
--- Whether `token` still holds a record of the round-1 layout (a hash) in progress.
-local function legacy_held(rk, token)
-  local f = redis.call('HMGET', rk, 'tok', 'st')
-  return f[1] == token and f[2] == 'in_progress'
 end
 -- The answer to a packed record that does not parse: an idemkey record with a damaged field is held by
 -- no token (fenced out; acquire reports it as foreign); anything else is not ours.

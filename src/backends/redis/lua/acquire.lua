@@ -5,7 +5,7 @@
   Returns {1, token}                          acquired
           {1, token, {field, value, ...}}     acquired by a takeover: the steps ('~' .. name, result)
           {2, lockedUntilMs}                  in progress (live lease, same fingerprint)
-          {3, nowMs, record}                  replay: the packed record (or {field, value, ...} of a round-1 hash)
+          {3, nowMs, record}                  replay: the packed record
           {4}                                 mismatch (live record, or an ended attempt with steps, other fingerprint)
   Raises 'IDEMKEY_FOREIGN ...' when the key holds a value idemkey did not write, and Redis raises
   WRONGTYPE when it holds another type. Time is the server's (TIME).
@@ -24,64 +24,20 @@ end
 
 local v = redis.pcall('SET', rk, fresh('0', 1), 'NX', 'GET', 'PX', px)
 if not v then return {1, 1} end
-local kind
 if type(v) == 'table' then
   -- An error: the key holds another type, or the server predates SET NX GET (Redis 6.2).
-  kind = redis.call('TYPE', rk)['ok']
+  local kind = redis.call('TYPE', rk)['ok']
   if kind == 'none' then
     redis.call('SET', rk, fresh('0', 1), 'PX', px)
     return {1, 1}
   end
-  if kind == 'string' then v = redis.call('GET', rk) end
-end
-if type(v) == 'table' then
-  -- Not a string: a record of the round-1 layout (a hash), handled as round 1 did; else WRONGTYPE.
-  if kind ~= 'hash' then return v end
-  local sl, kl, p = string.match(ARGV[2], '^(%d+)|(%d+)|()')
-  local scope = string.sub(ARGV[2], p, p + tonumber(sl) - 1)
-  local key = string.sub(ARGV[2], p + tonumber(sl))
-  local all = redis.call('HGETALL', rk)
-  local f = {}
-  for i = 1, #all, 2 do f[all[i]] = all[i + 1] end
-  local st = f.st
-  local tok, lu, ea, att = tonumber(f.tok), tonumber(f.lu), tonumber(f.ea), tonumber(f.att)
-  local known = st == 'in_progress' or st == 'completed' or st == 'failed'
-  if f.s ~= scope or f.k ~= key or not known or not tok or not ea or not att or (st == 'in_progress' and not lu) then
-    return redis.error_reply('IDEMKEY_FOREIGN the key holds a hash that is not an idemkey record of this scope and key')
-  end
-  if ea <= now then
-    -- Expired: the new lifecycle is written in the packed layout; the token continues.
-    redis.call('SET', rk, fresh('0', tok + 1), 'PX', px)
-    return {1, tok + 1}
-  end
-  if st ~= 'in_progress' or lu > now then
-    if f.fp ~= ARGV[1] then return {4} end
-    if st == 'in_progress' then return {2, lu} end
-    return {3, int(now), all}
-  end
-  if f.fp ~= ARGV[1] then
-    -- Another request takes an ended attempt over only if it left no steps (its own partial effects).
-    for i = 1, #all, 2 do
-      if string.byte(all[i], 1) == 126 then return {4} end
-    end
-  end
-  redis.call('HSET', rk, 'fp', ARGV[1], 'tok', int(tok + 1), 'att', int(att + 1), 'lu', int(lockedUntil),
-    'ua', int(now), 'ea', int(expiresAt))
-  redis.call('PEXPIREAT', rk, int(expiresAt + tonumber(ARGV[5])))
-  local steps = {}
-  for i = 1, #all, 2 do
-    if string.byte(all[i], 1) == 126 then
-      steps[#steps + 1] = all[i]
-      steps[#steps + 1] = all[i + 1]
-    end
-  end
-  if #steps == 0 then return {1, tok + 1} end
-  return {1, tok + 1, steps}
+  if kind ~= 'string' then return v end -- WRONGTYPE
+  v = redis.call('GET', rk)
 end
 
 local foreign = 'IDEMKEY_FOREIGN the key holds a value that is not an idemkey record of this scope and key'
 -- A watch marker (a watcher came before the record): the key counts as absent; waiters are flagged.
-if v == 'ik110w' then
+if v == WATCH_MARKER then
   redis.call('SET', rk, fresh('1', 1), 'PX', px)
   return {1, 1}
 end

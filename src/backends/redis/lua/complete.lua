@@ -9,24 +9,8 @@
   when steps were recorded. ]]
 local rk = KEYS[1]
 local v = redis.pcall('GET', rk)
-if type(v) == 'table' then
-  if redis.call('TYPE', rk)['ok'] ~= 'hash' then return v end
-  -- A record of the round-1 layout (a hash), completed as round 1 did.
-  if not legacy_held(rk, ARGV[1]) then return 0 end
-  local now = now_ms()
-  local expiresAt = now + tonumber(ARGV[5])
-  local status, ridLen, headLen, q = string.match(ARGV[3], '^(%d+)|(-?%d+)|(%d+)|()')
-  ridLen, headLen = tonumber(ridLen), tonumber(headLen)
-  local rid = ridLen >= 0 and string.sub(ARGV[3], q, q + ridLen - 1) or nil
-  local headers = string.sub(ARGV[3], q + math.max(ridLen, 0))
-  redis.call('HSET', rk, 'st', ARGV[2] == 'c' and 'completed' or 'failed', 'rs', status, 'rh', headers, 'rb', ARGV[4],
-    'ua', string.format('%d', now), 'ea', string.format('%d', expiresAt))
-  if rid then redis.call('HSET', rk, 'rid', rid) end
-  redis.call('PEXPIREAT', rk, string.format('%d', now + tonumber(ARGV[6])))
-  redis.call('PUBLISH', ARGV[7], '1')
-  return 1
-end
-if not v or v == 'ik110w' then return 0 end
+if type(v) == 'table' then return v end -- WRONGTYPE: the key holds another type
+if not v or v == WATCH_MARKER then return 0 end
 -- The completed record's head, from fields read straight from the value: this script runs once per
 -- request, and every string it builds, match it captures and helper it calls costs Redis CPU (so no
 -- absolute() rewrite of a fresh record first, and one string.format for the head's numbers). lu stays

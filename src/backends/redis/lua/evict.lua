@@ -3,7 +3,7 @@
   ARGV[1] notification channel
   Returns 1 when a record existed, 0 when not (a watch marker alone is no record, and stays) ]]
 local v = redis.pcall('GET', KEYS[1])
-if v == 'ik110w' then return 0 end
+if v == WATCH_MARKER then return 0 end
 local n = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2])
 if n == 1 then redis.call('PUBLISH', ARGV[1], '1') end

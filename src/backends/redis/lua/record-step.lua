@@ -7,14 +7,8 @@
   Returns 1 when recorded, 0 when fenced out (another token, or no longer in progress) ]]
 local rk = KEYS[1]
 local v = redis.pcall('GET', rk)
-if type(v) == 'table' then
-  if redis.call('TYPE', rk)['ok'] ~= 'hash' then return v end
-  -- A record of the round-1 layout (a hash): its steps stay its own fields, as in round 1.
-  if not legacy_held(rk, ARGV[1]) then return 0 end
-  if ARGV[3] == '' then redis.call('HSETNX', rk, ARGV[2], '') else redis.call('HSET', rk, ARGV[2], ARGV[3]) end
-  return 1
-end
-if not v or v == 'ik110w' then return 0 end
+if type(v) == 'table' then return v end -- WRONGTYPE: the key holds another type
+if not v or v == WATCH_MARKER then return 0 end
 v = absolute(rk, v)
 local hasSteps, st, tok = string.match(v, '^ik1[01]([01])([pcf])|(%d+)|')
 if not st then return unparsable(v) end

@@ -5,10 +5,10 @@
  */
 import { randomUUID } from 'node:crypto'
 import { createClient } from '@redis/client'
-import { RedisStore } from '../src/backends/redis/index.js'
-import { describeStore, describeStoreModel } from '../src/testing/index.js'
-import { dropPrefix } from './helpers/redis.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { dropPrefix } from '../../../test/helpers/redis.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { describeStore, describeStoreModel } from '../../testing/index.js'
+import { RedisStore } from './index.js'
 
 const URL = 'redis://127.0.0.1:6379'
 const skip = await serviceSkipReason('Redis', 6379)

@@ -1,16 +1,17 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { RedisStore, recordNames } from '../src/backends/redis/index.js'
-import { toMs } from '../src/backends/redis/record.js'
-import { dropPrefix } from './helpers/redis.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { dropPrefix } from '../../../test/helpers/redis.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { RedisStore, recordNames } from './index.js'
+import * as lua from './lua.generated.js'
+import { RECORD_TAG, toMs, WATCH_MARKER } from './record.js'
 
 // How RedisStore decodes what a record's key holds (src/backends/redis/record.ts): a packed record
-// (docs/redis.md) read field by field, a round-1 hash read field by field, and every damaged or
-// foreign value refused with STORE_SCHEMA naming the field at fault. The values are written here by
-// hand, byte for byte, and read back through the store (get runs the read script, which hands a
-// packed record in its absolute form, or a hash's fields, to the decoder).
+// (docs/redis.md) read field by field, and every damaged or foreign value refused with STORE_SCHEMA
+// naming the field at fault. The values are written here by hand, byte for byte, and read back
+// through the store (get runs the read script, which hands a packed record in its absolute form to
+// the decoder).
 const URL = 'redis://127.0.0.1:6379'
 const skip = await serviceSkipReason('Redis', 6379)
 const fp = (label: string) => createHash('sha256').update(label).digest('hex')
@@ -242,88 +243,29 @@ describe.skipIf(skip !== undefined)('RedisStore record format', () => {
       await expectRefused(getStored(s, 'k', value), s, 'k', 'rh')
     })
   })
-
-  describe('round-1 hash records', () => {
-    /** A record exactly as round 1's acquire wrote it, with `fields` changed (undefined: the field absent). */
-    async function hashRecord(s: string, key: string, fields: Record<string, string | undefined>) {
-      const all: Record<string, string | undefined> = {
-        s,
-        k: key,
-        fp: fp('a'),
-        st: 'in_progress',
-        tok: '3',
-        lu: String(now + 60_000),
-        att: '2',
-        ca: String(now - 5_000),
-        ua: String(now - 1_000),
-        ea: String(now + 3_600_000),
-        ...fields,
-      }
-      const name = recordNames(prefix, s, key).key
-      await redis.hset(name, Object.fromEntries(Object.entries(all).filter(([, v]) => v !== undefined)) as Record<string, string>)
-      await redis.pexpire(name, 3_700_000)
-    }
-
-    it('reads an in-progress hash with its lease, no response and no resource id', async () => {
-      const s = `s-${randomUUID()}`
-      await hashRecord(s, 'k', {})
-      expect(await store.get(s, 'k')).toEqual({
-        scope: s,
-        key: 'k',
-        fingerprint: fp('a'),
-        status: 'in_progress',
-        token: 3,
-        lockedUntilMs: now + 60_000,
-        response: null,
-        resourceId: null,
-        attempts: 2,
-        createdAtMs: now - 5_000,
-        updatedAtMs: now - 1_000,
-        expiresAtMs: now + 3_600_000,
-      })
-    })
-
-    it('reads a completed hash without headers, body or resource id as empty headers, an empty body and null', async () => {
-      const s = `s-${randomUUID()}`
-      await hashRecord(s, 'k', { st: 'failed', rs: '502' })
-      const record = await store.get(s, 'k')
-      expect(record).toMatchObject({ status: 'failed', lockedUntilMs: null, resourceId: null, response: { status: 502, headers: {} } })
-      expect(record?.response?.body).toEqual(new Uint8Array(0))
-    })
-
-    it.each(['s', 'k', 'fp'])('refuses a hash without its %s field', async (field) => {
-      const s = `s-${randomUUID()}`
-      await hashRecord(s, 'k', { [field]: undefined })
-      await expectRefused(store.get(s, 'k'), s, 'k', 's/k/fp')
-    })
-
-    it('refuses a hash whose status is unknown', async () => {
-      const s = `s-${randomUUID()}`
-      await hashRecord(s, 'k', { st: 'done' })
-      await expectRefused(store.get(s, 'k'), s, 'k', 'st')
-    })
-
-    it.each([
-      ['tok', {}],
-      ['lu', {}],
-      ['att', {}],
-      ['ca', {}],
-      ['ua', {}],
-      ['ea', {}],
-      ['rs', { st: 'completed' }],
-    ] as const)('refuses a hash whose %s field is missing or not an integer, naming it', async (field, base) => {
-      const s = `s-${randomUUID()}`
-      await hashRecord(s, 'missing', { ...base, [field]: undefined })
-      await expectRefused(store.get(s, 'missing'), s, 'missing', field)
-      await hashRecord(s, 'fraction', { ...base, [field]: '1.5' })
-      await expectRefused(store.get(s, 'fraction'), s, 'fraction', field)
-    })
-  })
 })
 
 describe('toMs', () => {
   it('reads a server time given as digits in a Buffer, or as an integer', () => {
     expect(toMs(Buffer.from('1700000000123'))).toBe(1_700_000_000_123)
     expect(toMs(1_700_000_000_123)).toBe(1_700_000_000_123)
+  })
+})
+
+describe('the watch marker', () => {
+  it('is the same value in the scripts as in TypeScript: the record-format tag, the waiter flag, no steps, state w', () => {
+    expect(WATCH_MARKER).toBe(`${RECORD_TAG}10w`)
+    for (const script of [
+      lua.acquireLua,
+      lua.completeLua,
+      lua.evictLua,
+      lua.readLua,
+      lua.recordStepLua,
+      lua.releaseLua,
+      lua.renewLua,
+      lua.watchLua,
+    ]) {
+      expect(script).toContain(`local WATCH_MARKER = '${WATCH_MARKER}'\n`)
+    }
   })
 })

@@ -1,15 +1,15 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { RedisArg, RedisClientLike } from '../src/backends/redis/index.js'
-import { RedisStore, recordNames } from '../src/backends/redis/index.js'
-import type { Outcome } from '../src/core/store.js'
-import { dropPrefix } from './helpers/redis.js'
-import { freePort, serviceSkipReason } from './helpers/services.js'
+import { dropPrefix } from '../../../test/helpers/redis.js'
+import { freePort, serviceSkipReason } from '../../../test/helpers/services.js'
+import type { Outcome } from '../../core/store.js'
+import type { RedisArg, RedisClientLike } from './index.js'
+import { RedisStore, recordNames } from './index.js'
 
 // The rules RedisStore keeps around its scripts: the checks of its options and arguments, the
 // operation each error names, the native acquire and its fall-backs, the SET ... IFEQ complete
-// (emulated on this Redis 7.0 as in test/redis-compare-and-set.test.ts), list, purge, watch, close.
+// (emulated on this Redis 7.0 as in src/backends/redis/redis-compare-and-set.test.ts), list, purge, watch, close.
 const URL = 'redis://127.0.0.1:6379'
 const skip = await serviceSkipReason('Redis', 6379)
 const fp = (label: string) => createHash('sha256').update(label).digest('hex')

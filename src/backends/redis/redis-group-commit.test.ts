@@ -1,12 +1,12 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, describe, expect, it } from 'vitest'
-import type { RedisArg, RedisClientLike } from '../src/backends/redis/index.js'
-import { RedisStore } from '../src/backends/redis/index.js'
-import { completeBatchLua } from '../src/backends/redis/lua.generated.js'
-import type { Outcome } from '../src/core/store.js'
-import { dropPrefix } from './helpers/redis.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { dropPrefix } from '../../../test/helpers/redis.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import type { Outcome } from '../../core/store.js'
+import type { RedisArg, RedisClientLike } from './index.js'
+import { RedisStore } from './index.js'
+import { completeBatchLua } from './lua.generated.js'
 
 // RedisStore's group commit on one server (docs/redis.md, "Group commit"): the completes that callers
 // issue while one is in flight go to Redis together, the fresh records among them in one compare-and-set

@@ -1,8 +1,8 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import { RedisStore } from '../src/backends/redis/index.js'
-import { Ledger } from '../src/core/ledger.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { Ledger } from '../../core/ledger.js'
+import { RedisStore } from './index.js'
 
 const URL = 'redis://127.0.0.1:6379'
 const skip = await serviceSkipReason('Redis', 6379)

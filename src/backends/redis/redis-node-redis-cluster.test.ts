@@ -5,9 +5,9 @@
  */
 import { randomUUID } from 'node:crypto'
 import { createCluster } from '@redis/client'
-import { RedisStore } from '../src/backends/redis/index.js'
-import { describeStore, describeStoreModel } from '../src/testing/index.js'
-import { RedisCluster } from './fixtures/redis/servers.js'
+import { RedisCluster } from '../../../test/fixtures/redis/servers.js'
+import { describeStore, describeStoreModel } from '../../testing/index.js'
+import { RedisStore } from './index.js'
 
 const cluster = new RedisCluster()
 await cluster.start()

@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
-import { serverHasSetIfEq } from '../src/backends/redis/client.js'
-import { type RedisArg, type RedisClientLike, RedisStore, recordNames } from '../src/backends/redis/index.js'
-import type { Outcome } from '../src/core/store.js'
+import type { Outcome } from '../../core/store.js'
+import { serverHasSetIfEq } from './client.js'
+import { type RedisArg, type RedisClientLike, RedisStore, recordNames } from './index.js'
 
 // The native compare-and-set complete (SET ... IFEQ, Valkey 8.1+ and Redis 8.4+) at the level of the
 // commands the store sends, against a fake client: this machine's Redis 7.0 has no IFEQ.
-// test/redis-compare-and-set.test.ts runs the store on a real Redis with IFEQ emulated.
+// src/backends/redis/redis-compare-and-set.test.ts runs the store on a real Redis with IFEQ emulated.
 const fp = createHash('sha256').update('a').digest('hex')
 const outcome = (body: Uint8Array | string, status: 'completed' | 'failed' = 'completed'): Outcome => ({
   status,

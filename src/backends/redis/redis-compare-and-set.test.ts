@@ -1,17 +1,17 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import type { RedisArg, RedisClientLike } from '../src/backends/redis/index.js'
-import { RedisStore, recordNames } from '../src/backends/redis/index.js'
-import { describeStore, describeStoreModel } from '../src/testing/index.js'
-import { dropPrefix } from './helpers/redis.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { dropPrefix } from '../../../test/helpers/redis.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { describeStore, describeStoreModel } from '../../testing/index.js'
+import type { RedisArg, RedisClientLike } from './index.js'
+import { RedisStore, recordNames } from './index.js'
 
 // The native compare-and-set complete (SET ... IFEQ) against a real Redis. Redis here is 7.0, which has
 // no IFEQ: the client below runs each `SET key value IFEQ old PX ms` the store sends as one atomic
 // script with the same meaning (write only when the key holds exactly `old`; nil otherwise, an error on
 // another type), so everything else (the records it leaves, how every script reads them) is the real
-// thing. test/redis-compare-and-set-args.test.ts pins the commands themselves.
+// thing. src/backends/redis/redis-compare-and-set-args.test.ts pins the commands themselves.
 const URL = 'redis://127.0.0.1:6379'
 const skip = await serviceSkipReason('Redis', 6379)
 const fp = (label: string) => createHash('sha256').update(label).digest('hex')

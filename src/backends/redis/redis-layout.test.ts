@@ -1,12 +1,13 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { RedisStore, recordNames } from '../src/backends/redis/index.js'
-import { dropPrefix } from './helpers/redis.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { dropPrefix } from '../../../test/helpers/redis.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { RedisStore, recordNames } from './index.js'
+import { WATCH_MARKER } from './record.js'
 
 // The packed record layout (docs/redis.md): what a new key writes and touches, when changes are
-// published, where steps live, and round-1 hash records read, completed and taken over as before.
+// published, and where steps live.
 const URL = 'redis://127.0.0.1:6379'
 const skip = await serviceSkipReason('Redis', 6379)
 const fp = (label: string) => createHash('sha256').update(label).digest('hex')
@@ -173,6 +174,7 @@ describe.skipIf(skip)('RedisStore record layout', () => {
           resolve()
         }, 2)
       })
+      expect(await redis.get(recordNames(prefix, s, 'k').key)).toBe(WATCH_MARKER)
       // The marker is no record: absent to get, list and evict; acquire grants token 1.
       expect(await store.get(s, 'k')).toBeNull()
       expect(await store.list({ scope: s })).toEqual([])
@@ -226,82 +228,5 @@ describe.skipIf(skip)('RedisStore record layout', () => {
     await store.recordStep(s, 'k', 1, 'charge', '{}')
     expect(await store.evict(s, 'k')).toBe(true)
     expect(await redis.exists(names.key, names.steps)).toBe(0)
-  })
-
-  describe('records written by round 1 (a hash per record)', () => {
-    /** A record exactly as round 1's acquire (and complete) wrote it. */
-    async function roundOne(s: string, key: string, fields: Record<string, string>) {
-      const name = recordNames(prefix, s, key).key
-      const now = Date.now()
-      await redis.hset(name, {
-        s,
-        k: key,
-        fp: fp('a'),
-        st: 'in_progress',
-        tok: '3',
-        lu: String(now + 60_000),
-        att: '1',
-        ca: String(now),
-        ua: String(now),
-        ea: String(now + 3_600_000),
-        ...fields,
-      })
-      await redis.pexpire(name, 3_700_000)
-      return name
-    }
-
-    it('replays a completed round-1 record, with its resource id and body', async () => {
-      const s = `s-${randomUUID()}`
-      await roundOne(s, 'k', { st: 'completed', rs: '201', rh: '{"content-type":"text/plain"}', rb: 'hello', rid: 'r1' })
-      const reply = await store.acquire(s, 'k', fp('a'), 60_000)
-      expect(reply).toMatchObject({
-        kind: 'replay',
-        record: { status: 'completed', token: 3, resourceId: 'r1', response: { status: 201 } },
-      })
-      expect(await store.acquire(s, 'k', fp('b'), 60_000)).toEqual({ kind: 'mismatch' })
-      expect(await store.get(s, 'k')).toMatchObject({ status: 'completed', token: 3 })
-      expect((await store.list({ scope: s })).map((r) => r.key)).toEqual(['k'])
-    })
-
-    it('lets the holder of a round-1 record renew and complete it, and fences out other tokens', async () => {
-      const s = `s-${randomUUID()}`
-      await roundOne(s, 'k', {})
-      expect(await store.acquire(s, 'k', fp('a'), 60_000)).toMatchObject({ kind: 'in_progress' })
-      expect(await store.renew(s, 'k', 3, 60_000)).toBe(true)
-      expect(await store.complete(s, 'k', 2, outcome('no'), 60_000)).toBe(false)
-      expect(await store.recordStep(s, 'k', 3, 'charge', '{}')).toBe(true)
-      expect(await store.complete(s, 'k', 3, outcome('yes', 'r9'), 60_000)).toBe(true)
-      const replay = await store.acquire(s, 'k', fp('a'), 60_000)
-      expect(replay).toMatchObject({
-        kind: 'replay',
-        record: { status: 'completed', resourceId: 'r9', response: { headers: { 'content-type': 'application/json' } } },
-      })
-      expect(new TextDecoder().decode((replay as { record: { response: { body: Uint8Array } } }).record.response.body)).toBe('yes')
-    })
-
-    it('takes over a round-1 record whose lease ended, with its steps, and starts an expired one afresh with the token counting on', async () => {
-      const s = `s-${randomUUID()}`
-      await roundOne(s, 'k', { lu: String(Date.now() - 1), '~charge': '{"id":1}' })
-      expect(await store.acquire(s, 'k', fp('a'), 60_000)).toEqual({
-        kind: 'acquired',
-        token: 4,
-        steps: [{ name: 'charge', result: '{"id":1}' }],
-      })
-      expect(await store.release(s, 'k', 4)).toBe(true)
-      const expired = await roundOne(s, 'old', { ea: String(Date.now() - 1) })
-      expect(await store.acquire(s, 'old', fp('b'), 60_000)).toEqual({ kind: 'acquired', token: 4 })
-      expect(await redis.type(expired)).toBe('string')
-      expect(await store.complete(s, 'old', 4, outcome('new'), 60_000)).toBe(true)
-    })
-
-    it('purges an expired round-1 record and keeps a live one', async () => {
-      const s = `s-${randomUUID()}`
-      const live = await roundOne(s, 'live', {})
-      const gone = await roundOne(s, 'gone', { ea: String(Date.now() - 1) })
-      let purged = 0
-      for (let i = 0; i < 50 && (await redis.exists(gone)) === 1; i++) purged += await store.purgeExpired(1_000)
-      expect(purged).toBeGreaterThanOrEqual(1)
-      expect(await redis.exists(live)).toBe(1)
-    })
   })
 })

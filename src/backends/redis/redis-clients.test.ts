@@ -9,14 +9,14 @@ import { createHash, randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createClient, createCluster } from '@redis/client'
 import { Redis } from 'ioredis'
-import type { RedisClientLike, RedisSubscriberLike } from '../src/backends/redis/client.js'
-import { serverHasSetIfEq } from '../src/backends/redis/client.js'
-import { isNodeRedisClient, isNodeRedisCluster, RedisStore, recordNames } from '../src/backends/redis/index.js'
-import { freePort, RedisCluster } from './fixtures/redis/servers.js'
-import { eventually } from './helpers/eventually.js'
-import { connectionsNamed, dropPrefix, subscribers } from './helpers/redis.js'
-import { serviceSkipReason } from './helpers/services.js'
-import { TcpFaultProxy } from './helpers/tcp-fault-proxy.js'
+import { freePort, RedisCluster } from '../../../test/fixtures/redis/servers.js'
+import { eventually } from '../../../test/helpers/eventually.js'
+import { connectionsNamed, dropPrefix, subscribers } from '../../../test/helpers/redis.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { TcpFaultProxy } from '../../../test/helpers/tcp-fault-proxy.js'
+import type { RedisClientLike, RedisSubscriberLike } from './client.js'
+import { serverHasSetIfEq } from './client.js'
+import { isNodeRedisClient, isNodeRedisCluster, RedisStore, recordNames } from './index.js'
 
 const URL = 'redis://127.0.0.1:6379'
 const skip = await serviceSkipReason('Redis', 6379)
@@ -435,7 +435,7 @@ describe('RedisStore({ url }) without ioredis installed', () => {
     vi.doMock('ioredis', () => {
       throw new Error("Cannot find package 'ioredis'")
     })
-    const { RedisStore: FreshStore } = await import('../src/backends/redis/index.js')
+    const { RedisStore: FreshStore } = await import('./index.js')
     const store = new FreshStore({ url: URL })
     const error = await store.get('s', 'k').catch((e: unknown) => e)
     expect(error).toMatchObject({ name: 'IdempotencyError', code: 'INVALID_OPTION' })

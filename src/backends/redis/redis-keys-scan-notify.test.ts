@@ -1,11 +1,11 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { RedisStore, recordNames } from '../src/backends/redis/index.js'
-import { Notifier } from '../src/backends/redis/notifier.js'
-import { eventually } from './helpers/eventually.js'
-import { connectionsNamed, dropPrefix, subscribers } from './helpers/redis.js'
-import { serviceSkipReason } from './helpers/services.js'
+import { eventually } from '../../../test/helpers/eventually.js'
+import { connectionsNamed, dropPrefix, subscribers } from '../../../test/helpers/redis.js'
+import { serviceSkipReason } from '../../../test/helpers/services.js'
+import { RedisStore, recordNames } from './index.js'
+import { Notifier } from './notifier.js'
 
 // Key names and prefixes (keys.ts), the SCAN behind list and purgeExpired (scan.ts) on a keyspace that
 // takes several SCAN steps, and the wake-up subscriber (notifier.ts): several watchers of one record,
