@@ -393,10 +393,19 @@ describe.skipIf(skip !== undefined)('RedisStore wake-ups: watchers, stopping and
       // The first watch opens the subscriber (its SUBSCRIBE, sent while it connects, is refused: that waiter polls).
       const stopEarly = store.watch(s, 'early', () => {})
       await until(async () => (await addressesNamed(redis, name)).length === 2, 'the subscriber connected')
-      let calls = 0
-      const stop = store.watch(s, 'k', () => calls++)
-      await until(() => calls > 0, 'the "may have changed" call')
-      const channel = recordNames(prefix, s, 'k').channel
+      // A SUBSCRIBE sent before the subscriber is ready is refused too (no offline queue; that waiter
+      // polls): on a loaded host the connection can show before it is ready, so watch until one holds.
+      let stop = () => {}
+      let channel = ''
+      for (let attempt = 0; attempt < 20; attempt++) {
+        let calls = 0
+        stop = store.watch(s, `k${attempt}`, () => calls++)
+        await until(() => calls > 0, 'the "may have changed" call')
+        channel = recordNames(prefix, s, `k${attempt}`).channel
+        if ((await subscribers(redis, channel)) === 1) break
+        stop()
+        await sleep(50)
+      }
       expect(await subscribers(redis, channel)).toBe(1)
       // The subscriber's connection drops; ioredis would reconnect it in 300 ms and subscribe again.
       const list = (await redis.client('LIST')) as string
