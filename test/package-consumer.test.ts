@@ -349,9 +349,11 @@ describe.skipIf(typecheckSkip)('every docs example in a project made by `tsc --i
         // tsc --init's own defaults (strict, exactOptionalPropertyTypes, noUncheckedIndexedAccess,
         // verbatimModuleSyntax, module nodenext), with what its comment says a Node.js project sets
         // (lib esnext, types node: no DOM), and the decorators NestJS asks for.
+        // skipLibCheck off only (tsc --init turns it on): it reports every error the default would, in the
+        // examples and the real objects, plus any in idemkey's own declarations; a second run with it on
+        // could only find fewer.
         const checks = [
           { name: 'skipLibCheck false', skipLibCheck: false, files },
-          { name: 'skipLibCheck true', skipLibCheck: true, files },
           { name: 'node only', skipLibCheck: false, files: ['../node-only.ts'] },
         ]
         for (const { name: check, skipLibCheck, files } of checks) {
@@ -383,7 +385,7 @@ describe.skipIf(typecheckSkip)('every docs example in a project made by `tsc --i
       })()
     }
     console.info(
-      `docs examples: ${checked.length} files and the real objects, 2 TypeScript lines x skipLibCheck false and true (and a Node-only check), ${Math.round(performance.now() - started)} ms`,
+      `docs examples: ${checked.length} files and the real objects, 2 TypeScript lines, skipLibCheck false (and a Node-only check), ${Math.round(performance.now() - started)} ms`,
     )
   }, 900_000)
 
