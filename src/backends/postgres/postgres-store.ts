@@ -128,12 +128,12 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     this.#begin = resolved.begin
     this.#toolIsolation = resolved.toolIsolation
     this.#tool = options.transactions
-    this.#ownsPool = resolved.open !== undefined
+    this.#ownsPool = options.pool === undefined
     if (resolved.open) {
       this.#opening = openPool(resolved.open.connectionString, resolved.open.max, resolved.open.connectionTimeoutMs)
       // An open that fails is reported by the first operation, never as an unhandled rejection.
       this.#opening.catch(() => {})
-    } else this.#pool = options.pool
+    } else this.#pool = options.pool as PgPoolLike<Client>
     this.channel = options.notifications === false ? null : channelName(schema, table)
     if (this.channel) {
       const arm = async (id: string) => {

@@ -2,7 +2,7 @@
  * `PostgresStore`'s options checked and resolved to what the store keeps: names, layout, durations
  * in milliseconds, the isolation statements, and how to open the pool it owns.
  */
-import { parseDuration, parseTimerDuration } from '../../core/duration.js'
+import { type Duration, parseDuration, parseTimerDuration } from '../../core/duration.js'
 import { assertSqlTransactions } from '../../core/sql-transactions.js'
 import { DEFAULT_ABANDONED_RETENTION_MS } from '../../core/store.js'
 import { assertOptionalPositiveInteger } from '../../core/validate.js'
@@ -31,7 +31,7 @@ export interface ResolvedPostgresOptions {
    * (`undefined`: the option was not given, and the tool's transaction keeps its own level).
    */
   toolIsolation: string | undefined
-  /** The pool to open when the store owns it (given a `connectionString`). */
+  /** The pool to open when no `pool` was given. */
   open: { connectionString: string; max: number; connectionTimeoutMs: number } | undefined
 }
 
@@ -98,13 +98,12 @@ export function resolveOptions<Client extends PgClientLike, Tx>(
     queryTimeoutMs,
     begin: `BEGIN ISOLATION LEVEL ${isolation.toUpperCase()}`,
     toolIsolation: options.isolationLevel === undefined ? undefined : `SET TRANSACTION ISOLATION LEVEL ${isolation.toUpperCase()}`,
-    open:
-      options.pool === undefined
-        ? {
-            connectionString: options.connectionString,
-            max: options.max ?? 10,
-            connectionTimeoutMs: parseDuration(options.connectionTimeout ?? '5s', 'connectionTimeout'),
-          }
-        : undefined,
+    open: options.pool
+      ? undefined
+      : {
+          connectionString: options.connectionString as string,
+          max: (options as { max?: number }).max ?? 10,
+          connectionTimeoutMs: parseDuration((options as { connectionTimeout?: Duration }).connectionTimeout ?? '5s', 'connectionTimeout'),
+        },
   }
 }
