@@ -10,4 +10,5 @@ export default storeRun('mysql', [
   '!src/backends/mysql/**/*.test.ts',
   'src/backends/group-commit.ts',
   'src/backends/end-pool.ts',
+  'src/backends/sql/rows.ts',
 ])

@@ -6,4 +6,10 @@
 // the last score and the survivors accepted, with why.
 import { storeRun } from './stryker.config.mjs'
 
-export default storeRun('postgres', ['src/backends/postgres/**/*.ts', '!src/backends/postgres/**/*.test.ts', 'src/backends/end-pool.ts'])
+export default storeRun('postgres', [
+  'src/backends/postgres/**/*.ts',
+  '!src/backends/postgres/**/*.test.ts',
+  'src/backends/end-pool.ts',
+  'src/backends/sql/rows.ts',
+  'src/backends/sql/prepared-names.ts',
+])

@@ -8,7 +8,6 @@
  * One small adapter per tool implements it (`idemkey/drizzle`, `idemkey/kysely`, …); anything else can
  * implement it in a few lines.
  */
-import { createHash } from 'node:crypto'
 import { IdempotencyError } from '../errors.js'
 import type { SavepointCommand } from './store.js'
 
@@ -151,20 +150,4 @@ export function assertSqlTransactions(value: unknown, store: string, dialect: 'p
       `${store} transactions are for ${String(candidate.dialect)} (${candidate.tool}), but this store is ${dialect}: pass an adapter made from a ${dialect} connection of ${candidate.tool}.`,
     )
   }
-}
-
-const preparedNames = new Map<string, string>()
-
-/**
- * A prepared-statement name that follows from the statement's text (so two texts never share one), for
- * adapters that can ask their tool to prepare the store's statements.
- */
-export function preparedName(tool: string, sql: string): string {
-  const cacheKey = `${tool}\n${sql}`
-  let name = preparedNames.get(cacheKey)
-  if (name === undefined) {
-    name = `idemkey_${tool}_${createHash('sha1').update(sql).digest('hex').slice(0, 24)}`
-    preparedNames.set(cacheKey, name)
-  }
-  return name
 }

@@ -3,7 +3,8 @@
  * Kysely transaction: Kysely itself, and MikroORM 7 (which runs on Kysely). Kept free of a `kysely`
  * import, so that MikroORM users need not install Kysely beside it.
  */
-import { preparedName, type SqlValue } from '../core/sql-transactions.js'
+import { preparedName } from '../backends/sql/prepared-names.js'
+import type { SqlValue } from '../core/sql-transactions.js'
 
 /** The part of a Kysely `Transaction` (or `ControlledTransaction`) this uses; `getExecutor` is Kysely-internal. */
 export interface KyselyTransactionLike {

@@ -1,18 +1,10 @@
-import { type Duration, parsePositiveDuration } from '../../core/duration.js'
+import type { Duration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions } from '../../core/sql-transactions.js'
-import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
+import { assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
-import type {
-  Inbox,
-  InboxBatchResult,
-  InboxEvent,
-  InboxFailure,
-  InboxMessage,
-  InboxOldestRecord,
-  InboxResult,
-} from '../../messaging/inbox/types.js'
-import { InboxMismatchError, isMissingTable, purgeBatchSize, RolledBack } from '../../messaging/message.js'
-import { payloadHash } from '../postgres/postgres-inbox.js'
+import type { InboxEvent, InboxFailure, InboxMessage, InboxOldestRecord } from '../../messaging/inbox/types.js'
+import { isMissingTable, purgeBatchSize } from '../../messaging/message.js'
+import { assertMessageHasId, type Seen, TransactionalSqlInbox, type TransactionWork, trackEffects } from '../sql/inbox.js'
 import {
   executeIn,
   type MySqlConnectionLike,
@@ -57,7 +49,7 @@ const DEADLOCK_ATTEMPTS = 5
 /**
  * Identity columns are VARBINARY (every text collation folds case or pads spaces). `mismatches` counts
  * copies of an ID that came with another payload; recording a known ID bumps it and, for the same
- * payload, takes the bump back (see `#record`): each statement changes the row it matches, so
+ * payload, takes the bump back (see `recordId`): each statement changes the row it matches, so
  * `affectedRows` tells the answer with or without CLIENT_FOUND_ROWS, and through any data-layer tool
  * (which reports only affected rows on MySQL).
  */
@@ -90,9 +82,7 @@ const FAILURES_TABLE = (failures: string): string => `CREATE TABLE IF NOT EXISTS
     ) ENGINE = InnoDB`
 
 function assertMessageId(message: InboxMessage): void {
-  if (typeof message?.id !== 'string' || message.id.length === 0) {
-    throw new IdempotencyError('INVALID_ARGUMENT', 'inbox: the message has no ID. Producers must set one (the outbox always does).')
-  }
+  assertMessageHasId(message)
   if (Buffer.byteLength(message.id) > MAX_ID_BYTES) {
     throw new IdempotencyError(
       'INVALID_ARGUMENT',
@@ -100,6 +90,9 @@ function assertMessageId(message: InboxMessage): void {
     )
   }
 }
+
+/** How the inbox's statements run in a transaction: the SQL and its values in, the number of affected rows out. */
+type Run = (sql: string, values: readonly (string | Buffer)[]) => Promise<number>
 
 /**
  * The inbox on MySQL 8 or MariaDB 10.6+: records each message ID in the same transaction as the
@@ -115,24 +108,21 @@ function assertMessageId(message: InboxMessage): void {
  *   await tx.execute('UPDATE accounts SET balance = balance + ? WHERE id = ?', [amount, account])
  * })
  * ack() // applied or duplicate: either way the broker may forget it
+ *
+ * @example
+ * // In a transaction you run: pass its mysql2 connection, or your tool's transaction object with `transactions`.
+ * await conn.query('START TRANSACTION')
+ * if ((await inbox.record(conn, message)) === 'new') await applyEffect(conn)
+ * await conn.query('COMMIT')
  */
-export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<Tx> {
-  readonly consumer: string
+export class MySqlInbox<Tx = MySqlConnectionLike> extends TransactionalSqlInbox<Tx, Run> {
   readonly #pool: MySqlPoolLike
-  readonly #tool: SqlTransactions<Tx> | undefined
   readonly #table: MySqlTableName
   /** Failed attempts by message (`recordFailure`), for `maxAttempts` across processes. */
   readonly #failures: string
-  readonly #retentionMs: number
-  readonly #onEvent: (event: InboxEvent) => void
   readonly #consumerBytes: Buffer
   readonly #insert: string
   readonly #settle: string
-
-  /** How long processed IDs are kept (the dedup window). */
-  get retentionMs(): number {
-    return this.#retentionMs
-  }
 
   constructor(options: MySqlInboxOptions<Tx>) {
     if (typeof options?.pool?.getConnection !== 'function' || typeof options.pool.query !== 'function') {
@@ -147,18 +137,15 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<Tx> {
         `MySqlInbox needs { consumer }: a non-empty name for this consumer of at most ${MAX_CONSUMER_BYTES} bytes, e.g. "billing".`,
       )
     }
-    this.#pool = options.pool
     if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'MySqlInbox', 'mysql')
-    this.#tool = options.transactions
-    this.consumer = options.consumer
-    this.#consumerBytes = Buffer.from(options.consumer, 'utf8')
-    this.#table = mysqlTableName(options.table ?? 'idemkey_inbox', 'MySqlInbox table')
+    const table = mysqlTableName(options.table ?? 'idemkey_inbox', 'MySqlInbox table')
     // Fitted to 63 bytes, within MySQL's 64.
-    this.#failures = mysqlBesideTable(this.#table, 'failures')
-    // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
-    this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
-    assertFunctions('MySqlInbox', { onEvent: options.onEvent })
-    this.#onEvent = options.onEvent ?? (() => {})
+    const failures = mysqlBesideTable(table, 'failures')
+    super('MySqlInbox', options)
+    this.#pool = options.pool
+    this.#consumerBytes = Buffer.from(options.consumer, 'utf8')
+    this.#table = table
+    this.#failures = failures
     // 1 row for a new ID; 2 for a known one, whose row it always changes (CLIENT_FOUND_ROWS or not).
     this.#insert = `INSERT INTO ${this.#table.sql} (consumer, message_id, payload_hash, processed_at) VALUES (?, ?, ?, ${NOW_MS})
       ON DUPLICATE KEY UPDATE mismatches = mismatches + 1`
@@ -230,114 +217,50 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<Tx> {
     }
   }
 
-  /**
-   * Runs `effect` in a transaction that also records the message ID, unless the ID was processed
-   * already. The effect gets the transaction's mysql2 connection, or with the `transactions` option
-   * the tool's own transaction. An error from `effect` rolls both
-   * back and is rethrown (do not ack: let the broker redeliver). Database errors become `STORE_UNAVAILABLE`.
-   */
-  async handle<T>(message: InboxMessage, effect: (tx: Tx, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>> {
+  protected assertMessage(message: InboxMessage): void {
     assertMessageId(message)
-    const hash = payloadHash(message.payload)
-    type Outcome = { seen: 'duplicate' | 'mismatch' } | { applied: Awaited<T> }
-    const outcome = await this.#transaction<Outcome>(`handle ${message.id}`, async (run, tx, runEffect) => {
-      const seen = await this.#record(run, message.id, hash)
-      if (seen !== 'new') return { rollback: true, value: { seen } }
-      return { value: { applied: await runEffect(() => effect(tx, message)) } }
-    })
-    if ('seen' in outcome) return this.#seenBefore(outcome.seen, message.id)
-    this.#emit({ type: 'applied', consumer: this.consumer, messageId: message.id })
-    return { status: 'applied', value: outcome.applied }
+  }
+
+  protected statementsIn(tx: Tx): Run {
+    return (sql, values) => executeIn(this.tool, tx, sql, values)
+  }
+
+  protected failure(label: string, error: unknown): IdempotencyError {
+    return mysqlMessagingError('MySqlInbox', label, error, this.#table)
+  }
+
+  protected override recordLabel(messageId: string): string {
+    const through = this.tool ? ` (through ${this.tool.tool})` : ''
+    return `record ${messageId}${through}`
   }
 
   /**
-   * Several messages in one transaction (what the consumer helpers use under load): each ID recorded
-   * (in sorted order, so concurrent batches lock alike), then each new message's effect in the given
-   * order, then one COMMIT. A message seen before
-   * is `duplicate`, or `mismatch` with another payload (reported, not thrown); an ID twice in the
-   * batch is applied once. Any error rolls the whole batch back and is thrown (retry the messages one
-   * by one with {@link MySqlInbox.handle}). Events are reported after the commit.
+   * Each ID's first copy is recorded first, in one order whatever the batch's, so two consumers'
+   * batches take their row locks in the same order and cannot deadlock on each other.
    */
-  async handleBatch<T>(
-    messages: readonly InboxMessage[],
-    effect: (tx: Tx, message: InboxMessage) => Promise<T> | T,
-  ): Promise<Array<InboxBatchResult<T>>> {
-    for (const message of messages) assertMessageId(message)
-    const hashes = messages.map((m) => payloadHash(m.payload))
-    const { results, events } = await this.#transaction(`handleBatch of ${messages.length}`, async (run, tx, runEffect) => {
-      // Each ID's first copy is recorded first, in one order whatever the batch's, so two consumers'
-      // batches take their row locks in the same order and cannot deadlock on each other.
-      const firstIndex = new Map<string, number>()
-      for (const [i, message] of messages.entries()) if (!firstIndex.has(message.id)) firstIndex.set(message.id, i)
-      const verdicts: Array<'apply' | 'duplicate' | 'mismatch' | undefined> = messages.map(() => undefined)
-      // The hash each new ID was taken under by its first copy; its other copies compare with it.
-      const taken = new Map<string, string>()
-      for (const id of [...firstIndex.keys()].sort()) {
-        const i = firstIndex.get(id) as number
-        const verdict = await this.#record(run, id, hashes[i] as string)
-        if (verdict === 'new') taken.set(id, hashes[i] as string)
-        verdicts[i] = verdict === 'new' ? 'apply' : verdict
-      }
-      for (const [i, message] of messages.entries()) {
-        if (verdicts[i] !== undefined) continue
-        const first = taken.get(message.id)
-        const hash = hashes[i] as string
-        if (first !== undefined) verdicts[i] = first === hash ? 'duplicate' : 'mismatch'
-        else {
-          // Its first copy was known before the batch: this copy's own payload decides.
-          const verdict = await this.#record(run, message.id, hash)
-          if (verdict === 'new') taken.set(message.id, hash)
-          verdicts[i] = verdict === 'new' ? 'apply' : verdict
-        }
-      }
-      const results: Array<InboxBatchResult<T>> = []
-      const events: InboxEvent[] = []
-      for (const [i, message] of messages.entries()) {
-        const verdict = verdicts[i]
-        if (verdict === 'apply') {
-          results.push({ status: 'applied', value: await runEffect(() => effect(tx, message)) })
-          events.push({ type: 'applied', consumer: this.consumer, messageId: message.id })
-        } else if (verdict === 'mismatch') {
-          results.push({ status: 'mismatch', error: new InboxMismatchError(this.consumer, message.id) })
-          events.push({ type: 'mismatch', consumer: this.consumer, messageId: message.id })
-        } else {
-          results.push({ status: 'duplicate' })
-          events.push({ type: 'duplicate', consumer: this.consumer, messageId: message.id })
-        }
-      }
-      return { value: { results, events } }
-    })
-    for (const event of events) this.#emit(event)
-    return results
-  }
-
-  /**
-   * Records the message ID inside a transaction *you* run (your `START TRANSACTION`, your effect, your
-   * `COMMIT`): pass its mysql2 connection, or your tool's transaction object with the `transactions`
-   * option. Returns `new` (apply the effect, then commit) or `duplicate` (skip the effect; rolling back
-   * or committing is the same). Throws {@link InboxMismatchError} for the same ID with another payload.
-   *
-   * @example
-   * await conn.query('START TRANSACTION')
-   * if ((await inbox.record(conn, message)) === 'new') await applyEffect(conn)
-   * await conn.query('COMMIT')
-   */
-  async record(tx: Tx, message: InboxMessage): Promise<'new' | 'duplicate'> {
-    assertMessageId(message)
-    const hash = payloadHash(message.payload)
-    let seen: 'new' | 'duplicate' | 'mismatch'
-    try {
-      seen = await this.#record((sql, values) => executeIn(this.#tool, tx, sql, values), message.id, hash)
-    } catch (error) {
-      const through = this.#tool ? ` (through ${this.#tool.tool})` : ''
-      throw mysqlMessagingError('MySqlInbox', `record ${message.id}${through}`, error, this.#table)
+  protected async recordBatch(run: Run, messages: readonly InboxMessage[], hashes: string[]): Promise<Seen[]> {
+    const firstIndex = new Map<string, number>()
+    for (const [i, message] of messages.entries()) if (!firstIndex.has(message.id)) firstIndex.set(message.id, i)
+    const seen: Array<Seen | undefined> = messages.map(() => undefined)
+    // The hash each new ID was taken under by its first copy; its other copies compare with it.
+    const taken = new Map<string, string>()
+    for (const id of [...firstIndex.keys()].sort()) {
+      const i = firstIndex.get(id) as number
+      seen[i] = await this.recordId(run, id, hashes[i] as string)
+      if (seen[i] === 'new') taken.set(id, hashes[i] as string)
     }
-    if (seen === 'new') {
-      this.#emit({ type: 'recorded', consumer: this.consumer, messageId: message.id })
-      return 'new'
+    for (const [i, message] of messages.entries()) {
+      if (seen[i] !== undefined) continue
+      const first = taken.get(message.id)
+      const hash = hashes[i] as string
+      if (first !== undefined) seen[i] = first === hash ? 'duplicate' : 'mismatch'
+      else {
+        // Its first copy was known before the batch: this copy's own payload decides.
+        seen[i] = await this.recordId(run, message.id, hash)
+        if (seen[i] === 'new') taken.set(message.id, hash)
+      }
     }
-    this.#seenBefore(seen, message.id)
-    return 'duplicate'
+    return seen as Seen[]
   }
 
   /**
@@ -357,82 +280,38 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<Tx> {
    *     copy B: INSERT waits for the X lock ----------------> gets it: known; UPDATE; ROLLBACK
    *     copy C: INSERT waits for the X lock ----------------------------------------> gets it ...
    */
-  async #record(
-    run: (sql: string, values: readonly (string | Buffer)[]) => Promise<number>,
-    messageId: string,
-    hash: string,
-  ): Promise<'new' | 'duplicate' | 'mismatch'> {
+  protected async recordId(run: Run, messageId: string, hash: string): Promise<Seen> {
     const id = Buffer.from(messageId, 'utf8')
     if ((await run(this.#insert, [this.#consumerBytes, id, hash])) === 1) return 'new'
     return (await run(this.#settle, [this.#consumerBytes, id, hash])) > 0 ? 'duplicate' : 'mismatch'
   }
 
   /**
-   * One transaction on a pooled connection, or the tool's with the `transactions` option, shared by
-   * `handle` and `handleBatch`: `work` gets how the inbox's statements run and the effect's `tx`. The
-   * caller's effects run through `runEffect`, so their errors are rethrown as they are, while the
-   * database's become `STORE_UNAVAILABLE`; either rolls back. `rollback: true` ends it without a commit.
+   * A transaction on a pooled connection (`START TRANSACTION` ... `COMMIT`).
    *
    * A deadlock before any effect ran is retried in a new transaction (InnoDB rolled the whole one
    * back, and nothing of it had happened yet: as a redelivery would). It happens when the copy that
    * inserted an ID rolls back (its effect failed) while others wait on the row: InnoDB hands each
    * waiter a gap lock where the row was, and each one's insert then waits on the others' gap locks.
    */
-  async #transaction<R>(
-    label: string,
-    work: (
-      run: (sql: string, values: readonly (string | Buffer)[]) => Promise<number>,
-      tx: Tx,
-      runEffect: <T>(effect: () => Promise<T> | T) => Promise<T>,
-    ) => Promise<{ value: R; rollback?: boolean }>,
-  ): Promise<R> {
-    const tool = this.#tool
-    if (tool) {
-      let inToolEffect = false
-      const runToolEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
-        inToolEffect = true
-        const value = await effect()
-        inToolEffect = false
-        return value
-      }
-      try {
-        return await tool.transaction(async (tx) => {
-          const { value, rollback } = await work((sql, values) => executeIn(tool, tx, sql, values), tx, runToolEffect)
-          // A tool rolls back when its function throws: this carries the value out.
-          if (rollback) throw new RolledBack(value)
-          return value
-        })
-      } catch (error) {
-        if (error instanceof RolledBack) return error.value as R
-        if (inToolEffect || error instanceof IdempotencyError) throw error
-        throw mysqlMessagingError('MySqlInbox', label, error, this.#table)
-      }
-    }
+  protected async onPool<R>(label: string, work: TransactionWork<Run, Tx, R>): Promise<R> {
     let connection: MySqlConnectionLike
     try {
       connection = await this.#pool.getConnection()
     } catch (error) {
-      throw mysqlMessagingError('MySqlInbox', 'connect', error, this.#table)
+      throw this.failure('connect', error)
     }
     try {
       for (let attempt = 1; ; attempt++) {
         let inTransaction = false
-        let inEffect = false
-        let effectRan = false
-        const runEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
-          inEffect = true
-          effectRan = true
-          const value = await effect()
-          inEffect = false
-          return value
-        }
+        const effects = trackEffects()
         try {
           await connection.query('START TRANSACTION')
           inTransaction = true
           const { value, rollback } = await work(
             (sql, values) => executeIn(undefined, connection, sql, values),
             connection as unknown as Tx,
-            runEffect,
+            effects.run,
           )
           await connection.query(rollback ? 'ROLLBACK' : 'COMMIT')
           inTransaction = false
@@ -440,24 +319,14 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<Tx> {
         } catch (error) {
           if (inTransaction) await connection.query('ROLLBACK').catch(() => {})
           // The effect's own errors are the caller's; ours mean the database is in trouble.
-          if (inEffect || error instanceof IdempotencyError) throw error
-          if (!effectRan && (error as { errno?: unknown } | null)?.errno === DEADLOCK && attempt < DEADLOCK_ATTEMPTS) continue
-          throw mysqlMessagingError('MySqlInbox', label, error, this.#table)
+          if (effects.inEffect || error instanceof IdempotencyError) throw error
+          if (!effects.ran && (error as { errno?: unknown } | null)?.errno === DEADLOCK && attempt < DEADLOCK_ATTEMPTS) continue
+          throw this.failure(label, error)
         }
       }
     } finally {
       connection.release()
     }
-  }
-
-  /** Reports a known ID: `duplicate`, or throws for a mismatch. */
-  #seenBefore(seen: 'duplicate' | 'mismatch', messageId: string): { status: 'duplicate' } {
-    if (seen === 'mismatch') {
-      this.#emit({ type: 'mismatch', consumer: this.consumer, messageId })
-      throw new InboxMismatchError(this.consumer, messageId)
-    }
-    this.#emit({ type: 'duplicate', consumer: this.consumer, messageId })
-    return { status: 'duplicate' }
   }
 
   /** This consumer's oldest kept ID (`null`: none), by the (consumer, processed_at) index. */
@@ -481,35 +350,16 @@ export class MySqlInbox<Tx = MySqlConnectionLike> implements Inbox<Tx> {
    */
   async purge(options: { batchSize?: number } = {}): Promise<number> {
     const batchSize = purgeBatchSize(options)
-    const older = async (table: string, column: string): Promise<number> => {
-      let total = 0
-      for (;;) {
+    try {
+      return await this.purgeInBatches(batchSize, { ids: this.#table.sql, failures: this.#failures }, async (table, column) => {
         const [result] = await this.#pool.query(
           `DELETE FROM ${table} WHERE consumer = ? AND ${column} < ${NOW_MS} - ? ORDER BY ${column} LIMIT ${batchSize}`,
-          [this.#consumerBytes, this.#retentionMs],
+          [this.#consumerBytes, this.retentionMs],
         )
-        const deleted = (result as { affectedRows: number }).affectedRows
-        total += deleted
-        if (deleted < batchSize) return total
-      }
-    }
-    try {
-      const total = await older(this.#table.sql, 'processed_at')
-      // Not migrated since failures were recorded: nothing of theirs to purge.
-      await older(this.#failures, 'failed_at').catch((error: unknown) => {
-        if (!isMissingTable(error)) throw error
+        return (result as { affectedRows: number }).affectedRows
       })
-      return total
     } catch (error) {
       throw mysqlMessagingError('MySqlInbox', 'purge', error, this.#table)
-    }
-  }
-
-  #emit(event: InboxEvent): void {
-    try {
-      this.#onEvent(event)
-    } catch {
-      // A throwing metrics hook must not change the outcome.
     }
   }
 }

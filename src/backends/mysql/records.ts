@@ -1,26 +1,16 @@
 /** Rows of the MySQL table and the records they hold. Not part of the public API. */
 
-import type { AcquireResult, Outcome, RecordStatus, StoredRecord } from '../../core/store.js'
+import type { AcquireResult, Outcome, StoredRecord } from '../../core/store.js'
 import { assertIdentity, assertPositiveInteger } from '../../core/validate.js'
-import { assertOutcome, decodeHeaders, encodeHeaders } from '../records.js'
+import { assertOutcome, encodeHeaders } from '../records.js'
+import { type RecordRow, recordFromRow } from '../sql/rows.js'
 import type { MySqlValue } from './pool.js'
 
 /** A row as mysql2 returns it; numbers may come as strings from pools with `bigNumberStrings`. */
-export interface Row {
+export interface Row extends RecordRow {
   scope: Buffer
   key: Buffer
-  fingerprint: string
-  status: RecordStatus
-  token: number | string
-  locked_until: number | string | null
-  response_status: number | null
-  response_headers: string | null
   response_body: Buffer | null
-  resource_id: string | null
-  attempts: number | string
-  created_at: number | string
-  updated_at: number | string
-  expires_at: number | string
   mine?: number | string | null
   /** The record's steps (JSON text), read back by acquire. */
   steps?: string | null
@@ -68,26 +58,5 @@ export function identity(scope: string, key: string): { scope: Buffer; key: Buff
 
 /** The record a row holds; the body is copied out of the driver's buffer. */
 export function toRecord(row: Row): StoredRecord {
-  const stored = row.status !== 'in_progress'
-  return {
-    scope: row.scope.toString('utf8'),
-    key: row.key.toString('latin1'),
-    fingerprint: row.fingerprint,
-    status: row.status,
-    token: Number(row.token),
-    lockedUntilMs: stored || row.locked_until === null ? null : Number(row.locked_until),
-    response: stored
-      ? {
-          status: Number(row.response_status),
-          headers: decodeHeaders(row.response_headers),
-          // A copy: the driver's Buffer may be a slice of a larger network buffer.
-          body: row.response_body ? new Uint8Array(row.response_body) : new Uint8Array(0),
-        }
-      : null,
-    resourceId: row.resource_id,
-    attempts: Number(row.attempts),
-    createdAtMs: Number(row.created_at),
-    updatedAtMs: Number(row.updated_at),
-    expiresAtMs: Number(row.expires_at),
-  }
+  return recordFromRow(row, row.scope.toString('utf8'), row.key.toString('latin1'))
 }

@@ -1,28 +1,14 @@
-import { type Duration, parsePositiveDuration } from '../../core/duration.js'
-import { sha256Hex } from '../../core/fingerprint.js'
+import type { Duration } from '../../core/duration.js'
 import { assertSqlTransactions, type SqlTransactions, type SqlValue } from '../../core/sql-transactions.js'
-import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
+import { assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
-import type {
-  Inbox,
-  InboxBatchResult,
-  InboxEvent,
-  InboxFailure,
-  InboxMessage,
-  InboxOldestRecord,
-  InboxResult,
-} from '../../messaging/inbox/types.js'
-import {
-  besideTable,
-  fitPgName,
-  InboxMismatchError,
-  isMissingTable,
-  purgeBatchSize,
-  quoteName,
-  RolledBack,
-} from '../../messaging/message.js'
+import type { InboxEvent, InboxFailure, InboxMessage, InboxOldestRecord } from '../../messaging/inbox/types.js'
+import { besideTable, fitPgName, isMissingTable, purgeBatchSize, quoteName } from '../../messaging/message.js'
+import { assertMessageHasId, type Seen, TransactionalSqlInbox, type TransactionWork, trackEffects } from '../sql/inbox.js'
 import { type PgClientLike, type PgPoolLike, type PgQueryable, rowsOf, withPoolClient } from './messaging.js'
 import type { PgQueryConfig } from './pool.js'
+
+export { payloadHash } from '../sql/inbox.js'
 
 /** Options of {@link PgInbox}. */
 export interface PgInboxOptions<Tx = PgClientLike> {
@@ -47,13 +33,6 @@ export interface PgInboxOptions<Tx = PgClientLike> {
   transactions?: SqlTransactions<Tx>
 }
 
-/** What {@link PgInbox}'s transactions run: its statements go through `on`, the effect gets `tx`. */
-type TransactionWork<Tx, R> = (
-  on: PgQueryable,
-  tx: Tx,
-  runEffect: <T>(effect: () => Promise<T> | T) => Promise<T>,
-) => Promise<{ value: R; rollback?: boolean }>
-
 /** The inbox's statements inside a tool's transaction. Only the number of rows comes back, which is all #record reads. */
 function throughTool<Tx>(tool: SqlTransactions<Tx>, tx: Tx): PgQueryable {
   return {
@@ -65,19 +44,8 @@ function throughTool<Tx>(tool: SqlTransactions<Tx>, tx: Tx): PgQueryable {
   }
 }
 
-/** Hex SHA-256 of a payload (bytes, or text as UTF-8). */
-export function payloadHash(payload: Uint8Array | string): string {
-  return sha256Hex(payload)
-}
-
-function compareIds(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0
-}
-
 function assertMessageId(message: InboxMessage): void {
-  if (typeof message?.id !== 'string' || message.id.length === 0) {
-    throw new IdempotencyError('INVALID_ARGUMENT', 'inbox: the message has no ID. Producers must set one (the outbox always does).')
-  }
+  assertMessageHasId(message)
   // PostgreSQL text cannot hold NUL: the INSERT would fail on every redelivery, as if the database were down.
   if (message.id.includes('\0')) {
     throw new IdempotencyError(
@@ -95,11 +63,16 @@ function abortedAtCommit(label: string): IdempotencyError {
   )
 }
 
+function compareIds(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0
+}
+
 /**
  * The inbox on PostgreSQL: records each message ID in the same transaction as the effect, so the
  * effect is applied once however often the broker redelivers. A redelivered ID is reported as
  * `duplicate` (acknowledge it); the same ID with another payload throws {@link InboxMismatchError}.
  * Two consumers handling the same ID at once: the second waits on the row lock and then sees a duplicate.
+ * `tx` is a client of the pool, or with the `transactions` option, the tool's own transaction.
  *
  * @example
  * const inbox = new PgInbox({ pool, consumer: 'billing' })
@@ -108,22 +81,19 @@ function abortedAtCommit(label: string): IdempotencyError {
  *   await tx.query('UPDATE accounts SET balance = balance + $1 WHERE id = $2', [amount, account])
  * })
  * ack() // applied or duplicate: either way the broker may forget it
+ *
+ * @example
+ * // In a transaction you run, e.g. the idempotency store's (`ledger.runInTransaction`, docs/postgres.md):
+ * await client.query('BEGIN')
+ * if ((await inbox.record(client, message)) === 'new') await applyEffect(client)
+ * await client.query('COMMIT')
  */
-export class PgInbox<Tx = PgClientLike> implements Inbox<Tx> {
-  readonly #tool: SqlTransactions<Tx> | undefined
-  readonly consumer: string
+export class PgInbox<Tx = PgClientLike> extends TransactionalSqlInbox<Tx, PgQueryable> {
   readonly #pool: PgPoolLike
   readonly #table: string
   readonly #name: string
   /** Failed attempts by message (`recordFailure`), for `maxAttempts` across processes. */
   readonly #failures: string
-  readonly #retentionMs: number
-
-  /** How long processed IDs are kept (the dedup window). */
-  get retentionMs(): number {
-    return this.#retentionMs
-  }
-  readonly #onEvent: (event: InboxEvent) => void
 
   constructor(options: PgInboxOptions<Tx>) {
     if (typeof options?.pool?.connect !== 'function') {
@@ -135,17 +105,15 @@ export class PgInbox<Tx = PgClientLike> implements Inbox<Tx> {
         'PgInbox needs { consumer }: a non-empty name for this consumer without NUL characters, e.g. "billing".',
       )
     }
-    this.#pool = options.pool
     if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'PgInbox', 'postgres')
-    this.#tool = options.transactions
-    this.consumer = options.consumer
-    this.#name = options.table ?? 'idemkey_inbox'
-    this.#table = quoteName(this.#name, 'PgInbox table')
-    this.#failures = besideTable(this.#name, 'failures', 'PgInbox table')
-    // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
-    this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
-    assertFunctions('PgInbox', { onEvent: options.onEvent })
-    this.#onEvent = options.onEvent ?? (() => {})
+    const name = options.table ?? 'idemkey_inbox'
+    const table = quoteName(name, 'PgInbox table')
+    const failures = besideTable(name, 'failures', 'PgInbox table')
+    super('PgInbox', options)
+    this.#pool = options.pool
+    this.#name = name
+    this.#table = table
+    this.#failures = failures
   }
 
   /** Creates the table. Idempotent; safe to run from several processes at once. */
@@ -179,80 +147,38 @@ export class PgInbox<Tx = PgClientLike> implements Inbox<Tx> {
     })
   }
 
-  /**
-   * Runs `effect` in a transaction that also records the message ID, unless the ID was processed
-   * already. An error from `effect` rolls both back and is rethrown (do not ack: let the broker
-   * redeliver). Database errors become `STORE_UNAVAILABLE`. `tx` is a client of the pool, or with the
-   * `transactions` option, the tool's own transaction.
-   */
-  async handle<T>(message: InboxMessage, effect: (tx: Tx, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>> {
+  protected assertMessage(message: InboxMessage): void {
     assertMessageId(message)
-    const hash = payloadHash(message.payload)
-    type Outcome = { seen: 'duplicate' | 'mismatch' } | { applied: Awaited<T> }
-    const outcome = await this.#transaction<Outcome>(`handle ${message.id}`, async (on, tx, runEffect) => {
-      const seen = await this.#record(on, message.id, hash)
-      if (seen !== 'new') return { rollback: true, value: { seen } }
-      return { value: { applied: await runEffect(() => effect(tx, message)) } }
-    })
-    if ('seen' in outcome) return this.#seenBefore(outcome.seen, message.id)
-    this.#emit({ type: 'applied', consumer: this.consumer, messageId: message.id })
-    return { status: 'applied', value: outcome.applied }
   }
 
-  /**
-   * Several messages in one transaction (what the consumer helpers use under load): one INSERT of all
-   * their IDs (in sorted order, so concurrent batches lock alike), then each new message's effect in the given order, then one COMMIT. A message seen
-   * before is `duplicate`, or `mismatch` with another payload (reported, not thrown); an ID twice in
-   * the batch is applied once. Any error rolls the whole batch back and is thrown (retry the messages
-   * one by one with {@link PgInbox.handle}). Events are reported after the commit.
-   */
-  async handleBatch<T>(
-    messages: readonly InboxMessage[],
-    effect: (tx: Tx, message: InboxMessage) => Promise<T> | T,
-  ): Promise<Array<InboxBatchResult<T>>> {
-    for (const message of messages) assertMessageId(message)
-    const hashes = messages.map((m) => payloadHash(m.payload))
-    // The IDs go in sorted (a stable sort: an ID's copies keep their batch order, so its first copy is
-    // the one inserted), so two consumers' batches of the same IDs lock them in one order and cannot
-    // deadlock on each other.
-    const sorted = messages.map((_, i) => i).sort((a, b) => compareIds((messages[a] as InboxMessage).id, (messages[b] as InboxMessage).id))
-    const { results, events } = await this.#transaction(`handleBatch of ${messages.length}`, async (client, tx, runEffect) => {
-      // Through a tool only the count of rows comes back: each ID is recorded alone, in the same order.
-      const fresh = this.#tool
-        ? await this.#recordEach(client, messages, hashes, sorted)
-        : await this.#recordAll(client, messages, hashes, sorted)
-      const results: Array<InboxBatchResult<T>> = []
-      const events: InboxEvent[] = []
-      for (const [i, message] of messages.entries()) {
-        const seen = fresh[i] as 'new' | 'duplicate' | 'mismatch'
-        if (seen === 'new') {
-          results.push({ status: 'applied', value: await runEffect(() => effect(tx, message)) })
-          events.push({ type: 'applied', consumer: this.consumer, messageId: message.id })
-        } else if (seen === 'mismatch') {
-          results.push({ status: 'mismatch', error: new InboxMismatchError(this.consumer, message.id) })
-          events.push({ type: 'mismatch', consumer: this.consumer, messageId: message.id })
-        } else {
-          results.push({ status: 'duplicate' })
-          events.push({ type: 'duplicate', consumer: this.consumer, messageId: message.id })
-        }
-      }
-      return { value: { results, events } }
-    })
-    for (const event of events) this.#emit(event)
-    return results
+  protected statementsIn(tx: Tx): PgQueryable {
+    return this.tool ? throughTool(this.tool, tx) : (tx as PgQueryable)
+  }
+
+  protected failure(label: string, error: unknown): IdempotencyError {
+    return storeUnavailable('PgInbox', label, error)
   }
 
   /**
    * What each message of a batch is: the first copy of a new ID `new`, an ID known under the same
    * payload (or a second copy of the same in the batch) `duplicate`, under another one `mismatch`.
-   * One INSERT of all the IDs in `sorted` order (so concurrent batches lock alike), one SELECT of the known ones.
+   * The IDs go in sorted (a stable sort: an ID's copies keep their batch order, so its first copy is
+   * the one inserted), so two consumers' batches of the same IDs lock them in one order and cannot
+   * deadlock on each other. Through a tool only the count of rows comes back: each ID is recorded
+   * alone, in the same order.
    */
-  async #recordAll(
-    client: PgQueryable,
-    messages: readonly InboxMessage[],
-    hashes: string[],
-    sorted: number[],
-  ): Promise<Array<'new' | 'duplicate' | 'mismatch'>> {
+  protected async recordBatch(on: PgQueryable, messages: readonly InboxMessage[], hashes: string[]): Promise<Seen[]> {
+    const sorted = messages.map((_, i) => i).sort((a, b) => compareIds((messages[a] as InboxMessage).id, (messages[b] as InboxMessage).id))
+    if (this.tool) {
+      const seen: Seen[] = []
+      for (const i of sorted) seen[i] = await this.recordId(on, (messages[i] as InboxMessage).id, hashes[i] as string)
+      return seen
+    }
+    return this.#recordAll(on, messages, hashes, sorted)
+  }
+
+  /** One INSERT of all the IDs in `sorted` order, one SELECT of the known ones. */
+  async #recordAll(client: PgQueryable, messages: readonly InboxMessage[], hashes: string[], sorted: number[]): Promise<Seen[]> {
     const inserted = await client.query(
       `INSERT INTO ${this.#table} (consumer, message_id, payload_hash)
          SELECT $1, id, hash FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS m(id, hash, n) ORDER BY n
@@ -280,54 +206,15 @@ export class PgInbox<Tx = PgClientLike> implements Inbox<Tx> {
     })
   }
 
-  /** {@link PgInbox.#recordAll} one ID at a time, in `sorted` order, for a tool that answers a count of rows only. */
-  async #recordEach(
-    on: PgQueryable,
-    messages: readonly InboxMessage[],
-    hashes: string[],
-    sorted: number[],
-  ): Promise<Array<'new' | 'duplicate' | 'mismatch'>> {
-    const seen: Array<'new' | 'duplicate' | 'mismatch'> = []
-    for (const i of sorted) seen[i] = await this.#record(on, (messages[i] as InboxMessage).id, hashes[i] as string)
-    return seen
-  }
-
-  /**
-   * One transaction, shared by {@link PgInbox.handle} and {@link PgInbox.handleBatch}: on a pooled
-   * client, or the tool's with the `transactions` option. `work` gets what the inbox's own statements
-   * go through and the effect's `tx`. The caller's effects run through `runEffect`, so their errors are
-   * rethrown as they are, while the database's become `STORE_UNAVAILABLE`; either rolls back.
-   * `rollback: true` ends it without a commit.
-   */
-  async #transaction<R>(label: string, work: TransactionWork<Tx, R>): Promise<R> {
-    let inEffect = false
-    const runEffect = async <T>(effect: () => Promise<T> | T): Promise<T> => {
-      inEffect = true
-      const value = await effect()
-      inEffect = false
-      return value
-    }
-    const ours = (error: unknown) => (inEffect || error instanceof IdempotencyError ? error : storeUnavailable('PgInbox', label, error))
-    const tool = this.#tool
-    if (tool) {
-      try {
-        return await tool.transaction(async (tx) => {
-          const { value, rollback } = await work(throughTool(tool, tx), tx, runEffect)
-          // A tool rolls back when its function throws: this carries the value out.
-          if (rollback) throw new RolledBack(value)
-          return value
-        })
-      } catch (error) {
-        if (error instanceof RolledBack) return error.value as R
-        throw ours(error)
-      }
-    }
+  /** A transaction on a pooled client (`BEGIN` ... `COMMIT`). */
+  protected async onPool<R>(label: string, work: TransactionWork<PgQueryable, Tx, R>): Promise<R> {
+    const effects = trackEffects()
     const transaction = async (client: PgClientLike): Promise<R> => {
       let inTransaction = false
       try {
         await client.query('BEGIN')
         inTransaction = true
-        const { value, rollback } = await work(client, client as unknown as Tx, runEffect)
+        const { value, rollback } = await work(client, client as unknown as Tx, effects.run)
         const ended = await client.query(rollback ? 'ROLLBACK' : 'COMMIT')
         inTransaction = false
         // An effect that caught a failed statement of its own and went on left the transaction aborted:
@@ -338,7 +225,7 @@ export class PgInbox<Tx = PgClientLike> implements Inbox<Tx> {
       } catch (error) {
         if (inTransaction) await client.query('ROLLBACK').catch(() => {})
         // The effect's own errors are the caller's; ours mean the database is in trouble.
-        throw ours(error)
+        throw effects.inEffect || error instanceof IdempotencyError ? error : this.failure(label, error)
       }
     }
     let connected = false
@@ -353,36 +240,7 @@ export class PgInbox<Tx = PgClientLike> implements Inbox<Tx> {
     }
   }
 
-  /**
-   * Records the message ID inside a transaction *you* run (your `BEGIN`, your effect, your `COMMIT`),
-   * for when the effect already has its own transaction, e.g. the idempotency store's (`ledger.runInTransaction`, docs/postgres.md).
-   * Returns `new` (apply the effect, then commit) or `duplicate` (skip the effect; rolling back or
-   * committing is the same). Throws {@link InboxMismatchError} for the same ID with another payload.
-   *
-   * @example
-   * await client.query('BEGIN')
-   * if ((await inbox.record(client, message)) === 'new') await applyEffect(client)
-   * await client.query('COMMIT')
-   */
-  async record(tx: Tx, message: InboxMessage): Promise<'new' | 'duplicate'> {
-    assertMessageId(message)
-    const hash = payloadHash(message.payload)
-    let seen: 'new' | 'duplicate' | 'mismatch'
-    try {
-      const on = this.#tool ? throughTool(this.#tool, tx) : (tx as PgQueryable)
-      seen = await this.#record(on, message.id, hash)
-    } catch (error) {
-      throw storeUnavailable('PgInbox', `record ${message.id}`, error)
-    }
-    if (seen === 'new') {
-      this.#emit({ type: 'recorded', consumer: this.consumer, messageId: message.id })
-      return 'new'
-    }
-    this.#seenBefore(seen, message.id)
-    return 'duplicate'
-  }
-
-  async #record(tx: PgQueryable, messageId: string, hash: string): Promise<'new' | 'duplicate' | 'mismatch'> {
+  protected async recordId(tx: PgQueryable, messageId: string, hash: string): Promise<Seen> {
     const inserted = await tx.query(
       `INSERT INTO ${this.#table} (consumer, message_id, payload_hash) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING 1`,
       [this.consumer, messageId, hash],
@@ -394,16 +252,6 @@ export class PgInbox<Tx = PgClientLike> implements Inbox<Tx> {
       hash,
     ])
     return rows.length > 0 ? 'mismatch' : 'duplicate'
-  }
-
-  /** Reports a known ID: `duplicate`, or throws for a mismatch. */
-  #seenBefore(seen: 'duplicate' | 'mismatch', messageId: string): { status: 'duplicate' } {
-    if (seen === 'mismatch') {
-      this.#emit({ type: 'mismatch', consumer: this.consumer, messageId })
-      throw new InboxMismatchError(this.consumer, messageId)
-    }
-    this.#emit({ type: 'duplicate', consumer: this.consumer, messageId })
-    return { status: 'duplicate' }
   }
 
   /** This consumer's oldest kept ID (`null`: none), by the processed_at index. */
@@ -476,33 +324,14 @@ export class PgInbox<Tx = PgClientLike> implements Inbox<Tx> {
    */
   async purge(options: { batchSize?: number } = {}): Promise<number> {
     const batchSize = purgeBatchSize(options)
-    const older = async (table: string, column: string): Promise<number> => {
-      let total = 0
-      for (;;) {
-        const result = await this.#pool.query(
-          `DELETE FROM ${table} WHERE ctid IN (
-             SELECT ctid FROM ${table} WHERE consumer = $1 AND ${column} < now() - $2 * interval '1 millisecond'
-             LIMIT $3 FOR UPDATE SKIP LOCKED)`,
-          [this.consumer, this.#retentionMs, batchSize],
-        )
-        const deleted = result.rowCount ?? 0
-        total += deleted
-        if (deleted < batchSize) return total
-      }
-    }
-    const total = await older(this.#table, 'processed_at')
-    // Not migrated since failures were recorded: nothing of theirs to purge.
-    await older(this.#failures, 'failed_at').catch((error: unknown) => {
-      if (!isMissingTable(error)) throw error
+    return this.purgeInBatches(batchSize, { ids: this.#table, failures: this.#failures }, async (table, column) => {
+      const result = await this.#pool.query(
+        `DELETE FROM ${table} WHERE ctid IN (
+           SELECT ctid FROM ${table} WHERE consumer = $1 AND ${column} < now() - $2 * interval '1 millisecond'
+           LIMIT $3 FOR UPDATE SKIP LOCKED)`,
+        [this.consumer, this.retentionMs, batchSize],
+      )
+      return result.rowCount ?? 0
     })
-    return total
-  }
-
-  #emit(event: InboxEvent): void {
-    try {
-      this.#onEvent(event)
-    } catch {
-      // A throwing metrics hook must not change the outcome.
-    }
   }
 }

@@ -2,24 +2,12 @@
 
 import { stepsFromJson } from '../../core/steps-store.js'
 import type { AcquireResult, RecordStatus, StoredRecord } from '../../core/store.js'
-import { decodeHeaders } from '../records.js'
+import { type RecordRow, recordFromRow } from '../sql/rows.js'
 
 /** A row as node-postgres returns it: bigint columns arrive as strings unless a type parser says otherwise. */
-export interface Row {
+export interface Row extends RecordRow {
   scope: string
   key: string
-  fingerprint: string
-  status: RecordStatus
-  token: string | number
-  locked_until: string | number | null
-  response_status: number | null
-  response_headers: string | null
-  response_body: Uint8Array | null
-  resource_id: string | null
-  attempts: number
-  created_at: string | number
-  updated_at: string | number
-  expires_at: string | number
 }
 
 /** What the acquire statement answers: the token it took, or the live record that stopped it. */
@@ -33,28 +21,7 @@ export interface AcquireRow extends Omit<Row, 'scope' | 'key' | 'fingerprint' | 
 }
 
 export function toRecord(row: Row): StoredRecord {
-  const stored = row.status !== 'in_progress'
-  return {
-    scope: row.scope,
-    key: row.key,
-    fingerprint: row.fingerprint,
-    status: row.status,
-    token: Number(row.token),
-    lockedUntilMs: stored || row.locked_until === null ? null : Number(row.locked_until),
-    response: stored
-      ? {
-          status: Number(row.response_status),
-          headers: decodeHeaders(row.response_headers),
-          // A plain Uint8Array of its own, whatever buffer the driver decoded into.
-          body: row.response_body ? new Uint8Array(row.response_body) : new Uint8Array(0),
-        }
-      : null,
-    resourceId: row.resource_id,
-    attempts: Number(row.attempts),
-    createdAtMs: Number(row.created_at),
-    updatedAtMs: Number(row.updated_at),
-    expiresAtMs: Number(row.expires_at),
-  }
+  return recordFromRow(row, row.scope, row.key)
 }
 
 /**

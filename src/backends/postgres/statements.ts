@@ -1,5 +1,6 @@
 /** The SQL of PostgresStore, one statement per operation. Not part of the public API. */
-import { createHash } from 'node:crypto'
+
+import { statementName } from '../sql/prepared-names.js'
 
 /**
  * The server's clock as integer epoch milliseconds. `clock_timestamp()` is the real time (not the
@@ -38,8 +39,7 @@ export interface Statement {
 
 export function statement(text: string): Statement {
   const compact = text.replace(/\s+/g, ' ').trim()
-  // The name follows from the text, so stores on different tables never share a prepared statement.
-  return { name: `idemkey_${createHash('sha1').update(compact).digest('hex').slice(0, 24)}`, text: compact }
+  return { name: statementName(compact), text: compact }
 }
 
 /** `"schema"."table"`: both are validated plain identifiers, quoted to keep their case. */

@@ -1,5 +1,5 @@
-import { type Duration, parsePositiveDuration } from '../../core/duration.js'
-import { assertFunctions, assertPositiveInteger } from '../../core/validate.js'
+import type { Duration } from '../../core/duration.js'
+import { assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError, storeUnavailable } from '../../errors.js'
 import type {
   Inbox,
@@ -11,7 +11,7 @@ import type {
   InboxResult,
 } from '../../messaging/inbox/types.js'
 import { besideTable, InboxMismatchError, isMissingTable, purgeBatchSize, quoteName } from '../../messaging/message.js'
-import { payloadHash } from '../postgres/postgres-inbox.js'
+import { assertMessageHasId, payloadHash, SqlInbox } from '../sql/inbox.js'
 import { connect, type SqliteConnection } from './driver.js'
 import type { SqliteDb } from './messaging.js'
 
@@ -39,35 +39,26 @@ export interface SqliteInboxOptions {
  * inbox.migrate()
  * await inbox.handle(message, (db) => db.prepare('UPDATE accounts SET n = n + 1').run())
  */
-export class SqliteInbox implements Inbox<SqliteDb> {
-  readonly consumer: string
+export class SqliteInbox extends SqlInbox implements Inbox<SqliteDb> {
   readonly #db: SqliteConnection
   readonly #table: string
   /** Failed attempts by message (`recordFailure`), for `maxAttempts` across processes. */
   readonly #failures: string
-  readonly #retentionMs: number
-
-  /** How long processed IDs are kept (the dedup window). */
-  get retentionMs(): number {
-    return this.#retentionMs
-  }
   readonly #now: () => number
-  readonly #onEvent: (event: InboxEvent) => void
 
   constructor(options: SqliteInboxOptions) {
-    this.#db = connect(options?.database, 'SqliteInbox { database }')
+    const db = connect(options?.database, 'SqliteInbox { database }')
     if (typeof options.consumer !== 'string' || options.consumer.length === 0) {
       throw new IdempotencyError('INVALID_OPTION', 'SqliteInbox needs { consumer }: a non-empty name for this consumer.')
     }
-    this.consumer = options.consumer
     const table = options.table ?? 'idemkey_inbox'
-    this.#table = quoteName(table, 'SqliteInbox table')
-    this.#failures = besideTable(table, 'failures', 'SqliteInbox table')
-    // A retention of 0 forgets each ID at the next purge: a redelivered copy would be applied again.
-    this.#retentionMs = parsePositiveDuration(options.retention ?? '7d', 'retention')
-    assertFunctions('SqliteInbox', { now: options.now, onEvent: options.onEvent })
+    const quoted = quoteName(table, 'SqliteInbox table')
+    const failures = besideTable(table, 'failures', 'SqliteInbox table')
+    super('SqliteInbox', options, { now: options.now })
+    this.#db = db
+    this.#table = quoted
+    this.#failures = failures
     this.#now = options.now ?? Date.now
-    this.#onEvent = options.onEvent ?? (() => {})
   }
 
   /** Creates the tables (processed IDs, and failed attempts for `maxAttempts`). Idempotent. */
@@ -147,14 +138,7 @@ export class SqliteInbox implements Inbox<SqliteDb> {
     messages: readonly InboxMessage[],
     effect: (db: SqliteDb, message: InboxMessage) => Promise<T> | T,
   ): Array<InboxBatchResult<T>> {
-    for (const message of messages) {
-      if (typeof message?.id !== 'string' || message.id.length === 0) {
-        throw new IdempotencyError(
-          'INVALID_ARGUMENT',
-          'inbox.handle: the message has no ID. Producers must set one (the outbox always does).',
-        )
-      }
-    }
+    for (const message of messages) assertMessageHasId(message, 'inbox.handle')
     const hashes = messages.map((m) => payloadHash(m.payload))
     const insert = this.#db.prepare(
       `INSERT INTO ${this.#table} (consumer, message_id, payload_hash, processed_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING`,
@@ -192,7 +176,7 @@ export class SqliteInbox implements Inbox<SqliteDb> {
       throw storeUnavailable('SqliteInbox', label, error)
     }
     for (const [i, result] of results.entries()) {
-      this.#emit({ type: result.status, consumer: this.consumer, messageId: (messages[i] as InboxMessage).id })
+      this.emit({ type: result.status, consumer: this.consumer, messageId: (messages[i] as InboxMessage).id })
     }
     return results
   }
@@ -213,7 +197,7 @@ export class SqliteInbox implements Inbox<SqliteDb> {
    */
   purge(options: { batchSize?: number } = {}): number {
     const batchSize = purgeBatchSize(options)
-    const cutoff = this.#now() - this.#retentionMs
+    const cutoff = this.#now() - this.retentionMs
     const older = (table: string, column: string): number => {
       const purge = this.#db.prepare(
         `DELETE FROM ${table} WHERE rowid IN (SELECT rowid FROM ${table} WHERE consumer = ? AND ${column} < ? LIMIT ?)`,
@@ -233,13 +217,5 @@ export class SqliteInbox implements Inbox<SqliteDb> {
       if (!isMissingTable(error)) throw error
     }
     return total
-  }
-
-  #emit(event: InboxEvent): void {
-    try {
-      this.#onEvent(event)
-    } catch {
-      // A throwing metrics hook must not change the outcome.
-    }
   }
 }

@@ -11,7 +11,8 @@
  * })
  */
 import type { Knex } from 'knex'
-import { positional, preparedName, type SqlTransactions } from '../../core/sql-transactions.js'
+import { preparedName } from '../../backends/sql/prepared-names.js'
+import { positional, type SqlTransactions } from '../../core/sql-transactions.js'
 import { IdempotencyError } from '../../errors.js'
 
 /** Options of {@link knexTransactions}. */
