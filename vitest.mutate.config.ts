@@ -20,7 +20,6 @@ export default defineConfig({
       'test/client-forwarding.test.ts',
       'test/steps-http.test.ts',
       'test/sim.test.ts',
-      'src/client/derive-key.test.ts',
       'test/steps.test.ts',
       'test/observability.test.ts',
     ],

@@ -9,9 +9,9 @@
  */
 
 import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { deriveKey } from '../src/client/derive-key.js'
 import { createIdempotentFetch } from '../src/client/idempotent-fetch.js'
 import type { Clock } from '../src/core/clock.js'
+import { deriveKey } from '../src/core/derive-key.js'
 import { Ledger } from '../src/core/ledger.js'
 import { Core } from '../src/core/run-core.js'
 import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'

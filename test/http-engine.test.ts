@@ -5,10 +5,10 @@ import { canonicalJson } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
 import { IdempotencyError, isIdempotencyError } from '../src/errors.js'
 import { createEngine } from '../src/http/engine.js'
-import { parseKeyHeader } from '../src/http/key-header.js'
-import { problem } from '../src/http/problem.js'
 import { requestFingerprint, storedHeaderSet, toStored } from '../src/http/stored.js'
 import type { HttpRequestLike } from '../src/http/types.js'
+import { parseKeyHeader } from '../src/protocol/key-header.js'
+import { problem } from '../src/protocol/problem.js'
 
 const bytes = (text: string) => new TextEncoder().encode(text)
 /** The JSON of a response's body: a problem's fields. */

@@ -1,6 +1,6 @@
 import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { deriveKey } from '../src/client/derive-key.js'
 import { ManualClock } from '../src/core/clock.js'
+import { deriveKey } from '../src/core/derive-key.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { PendingStep } from '../src/core/steps.js'
 import type { IdempotencyStore } from '../src/core/store.js'

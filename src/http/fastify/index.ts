@@ -250,9 +250,7 @@ export default idempotency
  * await app.register(idempotency, { ledger, onEvent: page.onEvent })
  * await app.register(operatorPagePlugin(page), { prefix: '/idemkey' })
  */
-export function operatorPagePlugin(page: {
-  handler: (req: IncomingMessage, res: ServerResponse) => void
-}): FastifyPluginAsync {
+export function operatorPagePlugin(page: { handler: (req: IncomingMessage, res: ServerResponse) => void }): FastifyPluginAsync {
   return async (app) => {
     const prefix = app.prefix
     const serve = (request: FastifyRequest, reply: FastifyReply) => {

@@ -8,13 +8,13 @@
 import { type ExecutionResult, GraphQLError, type GraphQLFormattedError, getOperationAST, print } from 'graphql'
 import { type Duration, runDurations } from '../../core/duration.js'
 import { sha256Hex } from '../../core/fingerprint.js'
-import { parseKeyHeader } from '../../core/key-header.js'
 import type { Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
 import { credentialHeaders, credentialRule } from '../../http/credentials.js'
 import { credentialScope, functionScope, resolveScopeSecret } from '../../http/scope.js'
+import { parseKeyHeader } from '../../protocol/key-header.js'
 
 /** What a GraphQL server's context usually holds (Yoga's: the fetch `Request` and the request's params). */
 export interface GraphQLContextLike {
