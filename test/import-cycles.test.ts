@@ -85,7 +85,10 @@ const LAYERS: Array<{ name: string; modules: RegExp }> = [
   { name: 'backends', modules: /^backends\// },
   { name: 'integrations over the ledger', modules: /^(testing|client|orm|jobs)\// },
   // The framework-free engine, each broker's publisher and consumer, and the subpaths that gather every backend's inbox and outbox.
-  { name: 'engine, brokers and messaging entries', modules: /^(http\/[^/]+\.ts$|messaging\/brokers\/|messaging\/(inbox|outbox)\/index\.ts$)/ },
+  {
+    name: 'engine, brokers and messaging entries',
+    modules: /^(http\/[^/]+\.ts$|messaging\/brokers\/|messaging\/(inbox|outbox)\/index\.ts$)/,
+  },
   { name: 'adapters', modules: /^(http\/[^/]+\/|rpc\/|lambda\/)/ },
   { name: 'observability', modules: /^observability\// },
   // The package's root entry, the CLI and the demo the CLI runs.
