@@ -1,5 +1,6 @@
 import fc from 'fast-check'
-import { canonicalJson, canonicalJsonText, MAX_JSON_DEPTH } from './canonical-json.js'
+import { canonicalJson } from './canonical-json.js'
+import { canonicalJsonText, MAX_JSON_DEPTH } from './canonical-json-text.js'
 
 /** The error a call throws, or a failure when it returns. */
 function thrown(fn: () => unknown): { code?: unknown; message: string } {

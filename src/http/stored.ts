@@ -1,5 +1,5 @@
 import { canonicalForm } from '../core/canonical-form.js'
-import { canonicalJsonText, MAX_JSON_DEPTH } from '../core/canonical-json.js'
+import { canonicalJsonText, MAX_JSON_DEPTH } from '../core/canonical-json-text.js'
 import { canonicalJson, sha256Hex } from '../core/fingerprint.js'
 import type { StoredResponse } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
