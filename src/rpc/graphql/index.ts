@@ -67,8 +67,8 @@ const decoder = new TextDecoder()
 
 /**
  * `extensions.idempotencyKey` as sent: a value that is no string (a number, an object) is passed on
- * for the ledger to refuse (400 IDEMPOTENCY_KEY_INVALID), where it used to be dropped, running the
- * mutation without a key, once per retry.
+ * for the ledger to refuse (400 IDEMPOTENCY_KEY_INVALID): dropping it would run the mutation without a
+ * key, once per retry.
  */
 function extensionKey(extensions: Record<string, unknown> | undefined): string | undefined {
   const key = extensions?.idempotencyKey
