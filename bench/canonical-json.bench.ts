@@ -6,7 +6,8 @@
  * Run: npx tsx bench/canonical-json.bench.ts
  */
 import { cpus } from 'node:os'
-import { canonicalJson, canonicalJsonText } from '../src/core/canonical-json.js'
+import { canonicalJson } from '../src/core/canonical-json.js'
+import { canonicalJsonText } from '../src/core/canonical-json-text.js'
 import { fmt, table } from './lib.js'
 
 const decoder = new TextDecoder('utf-8', { fatal: true })

@@ -13,7 +13,7 @@
 
 import { runScenario } from '../sim/scenario.js'
 import { MemoryStore } from '../src/backends/memory/index.js'
-import { deriveKey } from '../src/client/derive-key.js'
+import { deriveKey } from '../src/core/derive-key.js'
 import { Ledger } from '../src/core/ledger.js'
 import { createEngine } from '../src/http/engine.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'

@@ -14,6 +14,8 @@ const config = {
     // The ledger and everything it rests on (src/core/), the HTTP engine, and the two in-process stores.
     'src/core/**/*.ts',
     '!src/core/**/*.test.ts',
+    'src/protocol/key-header.ts',
+    'src/protocol/response-headers.ts',
     'src/http/engine.ts',
     'src/http/engine-config.ts',
     'src/http/engine-answers.ts',

@@ -20,7 +20,6 @@ export default defineConfig({
       'test/client-forwarding.test.ts',
       'test/steps-http.test.ts',
       'test/sim.test.ts',
-      'src/client/derive-key.test.ts',
       'src/observability/observability.test.ts',
     ],
     // A time limit that instrumented code (every branch counted) cannot meet says nothing of a mutant;

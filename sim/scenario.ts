@@ -9,12 +9,12 @@
  */
 
 import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { deriveKey } from '../src/client/derive-key.js'
 import { createIdempotentFetch } from '../src/client/idempotent-fetch.js'
 import type { Clock } from '../src/core/clock.js'
+import { deriveKey } from '../src/core/derive-key.js'
 import { Ledger } from '../src/core/ledger.js'
-import { Core } from '../src/core/run-core.js'
 import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
+import { StoreCalls } from '../src/core/store-calls.js'
 import { createEngine } from '../src/http/engine.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
 import { Proc, type Rng, type Settle, World } from './world.js'
@@ -449,15 +449,15 @@ class SimResponse {
 
 /**
  * Defect late-complete: the ledger's real complete retry, counting to one lease past the lease's end
- * instead of to shortly before it (src/core/run-core.ts). Undone by the function returned.
+ * instead of to shortly before it (src/core/store-calls.ts). Undone by the function returned.
  */
 function completeRetryPastTheLease(): () => void {
-  const complete = Core.prototype.complete
-  Core.prototype.complete = function (this: Core, scope, key, token, outcome, plan, leaseEndsAtMs) {
+  const complete = StoreCalls.prototype.complete
+  StoreCalls.prototype.complete = function (this: StoreCalls, scope, key, token, outcome, plan, leaseEndsAtMs) {
     return complete.call(this, scope, key, token, outcome, plan, leaseEndsAtMs + plan.leaseMs)
   }
   return () => {
-    Core.prototype.complete = complete
+    StoreCalls.prototype.complete = complete
   }
 }
 

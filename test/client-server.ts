@@ -9,7 +9,7 @@ import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { StoredResponse } from '../src/core/store.js'
 import { withIdempotency } from '../src/http/fetch/index.js'
-import { parseKeyHeader } from '../src/http/key-header.js'
+import { parseKeyHeader } from '../src/protocol/key-header.js'
 
 /** What the server does to the next attempt of a key; the plan is used up attempt by attempt. */
 export type Fault =

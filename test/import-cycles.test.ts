@@ -1,8 +1,10 @@
 /**
  * Imports between the library's modules run one way: no module reaches itself through its imports, and
- * the layers point down (core <- the messaging contracts <- backends, testing, client <- http, messaging, observability, lambda <- cli, demo). A new cycle or an upward arrow
- * fails here with the path that makes it. Type-only imports count too: they tie the modules' meanings
- * together the same way, even when the compiler erases them.
+ * every arrow points down the layers of LAYERS below (core, protocol, the messaging contracts, the
+ * backends, the integrations over them, the HTTP engine, the adapters, observability, the entries and
+ * the CLI). Every module of src/ has a layer: a new folder fails here until it is ranked. A new cycle or
+ * an upward arrow fails with the arrow that makes it. Type-only imports count too: they tie the modules'
+ * meanings together the same way, even when the compiler erases them.
  */
 import { readdirSync, readFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
@@ -69,16 +71,49 @@ function cycles(edges: Map<string, string[]>): string[][] {
   return found
 }
 
-/** The layer of a module, lowest first: a module may import only from its own layer or those below. */
-const LAYERS: Array<[RegExp, number]> = [
-  [/^(errors|core\/)/, 0],
-  // What every backend's inbox and outbox implement: broker- and database-neutral.
-  [/^messaging\/(message|dispatcher|consumer-options|inbox\/types|outbox\/(storage|relay))\.ts$/, 1],
-  [/^(backends\/|testing\/|client\/|orm\/)/, 2],
-  [/^(http\/|messaging\/|observability\/|lambda\/)/, 3],
-  [/^(cli\/|demo\/|index)/, 4],
+/**
+ * The layers, lowest first: a module may import only from its own layer or those below. Each module
+ * of src/ matches exactly one layer's pattern; there is no default, so a new folder is ranked here
+ * before its first import is checked.
+ */
+const LAYERS: Array<{ name: string; modules: RegExp }> = [
+  { name: 'core', modules: /^(errors\.ts$|core\/)/ },
+  // What the client, the engine, the proxy and the RPC adapters share: the key header, response headers, problems.
+  { name: 'protocol', modules: /^protocol\// },
+  // What every backend's inbox and outbox implement, broker- and database-neutral; not the subpath entries.
+  { name: 'messaging contracts', modules: /^messaging\/(?:(?:inbox|outbox)\/(?!index\.ts$))?[^/]+\.ts$/ },
+  { name: 'backends', modules: /^backends\// },
+  { name: 'integrations over the ledger', modules: /^(testing|client|orm|jobs)\// },
+  // The framework-free engine, each broker's publisher and consumer, and the subpaths that gather every backend's inbox and outbox.
+  {
+    name: 'engine, brokers and messaging entries',
+    modules: /^(http\/[^/]+\.ts$|messaging\/brokers\/|messaging\/(inbox|outbox)\/index\.ts$)/,
+  },
+  { name: 'adapters', modules: /^(http\/[^/]+\/|rpc\/|lambda\/)/ },
+  { name: 'observability', modules: /^observability\// },
+  // The package's root entry, the CLI and the demo the CLI runs.
+  { name: 'entries and the CLI', modules: /^(index\.ts$|cli\/|demo\/)/ },
 ]
-const layerOf = (module: string) => LAYERS.find(([pattern]) => pattern.test(module))?.[1] ?? 4
+
+/** The rank and name of a module's layer, or `undefined` for a module no layer names. */
+function layerOf(module: string): { rank: number; name: string } | undefined {
+  const matching = LAYERS.flatMap((layer, rank) => (layer.modules.test(module) ? [{ rank, name: layer.name }] : []))
+  if (matching.length > 1) throw new Error(`${module} matches several layers: ${matching.map((layer) => layer.name).join(', ')}`)
+  return matching[0]
+}
+
+/** Each import that points up, as `from -> to (layer <- layer)`. */
+function upwardArrows(edges: Map<string, string[]>): string[] {
+  const upward: string[] = []
+  for (const [from, targets] of edges) {
+    const low = layerOf(from)
+    for (const to of targets) {
+      const high = layerOf(to)
+      if (low && high && high.rank > low.rank) upward.push(`${from} -> ${to} (${low.name} imports ${high.name}, a layer above it)`)
+    }
+  }
+  return upward
+}
 
 describe('imports between src/ modules', () => {
   const edges = graph()
@@ -92,11 +127,30 @@ describe('imports between src/ modules', () => {
     expect(cycles(edges)).toEqual([])
   })
 
-  it('point down the layers: core imports nothing above it; stores, testing and the client nothing of http, messaging or the CLI', () => {
-    const upward: string[] = []
-    for (const [from, targets] of edges) {
-      for (const to of targets) if (layerOf(to) > layerOf(from)) upward.push(`${from} -> ${to}`)
-    }
-    expect(upward).toEqual([])
+  it('each have a layer (a new folder is ranked in LAYERS before it is used)', () => {
+    const unranked = [...edges.keys()].filter((module) => layerOf(module) === undefined)
+    expect(unranked, 'modules no layer of LAYERS in test/import-cycles.test.ts names').toEqual([])
+  })
+
+  it('point down the layers', () => {
+    expect(upwardArrows(edges), 'imports that point up a layer').toEqual([])
+  })
+
+  it('the layer check fails on an upward arrow and on an unknown folder', () => {
+    const fabricated = new Map([
+      ['core/ledger.ts', ['core/clock.ts', 'http/engine.ts']],
+      ['http/express/index.ts', ['observability/operator-page.ts']],
+      ['backends/postgres/postgres-store.ts', ['protocol/response-headers.ts', 'core/store.ts']],
+    ])
+    expect(upwardArrows(fabricated)).toEqual([
+      'core/ledger.ts -> http/engine.ts (core imports engine, brokers and messaging entries, a layer above it)',
+      'http/express/index.ts -> observability/operator-page.ts (adapters imports observability, a layer above it)',
+    ])
+    expect(layerOf('newfolder/thing.ts')).toBeUndefined()
+    expect(layerOf('messaging/new-broker/index.ts')).toBeUndefined()
+    expect(layerOf('messaging/inbox/types.ts')?.name).toBe('messaging contracts')
+    expect(layerOf('messaging/inbox/index.ts')?.name).toBe('engine, brokers and messaging entries')
+    expect(layerOf('http/types.ts')?.name).toBe('engine, brokers and messaging entries')
+    expect(layerOf('http/hono/index.ts')?.name).toBe('adapters')
   })
 })

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Database from 'better-sqlite3'
-import type { SqliteDb } from '../src/backends/sqlite/messaging.js'
+import type { SqliteDatabase } from '../src/backends/sqlite/driver.js'
 import { consumeNats, NatsPublisher } from '../src/messaging/brokers/nats/index.js'
 import { SqliteInbox } from '../src/messaging/inbox/index.js'
 import { OutboxRelay, type RelayEvent, SqliteOutbox } from '../src/messaging/outbox/index.js'
@@ -95,7 +95,7 @@ describe('SQLite outbox and inbox', () => {
     const inboxDb = new Database(join(dir, 'inbox.db'))
     // Counts the rows each purge DELETE statement of processed IDs removes: at most batchSize.
     const deletes: number[] = []
-    const counted: SqliteDb = {
+    const counted: SqliteDatabase = {
       prepare: (sql) => {
         const statement = inboxDb.prepare(sql)
         if (!sql.trimStart().startsWith('DELETE') || sql.includes('_failures')) return statement
@@ -144,7 +144,7 @@ describe('SQLite outbox and inbox', () => {
     db.exec('CREATE TABLE applied (n INTEGER)')
     const inbox = new SqliteInbox({ database: db, consumer: 'billing' })
     inbox.migrate()
-    const apply = (tx: SqliteDb, m: { payload: unknown }) => {
+    const apply = (tx: SqliteDatabase, m: { payload: unknown }) => {
       tx.prepare('INSERT INTO applied (n) VALUES (?)').run(Number(m.payload))
       return Number(m.payload)
     }
@@ -161,7 +161,7 @@ describe('SQLite outbox and inbox', () => {
     )
     expect(results.map((r) => r.status)).toEqual(['duplicate', 'applied', 'mismatch', 'applied', 'duplicate'])
     expect(results[1]).toEqual({ status: 'applied', value: 2 })
-    const failing = (tx: SqliteDb, m: { id: string; payload: unknown }) => {
+    const failing = (tx: SqliteDatabase, m: { id: string; payload: unknown }) => {
       apply(tx, m)
       if (m.id === 'm5') throw new Error('effect failed')
     }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { deriveKey } from '../src/client/derive-key.js'
 import { ManualClock } from '../src/core/clock.js'
+import { deriveKey } from '../src/core/derive-key.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { PendingStep } from '../src/core/steps.js'
 import { getIdempotency, withIdempotency } from '../src/http/fetch/index.js'

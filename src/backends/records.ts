@@ -16,12 +16,6 @@ export function copyRecord(record: StoredRecord): StoredRecord {
   return { ...record, response: record.response ? copyResponse(record.response) : null }
 }
 
-/** Validates and copies an outcome before it is stored. */
-export function copyOutcome(outcome: Outcome): Outcome {
-  assertOutcome(outcome)
-  return { status: outcome.status, response: copyResponse(outcome.response), resourceId: outcome.resourceId ?? null }
-}
-
 /** Throws `INVALID_ARGUMENT` unless the outcome can be stored. */
 export function assertOutcome(outcome: Outcome): void {
   const response = outcome?.response

@@ -4,8 +4,8 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { distinctHeaders } from '../http/node-body.js'
-import { DEFAULT_PROBLEM_BASE } from '../http/problem.js'
 import type { HttpResponseLike } from '../http/types.js'
+import { DEFAULT_PROBLEM_BASE } from '../protocol/problem.js'
 
 /** Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded; fields named in `Connection` are dropped as well. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'transfer-encoding', 'upgrade', 'trailer', 'expect'])

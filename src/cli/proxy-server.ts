@@ -6,11 +6,11 @@ import { type Dispatcher, Pool } from 'undici'
 import type { Ledger } from '../core/ledger.js'
 import { type CredentialRule, credentialRule } from '../http/credentials.js'
 import { createEngine } from '../http/engine.js'
-import { KEY_HEADER, parseKeyHeader } from '../http/key-header.js'
 import { distinctHeaders, readNodeBody } from '../http/node-body.js'
 import { credentialScope, headerScope, resolveScopeSecret } from '../http/scope.js'
 import type { AnswerOutcome, Decision, EngineEvent, HttpRequestLike, HttpResponseLike } from '../http/types.js'
 import { keyHash } from '../observability/recorder.js'
+import { KEY_HEADER, parseKeyHeader } from '../protocol/key-header.js'
 import {
   badTarget,
   oneLine,

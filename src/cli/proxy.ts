@@ -1,7 +1,7 @@
 import { type Command, InvalidArgumentError, Option } from 'commander'
-import { isHeaderName } from '../core/key-header.js'
 import { redactUrl } from '../core/redact-url.js'
 import { credentialRule } from '../http/credentials.js'
+import { isHeaderName } from '../protocol/key-header.js'
 import {
   durationOption,
   hostArg,

@@ -1,5 +1,5 @@
-import { parseKeyHeader } from '../core/key-header.js'
-import { deriveKey } from './derive-key.js'
+import { deriveKey } from '../core/derive-key.js'
+import { parseKeyHeader } from '../protocol/key-header.js'
 
 /** Where an incoming request's headers can come from: a fetch `Request`, `Headers`, Node's `req.headers`, or anything with `headers`. */
 export type IncomingHeaders =

@@ -2,7 +2,7 @@
  * `idemkey/client`: the client's half of the contract (docs/client.md). One key per intent, retries with
  * that key, and keys for downstream calls derived from it. No dependency beyond the platform.
  */
-export { deriveKey } from './derive-key.js'
+export { deriveKey } from '../core/derive-key.js'
 export { IdempotentRequestError, type IdempotentRequestErrorDetails, type ProblemDetails, readProblem } from './errors.js'
 export { forwardKey, type IncomingHeaders, incomingKey } from './forward.js'
 export {

@@ -1,8 +1,8 @@
 /** One attempt at an intent, as its work sees it (src/core/ledger.ts): signal, steps, transaction. */
 import type { IntentContext, TransactionContext } from './ledger-types.js'
-import type { Core, RunLimits } from './run-core.js'
 import { StepLog, type StepMethods } from './steps.js'
 import type { StepEntry } from './store.js'
+import type { RunLimits, StoreCalls } from './store-calls.js'
 
 export const STEPS = Symbol('steps')
 export const LOSE = Symbol('lose')
@@ -17,12 +17,12 @@ export class Attempt implements IntentContext {
   #controller: AbortController | undefined
   #lostReason: unknown
   #steps: StepLog | undefined
-  readonly #core: Core
+  readonly #calls: StoreCalls
   readonly #plan: RunLimits
   readonly #recorded: StepEntry[] | undefined
 
   constructor(
-    core: Core,
+    calls: StoreCalls,
     plan: RunLimits,
     readonly scope: string,
     readonly key: string,
@@ -30,7 +30,7 @@ export class Attempt implements IntentContext {
     readonly token: number,
     recorded: StepEntry[] | undefined,
   ) {
-    this.#core = core
+    this.#calls = calls
     this.#plan = plan
     this.#recorded = recorded
     this.takeover = token > 1
@@ -71,11 +71,11 @@ export class Attempt implements IntentContext {
       this.key,
       this.token,
       this.#recorded,
-      this.#core.store.name,
-      this.#core.stepRecorder(this, this.#plan),
+      this.#calls.store.name,
+      this.#calls.stepRecorder(this, this.#plan),
       this.#plan.reconcile !== undefined,
       () => this.signal,
-      () => this.#core.clock.now(),
+      () => this.#calls.clock.now(),
       () => this.#lostReason,
     )
     return this.#steps

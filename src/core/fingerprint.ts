@@ -2,7 +2,8 @@ import * as crypto from 'node:crypto'
 import { canonicalJson } from './canonical-json.js'
 
 // Re-exported so existing imports of canonicalJson from here keep working; the JSON code lives in canonical-json.ts.
-export { canonicalJson, canonicalJsonText, MAX_JSON_DEPTH } from './canonical-json.js'
+export { canonicalJson } from './canonical-json.js'
+export { canonicalJsonText, MAX_JSON_DEPTH } from './canonical-json-text.js'
 
 // One-shot hashing (Node >= 20.12) skips the Hash object: most of the cost of hashing a small request.
 const oneShot = (crypto as { hash?: (algorithm: string, data: string | Uint8Array, encoding: 'hex') => string }).hash

@@ -3,6 +3,7 @@ import { Attempt, STEPS } from './attempt.js'
 import { assertClock, type Clock, systemClock } from './clock.js'
 import { parsePositiveDuration, runDuration } from './duration.js'
 import { fingerprintOf } from './fingerprint.js'
+import { Held } from './held.js'
 import type {
   Begun,
   FailedWrites,
@@ -19,8 +20,7 @@ import type {
 } from './ledger-types.js'
 import { DEFAULT_SCOPE } from './ledger-types.js'
 import { classifyStatus } from './outcome.js'
-import { Held, Renewal } from './renewal.js'
-import { Core, leaseFor, type Plan, type RunLimits } from './run-core.js'
+import { Renewal } from './renewal.js'
 import {
   type AcquireResult,
   type IdempotencyStore,
@@ -29,6 +29,7 @@ import {
   type StoredResponse,
   type TransactionalStore,
 } from './store.js'
+import { leaseFor, type Plan, type RunLimits, StoreCalls } from './store-calls.js'
 import { assertFingerprint, assertFunctions, assertIdentity, assertMethods } from './validate.js'
 import { Waiter } from './waiter.js'
 
@@ -94,7 +95,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
   readonly ttlMs: number
   readonly waitMs: number
   readonly #telemetry: LedgerTelemetry | undefined
-  readonly #core: Core
+  readonly #calls: StoreCalls
 
   constructor(options: LedgerOptions<S>) {
     if (!options?.store || typeof options.store.acquire !== 'function') {
@@ -114,7 +115,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     this.waitMs = runDuration('wait', options.wait ?? '10s')
     const storeTimeoutMs = parsePositiveDuration(options.storeTimeout ?? '5s', 'storeTimeout')
     this.#telemetry = options.telemetry
-    this.#core = new Core(this.store, this.clock, storeTimeoutMs, options.onEvent, options.storeTimeoutClock ?? systemClock)
+    this.#calls = new StoreCalls(this.store, this.clock, storeTimeoutMs, options.onEvent, options.storeTimeoutClock ?? systemClock)
   }
 
   /**
@@ -140,7 +141,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
    */
   begin<T>(intent: Intent, options: RunOptions<T> = {}): Promise<Begun<T>> {
     return this.#run<T, Held<T>>(intent, options, (attempt, plan) => {
-      const held = new Held<T>(this.#core, attempt, plan)
+      const held = new Held<T>(this.#calls, attempt, plan)
       if (!plan.reconcile || !attempt.takeover) return held
       return this.#reconcile(attempt, plan).then(
         () => held,
@@ -256,7 +257,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     plan: Plan<T>,
     onAcquired: (attempt: Attempt, plan: Plan<T>) => R | Promise<R>,
   ): Promise<R | Settled<T>> {
-    const core = this.#core
+    const calls = this.#calls
     const startedAtMs = plan.startedAtMs
     const waitMs = options.wait === undefined ? this.waitMs : runDuration('wait', options.wait)
     const deadlineMs = startedAtMs + waitMs
@@ -264,7 +265,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     let waiter: Waiter | undefined
     try {
       for (let pollMs = FIRST_POLL_MS; ; pollMs = Math.min(pollMs * 2, MAX_POLL_MS)) {
-        const result: AcquireResult = await core.call(
+        const result: AcquireResult = await calls.call(
           'acquire',
           scope,
           key,
@@ -273,23 +274,23 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
         )
         switch (result.kind) {
           case 'acquired': {
-            if (core.listens(plan)) {
-              core.emit({ type: 'acquired', scope, key, token: result.token, waitedMs, durationMs: core.since(plan) }, plan)
+            if (calls.listens(plan)) {
+              calls.emit({ type: 'acquired', scope, key, token: result.token, waitedMs, durationMs: calls.since(plan) }, plan)
             }
-            const acquired = onAcquired(new Attempt(core, plan, scope, key, fingerprint, result.token, result.steps), plan)
+            const acquired = onAcquired(new Attempt(calls, plan, scope, key, fingerprint, result.token, result.steps), plan)
             // A value is returned as it is: awaiting it would only cost a turn of the microtask queue.
             return acquired instanceof Promise ? await acquired : acquired
           }
           case 'replay':
-            if (core.listens(plan)) core.emit({ type: 'replayed', scope, key, waitedMs, durationMs: core.since(plan) }, plan)
+            if (calls.listens(plan)) calls.emit({ type: 'replayed', scope, key, waitedMs, durationMs: calls.since(plan) }, plan)
             return { kind: 'replayed', value: plan.decode(result.record.response as StoredResponse, result.record), record: result.record }
           case 'mismatch':
-            if (core.listens(plan)) core.emit({ type: 'mismatch', scope, key, waitedMs, durationMs: core.since(plan) }, plan)
+            if (calls.listens(plan)) calls.emit({ type: 'mismatch', scope, key, waitedMs, durationMs: calls.since(plan) }, plan)
             return { kind: 'mismatch', scope, key }
           case 'in_progress': {
             const nowMs = this.clock.now()
             if (nowMs >= deadlineMs) {
-              core.emit(
+              calls.emit(
                 { type: 'in_progress', scope, key, lockedUntilMs: result.lockedUntilMs, waitedMs, durationMs: nowMs - startedAtMs },
                 plan,
               )
@@ -299,7 +300,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
                 retryAfterMs: retryAfter(result.lockedUntilMs, nowMs),
               }
             }
-            core.emit({ type: 'waiting', scope, key, lockedUntilMs: result.lockedUntilMs, durationMs: nowMs - startedAtMs }, plan)
+            calls.emit({ type: 'waiting', scope, key, lockedUntilMs: result.lockedUntilMs, durationMs: nowMs - startedAtMs }, plan)
             waiter ??= new Waiter(this.store, scope, key)
             // Polling is the fallback for lost notifications and for leases that end with no event.
             await waiter.wait(this.clock, Math.min(pollMs, deadlineMs - nowMs))
@@ -330,7 +331,7 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
   }
 
   async #execute<T>(attempt: Attempt, plan: Plan<T>, fn: (ctx: IntentContext) => T | Promise<T>): Promise<RunResult<T>> {
-    const held = new Held<T>(this.#core, attempt, plan)
+    const held = new Held<T>(this.#calls, attempt, plan)
     let value: T
     try {
       await this.#reconcile(attempt, plan)
@@ -349,9 +350,9 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
     fn: (ctx: TransactionContext<Tx>) => T | Promise<T>,
     rollbackFailed: boolean,
   ): Promise<RunResult<T>> {
-    const core = this.#core
+    const calls = this.#calls
     const { scope, key, token } = attempt
-    const renewal = new Renewal(core, attempt, plan)
+    const renewal = new Renewal(calls, attempt, plan)
     try {
       const done = await store.transaction(async (tx) => {
         const inTx = store.recordStepInTransaction
@@ -382,15 +383,15 @@ export class Ledger<S extends IdempotencyStore = IdempotencyStore> {
         }
         return { value, response, status: classification }
       })
-      if (core.listens(plan)) core.emit({ type: 'stored', scope, key, token, status: done.status, durationMs: core.since(plan) }, plan)
+      if (calls.listens(plan)) calls.emit({ type: 'stored', scope, key, token, status: done.status, durationMs: calls.since(plan) }, plan)
       return { kind: 'executed', value: done.value, token, outcome: done.status, response: done.response }
     } catch (error) {
       await renewal.stop()
       if (error instanceof Rollback && error.reason === 'fenced_out') {
-        if (core.listens(plan)) core.emit({ type: 'fenced_out', scope, key, token, durationMs: core.since(plan) }, plan)
+        if (calls.listens(plan)) calls.emit({ type: 'fenced_out', scope, key, token, durationMs: calls.since(plan) }, plan)
         return { kind: 'executed', value: error.value as T, token, outcome: 'fenced_out', response: error.response }
       }
-      await core.release(scope, key, token, plan)
+      await calls.release(scope, key, token, plan)
       if (error instanceof Rollback) {
         return { kind: 'executed', value: error.value as T, token, outcome: 'released', response: error.response }
       }

@@ -1,6 +1,6 @@
 import { MemoryStore } from '../backends/memory/memory-store.js'
-import { deriveKey } from '../client/derive-key.js'
 import { ManualClock } from './clock.js'
+import { deriveKey } from './derive-key.js'
 import { Ledger } from './ledger.js'
 import type { PendingStep } from './steps.js'
 import type { IdempotencyStore } from './store.js'

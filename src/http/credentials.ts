@@ -4,8 +4,9 @@
  * A request that carries a cookie or an API-key header when none was named is refused rather than put
  * in the shared `public` scope, where one caller could replay another's answers.
  */
-import { isHeaderName } from '../core/key-header.js'
+
 import { IdempotencyError } from '../errors.js'
+import { isHeaderName } from '../protocol/key-header.js'
 import type { HttpRequestLike } from './types.js'
 
 /** One credential source: `authorization`, `cookie:<name>` or `header:<name>`. */

@@ -1,9 +1,9 @@
 import type { Acquired, Begun } from '../core/ledger.js'
 import { IdempotencyError, isIdempotencyError } from '../errors.js'
+import { parseKeyHeader } from '../protocol/key-header.js'
 import { decisionFromError, fencedOut, MISCONFIGURED_DETAIL, Reporter, type Settled, settledResponse } from './engine-answers.js'
 import { type EngineInternals, resolveEngineConfig } from './engine-config.js'
 import { executeInTransaction, type SettledAnswers } from './engine-transaction.js'
-import { parseKeyHeader } from './key-header.js'
 import type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, IdempotencyContext } from './types.js'
 
 export type { EngineInternals } from './engine-config.js'

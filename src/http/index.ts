@@ -3,9 +3,11 @@
  * Framework adapters: `idemkey/express`, `idemkey/fastify`, `idemkey/hono`, `idemkey/fetch`, `idemkey/koa`,
  * `idemkey/nestjs`.
  */
+
+export { KEY_HEADER, KEY_HEADER_NAME, parseKeyHeader } from '../protocol/key-header.js'
+export { DEFAULT_PROBLEM_BASE, type ErrorFormat, type LayerAnswer, problem, type RenderedAnswer, stripeError } from '../protocol/problem.js'
+export { BODY_OMITTED_HEADER, REPLAYED_HEADER } from '../protocol/response-headers.js'
 export { createEngine, type IdempotencyEngine } from './engine.js'
-export { KEY_HEADER, KEY_HEADER_NAME, parseKeyHeader } from './key-header.js'
-export { DEFAULT_PROBLEM_BASE, problem, stripeError } from './problem.js'
 export {
   credentialScope,
   functionScope,
@@ -14,20 +16,17 @@ export {
   SCOPE_SECRET_ENV,
   SCOPE_SOURCES,
 } from './scope.js'
-export { BODY_OMITTED_HEADER, DEFAULT_STORED_HEADERS, defaultScope, REPLAYED_HEADER, requestFingerprint } from './stored.js'
+export { DEFAULT_STORED_HEADERS, defaultScope, requestFingerprint } from './stored.js'
 export type {
   Decision,
   EngineEvent,
   EngineOptions,
-  ErrorFormat,
   HttpRequestLike,
   HttpResponseLike,
   IdempotencyContext,
-  LayerAnswer,
   LedgerTransaction,
   Register,
   RegisteredContext,
-  RenderedAnswer,
   ReplayRequest,
   ReplayResponse,
 } from './types.js'

@@ -43,10 +43,9 @@ export function abandonAfter(value: number | undefined): number {
  * a response being captured is looked up in a WeakMap (one lookup per write for every other response).
  * Wrapping each response instead means adding `write` and `end` as its own properties, and on a
  * response Express has given its own prototype every added property makes a new hidden class for that
- * one object: about 15-20 us of a request on the bench machine (bench/peers/README.md), as much as the
- * rest of the layer. Where something already sits above Node's methods for this response (a
+ * one object, which costs a request as much as the rest of the layer (bench/peers/README.md). Where something already sits above Node's methods for this response (a
  * `compression()` installed before idemkey wraps them as own properties; an http2 compat response has
- * other methods), the response is wrapped on its own as before, so the copy is always what the
+ * other methods), the response gets its own `write` and `end`, so the copy is always what the
  * handler wrote, never what a wrapper installed earlier made of it.
  */
 export function capture(res: ServerResponse, abandonAfterMs: number, keepAtMost: number, finish: Finish, fail: Fail): void {
@@ -63,7 +62,7 @@ export function capture(res: ServerResponse, abandonAfterMs: number, keepAtMost:
  * requests get an `idempotency` accessor, once per process, that keeps the value in a WeakMap. For the
  * same reason as {@link capture}: on a request whose prototype Express swapped, an added property is a
  * hidden class for that one object. A request of another kind (an http2 compat request, a Fastify
- * request) gets its own property as before; so does one whose app already defines `idempotency`.
+ * request) gets an own property instead; so does one whose app already defines `idempotency`.
  */
 export function attachContext(req: object, context: IdempotencyContext): void {
   contextAccessor()

@@ -1,11 +1,11 @@
 import { canonicalForm } from '../core/canonical-form.js'
-import { canonicalJsonText, MAX_JSON_DEPTH } from '../core/canonical-json.js'
+import { canonicalJsonText, MAX_JSON_DEPTH } from '../core/canonical-json-text.js'
 import { canonicalJson, sha256Hex } from '../core/fingerprint.js'
-import { BODY_OMITTED_HEADER, REPLAYED_HEADER } from '../core/response-headers.js'
 import type { StoredResponse } from '../core/store.js'
 import { IdempotencyError } from '../errors.js'
+import { type AnswerRenderer, answerRenderer } from '../protocol/problem.js'
+import { BODY_OMITTED_HEADER, REPLAYED_HEADER } from '../protocol/response-headers.js'
 import { isFormType, isJsonType } from './node-body.js'
-import { type AnswerRenderer, answerRenderer } from './problem.js'
 import { credentialScope, resolveScopeSecret } from './scope.js'
 import type { HttpRequestLike, HttpResponseLike } from './types.js'
 
@@ -129,5 +129,3 @@ export function requestFingerprint(req: HttpRequestLike, body: Uint8Array): stri
 export function defaultScope(req: Pick<HttpRequestLike, 'headers'>): string {
   return credentialScope(req.headers, resolveScopeSecret(undefined))
 }
-
-export { BODY_OMITTED_HEADER, REPLAYED_HEADER } from '../core/response-headers.js'

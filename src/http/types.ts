@@ -3,7 +3,7 @@ import type { FailedWrites, Ledger, LedgerEvent } from '../core/ledger.js'
 import type { Classification } from '../core/outcome.js'
 import type { Reconcile, StepMethods } from '../core/steps.js'
 import type { TransactionalStore } from '../core/store.js'
-import type { IdempotencyErrorCode } from '../errors.js'
+import type { ErrorFormat } from '../protocol/problem.js'
 
 /** A request in the engine's neutral shape; adapters translate their framework's request to it. */
 export interface HttpRequestLike {
@@ -173,7 +173,7 @@ export interface EngineOptions<Req = HttpRequestLike> {
    * How the layer writes its own answers (`400` bad key, `409` in progress, `422` reused key, `503`
    * store down, …; docs/http.md): `'problem'` (RFC 9457), `'stripe'` (Stripe's error object and
    * statuses, so Stripe's client libraries raise their errors), or a function that writes a
-   * {@link LayerAnswer} in the API's own format. Replays are never rewritten.
+   * `LayerAnswer` in the API's own format. Replays are never rewritten.
    * @default 'problem'
    * @example
    * errorFormat: (answer) => ({ body: { errors: [{ code: answer.code, message: answer.detail }] } })
@@ -196,39 +196,6 @@ export interface EngineOptions<Req = HttpRequestLike> {
    */
   onReplay?: (request: ReplayRequest, response: ReplayResponse) => void | Promise<void>
 }
-
-/** One answer the layer gives by itself, before it is written in the API's error format. */
-export interface LayerAnswer {
-  /** What happened (docs/errors.md); `BODY_OMITTED` is the body of a replay whose response was too large to store. */
-  code: IdempotencyErrorCode | 'BODY_OMITTED'
-  /** The status idemkey answers by default (`422` for a reused key, `409` in progress, `503` store down, …). */
-  status: number
-  /** A short summary (the problem's `title`). */
-  title: string
-  /** What happened and what the client does next; safe to show (never the store's internals). */
-  detail: string
-  /** The problem `type` URI: the code's section of docs/errors.md, under `problemBaseUrl`. */
-  type: string
-  /** Headers the answer carries (`retry-after` for `409` and `503`); kept unless the rendering sets them. */
-  headers: Record<string, string>
-}
-
-/**
- * An answer written in the API's format: `body` is sent as JSON (`application/json` unless `headers`
- * names another content type), or as is when it is a string or bytes. `status` defaults to the answer's.
- */
-export interface RenderedAnswer {
-  status?: number
-  headers?: Record<string, string>
-  body: unknown
-}
-
-/**
- * How the layer writes its own answers: `'problem'` (RFC 9457 `application/problem+json`), `'stripe'`
- * (Stripe's `{ error: { type, message, … } }`, so Stripe's client libraries raise their errors), or a
- * function that writes one in the API's own format.
- */
-export type ErrorFormat = 'problem' | 'stripe' | ((answer: LayerAnswer) => RenderedAnswer)
 
 /** What {@link EngineOptions.onReplay} learns about the request being answered with a replay. */
 export interface ReplayRequest {

@@ -4,7 +4,7 @@ import { ManualClock } from '../core/clock.js'
 import { type IdempotencyStore, isTransactionalStore, type StoredRecord, type TransactionalStore } from '../core/store.js'
 import { isIdempotencyError } from '../errors.js'
 import { describeSkipped, resolveHarness, type SuiteOptions } from './harness.js'
-import { ALL_BYTES, fp, type StoreFactory, sampleOutcome, skipRunning } from './shared.js'
+import { ALL_BYTES, fp, type StoreFactory, sampleOutcome, skipRunning } from './store-fixtures.js'
 import { describeStoreSteps } from './store-steps-contract.js'
 
 /** Options of {@link describeStore}. */
@@ -375,4 +375,4 @@ export function describeStore(name: string, createStore: StoreFactory, options: 
   })
 }
 
-export { fp, type StoreFactory, sampleOutcome, skipRunning } from './shared.js'
+export { fp, type StoreFactory, sampleOutcome, skipRunning } from './store-fixtures.js'

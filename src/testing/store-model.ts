@@ -4,7 +4,7 @@ import fc from 'fast-check'
 import { ManualClock } from '../core/clock.js'
 import type { AcquireResult, IdempotencyStore, RecordStatus } from '../core/store.js'
 import { describeSkipped, resolveHarness, type SuiteOptions } from './harness.js'
-import { fp, type StoreFactory, sampleOutcome, skipRunning } from './shared.js'
+import { fp, type StoreFactory, sampleOutcome, skipRunning } from './store-fixtures.js'
 import { describeStoreStepsModel } from './store-steps-model.js'
 
 /** Options of {@link describeStoreModel}. */

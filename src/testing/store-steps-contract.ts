@@ -6,7 +6,7 @@ import { MAX_STEP_RESULT_BYTES } from '../core/steps.js'
 import { type AcquireResult, type IdempotencyStore, isTransactionalStore, type StepEntry } from '../core/store.js'
 import { isIdempotencyError } from '../errors.js'
 import type { TestHarness } from './harness.js'
-import { fp, type StoreFactory, sampleOutcome } from './shared.js'
+import { fp, type StoreFactory, sampleOutcome } from './store-fixtures.js'
 
 /** The steps a takeover's acquire returned, by name (order is the store's). */
 function stepsOf(result: AcquireResult): Record<string, string | null> {

@@ -5,7 +5,7 @@ import { ManualClock } from '../core/clock.js'
 import { applyStep } from '../core/steps.js'
 import type { IdempotencyStore } from '../core/store.js'
 import type { TestHarness } from './harness.js'
-import { fp, type StoreFactory, sampleOutcome } from './shared.js'
+import { fp, type StoreFactory, sampleOutcome } from './store-fixtures.js'
 
 const LEASE_MS = 30_000
 const TTL_MS = 120_000

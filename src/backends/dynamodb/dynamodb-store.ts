@@ -1,6 +1,5 @@
 import { type Clock, systemClock } from '../../core/clock.js'
 import { parseDuration, parseTimerDuration } from '../../core/duration.js'
-import { BODY_OMITTED_HEADER } from '../../core/response-headers.js'
 import { assertRecordStep } from '../../core/steps-store.js'
 import {
   type AcquireResult,
@@ -12,6 +11,7 @@ import {
 } from '../../core/store.js'
 import { assertFingerprint, assertIdentity, assertPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
+import { BODY_OMITTED_HEADER } from '../../protocol/response-headers.js'
 import { assertOutcome, encodeHeaders, listLimit, matchesFilter } from '../records.js'
 import { migrateTable } from './migrate.js'
 import type { DynamoDbStoreOptions } from './options.js'

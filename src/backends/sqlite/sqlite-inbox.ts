@@ -12,13 +12,12 @@ import type {
 } from '../../messaging/inbox/types.js'
 import { besideTable, InboxMismatchError, isMissingTable, purgeBatchSize, quoteName } from '../../messaging/message.js'
 import { assertMessageHasId, payloadHash, SqlInbox } from '../sql/inbox.js'
-import { connect, type SqliteConnection } from './driver.js'
-import type { SqliteDb } from './messaging.js'
+import { connect, type SqliteConnection, type SqliteDatabase } from './driver.js'
 
 /** Options of {@link SqliteInbox}. */
 export interface SqliteInboxOptions {
   /** An open database, the one your effect writes to: a node:sqlite `DatabaseSync` or a better-sqlite3 `Database`. */
-  database: SqliteDb
+  database: SqliteDatabase
   /** This consumer's name. */
   consumer: string
   /** Table name. @default 'idemkey_inbox' */
@@ -39,7 +38,7 @@ export interface SqliteInboxOptions {
  * inbox.migrate()
  * await inbox.handle(message, (db) => db.prepare('UPDATE accounts SET n = n + 1').run())
  */
-export class SqliteInbox extends SqlInbox implements Inbox<SqliteDb> {
+export class SqliteInbox extends SqlInbox implements Inbox<SqliteDatabase> {
   readonly #db: SqliteConnection
   readonly #table: string
   /** Failed attempts by message (`recordFailure`), for `maxAttempts` across processes. */
@@ -114,7 +113,7 @@ export class SqliteInbox extends SqlInbox implements Inbox<SqliteDb> {
   }
 
   /** Runs the synchronous `effect` and records the ID in one transaction, unless the ID was processed already. */
-  async handle<T>(message: InboxMessage, effect: (db: SqliteDb, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>> {
+  async handle<T>(message: InboxMessage, effect: (db: SqliteDatabase, message: InboxMessage) => Promise<T> | T): Promise<InboxResult<T>> {
     const [result] = this.#inTransaction(`handle ${message?.id}`, [message], effect)
     if (result?.status === 'mismatch') throw result.error
     return result as InboxResult<T>
@@ -128,7 +127,7 @@ export class SqliteInbox extends SqlInbox implements Inbox<SqliteDb> {
    */
   async handleBatch<T>(
     messages: readonly InboxMessage[],
-    effect: (db: SqliteDb, message: InboxMessage) => Promise<T> | T,
+    effect: (db: SqliteDatabase, message: InboxMessage) => Promise<T> | T,
   ): Promise<Array<InboxBatchResult<T>>> {
     return this.#inTransaction(`handleBatch of ${messages.length}`, messages, effect)
   }
@@ -136,7 +135,7 @@ export class SqliteInbox extends SqlInbox implements Inbox<SqliteDb> {
   #inTransaction<T>(
     label: string,
     messages: readonly InboxMessage[],
-    effect: (db: SqliteDb, message: InboxMessage) => Promise<T> | T,
+    effect: (db: SqliteDatabase, message: InboxMessage) => Promise<T> | T,
   ): Array<InboxBatchResult<T>> {
     for (const message of messages) assertMessageHasId(message, 'inbox.handle')
     const hashes = messages.map((m) => payloadHash(m.payload))

@@ -9,8 +9,7 @@ import {
   type RelayStorage,
   type RowFailure,
 } from '../../messaging/outbox/storage.js'
-import { connect, type SqliteConnection } from './driver.js'
-import type { SqliteDb } from './messaging.js'
+import { connect, type SqliteConnection, type SqliteDatabase } from './driver.js'
 
 /** Options of {@link SqliteOutbox}. */
 export interface SqliteOutboxOptions {
@@ -18,7 +17,7 @@ export interface SqliteOutboxOptions {
    * An open database (WAL mode recommended): a node:sqlite `DatabaseSync` or a better-sqlite3 `Database`.
    * Relays in other processes open the same file.
    */
-  database: SqliteDb
+  database: SqliteDatabase
   /** Table name. @default 'idemkey_outbox' */
   table?: string
   /** Largest payload `add()` accepts, in bytes. @default 1048576 */
@@ -94,7 +93,7 @@ export class SqliteOutbox {
    * Adds an event; call it inside the transaction that changes the state. Throws
    * `INVALID_ARGUMENT` (not serializable), `BODY_TOO_LARGE`, or `INVALID_ARGUMENT` outside a transaction.
    */
-  add(db: SqliteDb, event: OutboxEventInput): AddResult {
+  add(db: SqliteDatabase, event: OutboxEventInput): AddResult {
     const row = encodeEvent(event, this.#maxPayloadBytes)
     if (!(db === this.#db.database ? this.#db : connect(db, 'SqliteOutbox.add')).inTransaction) {
       throw new IdempotencyError(

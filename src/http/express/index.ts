@@ -9,8 +9,6 @@ import { abandonAfter, attachContext, capture, holdUntilCommit, sendNode } from 
 import type { EngineOptions, IdempotencyContext, RegisteredContext } from '../types.js'
 import { type BodyCarrier, expressRequestLike } from './request.js'
 
-/** The operator page (docs/observability.md): `app.use('/idemkey', operatorPage({ store }).handler)`. */
-export { type OperatorPage, type OperatorPageOptions, operatorPage } from '../../observability/operator-page.js'
 export type { IdempotencyContext, LedgerTransaction, Register, RegisteredContext, ReplayRequest, ReplayResponse } from '../types.js'
 
 declare global {

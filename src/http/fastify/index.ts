@@ -2,9 +2,9 @@
  * `idemkey/fastify`: a Fastify plugin. It runs in `preHandler`, after Fastify's own validation, so a
  * request that fails its schema never touches the ledger. The handler reads `request.idempotency`.
  */
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import { Readable, Transform, type TransformCallback } from 'node:stream'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
-import type { OperatorPage } from '../../observability/operator-page.js'
 import { createEngine, type IdempotencyEngine } from '../engine.js'
 import { distinctHeaders, plainHeaders, readWebBody, tooLarge } from '../node-body.js'
 import type { Decision, EngineOptions, HttpRequestLike, HttpResponseLike, RegisteredContext } from '../types.js'
@@ -240,17 +240,17 @@ function rootPlugin<T extends FastifyPluginAsync<FastifyIdempotencyOptions>>(fn:
 export const idempotency = rootPlugin(plugin, 'idemkey', '4.x || 5.x')
 export default idempotency
 
-export { type OperatorPage, type OperatorPageOptions, operatorPage } from '../../observability/operator-page.js'
-
 /**
  * Serves an operator page (docs/observability.md) in a Fastify app, under the prefix it is registered with.
+ * The page itself comes from `idemkey/observability`; this adapter does not load it.
  *
  * @example
+ * import { operatorPage } from 'idemkey/observability'
  * const page = operatorPage({ store })
  * await app.register(idempotency, { ledger, onEvent: page.onEvent })
  * await app.register(operatorPagePlugin(page), { prefix: '/idemkey' })
  */
-export function operatorPagePlugin(page: OperatorPage): FastifyPluginAsync {
+export function operatorPagePlugin(page: { handler: (req: IncomingMessage, res: ServerResponse) => void }): FastifyPluginAsync {
   return async (app) => {
     const prefix = app.prefix
     const serve = (request: FastifyRequest, reply: FastifyReply) => {

@@ -8,13 +8,13 @@
 import { type ExecutionResult, GraphQLError, type GraphQLFormattedError, getOperationAST, print } from 'graphql'
 import { type Duration, runDurations } from '../../core/duration.js'
 import { sha256Hex } from '../../core/fingerprint.js'
-import { parseKeyHeader } from '../../core/key-header.js'
 import type { Ledger } from '../../core/ledger.js'
 import type { StoredResponse } from '../../core/store.js'
 import { assertFunctions } from '../../core/validate.js'
 import { IdempotencyError, isIdempotencyError } from '../../errors.js'
 import { credentialHeaders, credentialRule } from '../../http/credentials.js'
 import { credentialScope, functionScope, resolveScopeSecret } from '../../http/scope.js'
+import { parseKeyHeader } from '../../protocol/key-header.js'
 
 /** What a GraphQL server's context usually holds (Yoga's: the fetch `Request` and the request's params). */
 export interface GraphQLContextLike {
@@ -67,8 +67,8 @@ const decoder = new TextDecoder()
 
 /**
  * `extensions.idempotencyKey` as sent: a value that is no string (a number, an object) is passed on
- * for the ledger to refuse (400 IDEMPOTENCY_KEY_INVALID), where it used to be dropped, running the
- * mutation without a key, once per retry.
+ * for the ledger to refuse (400 IDEMPOTENCY_KEY_INVALID): dropping it would run the mutation without a
+ * key, once per retry.
  */
 function extensionKey(extensions: Record<string, unknown> | undefined): string | undefined {
   const key = extensions?.idempotencyKey

@@ -1,5 +1,5 @@
+import { assertKey } from '../core/validate.js'
 import { IdempotencyError } from '../errors.js'
-import { assertKey } from './validate.js'
 
 /** The header the key travels in by default (IETF draft "The Idempotency-Key HTTP Header Field"), lower-cased. */
 export const KEY_HEADER = 'idempotency-key'

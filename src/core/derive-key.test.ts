@@ -1,7 +1,7 @@
 import { createHmac, randomUUID } from 'node:crypto'
 import fc from 'fast-check'
+import { forwardKey, incomingKey } from '../client/forward.js'
 import { deriveKey } from './derive-key.js'
-import { forwardKey, incomingKey } from './forward.js'
 
 describe('deriveKey', () => {
   it('follows the documented construction: dk1_ + base64url(HMAC-SHA256(root, "idemkey/derive-key/v1" NUL step))', () => {

@@ -5,7 +5,46 @@
  */
 import { HTTP_STATUS_BY_CODE, type IdempotencyErrorCode } from '../errors.js'
 import { KEY_HEADER_NAME } from './key-header.js'
-import type { ErrorFormat, HttpResponseLike, LayerAnswer, RenderedAnswer } from './types.js'
+
+/** An answer as the layer sends it: assignable to the HTTP layer's `HttpResponseLike`. */
+export interface AnswerResponse {
+  status: number
+  headers: Record<string, string>
+  body: Uint8Array
+}
+
+/** One answer the layer gives by itself, before it is written in the API's error format. */
+export interface LayerAnswer {
+  /** What happened (docs/errors.md); `BODY_OMITTED` is the body of a replay whose response was too large to store. */
+  code: IdempotencyErrorCode | 'BODY_OMITTED'
+  /** The status idemkey answers by default (`422` for a reused key, `409` in progress, `503` store down, …). */
+  status: number
+  /** A short summary (the problem's `title`). */
+  title: string
+  /** What happened and what the client does next; safe to show (never the store's internals). */
+  detail: string
+  /** The problem `type` URI: the code's section of docs/errors.md, under `problemBaseUrl`. */
+  type: string
+  /** Headers the answer carries (`retry-after` for `409` and `503`); kept unless the rendering sets them. */
+  headers: Record<string, string>
+}
+
+/**
+ * An answer written in the API's format: `body` is sent as JSON (`application/json` unless `headers`
+ * names another content type), or as is when it is a string or bytes. `status` defaults to the answer's.
+ */
+export interface RenderedAnswer {
+  status?: number
+  headers?: Record<string, string>
+  body: unknown
+}
+
+/**
+ * How the layer writes its own answers: `'problem'` (RFC 9457 `application/problem+json`), `'stripe'`
+ * (Stripe's `{ error: { type, message, … } }`, so Stripe's client libraries raise their errors), or a
+ * function that writes one in the API's own format.
+ */
+export type ErrorFormat = 'problem' | 'stripe' | ((answer: LayerAnswer) => RenderedAnswer)
 
 /** The default base of problem `type` URIs: each error has a section in docs/errors.md. */
 export const DEFAULT_PROBLEM_BASE = 'https://idemkey.dev/docs/errors#'
@@ -38,7 +77,7 @@ export type AnswerRenderer = (
   detail: string,
   headers?: Record<string, string>,
   status?: number,
-) => HttpResponseLike
+) => AnswerResponse
 
 /**
  * Stripe's error type and status for each answer: a reused key is Stripe's `idempotency_error` (a
@@ -95,7 +134,7 @@ export function answerRenderer(format: ErrorFormat | undefined, base = DEFAULT_P
   }
 }
 
-function toResponse(answer: LayerAnswer, rendered: RenderedAnswer): HttpResponseLike {
+function toResponse(answer: LayerAnswer, rendered: RenderedAnswer): AnswerResponse {
   const { body } = rendered
   const bytes = body instanceof Uint8Array || typeof body === 'string'
   const headers: Record<string, string> = {
@@ -125,6 +164,6 @@ export function problem(
   base = DEFAULT_PROBLEM_BASE,
   extraHeaders: Record<string, string> = {},
   keyHeader = KEY_HEADER_NAME,
-): HttpResponseLike {
+): AnswerResponse {
   return answerRenderer('problem', base, keyHeader)(code, detail, extraHeaders)
 }

@@ -1,7 +1,7 @@
 /**
- * What the runs of one ledger share (src/core/ledger.ts): the plan a run follows, and the core that makes
- * its store calls (errors wrapped, network calls timed), reports its events, stores its outcome (retried
- * while the lease lasts) and releases it.
+ * What the runs of one ledger share (src/core/ledger.ts): the plan a run follows, and the store-call
+ * layer that makes its store calls (errors wrapped, network calls timed), reports its events, stores its
+ * outcome (retried while the lease lasts) and releases it.
  */
 import { IdempotencyError, isIdempotencyError, storeUnavailable } from '../errors.js'
 import type { Clock } from './clock.js'
@@ -46,7 +46,7 @@ export function leaseFor(plan: RunLimits, clock: Clock): number {
  * completion and release, and the schedules of renewals and timeouts. Made once per ledger, so a run
  * makes no closures for it.
  */
-export class Core {
+export class StoreCalls {
   /** Lease renewals, on the ledger's clock (a test's ManualClock drives them). */
   readonly renewals: Schedule
   /** Timeouts of network store calls, on real time whatever the ledger's clock (unless told otherwise). */
