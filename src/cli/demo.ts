@@ -1,4 +1,4 @@
-import type { Command } from 'commander'
+import type { Command } from './program.js'
 import { formatDuration } from '../core/duration.js'
 import type { ApiName, DemoReport } from '../demo/run-demo.js'
 import { durationOption, intArg, rateArg, storeArg, TIMEOUT_OF_ZERO } from './options.js'

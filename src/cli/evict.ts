@@ -1,5 +1,5 @@
 import { createInterface } from 'node:readline/promises'
-import type { Command } from 'commander'
+import type { Command } from './program.js'
 import { storeOption } from './options.js'
 import { leaseEndOf, leaseState, printJson } from './output.js'
 import { CliError, withExistingStore } from './run.js'

@@ -1,4 +1,4 @@
-import type { Command } from 'commander'
+import type { Command } from './program.js'
 import { intArg, storeOption } from './options.js'
 import { printJson } from './output.js'
 import { withExistingStore } from './run.js'

@@ -1,4 +1,4 @@
-import type { Command } from 'commander'
+import type { Command } from './program.js'
 import type { LeaseEnd } from '../core/lease-end.js'
 import { DEFAULT_SCOPE } from '../core/ledger.js'
 import type { StoredRecord } from '../core/store.js'

@@ -1,4 +1,4 @@
-import { type Command, Option } from 'commander'
+import { type Command, Option } from './program.js'
 import { type LeaseEnd, leaseEnds } from '../core/lease-end.js'
 import type { IdempotencyStore, ListFilter, RecordStatus, StoredRecord } from '../core/store.js'
 import { durationArg, intArg, storeOption } from './options.js'

@@ -1,4 +1,4 @@
-import type { Command } from 'commander'
+import type { Command } from './program.js'
 import { formatDuration, parseDuration } from '../core/duration.js'
 import { storeOption } from './options.js'
 import { printJson } from './output.js'

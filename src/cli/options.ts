@@ -1,4 +1,4 @@
-import { InvalidArgumentError, Option } from 'commander'
+import { InvalidArgumentError, Option } from './program.js'
 import { parseDuration, parseTimerDuration } from '../core/duration.js'
 import { redactUrl } from '../core/redact-url.js'
 import { isIdempotencyError } from '../errors.js'

@@ -1,4 +1,4 @@
-import { type Command, InvalidArgumentError, Option } from 'commander'
+import { type Command, InvalidArgumentError, Option } from './program.js'
 import { isHeaderName } from '../core/key-header.js'
 import { redactUrl } from '../core/redact-url.js'
 import { credentialRule } from '../http/credentials.js'

@@ -1,4 +1,4 @@
-import { type Command, InvalidArgumentError, Option } from 'commander'
+import { type Command, InvalidArgumentError, Option } from './program.js'
 import { redactUrl } from '../core/redact-url.js'
 import { durationArg, intArg, sizeOption, urlArg } from './options.js'
 import type { BrokerKind, RelayFlags } from './relay-flags.js'

@@ -1,4 +1,4 @@
-import { type Command, Option } from 'commander'
+import { type Command, Option } from './program.js'
 import { formatDuration } from '../core/duration.js'
 import { durationOption, positiveArg, sizeOption } from './options.js'
 import { printJson, renderTable } from './output.js'
