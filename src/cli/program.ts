@@ -228,7 +228,7 @@ export class Command {
     }
     if (name === 'help') {
       const named = this.commands.find((c) => c.commandName === rest[0])
-      return (named ?? this).printHelp()
+      return named ? named.printHelp() : this.printHelp(rest[0] !== undefined)
     }
     await this.find(name).run(rest)
   }
