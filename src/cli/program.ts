@@ -206,17 +206,14 @@ export class Command {
   /** The program: `-v`, `-h` and `help [command]` of its own, else the command its first operand names. */
   private async dispatch(args: string[]): Promise<void> {
     const isVersion = (arg: string) => this.versionText !== undefined && (arg === '-v' || arg === '--version')
+    // Before the command's name: the program's own flags; any other option is unknown to it.
     let index = 0
-    for (; index < args.length; index++) {
-      const arg = args[index] as string
-      if (isVersion(arg)) return void process.stdout.write(`${this.versionText}\n`)
-      if (HELP_FLAGS.has(arg)) return this.printHelp()
-      if (arg === '--') {
-        index++
-        break
-      }
-      if (!arg.startsWith('-') || arg === '-') break
-      throw this.unknownOption(arg)
+    const first = args[0]
+    if (first !== undefined) {
+      if (isVersion(first)) return void process.stdout.write(`${this.versionText}\n`)
+      if (HELP_FLAGS.has(first)) return this.printHelp()
+      if (first === '--') index = 1
+      else if (first.startsWith('-') && first !== '-') throw this.unknownOption(first)
     }
     const name = args[index]
     if (name === undefined) return this.printHelp(true)
@@ -255,7 +252,9 @@ export class Command {
     for (const option of this.options) {
       const key = option.long.slice(2)
       byName.set(key, option)
-      config[key] = option.short ? { type: option.takesValue ? 'string' : 'boolean', short: option.short.slice(1) } : { type: option.takesValue ? 'string' : 'boolean' }
+      config[key] = option.short
+        ? { type: option.takesValue ? 'string' : 'boolean', short: option.short.slice(1) }
+        : { type: option.takesValue ? 'string' : 'boolean' }
     }
     const { tokens } = parseArgs({ args, options: config, strict: false, allowPositionals: true, tokens: true })
     const values: Record<string, unknown> = {}
@@ -288,7 +287,11 @@ export class Command {
       const fromEnv = option.envVar === undefined ? undefined : process.env[option.envVar]
       if (!given.has(option.attribute) && fromEnv !== undefined && option.takesValue) {
         given.add(option.attribute)
-        values[option.attribute] = parseValue(option, fromEnv, `option '${option.flags}' value '${fromEnv}' from env '${option.envVar}' is invalid.`)
+        values[option.attribute] = parseValue(
+          option,
+          fromEnv,
+          `option '${option.flags}' value '${fromEnv}' from env '${option.envVar}' is invalid.`,
+        )
       }
     }
     for (const option of this.options) {
@@ -313,9 +316,7 @@ export class Command {
     const options = [...this.options, HELP]
     const args = this.args.map((a) => (a.required ? `<${a.name}>` : `[${a.name}]`))
     const commands = this.commands.map((c) => ({
-      term: [c.commandName, '[options]', ...c.args.map((a) => (a.required ? `<${a.name}>` : `[${a.name}]`))]
-        .filter(Boolean)
-        .join(' '),
+      term: [c.commandName, '[options]', ...c.args.map((a) => (a.required ? `<${a.name}>` : `[${a.name}]`))].filter(Boolean).join(' '),
       description: c.text,
     }))
     if (commands.length > 0) commands.push({ term: 'help [command]', description: 'display help for command' })
@@ -437,7 +438,11 @@ function editDistance(a: string, b: string): number {
     const row = d[i] as number[]
     for (let j = 1; j <= b.length; j++) {
       const cost = a[i - 1] === b[j - 1] ? 0 : 1
-      row[j] = Math.min((d[i - 1] as number[])[j] as number + 1, (row[j - 1] as number) + 1, ((d[i - 1] as number[])[j - 1] as number) + cost)
+      row[j] = Math.min(
+        ((d[i - 1] as number[])[j] as number) + 1,
+        (row[j - 1] as number) + 1,
+        ((d[i - 1] as number[])[j - 1] as number) + cost,
+      )
       if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) {
         row[j] = Math.min(row[j] as number, ((d[i - 2] as number[])[j - 2] as number) + 1)
       }

@@ -4,7 +4,7 @@
  * operator page at `/`.
  */
 import { createServer, type Server } from 'node:http'
-import type { Registry } from 'prom-client'
+import type { Registry } from './metrics-text.js'
 import type { OperatorPage } from './operator-page.js'
 
 /** Options of {@link createAdminServer}. */

@@ -1,13 +1,13 @@
 /**
- * The proxy's Prometheus metrics (prom-client), the same measures as idemkey/opentelemetry's under
+ * The proxy's Prometheus metrics (text exposition written by metrics-text.ts), the same measures as idemkey/opentelemetry's under
  * Prometheus names (docs/observability.md). Loaded only by `idemkey proxy --admin-port`.
  */
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client'
 import { holdersPastLease } from '../core/lease-end.js'
 import type { LedgerTelemetry } from '../core/ledger.js'
 import type { IdempotencyStore } from '../core/store.js'
 import { isIdempotencyError } from '../errors.js'
 import type { AnswerOutcome } from '../http/types.js'
+import { counter, gauge, Histogram, Registry, registerProcessMetrics } from './metrics-text.js'
 import { DURATION_BUCKETS_S, recorder } from './recorder.js'
 
 /** The proxy's metrics and the telemetry that feeds them. */
@@ -41,102 +41,81 @@ export function prometheusMetrics(options: PrometheusMetricsOptions = {}): Prome
   const registry = new Registry()
   const { store } = options
   if (store) {
-    new Gauge({
-      name: 'idemkey_holders_past_lease',
-      help: 'In-progress records past their lease, by state: stuck (the holder crashed or hung: the next retry takes over and runs the work again) or in_transaction (alive: its open transaction holds the row, docs/steps.md)',
-      labelNames: ['state'],
-      registers: [registry],
-      async collect() {
-        this.reset()
-        try {
-          const holders = await holdersPastLease(store, Date.now())
-          this.set({ state: 'stuck' }, holders.stuck)
-          this.set({ state: 'in_transaction' }, holders.inTransaction)
-        } catch {
-          // The store did not answer: no sample (idemkey_store_up and the store errors say so), not a failed scrape.
-        }
-      },
-    })
+    registry.register(
+      gauge(
+        'idemkey_holders_past_lease',
+        'In-progress records past their lease, by state: stuck (the holder crashed or hung: the next retry takes over and runs the work again) or in_transaction (alive: its open transaction holds the row, docs/steps.md)',
+        async (metric) => {
+          metric.reset()
+          try {
+            const holders = await holdersPastLease(store, Date.now())
+            metric.cell({ state: 'stuck' }).value = holders.stuck
+            metric.cell({ state: 'in_transaction' }).value = holders.inTransaction
+          } catch {
+            // The store did not answer: no sample (idemkey_store_up and the store errors say so), not a failed scrape.
+          }
+        },
+      ),
+    )
   }
-  const intents = new Counter({
-    name: 'idemkey_intents_total',
-    help: 'Ledger runs that ended, by result (executed, replayed, mismatch, in_progress, error) and outcome (completed, failed, released, fenced_out, unrecorded)',
-    labelNames: ['store', 'result', 'outcome'],
-    registers: [registry],
-  })
-  const running = new Gauge({
-    name: 'idemkey_intents_running',
-    help: 'Ledger runs under way now',
-    labelNames: ['store'],
-    registers: [registry],
-  })
-  const waiting = new Histogram({
-    name: 'idemkey_wait_duration_seconds',
-    help: 'Time a run spent waiting for another holder of its key',
-    labelNames: ['store'],
-    buckets: DURATION_BUCKETS_S,
-    registers: [registry],
-  })
-  const storeDuration = new Histogram({
-    name: 'idemkey_store_operation_duration_seconds',
-    help: 'Duration of store operations (acquire, renew, complete, release)',
-    labelNames: ['store', 'operation'],
-    buckets: DURATION_BUCKETS_S,
-    registers: [registry],
-  })
-  const storeErrors = new Counter({
-    name: 'idemkey_store_errors_total',
-    help: 'Store operations that failed (the store was unreachable, slow or refused)',
-    labelNames: ['store', 'operation', 'error'],
-    registers: [registry],
-  })
-  const unrecorded = new Counter({
-    name: 'idemkey_unrecorded_total',
-    help: 'Outcomes the store did not take before the lease ended: a retry after the lease runs the request again',
-    registers: [registry],
-  })
-  const responses = new Counter({
-    name: 'idemkey_http_responses_total',
-    help: 'Requests the proxy answered, by how (executed, replayed, mismatch, in_progress, store_unavailable, rejected, passthrough, proxy_error) and HTTP status',
-    labelNames: ['outcome', 'status'],
-    registers: [registry],
-  })
-  const responseDuration = new Histogram({
-    name: 'idemkey_http_response_duration_seconds',
-    help: 'Time from a request reaching the proxy to its answer, by outcome',
-    labelNames: ['outcome'],
-    buckets: DURATION_BUCKETS_S,
-    registers: [registry],
-  })
-  const up = new Gauge({
-    name: 'idemkey_store_up',
-    help: '1 while the store answers, 0 while it does not (as last seen by a request or /readyz)',
-    registers: [registry],
-  })
-  collectDefaultMetrics({ register: registry })
-  // Label children made once per label set: prom-client hashes the labels on every call otherwise.
-  const children = new Map<string, unknown>()
-  const child = <C>(id: string, make: () => C): C => {
-    let found = children.get(id) as C | undefined
-    if (found === undefined) {
-      found = make()
-      children.set(id, found)
-    }
-    return found
-  }
+  const intents = registry.register(
+    counter(
+      'idemkey_intents_total',
+      'Ledger runs that ended, by result (executed, replayed, mismatch, in_progress, error) and outcome (completed, failed, released, fenced_out, unrecorded)',
+    ),
+  )
+  const running = registry.register(gauge('idemkey_intents_running', 'Ledger runs under way now'))
+  const waiting = registry.register(
+    new Histogram('idemkey_wait_duration_seconds', 'Time a run spent waiting for another holder of its key', DURATION_BUCKETS_S),
+  )
+  const storeDuration = registry.register(
+    new Histogram(
+      'idemkey_store_operation_duration_seconds',
+      'Duration of store operations (acquire, renew, complete, release)',
+      DURATION_BUCKETS_S,
+    ),
+  )
+  const storeErrors = registry.register(
+    counter('idemkey_store_errors_total', 'Store operations that failed (the store was unreachable, slow or refused)'),
+  )
+  const unrecorded = registry
+    .register(
+      counter(
+        'idemkey_unrecorded_total',
+        'Outcomes the store did not take before the lease ended: a retry after the lease runs the request again',
+      ),
+    )
+    .cell()
+  const responses = registry.register(
+    counter(
+      'idemkey_http_responses_total',
+      'Requests the proxy answered, by how (executed, replayed, mismatch, in_progress, store_unavailable, rejected, passthrough, proxy_error) and HTTP status',
+    ),
+  )
+  const responseDuration = registry.register(
+    new Histogram(
+      'idemkey_http_response_duration_seconds',
+      'Time from a request reaching the proxy to its answer, by outcome',
+      DURATION_BUCKETS_S,
+    ),
+  )
+  const up = registry
+    .register(gauge('idemkey_store_up', '1 while the store answers, 0 while it does not (as last seen by a request or /readyz)'))
+    .cell()
+  registerProcessMetrics(registry)
   const telemetry = recorder([
     {
-      runStarted: (system) => child(`r|${system}`, () => running.labels(system)).inc(),
+      runStarted: (system) => void running.cell({ store: system }).value++,
       runEnded: (run) => {
-        child(`r|${run.system}`, () => running.labels(run.system)).dec()
-        const outcome = run.outcome ?? ''
-        child(`i|${run.system}|${run.result}|${outcome}`, () => intents.labels(run.system, run.result, outcome)).inc()
-        if (run.waitedSeconds > 0) waiting.observe({ store: run.system }, run.waitedSeconds)
+        running.cell({ store: run.system }).value--
+        intents.cell({ store: run.system, result: run.result, outcome: run.outcome ?? '' }).value++
+        if (run.waitedSeconds > 0) waiting.cell({ store: run.system }).observe(run.waitedSeconds)
       },
       storeCall: (system, operation, seconds, error) => {
-        child(`s|${system}|${operation}`, () => storeDuration.labels(system, operation)).observe(seconds)
+        storeDuration.cell({ store: system, operation }).observe(seconds)
         if (error !== undefined) {
-          storeErrors.inc({ store: system, operation, error: isIdempotencyError(error) ? error.code : ((error as Error)?.name ?? 'Error') })
+          const code = isIdempotencyError(error) ? error.code : ((error as Error)?.name ?? 'Error')
+          storeErrors.cell({ store: system, operation, error: code }).value++
         }
       },
     },
@@ -145,10 +124,12 @@ export function prometheusMetrics(options: PrometheusMetricsOptions = {}): Prome
     registry,
     telemetry,
     answered(outcome, status, seconds) {
-      child(`a|${outcome}|${status}`, () => responses.labels(outcome, String(status))).inc()
-      child(`d|${outcome}`, () => responseDuration.labels(outcome)).observe(seconds)
+      responses.cell({ outcome, status: String(status) }).value++
+      responseDuration.cell({ outcome }).observe(seconds)
     },
-    unrecorded: () => unrecorded.inc(),
-    storeUp: (value) => up.set(value ? 1 : 0),
+    unrecorded: () => void unrecorded.value++,
+    storeUp: (value) => {
+      up.value = value ? 1 : 0
+    },
   }
 }
