@@ -2,13 +2,13 @@
  * The proxy's Prometheus metrics (text exposition written by metrics-text.ts), the same measures as idemkey/opentelemetry's under
  * Prometheus names (docs/observability.md). Loaded only by `idemkey proxy --admin-port`.
  */
-import { holdersPastLease } from '../core/lease-end.js'
-import type { LedgerTelemetry } from '../core/ledger.js'
-import type { IdempotencyStore } from '../core/store.js'
-import { isIdempotencyError } from '../errors.js'
-import type { AnswerOutcome } from '../http/types.js'
+import { holdersPastLease } from '../../core/lease-end.js'
+import type { LedgerTelemetry } from '../../core/ledger.js'
+import type { IdempotencyStore } from '../../core/store.js'
+import { isIdempotencyError } from '../../errors.js'
+import type { AnswerOutcome } from '../../http/types.js'
+import { DURATION_BUCKETS_S, recorder } from '../../observability/recorder.js'
 import { counter, gauge, Histogram, Registry, registerProcessMetrics } from './metrics-text.js'
-import { DURATION_BUCKETS_S, recorder } from './recorder.js'
 
 /** The proxy's metrics and the telemetry that feeds them. */
 export interface PrometheusMetrics {
