@@ -1,8 +1,9 @@
-import type { Command } from 'commander'
 import { formatDuration } from '../core/duration.js'
 import type { ApiName, DemoReport } from '../demo/run-demo.js'
 import { durationOption, intArg, rateArg, storeArg, TIMEOUT_OF_ZERO } from './options.js'
 import { printJson, renderTable } from './output.js'
+import type { Command } from './program.js'
+import { progressLine } from './progress-line.js'
 import { CliError } from './run.js'
 
 interface DemoFlags {
@@ -73,9 +74,9 @@ the bare API's charges, HTTP attempts and restarts vary too. --crash-rate 0 make
           2,
         )
       if (flags.lease < 100) throw new CliError('--lease must be at least 100ms.', 2)
-      // Loaded only now: the demo brings better-sqlite3, undici and the payments API with it.
+      // Loaded only now: the demo brings the store, the engine and the payments API with it.
       const { runDemo } = await import('../demo/run-demo.js')
-      const progress = await createProgress(flags.intents)
+      const progress = createProgress(flags.intents)
       let report: DemoReport
       try {
         report = await runDemo({
@@ -99,22 +100,18 @@ the bare API's charges, HTTP attempts and restarts vary too. --crash-rate 0 make
 }
 
 /** A progress bar on stderr when it is a terminal; otherwise a plain line every 10%, readable in CI logs. */
-async function createProgress(total: number): Promise<{ update: (api: ApiName, done: number, total: number) => void; stop: () => void }> {
+function createProgress(total: number): { update: (api: ApiName, done: number, total: number) => void; stop: () => void } {
   if (process.stderr.isTTY) {
-    const { default: cliProgress } = await import('cli-progress')
-    const bar = new cliProgress.SingleBar(
-      { format: ' {api} API |{bar}| {value}/{total} intents', stream: process.stderr, hideCursor: true, clearOnComplete: false },
-      cliProgress.Presets.shades_classic,
-    )
+    const bar = progressLine(process.stderr)
     let current: ApiName | undefined
     return {
       update: (api, done) => {
         if (api !== current) {
           if (current) bar.stop()
           current = api
-          bar.start(total, 0, { api: api.padEnd(9) })
+          bar.start(total, api.padEnd(9))
         }
-        bar.update(done, { api: api.padEnd(9) })
+        bar.update(done)
       },
       stop: () => bar.stop(),
     }

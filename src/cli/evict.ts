@@ -1,7 +1,7 @@
 import { createInterface } from 'node:readline/promises'
-import type { Command } from 'commander'
 import { storeOption } from './options.js'
 import { leaseEndOf, leaseState, printJson } from './output.js'
+import type { Command } from './program.js'
 import { CliError, withExistingStore } from './run.js'
 import { describeStore } from './store-url.js'
 

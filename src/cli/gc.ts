@@ -1,6 +1,6 @@
-import type { Command } from 'commander'
 import { intArg, storeOption } from './options.js'
 import { printJson } from './output.js'
+import type { Command } from './program.js'
 import { withExistingStore } from './run.js'
 import { describeStore } from './store-url.js'
 

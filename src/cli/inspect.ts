@@ -1,10 +1,10 @@
-import type { Command } from 'commander'
 import type { LeaseEnd } from '../core/lease-end.js'
 import { DEFAULT_SCOPE } from '../core/ledger.js'
 import type { StoredRecord } from '../core/store.js'
 import { DEFAULT_INBOX_TABLE, readInboxes, renderInboxes } from './inbox-report.js'
 import { storeOption } from './options.js'
 import { age, bodyPreview, leaseEndOf, leaseState, printJson, recordJson, renderPairs } from './output.js'
+import type { Command } from './program.js'
 import { assertStoreExists, CliError, withExistingStore } from './run.js'
 import { describeStore, parseStoreUrl } from './store-url.js'
 

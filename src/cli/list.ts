@@ -1,8 +1,8 @@
-import { type Command, Option } from 'commander'
 import { type LeaseEnd, leaseEnds } from '../core/lease-end.js'
 import type { IdempotencyStore, ListFilter, RecordStatus, StoredRecord } from '../core/store.js'
 import { durationArg, intArg, storeOption } from './options.js'
 import { age, leaseState, printJson, recordJson, renderTable, warnUnchecked } from './output.js'
+import { type Command, Option } from './program.js'
 import { withExistingStore } from './run.js'
 
 const STATUSES: RecordStatus[] = ['in_progress', 'completed', 'failed']

@@ -1,11 +1,11 @@
 import { readFileSync } from 'node:fs'
-import { Command } from 'commander'
 import { registerDemo } from './demo.js'
 import { registerEvict } from './evict.js'
 import { registerGc } from './gc.js'
 import { registerInspect } from './inspect.js'
 import { registerList } from './list.js'
 import { registerMigrate } from './migrate.js'
+import { Command } from './program.js'
 import { registerProxy } from './proxy.js'
 import { quietSqliteWarning } from './quiet-warnings.js'
 import { registerRelay } from './relay.js'
@@ -27,8 +27,6 @@ export function buildProgram(): Command {
     .name('idemkey')
     .description('Idempotency keys for any HTTP API: a demo, a reverse proxy, and operator commands for the ledger.')
     .version(version(), '-v, --version')
-    .showHelpAfterError(HELP_HINT)
-    .showSuggestionAfterError(true)
     .addHelpText(
       'after',
       `
@@ -42,7 +40,6 @@ Examples:
 
 Store URLs: memory:, sqlite:PATH (default sqlite:idemkey.db), postgres://…, mysql://…, redis://…`,
     )
-  program.configureHelp({ sortSubcommands: false, showGlobalOptions: false })
   registerDemo(program)
   registerProxy(program)
   registerMigrate(program)
@@ -60,7 +57,7 @@ try {
   await buildProgram().parseAsync(process.argv)
 } catch (error) {
   if (error instanceof CliError && error.usage) {
-    // A flag refused outside commander's own check (a URL shown masked): the same two lines it prints.
+    // A flag refused (by the parser, or by a command's own check): `error: …` and the line pointing to --help.
     process.stderr.write(`error: ${error.message}\n${HELP_HINT}\n`)
     process.exitCode = error.exitCode
   } else {

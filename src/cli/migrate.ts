@@ -1,7 +1,7 @@
-import type { Command } from 'commander'
 import { formatDuration, parseDuration } from '../core/duration.js'
 import { storeOption } from './options.js'
 import { printJson } from './output.js'
+import type { Command } from './program.js'
 import { CliError, withStore } from './run.js'
 import { describeStore, existingPostgresTable, parseStoreUrl } from './store-url.js'
 

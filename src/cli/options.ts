@@ -1,7 +1,7 @@
-import { InvalidArgumentError, Option } from 'commander'
 import { parseDuration, parseTimerDuration } from '../core/duration.js'
 import { redactUrl } from '../core/redact-url.js'
 import { isIdempotencyError } from '../errors.js'
+import { InvalidArgumentError, Option } from './program.js'
 import { CliError } from './run.js'
 import { DEFAULT_STORE_URL, parseStoreUrl } from './store-url.js'
 

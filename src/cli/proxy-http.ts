@@ -6,6 +6,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { distinctHeaders } from '../http/node-body.js'
 import type { HttpResponseLike } from '../http/types.js'
 import { DEFAULT_PROBLEM_BASE } from '../protocol/problem.js'
+import { UPSTREAM_BODY_TIMEOUT, UPSTREAM_HEADERS_TIMEOUT } from './proxy-upstream.js'
 
 /** Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded; fields named in `Connection` are dropped as well. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'transfer-encoding', 'upgrade', 'trailer', 'expect'])
@@ -24,7 +25,7 @@ const LOOKALIKES = new Set([
   'x-forwarded-host',
   'x-forwarded-proto',
 ])
-const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT'])
+const TIMEOUT_CODES = new Set([UPSTREAM_HEADERS_TIMEOUT, UPSTREAM_BODY_TIMEOUT, 'ETIMEDOUT'])
 export const VIA = '1.1 idemkey'
 
 /** Sends a whole response; with `stallMs`, a client that stops reading it for that long is disconnected. */

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { pipeline } from 'node:stream/promises'
-import { type Dispatcher, Pool } from 'undici'
 import type { Ledger } from '../core/ledger.js'
 import { type CredentialRule, credentialRule } from '../http/credentials.js'
 import { createEngine } from '../http/engine.js'
@@ -34,6 +33,7 @@ import {
   throttledLog,
 } from './proxy-limits.js'
 import { refuseRaw, tunnelUpgrade } from './proxy-upgrade.js'
+import { UpstreamPool, type UpstreamResponse } from './proxy-upstream.js'
 
 /** Options of {@link createProxyServer}; the {@link ProxyLimits} bound what clients can hold of it. */
 export interface ProxyServerOptions extends ProxyLimits {
@@ -155,13 +155,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   const base = new URL(options.upstream)
   const prefix = base.pathname.replace(/\/$/, '')
   const timeoutMs = options.upstreamTimeoutMs ?? 30_000
-  const pool = new Pool(base.origin, {
-    connections: 256,
-    headersTimeout: timeoutMs,
-    bodyTimeout: timeoutMs,
-    keepAliveTimeout: 10_000,
-    connect: { noDelay: true },
-  })
+  const pool = new UpstreamPool(base, { connections: 256, timeoutMs, keepAliveMs: 10_000 })
   const engine = createEngine(
     {
       ledger: options.ledger,
@@ -323,11 +317,11 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   ): Promise<void> {
     // Settle the record before answering a held response, so a retry that follows the answer finds it.
     const settle = async (response: HttpResponseLike) => (record ? record.finish(response) : response)
-    let upstream: Dispatcher.ResponseData
+    let upstream: UpstreamResponse
     try {
       upstream = await pool.request({
         path: prefix + (req.url ?? '/'),
-        method: (req.method ?? 'GET') as 'POST',
+        method: req.method ?? 'GET',
         headers: requestHeaders(req, true, requestFields),
         body: body.byteLength > 0 || req.method === 'POST' || req.method === 'PUT' || req.method === 'PATCH' ? body : undefined,
       })
@@ -394,11 +388,11 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
     res.once('close', () => {
       if (!res.writableFinished) abort.abort()
     })
-    let upstream: Awaited<ReturnType<Pool['request']>>
+    let upstream: UpstreamResponse
     try {
       upstream = await pool.request({
         path: prefix + (req.url ?? '/'),
-        method: (req.method ?? 'GET') as 'GET',
+        method: req.method ?? 'GET',
         headers: requestHeaders(req, false),
         body: hasBody ? req : undefined,
         signal: abort.signal,

@@ -1,4 +1,3 @@
-import { type Command, InvalidArgumentError, Option } from 'commander'
 import { redactUrl } from '../core/redact-url.js'
 import { credentialRule } from '../http/credentials.js'
 import { isHeaderName } from '../protocol/key-header.js'
@@ -14,6 +13,7 @@ import {
   TIMEOUT_OF_ZERO,
   urlArg,
 } from './options.js'
+import { type Command, InvalidArgumentError, Option } from './program.js'
 import type { ProxyFlags } from './proxy-flags.js'
 import { defaultMaxConnections } from './proxy-limits.js'
 
@@ -109,7 +109,7 @@ Examples:
   Several proxies may share one PostgreSQL or Redis store behind a load balancer (see docs/proxy.md).`,
     )
     .action(async (flags: ProxyFlags) => {
-      // Loaded only now: the proxy's HTTP client (undici), the engine and the store stay out of other commands.
+      // Loaded only now: the proxy's HTTP client, the engine and the store stay out of other commands.
       const { runProxy } = await import('./proxy-run.js')
       await runProxy(flags)
     })

@@ -1,6 +1,6 @@
-import { type Command, InvalidArgumentError, Option } from 'commander'
 import { redactUrl } from '../core/redact-url.js'
 import { durationArg, intArg, sizeOption, urlArg } from './options.js'
+import { type Command, InvalidArgumentError, Option } from './program.js'
 import type { BrokerKind, RelayFlags } from './relay-flags.js'
 
 /** `idemkey relay`: the CDC relay (docs/messaging.md, "CDC relay") as a standalone process. */

@@ -1,5 +1,4 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
-import { Agent } from 'undici'
+import { Agent, createServer, type IncomingMessage, request, type Server, type ServerResponse } from 'node:http'
 import type { WorkerPool } from './workers.js'
 
 /** What goes wrong on the first attempt of an intent. */
@@ -28,7 +27,7 @@ export class FaultInjector {
   readonly #faults: Map<string, Fault>
   readonly #applied = new Set<string>()
   readonly #pool: WorkerPool
-  readonly #agent = new Agent({ keepAliveTimeout: 10_000, connections: 64 })
+  readonly #agent = new Agent({ keepAlive: true, timeout: 10_000, maxSockets: 64 })
   readonly #server: Server
 
   constructor(pool: WorkerPool, faults: Map<string, Fault>) {
@@ -70,14 +69,7 @@ export class FaultInjector {
     const origin = await this.#pool.pick()
     let upstream: { statusCode: number; headers: Record<string, string | string[] | undefined>; body: Uint8Array }
     try {
-      const response = await this.#agent.request({
-        origin,
-        path: req.url ?? '/',
-        method: (req.method ?? 'GET') as 'POST',
-        headers,
-        body: Buffer.concat(chunks),
-      })
-      upstream = { statusCode: response.statusCode, headers: response.headers, body: new Uint8Array(await response.body.arrayBuffer()) }
+      upstream = await this.#send(origin, req, headers, Buffer.concat(chunks))
     } catch {
       // The worker died mid-request: answer as a load balancer would.
       if (!res.headersSent) {
@@ -101,10 +93,33 @@ export class FaultInjector {
     }
   }
 
+  /** One request to a worker, its response read whole. */
+  #send(
+    origin: string,
+    req: IncomingMessage,
+    headers: Record<string, string>,
+    body: Buffer,
+  ): Promise<{ statusCode: number; headers: Record<string, string | string[] | undefined>; body: Uint8Array }> {
+    const { hostname, port } = new URL(origin)
+    return new Promise((resolve, reject) => {
+      const out = request(
+        { agent: this.#agent, host: hostname, port, path: req.url ?? '/', method: req.method ?? 'GET', headers },
+        (res) => {
+          const parts: Buffer[] = []
+          res.on('data', (chunk: Buffer) => parts.push(chunk))
+          res.once('error', reject)
+          res.once('end', () => resolve({ statusCode: res.statusCode ?? 502, headers: res.headers, body: Buffer.concat(parts) }))
+        },
+      )
+      out.once('error', reject)
+      out.end(body)
+    })
+  }
+
   /** Stops listening and closes connections. */
   async close(): Promise<void> {
     this.#server.closeAllConnections()
     await new Promise<void>((resolve) => this.#server.close(() => resolve()))
-    await this.#agent.close()
+    this.#agent.destroy()
   }
 }

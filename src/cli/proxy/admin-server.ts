@@ -4,8 +4,8 @@
  * operator page at `/`.
  */
 import { createServer, type Server } from 'node:http'
-import type { Registry } from 'prom-client'
-import type { OperatorPage } from './operator-page.js'
+import type { OperatorPage } from '../../observability/operator-page.js'
+import type { Registry } from './metrics-text.js'
 
 /** Options of {@link createAdminServer}. */
 export interface AdminServerOptions {

@@ -1,15 +1,30 @@
 /**
- * The proxy's logger: pino, JSON lines on stderr (stdout carries only the listening line), or a
- * compact human format on a terminal. Loaded only by `idemkey proxy`.
+ * The proxy's logger: JSON lines on stderr (stdout carries only the listening line), or a compact human
+ * format on a terminal. Each line: `{"level":"info","time":"<ISO>","name":"idemkey","pid":1,…fields,"msg":"…"}`.
+ * Loaded only by `idemkey proxy`.
  */
-import { type DestinationStream, type Level, type Logger, pino } from 'pino'
 
 /** Levels `--log-level` takes, quietest last. */
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const
 export type LogLevel = (typeof LOG_LEVELS)[number]
 export type LogFormat = 'json' | 'pretty'
+type Level = Exclude<LogLevel, 'silent'>
 
-export type { Logger }
+/** A line's extra fields; `err` may be an Error (written as its type, message and stack). */
+export type LogFields = object
+
+/** What the proxy logs through: a line per call at or above the logger's level. */
+export interface Logger {
+  trace(fields: LogFields | string, msg?: string): void
+  debug(fields: LogFields | string, msg?: string): void
+  info(fields: LogFields | string, msg?: string): void
+  warn(fields: LogFields | string, msg?: string): void
+  error(fields: LogFields | string, msg?: string): void
+  fatal(fields: LogFields | string, msg?: string): void
+  isLevelEnabled(level: Level): boolean
+  /** Writes what is gathered, then calls `cb`. */
+  flush(cb?: (error?: Error) => void): void
+}
 
 /** Options of {@link createLogger}. */
 export interface LoggerOptions {
@@ -27,31 +42,65 @@ export interface ProxyLoggers {
   access: Logger
 }
 
+/** Where a logger's lines go. */
+interface Destination {
+  write(line: string): void
+  flush?(cb?: (error?: Error) => void): void
+}
+
+const RANK: Record<LogLevel, number> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60, silent: Number.POSITIVE_INFINITY }
+
 /**
- * pino loggers with idemkey's base fields (`name: "idemkey"`), ISO times and level names.
+ * Loggers with idemkey's base fields (`name: "idemkey"`, `pid`), ISO times and level names.
  *
  * @example const { log, access } = createLogger({ level: 'info' }); access.info({ keyHash }, 'request')
  */
 export function createLogger(options: LoggerOptions): ProxyLoggers {
   const stream = options.stream ?? process.stderr
   const format = options.format ?? (stream.isTTY ? 'pretty' : 'json')
-  const make = (destination: DestinationStream) =>
-    pino(
-      {
-        name: 'idemkey',
-        level: options.level,
-        base: { name: 'idemkey', pid: process.pid },
-        timestamp: pino.stdTimeFunctions.isoTime,
-        formatters: { level: (label) => ({ level: label }) },
-      },
-      destination,
-    )
   if (format === 'pretty' || stream !== process.stderr) {
-    const log = make({ write: (line: string) => void stream.write(format === 'pretty' ? prettyLine(line) : line) })
+    const log = jsonLogger(options.level, { write: (line: string) => void stream.write(format === 'pretty' ? prettyLine(line) : line) })
     return { log, access: log }
   }
   const gate = stderrGate()
-  return { log: make(gate.now), access: make(gate.gathered) }
+  return { log: jsonLogger(options.level, gate.now), access: jsonLogger(options.level, gate.gathered) }
+}
+
+function jsonLogger(level: LogLevel, destination: Destination): Logger {
+  const threshold = RANK[level]
+  // Fixed for the process: written once into every line.
+  const base = `,"name":"idemkey","pid":${process.pid}`
+  const at = (name: Level) => {
+    if (RANK[name] < threshold) return () => {}
+    const head = `{"level":"${name}","time":"`
+    return (fields: LogFields | string, msg?: string) => {
+      let line = `${head}${new Date().toISOString()}"${base}`
+      let text = msg
+      if (typeof fields === 'string') text = fields
+      else {
+        for (const key in fields) {
+          const value = (fields as Record<string, unknown>)[key]
+          if (value === undefined) continue
+          line += `,${JSON.stringify(key)}:${JSON.stringify(key === 'err' && value instanceof Error ? errorFields(value) : value)}`
+        }
+      }
+      destination.write(text === undefined ? `${line}}\n` : `${line},"msg":${JSON.stringify(text)}}\n`)
+    }
+  }
+  return {
+    trace: at('trace'),
+    debug: at('debug'),
+    info: at('info'),
+    warn: at('warn'),
+    error: at('error'),
+    fatal: at('fatal'),
+    isLevelEnabled: (name) => RANK[name] >= threshold,
+    flush: (cb) => (destination.flush ? destination.flush(cb) : cb?.()),
+  }
+}
+
+function errorFields(error: Error): { type: string; message: string; stack?: string } {
+  return { type: error.name, message: error.message, stack: error.stack }
 }
 
 /** How long an access line may wait before it is written. */
@@ -63,9 +112,9 @@ export const LOG_FLUSH_MS = 100
  * now many lines share one. Every other line (store down and back, UNRECORDED outcomes, errors) is written
  * at once, after what was gathered before it, so lines stay in order. Writes go through `process.stderr`,
  * which Node writes synchronously to files and pipes, so such a line is out before the response that
- * follows it. `flush()` (pino's `logger.flush()`, the proxy's drain) empties it.
+ * follows it. `flush()` (`logger.flush()`, the proxy's drain) empties it.
  */
-function stderrGate(): { now: DestinationStream & Flushable; gathered: DestinationStream & Flushable } {
+function stderrGate(): { now: Destination; gathered: Destination } {
   let gathered = ''
   const flush = () => {
     if (gathered === '') return
@@ -99,10 +148,6 @@ function stderrGate(): { now: DestinationStream & Flushable; gathered: Destinati
       },
     },
   }
-}
-
-interface Flushable {
-  flush(cb?: (error?: Error) => void): void
 }
 
 const COLORS: Partial<Record<Level, string>> = { trace: '90', debug: '36', info: '32', warn: '33', error: '31', fatal: '35' }
