@@ -11,7 +11,7 @@
  * - DynamoDB: each item's size by AWS's documented rules (names plus values), plus the 100 bytes of
  *   per-item overhead DynamoDB bills for storage. dynalite does not report sizes; the items are read
  *   back from it and measured.
- * The figures go to src/cli/size-model.ts (by hand, with this command) for `idemkey size`.
+ * The figures go to src/cli/commands/size-model.ts (by hand, with this command) for `idemkey size`.
  * Needs PostgreSQL, MariaDB and Redis on loopback.
  * Run: npx tsx bench/record-size.bench.ts [--records 20000]
  */

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import type { DemoReport } from '../src/demo/run-demo.js'
+import type { DemoReport } from '../src/cli/demo/run-demo.js'
 import { eventually } from './helpers/eventually.js'
 import { serviceSkipReason } from './helpers/services.js'
 

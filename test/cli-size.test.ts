@@ -4,7 +4,7 @@
  * and month's cost follow from the item size; bad input is refused with what was expected.
  */
 import { join } from 'node:path'
-import { bytesPerRecord, estimateSize, MEASURED } from '../src/cli/size-model.js'
+import { bytesPerRecord, estimateSize, MEASURED } from '../src/cli/commands/size-model.js'
 import { runNode } from './helpers/cli.js'
 
 const BIN = join(import.meta.dirname, '..', 'bin/idemkey.js')

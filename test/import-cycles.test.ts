@@ -92,7 +92,7 @@ const LAYERS: Array<{ name: string; modules: RegExp }> = [
   { name: 'adapters', modules: /^(http\/[^/]+\/|rpc\/|lambda\/)/ },
   { name: 'observability', modules: /^observability\// },
   // The package's root entry, the CLI and the demo the CLI runs.
-  { name: 'entries and the CLI', modules: /^(index\.ts$|cli\/|demo\/)/ },
+  { name: 'entries and the CLI', modules: /^(index\.ts$|cli\/)/ },
 ]
 
 /** The rank and name of a module's layer, or `undefined` for a module no layer names. */

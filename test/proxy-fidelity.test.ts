@@ -8,7 +8,7 @@ import { type AddressInfo, connect, createServer as createTcpServer } from 'node
 import { gunzipSync, gzipSync } from 'node:zlib'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { createProxyServer, type ProxyServer, type ProxyServerOptions } from '../src/cli/proxy-server.js'
+import { createProxyServer, type ProxyServer, type ProxyServerOptions } from '../src/cli/proxy/server.js'
 import { Ledger } from '../src/core/ledger.js'
 
 const MiB = 1024 * 1024

@@ -10,7 +10,7 @@ import { createServer, request as httpRequest, type IncomingHttpHeaders, type Se
 import { type AddressInfo, connect, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { createProxyServer, type ProxyServer, type ProxyServerOptions } from '../src/cli/proxy-server.js'
+import { createProxyServer, type ProxyServer, type ProxyServerOptions } from '../src/cli/proxy/server.js'
 import { Ledger } from '../src/core/ledger.js'
 import { eventually } from './helpers/eventually.js'
 import { type ProxyProcess, startProxy as startHelper } from './helpers/proxy-process.js'

@@ -6,8 +6,8 @@
 import { readFileSync } from 'node:fs'
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
-import type { HttpResponseLike } from '../http/types.js'
-import { send } from './proxy-http.js'
+import type { HttpResponseLike } from '../../http/types.js'
+import { send } from './http.js'
 
 /** How long a connection closed after an early answer keeps reading (and dropping) what the client still sends. */
 const LINGER_MS = 2_000

@@ -1,9 +1,9 @@
-import { type LeaseEnd, leaseEnds } from '../core/lease-end.js'
-import type { IdempotencyStore, ListFilter, RecordStatus, StoredRecord } from '../core/store.js'
-import { durationArg, intArg, storeOption } from './options.js'
-import { age, leaseState, printJson, recordJson, renderTable, warnUnchecked } from './output.js'
-import { type Command, Option } from './program.js'
-import { withExistingStore } from './run.js'
+import { type LeaseEnd, leaseEnds } from '../../core/lease-end.js'
+import type { IdempotencyStore, ListFilter, RecordStatus, StoredRecord } from '../../core/store.js'
+import { durationArg, intArg, storeOption } from '../options.js'
+import { age, leaseState, printJson, recordJson, renderTable, warnUnchecked } from '../output.js'
+import { type Command, Option } from '../program.js'
+import { withExistingStore } from '../run.js'
 
 const STATUSES: RecordStatus[] = ['in_progress', 'completed', 'failed']
 

@@ -1,5 +1,5 @@
-/** The proxy command's parsed flags: read by the command (cli/proxy.ts) and by what it runs (cli/proxy-run.ts). */
-import type { LogLevel } from './proxy/logger.js'
+/** The proxy command's parsed flags: read by the command (cli/commands/proxy.ts) and by what it runs (cli/proxy/run.ts). */
+import type { LogLevel } from './logger.js'
 
 /** The flags of `idemkey proxy`, parsed. */
 export interface ProxyFlags {

@@ -25,14 +25,14 @@
  */
 
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import { openNodeSqlite } from '../backends/sqlite/driver.js'
-import { quietSqliteWarning } from '../cli/quiet-warnings.js'
-import { openStore } from '../cli/store-url.js'
-import { sha256Hex } from '../core/fingerprint.js'
-import { Ledger } from '../core/ledger.js'
-import { createEngine } from '../http/engine.js'
-import { distinctHeaders, readNodeBody } from '../http/node-body.js'
-import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../http/types.js'
+import { openNodeSqlite } from '../../backends/sqlite/driver.js'
+import { sha256Hex } from '../../core/fingerprint.js'
+import { Ledger } from '../../core/ledger.js'
+import { createEngine } from '../../http/engine.js'
+import { distinctHeaders, readNodeBody } from '../../http/node-body.js'
+import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../../http/types.js'
+import { quietSqliteWarning } from '../quiet-warnings.js'
+import { openStore } from '../store-url.js'
 
 /** What the demo passes a worker (as JSON in `IDEMKEY_DEMO_WORKER`). */
 export interface WorkerConfig {

@@ -1,10 +1,10 @@
-import { formatDuration } from '../core/duration.js'
+import { formatDuration } from '../../core/duration.js'
 import type { ApiName, DemoReport } from '../demo/run-demo.js'
-import { durationOption, intArg, rateArg, storeArg, TIMEOUT_OF_ZERO } from './options.js'
-import { printJson, renderTable } from './output.js'
-import type { Command } from './program.js'
-import { progressLine } from './progress-line.js'
-import { CliError } from './run.js'
+import { durationOption, intArg, rateArg, storeArg, TIMEOUT_OF_ZERO } from '../options.js'
+import { printJson, renderTable } from '../output.js'
+import type { Command } from '../program.js'
+import { progressLine } from '../progress-line.js'
+import { CliError } from '../run.js'
 
 interface DemoFlags {
   intents: number

@@ -1,9 +1,9 @@
 import { createInterface } from 'node:readline/promises'
-import { storeOption } from './options.js'
-import { leaseEndOf, leaseState, printJson } from './output.js'
-import type { Command } from './program.js'
-import { CliError, withExistingStore } from './run.js'
-import { describeStore } from './store-url.js'
+import { storeOption } from '../options.js'
+import { leaseEndOf, leaseState, printJson } from '../output.js'
+import type { Command } from '../program.js'
+import { CliError, withExistingStore } from '../run.js'
+import { describeStore } from '../store-url.js'
 
 /**
  * `idemkey evict KEY`: an operator's deliberate reset. The next request with the key runs afresh,

@@ -1,11 +1,11 @@
 /** What `idemkey relay` does once its flags are parsed: open the broker, stream, serve health, stop on SIGTERM. */
 import { createServer, type Server } from 'node:http'
-import { PgCdcRelay, type PgCdcRelayEvent } from '../backends/postgres/postgres-cdc-relay.js'
-import { redactUrl } from '../core/redact-url.js'
-import type { Publisher } from '../messaging/message.js'
-import { listen } from './listen.js'
-import type { BrokerKind, RelayFlags } from './relay-flags.js'
-import { CliError } from './run.js'
+import { PgCdcRelay, type PgCdcRelayEvent } from '../../backends/postgres/postgres-cdc-relay.js'
+import { redactUrl } from '../../core/redact-url.js'
+import type { Publisher } from '../../messaging/message.js'
+import { listen } from '../listen.js'
+import { CliError } from '../run.js'
+import type { BrokerKind, RelayFlags } from './flags.js'
 
 interface OpenedPublisher {
   publisher: Publisher
@@ -102,20 +102,20 @@ async function openBroker(kind: BrokerKind, url: string, exchange: string): Prom
   try {
     if (kind === 'nats') {
       const { connect } = await importPeer<typeof import('nats')>('nats')
-      const { NatsPublisher } = await import('../messaging/brokers/nats/nats-publisher.js')
+      const { NatsPublisher } = await import('../../messaging/brokers/nats/nats-publisher.js')
       const connection = await connect({ servers: url })
       return { publisher: new NatsPublisher({ connection }), close: () => connection.close() }
     }
     if (kind === 'rabbitmq') {
       const amqp = await importPeer<typeof import('amqplib')>('amqplib')
-      const { RabbitMqPublisher } = await import('../messaging/brokers/rabbitmq/rabbitmq-publisher.js')
+      const { RabbitMqPublisher } = await import('../../messaging/brokers/rabbitmq/rabbitmq-publisher.js')
       // Nagle's algorithm (amqplib's default) holds publishes and their confirms back by up to 40 ms.
       const connection = await amqp.connect(url, { noDelay: true })
       const channel = await connection.createConfirmChannel()
       return { publisher: new RabbitMqPublisher({ channel, exchange }), close: () => connection.close() }
     }
     const { Redis } = await importPeer<typeof import('ioredis')>('ioredis')
-    const { RedisStreamsPublisher } = await import('../messaging/brokers/redis-streams/redis-streams-publisher.js')
+    const { RedisStreamsPublisher } = await import('../../messaging/brokers/redis-streams/redis-streams-publisher.js')
     const redis = new Redis(url, { maxRetriesPerRequest: 3 })
     // Until it answers, each failed attempt is the one line below, not an "Unhandled error event" per retry.
     const quiet = () => {}

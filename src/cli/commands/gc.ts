@@ -1,8 +1,8 @@
-import { intArg, storeOption } from './options.js'
-import { printJson } from './output.js'
-import type { Command } from './program.js'
-import { withExistingStore } from './run.js'
-import { describeStore } from './store-url.js'
+import { intArg, storeOption } from '../options.js'
+import { printJson } from '../output.js'
+import type { Command } from '../program.js'
+import { withExistingStore } from '../run.js'
+import { describeStore } from '../store-url.js'
 
 /** A PostgresStore on the partitioned layout: expiry drops partitions instead of deleting rows. */
 interface PartitionedStore {

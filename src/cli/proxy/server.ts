@@ -2,14 +2,14 @@ import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { pipeline } from 'node:stream/promises'
-import type { Ledger } from '../core/ledger.js'
-import { type CredentialRule, credentialRule } from '../http/credentials.js'
-import { createEngine } from '../http/engine.js'
-import { distinctHeaders, readNodeBody } from '../http/node-body.js'
-import { credentialScope, headerScope, resolveScopeSecret } from '../http/scope.js'
-import type { AnswerOutcome, Decision, EngineEvent, HttpRequestLike, HttpResponseLike } from '../http/types.js'
-import { keyHash } from '../observability/recorder.js'
-import { KEY_HEADER, parseKeyHeader } from '../protocol/key-header.js'
+import type { Ledger } from '../../core/ledger.js'
+import { type CredentialRule, credentialRule } from '../../http/credentials.js'
+import { createEngine } from '../../http/engine.js'
+import { distinctHeaders, readNodeBody } from '../../http/node-body.js'
+import { credentialScope, headerScope, resolveScopeSecret } from '../../http/scope.js'
+import type { AnswerOutcome, Decision, EngineEvent, HttpRequestLike, HttpResponseLike } from '../../http/types.js'
+import { keyHash } from '../../observability/recorder.js'
+import { KEY_HEADER, parseKeyHeader } from '../../protocol/key-header.js'
 import {
   badTarget,
   oneLine,
@@ -21,7 +21,7 @@ import {
   responseHeaders,
   send,
   upstreamProblem,
-} from './proxy-http.js'
+} from './http.js'
 import {
   type BudgetTicket,
   ByteBudget,
@@ -31,9 +31,9 @@ import {
   lingering,
   sendAndClose,
   throttledLog,
-} from './proxy-limits.js'
-import { refuseRaw, tunnelUpgrade } from './proxy-upgrade.js'
-import { UpstreamPool, type UpstreamResponse } from './proxy-upstream.js'
+} from './limits.js'
+import { refuseRaw, tunnelUpgrade } from './upgrade.js'
+import { UpstreamPool, type UpstreamResponse } from './upstream.js'
 
 /** Options of {@link createProxyServer}; the {@link ProxyLimits} bound what clients can hold of it. */
 export interface ProxyServerOptions extends ProxyLimits {

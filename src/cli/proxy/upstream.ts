@@ -7,7 +7,7 @@ import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https'
 import type { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import { distinctHeaders } from '../http/node-body.js'
+import { distinctHeaders } from '../../http/node-body.js'
 
 /** Error codes of an upstream that stopped answering: no response headers, or no body bytes, within the timeout. */
 export const UPSTREAM_HEADERS_TIMEOUT = 'UPSTREAM_HEADERS_TIMEOUT'

@@ -9,8 +9,8 @@
 import { request as httpRequest, type IncomingMessage, STATUS_CODES } from 'node:http'
 import { request as httpsRequest } from 'node:https'
 import { isIP, type Socket } from 'node:net'
-import type { HttpResponseLike } from '../http/types.js'
-import { proxyProblem, requestHeaders, responseHeaders, VIA } from './proxy-http.js'
+import type { HttpResponseLike } from '../../http/types.js'
+import { proxyProblem, requestHeaders, responseHeaders, VIA } from './http.js'
 
 /** How long a closed connection keeps reading (and dropping) what the client still sends, so it reads the answer rather than a reset. */
 const LINGER_MS = 2_000

@@ -4,13 +4,13 @@
  * the application's SQL database, the one `--store` names; their own classes read the oldest row.
  */
 
-import { mysqlBesideTable, mysqlTableName } from '../backends/mysql/messaging.js'
-import { openNodeSqlite } from '../backends/sqlite/driver.js'
-import type { Inbox, InboxFailure } from '../messaging/inbox/types.js'
-import { besideTable, isMissingTable, quoteName } from '../messaging/message.js'
-import { age, renderTable } from './output.js'
-import { CliError } from './run.js'
-import { describeStore, driverError, type StoreSpec } from './store-url.js'
+import { mysqlBesideTable, mysqlTableName } from '../../backends/mysql/messaging.js'
+import { openNodeSqlite } from '../../backends/sqlite/driver.js'
+import type { Inbox, InboxFailure } from '../../messaging/inbox/types.js'
+import { besideTable, isMissingTable, quoteName } from '../../messaging/message.js'
+import { age, renderTable } from '../output.js'
+import { CliError } from '../run.js'
+import { describeStore, driverError, type StoreSpec } from '../store-url.js'
 
 /** The table the inboxes use unless told otherwise. */
 export const DEFAULT_INBOX_TABLE = 'idemkey_inbox'
@@ -100,7 +100,7 @@ async function union(kept: Promise<string[]>, failing: Promise<string[]>): Promi
 async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInboxTable> {
   switch (spec.kind) {
     case 'sqlite': {
-      const { SqliteInbox } = await import('../backends/sqlite/sqlite-inbox.js')
+      const { SqliteInbox } = await import('../../backends/sqlite/sqlite-inbox.js')
       const db = openNodeSqlite(spec.path, { readOnly: true })
       const name = quoteName(table, '--inbox-table')
       const failures = besideTable(table, 'failures', '--inbox-table')
@@ -115,7 +115,7 @@ async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInb
     case 'postgres': {
       type PgModule = { Pool?: PgPoolConstructor; default?: { Pool: PgPoolConstructor } }
       const pg = await importDriver<PgModule>('postgres', 'pg', 'pg')
-      const { PgInbox } = await import('../backends/postgres/postgres-inbox.js')
+      const { PgInbox } = await import('../../backends/postgres/postgres-inbox.js')
       const Pool = (pg.Pool ?? pg.default?.Pool) as PgPoolConstructor
       const pool = new Pool({ connectionString: spec.url, max: 1 })
       const name = quoteName(table, '--inbox-table')
@@ -145,7 +145,7 @@ async function openInboxTable(spec: StoreSpec, table: string): Promise<OpenedInb
     case 'mysql': {
       type MySqlModule = { createPool?: (uri: string) => MySqlPoolLike; default?: { createPool: (uri: string) => MySqlPoolLike } }
       const mysql = await importDriver<MySqlModule>('mysql', 'mysql2', 'mysql2/promise')
-      const { MySqlInbox } = await import('../backends/mysql/mysql-inbox.js')
+      const { MySqlInbox } = await import('../../backends/mysql/mysql-inbox.js')
       const createPool = (mysql.createPool ?? mysql.default?.createPool) as (uri: string) => MySqlPoolLike
       const pool = createPool(spec.url)
       const name = mysqlTableName(table, '--inbox-table')

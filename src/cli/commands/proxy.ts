@@ -1,6 +1,6 @@
-import { redactUrl } from '../core/redact-url.js'
-import { credentialRule } from '../http/credentials.js'
-import { isHeaderName } from '../protocol/key-header.js'
+import { redactUrl } from '../../core/redact-url.js'
+import { credentialRule } from '../../http/credentials.js'
+import { isHeaderName } from '../../protocol/key-header.js'
 import {
   durationOption,
   hostArg,
@@ -12,10 +12,10 @@ import {
   storeOption,
   TIMEOUT_OF_ZERO,
   urlArg,
-} from './options.js'
-import { type Command, InvalidArgumentError, Option } from './program.js'
-import type { ProxyFlags } from './proxy-flags.js'
-import { defaultMaxConnections } from './proxy-limits.js'
+} from '../options.js'
+import { type Command, InvalidArgumentError, Option } from '../program.js'
+import type { ProxyFlags } from '../proxy/flags.js'
+import { defaultMaxConnections } from '../proxy/limits.js'
 
 /** `idemkey proxy`: idempotency keys (the HTTP layer of docs/http.md) in front of any HTTP API. */
 export function registerProxy(program: Command): void {
@@ -110,7 +110,7 @@ Examples:
     )
     .action(async (flags: ProxyFlags) => {
       // Loaded only now: the proxy's HTTP client, the engine and the store stay out of other commands.
-      const { runProxy } = await import('./proxy-run.js')
+      const { runProxy } = await import('../proxy/run.js')
       await runProxy(flags)
     })
 }

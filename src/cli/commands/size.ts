@@ -1,7 +1,7 @@
-import { formatDuration } from '../core/duration.js'
-import { durationOption, positiveArg, sizeOption } from './options.js'
-import { printJson, renderTable } from './output.js'
-import { type Command, Option } from './program.js'
+import { formatDuration } from '../../core/duration.js'
+import { durationOption, positiveArg, sizeOption } from '../options.js'
+import { printJson, renderTable } from '../output.js'
+import { type Command, Option } from '../program.js'
 import { DYNAMODB_PRICES, estimateSize, MEASURED, type SizedStore, STORE_LABELS } from './size-model.js'
 
 const STORES = Object.keys(STORE_LABELS) as SizedStore[]

@@ -1,12 +1,12 @@
-import type { LeaseEnd } from '../core/lease-end.js'
-import { DEFAULT_SCOPE } from '../core/ledger.js'
-import type { StoredRecord } from '../core/store.js'
+import type { LeaseEnd } from '../../core/lease-end.js'
+import { DEFAULT_SCOPE } from '../../core/ledger.js'
+import type { StoredRecord } from '../../core/store.js'
+import { storeOption } from '../options.js'
+import { age, bodyPreview, leaseEndOf, leaseState, printJson, recordJson, renderPairs } from '../output.js'
+import type { Command } from '../program.js'
+import { assertStoreExists, CliError, withExistingStore } from '../run.js'
+import { describeStore, parseStoreUrl } from '../store-url.js'
 import { DEFAULT_INBOX_TABLE, readInboxes, renderInboxes } from './inbox-report.js'
-import { storeOption } from './options.js'
-import { age, bodyPreview, leaseEndOf, leaseState, printJson, recordJson, renderPairs } from './output.js'
-import type { Command } from './program.js'
-import { assertStoreExists, CliError, withExistingStore } from './run.js'
-import { describeStore, parseStoreUrl } from './store-url.js'
 
 /** The scopes tried when `--scope` is not given: the HTTP layer's default, then the ledger's. */
 const DEFAULT_SCOPES = ['public', DEFAULT_SCOPE]

@@ -1,9 +1,9 @@
-import { formatDuration, parseDuration } from '../core/duration.js'
-import { storeOption } from './options.js'
-import { printJson } from './output.js'
-import type { Command } from './program.js'
-import { CliError, withStore } from './run.js'
-import { describeStore, existingPostgresTable, parseStoreUrl } from './store-url.js'
+import { formatDuration, parseDuration } from '../../core/duration.js'
+import { storeOption } from '../options.js'
+import { printJson } from '../output.js'
+import type { Command } from '../program.js'
+import { CliError, withStore } from '../run.js'
+import { describeStore, existingPostgresTable, parseStoreUrl } from '../store-url.js'
 
 interface LayoutConvertible {
   convertLayout(): Promise<{ from: string; to: string; records: number }>

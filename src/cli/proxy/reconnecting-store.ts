@@ -1,5 +1,5 @@
-import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord, Unsubscribe } from '../core/store.js'
-import { storeUnavailable } from '../errors.js'
+import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord, Unsubscribe } from '../../core/store.js'
+import { storeUnavailable } from '../../errors.js'
 
 /**
  * A store opened on first use and reopened after a failed open, at most once per `retryMs`.

@@ -1,4 +1,4 @@
-import { createIdempotentFetch, IdempotentRequestError, uuidv7 } from '../client/index.js'
+import { createIdempotentFetch, IdempotentRequestError, uuidv7 } from '../../client/index.js'
 import { type PlannedIntent, seededRandom } from './plan.js'
 
 /** How the demo's clients behave. */

@@ -1,7 +1,7 @@
-import { redactUrl } from '../core/redact-url.js'
-import { durationArg, intArg, sizeOption, urlArg } from './options.js'
-import { type Command, InvalidArgumentError, Option } from './program.js'
-import type { BrokerKind, RelayFlags } from './relay-flags.js'
+import { redactUrl } from '../../core/redact-url.js'
+import { durationArg, intArg, sizeOption, urlArg } from '../options.js'
+import { type Command, InvalidArgumentError, Option } from '../program.js'
+import type { BrokerKind, RelayFlags } from '../relay/flags.js'
 
 /** `idemkey relay`: the CDC relay (docs/messaging.md, "CDC relay") as a standalone process. */
 export function registerRelay(program: Command): void {
@@ -51,7 +51,7 @@ Examples:
     )
     .action(async (flags: Omit<RelayFlags, 'to'> & { to: RelayFlags['to'] }) => {
       // Loaded only now: the broker clients and pg stay out of other commands.
-      const { runRelay } = await import('./relay-run.js')
+      const { runRelay } = await import('../relay/run.js')
       await runRelay(flags)
     })
 }

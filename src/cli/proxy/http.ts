@@ -3,10 +3,10 @@
  * forwarding headers), how it answers, and the problems only it answers.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { distinctHeaders } from '../http/node-body.js'
-import type { HttpResponseLike } from '../http/types.js'
-import { DEFAULT_PROBLEM_BASE } from '../protocol/problem.js'
-import { UPSTREAM_BODY_TIMEOUT, UPSTREAM_HEADERS_TIMEOUT } from './proxy-upstream.js'
+import { distinctHeaders } from '../../http/node-body.js'
+import type { HttpResponseLike } from '../../http/types.js'
+import { DEFAULT_PROBLEM_BASE } from '../../protocol/problem.js'
+import { UPSTREAM_BODY_TIMEOUT, UPSTREAM_HEADERS_TIMEOUT } from './upstream.js'
 
 /** Hop-by-hop fields (RFC 9110 §7.6.1), never forwarded; fields named in `Connection` are dropped as well. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'te', 'transfer-encoding', 'upgrade', 'trailer', 'expect'])
