@@ -1,39 +1,21 @@
-import { randomUUID } from 'node:crypto'
 import { createServer, type IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
-import { pipeline } from 'node:stream/promises'
 import type { Ledger } from '../../core/ledger.js'
-import { type CredentialRule, credentialRule } from '../../http/credentials.js'
+import { credentialRule } from '../../http/credentials.js'
 import { createEngine } from '../../http/engine.js'
-import { distinctHeaders, readNodeBody } from '../../http/node-body.js'
-import { credentialScope, headerScope, resolveScopeSecret } from '../../http/scope.js'
-import type { AnswerOutcome, Decision, EngineEvent, HttpRequestLike, HttpResponseLike } from '../../http/types.js'
-import { keyHash } from '../../observability/recorder.js'
-import { KEY_HEADER, parseKeyHeader } from '../../protocol/key-header.js'
-import {
-  badTarget,
-  oneLine,
-  pathOf,
-  proxyProblem,
-  Refusal,
-  requestHeaders,
-  requestTarget,
-  responseHeaders,
-  send,
-  upstreamProblem,
-} from './http.js'
-import {
-  type BudgetTicket,
-  ByteBudget,
-  capConnections,
-  defaultMaxConnections,
-  drained,
-  lingering,
-  sendAndClose,
-  throttledLog,
-} from './limits.js'
+import { distinctHeaders } from '../../http/node-body.js'
+import type { Decision, EngineEvent, HttpRequestLike, HttpResponseLike } from '../../http/types.js'
+import { KEY_HEADER } from '../../protocol/key-header.js'
+import { type AccessEntry, accessEntry, type Trail, trailScope } from './access.js'
+import { coveredBodyReader } from './covered-body.js'
+import { forwarders } from './forward.js'
+import { badTarget, oneLine, pathOf, proxyProblem, Refusal, requestTarget, send } from './http.js'
+import { type BudgetTicket, ByteBudget, capConnections, defaultMaxConnections, lingering, sendAndClose, throttledLog } from './limits.js'
+import { proxyScope } from './scope.js'
 import { refuseRaw, tunnelUpgrade } from './upgrade.js'
-import { UpstreamPool, type UpstreamResponse } from './upstream.js'
+import { UpstreamPool } from './upstream.js'
+
+export { type AccessEntry, requestIdOf } from './access.js'
 
 /** Options of {@link createProxyServer}; the {@link ProxyLimits} bound what clients can hold of it. */
 export interface ProxyServerOptions extends ProxyLimits {
@@ -68,32 +50,6 @@ export interface ProxyServerOptions extends ProxyLimits {
   onEvent?: (event: EngineEvent) => void
   /** Called once per request when it is over (answered, and its answer sent or its client gone): the access log. */
   onAccess?: (entry: AccessEntry) => void
-}
-
-/** One request, as the access log and the HTTP metrics see it. */
-export interface AccessEntry {
-  /** `X-Request-Id` when the client sent a usable one, else the trace id of `traceparent`, else a new UUID. */
-  requestId: string
-  method: string
-  /** The path, without the query string (which may carry secrets). */
-  path: string
-  /** The status the client got (or was being sent when it went away). */
-  status: number
-  /** How the proxy answered: the HTTP layer's outcome, `passthrough` for traffic it does not cover, `proxy_error`. */
-  outcome: AnswerOutcome | 'passthrough' | 'proxy_error'
-  /** The upstream's status, when the request reached it. */
-  upstreamStatus?: number
-  /** `keyHash(scope, key)` of a covered request with a key, as `idemkey inspect` and the unrecorded line show it. */
-  keyHash?: string
-  durationMs: number
-}
-
-/** What the access log learns of a request while it is served. */
-interface Trail {
-  startedAt: number
-  outcome: AccessEntry['outcome']
-  upstreamStatus?: number
-  scope?: string
 }
 
 /** A running proxy's handle. */
@@ -141,7 +97,6 @@ export interface ProxyLimits {
 }
 
 const MiB = 1024 * 1024
-const EMPTY = new Uint8Array(0)
 
 /**
  * A reverse proxy that gives any HTTP API idempotency keys (docs/http.md) through idemkey's HTTP engine: covered requests
@@ -190,6 +145,8 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
   const budget = new ByteBudget(options.maxBufferedBytes ?? 64 * MiB)
   const log = throttledLog(options.log ?? ((line) => process.stderr.write(`idemkey proxy: ${line}\n`)))
   const onAccess = options.onAccess
+  const readCoveredBody = coveredBodyReader(budget, bodyTimeoutMs, log)
+  const forward = forwarders({ pool, prefix, maxStoredBody, bodyTimeoutMs, log })
 
   /** A target {@link requestTarget} refuses: `400`, before anything else looks at the request. */
   async function refuseTarget(req: IncomingMessage, res: ServerResponse, trail?: Trail): Promise<void> {
@@ -199,7 +156,7 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
 
   async function serve(req: IncomingMessage, res: ServerResponse, ticket: BudgetTicket, trail?: Trail): Promise<void> {
     // Like every adapter: traffic the layer does not cover streams through without touching the engine.
-    if (!engine.applies(req.method ?? 'GET', req.headers[KEY_HEADER] !== undefined)) return forwardStreaming(req, res, trail)
+    if (!engine.applies(req.method ?? 'GET', req.headers[KEY_HEADER] !== undefined)) return forward.streaming(req, res, trail)
     let read: Promise<Uint8Array> | undefined
     const neutral: HttpRequestLike & { trail?: Trail } = {
       trail,
@@ -224,8 +181,8 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       return answer(req, res, decision.response)
     }
     if (decision.kind === 'passthrough') {
-      if (read) return forwardCovered(req, res, await read, ticket, neutral.headers, undefined, trail)
-      return forwardStreaming(req, res, trail)
+      if (read) return forward.covered(req, res, await read, ticket, neutral.headers, undefined, trail)
+      return forward.streaming(req, res, trail)
     }
     if (trail) trail.outcome = 'executed'
     let body: Uint8Array
@@ -237,174 +194,18 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       throw error
     }
     try {
-      await forwardCovered(req, res, body, ticket, neutral.headers, decision, trail)
+      await forward.covered(req, res, body, ticket, neutral.headers, decision, trail)
     } catch (error) {
-      // Releases the record unless forwardCovered settled it already (then this does nothing).
+      // Releases the record unless forward.covered settled it already (then this does nothing).
       await decision.fail(error)
       throw error
     }
-  }
-
-  /**
-   * Reads a covered request's body within the byte budget and `bodyTimeoutMs`. A declared length is
-   * taken from the budget up front, a body without one chunk by chunk. Out of room or out of time: a
-   * {@link Refusal} (`503` or `408`), before the ledger has seen the request.
-   */
-  async function readCoveredBody(req: IncomingMessage, limit: number, ticket: BudgetTicket): Promise<Uint8Array> {
-    const declared = Number(req.headers['content-length'] ?? Number.NaN)
-    const known = Number.isFinite(declared) && declared >= 0
-    // Over the limit, readNodeBody answers 413 before reading: nothing to take then.
-    if (!ticket.tryTake(known && declared <= limit ? declared : 0)) throw overloaded()
-    const onChunk = known
-      ? undefined
-      : (bytes: number) => {
-          if (!ticket.tryTake(bytes)) throw overloaded()
-        }
-    // A body received whole already (a small one comes in the packet of its headers) has no deadline
-    // left to keep: no timer for it.
-    if (req.complete) return readNodeBody(req, limit, { onStop: 'pause', onChunk })
-    return readNodeBody(req, limit, { timeoutMs: bodyTimeoutMs, timedOut: bodyTimedOut, onStop: 'pause', onChunk })
-  }
-
-  function overloaded(): Refusal {
-    log(
-      'overloaded',
-      `answering 503 to new covered requests: ${budget.used} bytes held, --max-buffered is ${budget.limit} (raise it, or add proxies)`,
-    )
-    return new Refusal(
-      proxyProblem(
-        503,
-        'proxy-overloaded',
-        'Proxy overloaded',
-        'The proxy holds as many request and response bytes as it may right now, so this request was not run and nothing was recorded for it. Retry with the same Idempotency-Key after the Retry-After delay.',
-      ),
-    )
-  }
-
-  function bodyTimedOut(): Refusal {
-    return new Refusal(
-      proxyProblem(
-        408,
-        'request-timeout',
-        'Request body timed out',
-        `The request body did not arrive within ${Math.ceil(bodyTimeoutMs / 1_000)} s, so the request was not run and nothing was recorded for it. Retry with the same Idempotency-Key.`,
-      ),
-    )
   }
 
   /** Sends an answer; one sent before the request body was read to its end also closes the connection. */
   function answer(req: IncomingMessage, res: ServerResponse, response: HttpResponseLike): void {
     if (req.complete) send(res, response, bodyTimeoutMs)
     else sendAndClose(req, res, response)
-  }
-
-  /**
-   * Forwards a covered request with its buffered body and answers the client. A response up to
-   * `maxStoredBody` is held whole, its record settled, then sent, as before. A larger one (declared or
-   * found so), or one the byte budget has no room for, streams through: status and headers, what was
-   * held, then the rest with backpressure; its record is settled once the upstream has sent it all,
-   * whether or not the client stayed (the operation ran). Upstream failures become 502/504, which
-   * release the record.
-   */
-  async function forwardCovered(
-    req: IncomingMessage,
-    res: ServerResponse,
-    body: Uint8Array,
-    ticket: BudgetTicket,
-    requestFields: Record<string, string | string[] | undefined>,
-    record?: Extract<Decision, { kind: 'execute' }>,
-    trail?: Trail,
-  ): Promise<void> {
-    // Settle the record before answering a held response, so a retry that follows the answer finds it.
-    const settle = async (response: HttpResponseLike) => (record ? record.finish(response) : response)
-    let upstream: UpstreamResponse
-    try {
-      upstream = await pool.request({
-        path: prefix + (req.url ?? '/'),
-        method: req.method ?? 'GET',
-        headers: requestHeaders(req, true, requestFields),
-        body: body.byteLength > 0 || req.method === 'POST' || req.method === 'PUT' || req.method === 'PATCH' ? body : undefined,
-      })
-    } catch (error) {
-      return send(res, await settle(upstreamProblem(error, req, log)), bodyTimeoutMs)
-    }
-    const status = upstream.statusCode
-    if (trail) trail.upstreamStatus = status
-    const headers = responseHeaders(upstream.headers, false)
-    const chunks = upstream.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>
-    const held: Buffer[] = []
-    let total = 0
-    let fits = true
-    try {
-      if (!(Number(upstream.headers['content-length']) > maxStoredBody)) {
-        for (;;) {
-          const { done, value } = await chunks.next()
-          if (done) return send(res, await settle({ status, headers, body: Buffer.concat(held, total) }), bodyTimeoutMs)
-          total += value.byteLength
-          held.push(value)
-          fits = ticket.hold(value.byteLength)
-          if (total > maxStoredBody || !fits) break
-        }
-      }
-    } catch (error) {
-      return send(res, await settle(upstreamProblem(error, req, log)), bodyTimeoutMs)
-    }
-    // Streaming from here. A response that only ran out of budget may still be small enough to store:
-    // keep its copy (it already ran, so it is never refused) until it proves larger than maxStoredBody.
-    let copy = !fits && total <= maxStoredBody ? held : undefined
-    res.writeHead(status, responseHeaders(upstream.headers, true))
-    let client = true
-    for (const chunk of held) if (client && !res.write(chunk)) client = await drained(res, bodyTimeoutMs)
-    let broken: unknown
-    try {
-      for (;;) {
-        const { done, value } = await chunks.next()
-        if (done) break
-        total += value.byteLength
-        if (copy && total <= maxStoredBody) {
-          copy.push(value)
-          ticket.hold(value.byteLength)
-        } else copy = undefined
-        client &&= !res.destroyed
-        if (client && !res.write(value)) client = await drained(res, bodyTimeoutMs)
-      }
-    } catch (error) {
-      broken = error
-    }
-    if (broken !== undefined) {
-      // The client saw a status and part of a body: close its connection so it knows the body is cut.
-      res.destroy()
-      await settle(upstreamProblem(broken, req, log))
-      return
-    }
-    if (client && !res.destroyed) res.end()
-    await settle(copy ? { status, headers, body: Buffer.concat(copy, total) } : { status, headers, body: EMPTY, bodyLength: total })
-  }
-
-  /** Streams an uncovered request both ways, untouched but for hop-by-hop and forwarding headers. */
-  async function forwardStreaming(req: IncomingMessage, res: ServerResponse, trail?: Trail): Promise<void> {
-    const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined
-    const abort = new AbortController()
-    res.once('close', () => {
-      if (!res.writableFinished) abort.abort()
-    })
-    let upstream: UpstreamResponse
-    try {
-      upstream = await pool.request({
-        path: prefix + (req.url ?? '/'),
-        method: req.method ?? 'GET',
-        headers: requestHeaders(req, false),
-        body: hasBody ? req : undefined,
-        signal: abort.signal,
-      })
-    } catch (error) {
-      // The client left before the upstream answered: nothing went wrong upstream, and no one to answer.
-      if (abort.signal.aborted) return
-      return send(res, upstreamProblem(error, req, log))
-    }
-    if (trail) trail.upstreamStatus = upstream.statusCode
-    res.writeHead(upstream.statusCode, responseHeaders(upstream.headers, true))
-    await pipeline(upstream.body, res).catch(() => res.destroy())
   }
 
   const checkMs = Math.max(50, Math.min(1_000, Math.floor(headerTimeoutMs / 2)))
@@ -540,69 +341,5 @@ export function createProxyServer(options: ProxyServerOptions): ProxyServer {
       await pool.close().catch(() => {})
       return finished
     },
-  }
-}
-
-/** Keeps the scope the engine computed on the request's trail, for the access log's key hash. */
-function trailScope(scopeOf: (req: HttpRequestLike) => string): (req: HttpRequestLike) => string {
-  return (req) => {
-    const scope = scopeOf(req)
-    const trail = (req as { trail?: Trail }).trail
-    if (trail) trail.scope = scope
-    return scope
-  }
-}
-
-/** The access log's entry of a finished request, answered `status`. */
-function accessEntry(req: IncomingMessage, status: number, trail: Trail): AccessEntry {
-  const entry: AccessEntry = {
-    requestId: requestIdOf(req),
-    method: req.method ?? 'GET',
-    path: pathOf(req),
-    status,
-    outcome: trail.outcome,
-    durationMs: Math.round((performance.now() - trail.startedAt) * 100) / 100,
-  }
-  if (trail.upstreamStatus !== undefined) entry.upstreamStatus = trail.upstreamStatus
-  if (trail.scope !== undefined) {
-    try {
-      const key = parseKeyHeader(req.headers[KEY_HEADER])
-      if (key !== undefined) entry.keyHash = keyHash(trail.scope, key)
-    } catch {
-      // A key that does not parse was answered 400 before any record: no hash to log.
-    }
-  }
-  return entry
-}
-
-/**
- * The request's id: its `X-Request-Id` when that is 1–200 visible ASCII characters, else the trace id
- * of a W3C `traceparent`, else a new UUID.
- */
-export function requestIdOf(req: IncomingMessage): string {
-  const given = req.headers['x-request-id']
-  if (typeof given === 'string' && /^[\x21-\x7e]{1,200}$/.test(given)) return given
-  const parent = req.headers.traceparent
-  const trace = typeof parent === 'string' ? /^[\da-f]{2}-([\da-f]{32})-[\da-f]{16}-[\da-f]{2}$/.exec(parent.trim()) : null
-  if (trace && trace[1] !== '0'.repeat(32)) return trace[1] as string
-  return randomUUID()
-}
-
-/**
- * The proxy's scope rule: the trusted header's value when it is there, else the keyed hash of the
- * credential. Each source keeps its own prefix, so a tenant named `public`, or a header value copied
- * from `idemkey list` (`cred:…`), can never land in another source's scope.
- */
-function proxyScope(
-  scopeHeader: string | undefined,
-  scopeSecret: string | undefined,
-  credentials: CredentialRule,
-): (req: HttpRequestLike) => string {
-  const secret = resolveScopeSecret(scopeSecret)
-  const name = scopeHeader?.toLowerCase()
-  return (req) => {
-    const value = name === undefined ? undefined : req.headers[name]
-    const first = Array.isArray(value) ? value[0] : value
-    return first ? headerScope(first) : credentialScope(req.headers, secret, credentials)
   }
 }
