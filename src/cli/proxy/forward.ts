@@ -41,7 +41,7 @@ export function forwarders(options: ForwardingOptions): Forwarders {
 
   /**
    * Forwards a covered request with its buffered body and answers the client. A response up to
-   * `maxStoredBody` is held whole, its record settled, then sent, as before. A larger one (declared or
+   * `maxStoredBody` is held whole, its record settled, then sent. A larger one (declared or
    * found so), or one the byte budget has no room for, streams through: status and headers, what was
    * held, then the rest with backpressure; its record is settled once the upstream has sent it all,
    * whether or not the client stayed (the operation ran). Upstream failures become 502/504, which
