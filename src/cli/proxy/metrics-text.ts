@@ -89,31 +89,43 @@ export interface HistogramCell {
   observe(value: number): void
 }
 
+/** A histogram's series of one label set: cumulative counts per bucket, as the page shows them. */
+class HistogramSeries implements HistogramCell {
+  readonly counts: number[]
+  sum = 0
+  count = 0
+  constructor(
+    readonly labels: Labels,
+    readonly buckets: readonly number[],
+  ) {
+    this.counts = buckets.map(() => 0)
+  }
+
+  observe(value: number): void {
+    for (let i = 0; i < this.buckets.length; i++) if (value <= (this.buckets[i] as number)) (this.counts[i] as number)++
+    this.sum += value
+    this.count++
+  }
+}
+
 /** A histogram with fixed buckets (upper bounds, ascending). */
 export class Histogram implements Metric {
-  readonly #cells = new Map<string, { labels: Labels; counts: number[]; sum: number; count: number }>()
+  readonly #cells = new Map<string, HistogramSeries>()
   constructor(
     readonly name: string,
     readonly help: string,
     readonly buckets: readonly number[],
   ) {}
 
+  /** The series of a label set, made once and kept. */
   cell(labels: Labels = {}): HistogramCell {
     const key = cellKey(labels)
     let cell = this.#cells.get(key)
     if (cell === undefined) {
-      cell = { labels, counts: this.buckets.map(() => 0), sum: 0, count: 0 }
+      cell = new HistogramSeries(labels, this.buckets)
       this.#cells.set(key, cell)
     }
-    const found = cell
-    const buckets = this.buckets
-    return {
-      observe(value) {
-        for (let i = 0; i < buckets.length; i++) if (value <= (buckets[i] as number)) (found.counts[i] as number)++
-        found.sum += value
-        found.count++
-      },
-    }
+    return cell
   }
 
   text(): string {
