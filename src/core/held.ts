@@ -59,7 +59,7 @@ export class Held<T> extends Renewal implements Acquired<T> {
   /**
    * The work ran, but its value cannot become an outcome (`encode` or `classify` threw: a value JSON
    * cannot hold, such as a BigInt or a cycle). Released, a retry would run the work again at once; so the
-   * record stays held until its lease ends (it is no longer renewed), and this is reported as the
+   * record stays held until its lease ends (its renewal stops here), and this is reported as the
    * outcome the store could not take: an `unrecorded` event, and an error that says what to fix.
    */
   #unstorable(error: unknown): IdempotencyError {
