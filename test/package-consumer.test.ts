@@ -160,7 +160,7 @@ afterAll(async () => {
 }, 240_000)
 
 describe('the packed tarball', () => {
-  it('ships what a user needs: LICENSE, docs the README links to, both builds; no source maps, no sources', () => {
+  it('ships what a user needs: LICENSE, README, CHANGELOG, both builds; no source maps, no sources, no docs', () => {
     const files = new Set(packed.files.map((f) => f.path))
     for (const needed of [
       'LICENSE',
@@ -174,7 +174,6 @@ describe('the packed tarball', () => {
       'dist/cjs/index.d.ts',
       'dist/cjs/package.json',
       'dist/cli/main.js',
-      'docs/cli.md',
     ]) {
       expect(files, needed).toContain(needed)
     }
@@ -182,10 +181,13 @@ describe('the packed tarball', () => {
     expect([...files].filter((f) => f.startsWith('src/') || /\.test(-d)?\.(js|ts)$/.test(f))).toEqual([])
     // The CLI and the demo are ESM only (the bin runs dist/cli/main.js): no CommonJS copy of them.
     expect([...files].filter((f) => /^dist\/cjs\/(cli|demo)\//.test(f) || f === 'dist/cjs/cli/store-url.js')).toEqual([])
-    // A guard, not a target: source maps, sources or tests slipping in would pass it by far (maps alone were 42%).
-    // About 869 KB packed: the ESM and CommonJS builds with their declarations are four fifths of it
-    // (each about 420 KB compressed), docs/ most of the rest (about 210 KB).
-    expect(packed.size, 'packed size in bytes').toBeLessThan(900_000)
+    // The CLI is a command: no subpath exports it, so it ships without declarations.
+    expect([...files].filter((f) => f.startsWith('dist/cli/') && f.endsWith('.d.ts'))).toEqual([])
+    // The docs live in the repository (npm's page links the README's docs/ links there, through `repository`).
+    expect([...files].filter((f) => f.startsWith('docs/'))).toEqual([])
+    // Under 500 KB: JavaScript without comments, declarations with them (the doc comments users' editors
+    // show) and only where an export reaches them (scripts/prune-declarations.mjs), no docs. About 450 KB.
+    expect(packed.size, 'packed size in bytes').toBeLessThan(500_000)
     console.info(`idemkey tarball: ${packed.size} bytes packed, ${packed.unpackedSize} unpacked, ${files.size} files`)
   })
 
@@ -199,11 +201,13 @@ describe('the packed tarball', () => {
     expect(readFileSync(join(bare, 'node_modules/idemkey/LICENSE'), 'utf8')).toMatch(/^MIT License/)
   })
 
-  it('every relative link of the shipped README and docs leads to a shipped file', () => {
-    const root = join(bare, 'node_modules/idemkey')
+  it("every relative link of the shipped README and CHANGELOG leads to a file of the repository, where npm's page sends it", () => {
+    // npm's package page turns a README's relative link into one to the same path in `repository`, so the
+    // target must exist in the repository (this checkout), whether or not the tarball ships it.
+    const root = ROOT
     const broken: string[] = []
     for (const file of packed.files.map((f) => f.path).filter((f) => f.endsWith('.md'))) {
-      const text = readFileSync(join(root, file), 'utf8')
+      const text = readFileSync(join(bare, 'node_modules/idemkey', file), 'utf8')
       for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
         if (!target || /^[a-z]+:/i.test(target) || target.startsWith('#')) continue
         const path = posix.normalize(posix.join(posix.dirname(file), target.split('#')[0] as string))
