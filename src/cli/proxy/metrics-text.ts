@@ -149,7 +149,22 @@ export function registerProcessMetrics(registry: Registry): void {
   const set = (metric: Values, value: number, labels?: Labels) => {
     metric.cell(labels).value = value
   }
-  const cpu = () => process.cpuUsage()
+  // Read once per scrape: the page's gauges are collected in one synchronous pass, so a reading kept
+  // until the next microtask serves all of them (three CPU and three heap gauges).
+  const perScrape = <T>(read: () => T) => {
+    let reading: { value: T } | undefined
+    return (): T => {
+      if (reading === undefined) {
+        reading = { value: read() }
+        queueMicrotask(() => {
+          reading = undefined
+        })
+      }
+      return reading.value
+    }
+  }
+  const cpu = perScrape(() => process.cpuUsage())
+  const memory = perScrape(() => process.memoryUsage())
   const add = (metric: Values, update: (metric: Values) => void) =>
     registry.register(new Values(metric.name, metric.help, metric.type, update))
   add(counter('process_cpu_user_seconds_total', 'Total user CPU time spent in seconds.'), (m) => set(m, cpu().user / 1e6))
@@ -159,7 +174,7 @@ export function registerProcessMetrics(registry: Registry): void {
     set(m, (user + system) / 1e6)
   })
   add(gauge('process_start_time_seconds', 'Start time of the process since unix epoch in seconds.'), (m) => set(m, startSeconds))
-  add(gauge('process_resident_memory_bytes', 'Resident memory size in bytes.'), (m) => set(m, process.memoryUsage.rss()))
+  add(gauge('process_resident_memory_bytes', 'Resident memory size in bytes.'), (m) => set(m, memory().rss))
   add(gauge('process_open_fds', 'Number of open file descriptors.'), (m) => {
     try {
       set(m, readdirSync('/proc/self/fd').length - 1)
@@ -182,9 +197,9 @@ export function registerProcessMetrics(registry: Registry): void {
     set(m, loop.percentile(99) / 1e9),
   )
   add(gauge('nodejs_eventloop_lag_max_seconds', 'The maximum recorded event loop delay.'), (m) => set(m, loop.max / 1e9))
-  add(gauge('nodejs_heap_size_total_bytes', 'Process heap size from Node.js in bytes.'), (m) => set(m, process.memoryUsage().heapTotal))
-  add(gauge('nodejs_heap_size_used_bytes', 'Process heap size used from Node.js in bytes.'), (m) => set(m, process.memoryUsage().heapUsed))
-  add(gauge('nodejs_external_memory_bytes', 'Node.js external memory size in bytes.'), (m) => set(m, process.memoryUsage().external))
+  add(gauge('nodejs_heap_size_total_bytes', 'Process heap size from Node.js in bytes.'), (m) => set(m, memory().heapTotal))
+  add(gauge('nodejs_heap_size_used_bytes', 'Process heap size used from Node.js in bytes.'), (m) => set(m, memory().heapUsed))
+  add(gauge('nodejs_external_memory_bytes', 'Node.js external memory size in bytes.'), (m) => set(m, memory().external))
   add(gauge('nodejs_active_resources_total', 'Total number of active resources.'), (m) => set(m, process.getActiveResourcesInfo().length))
   const [major, minor, patch] = process.versions.node.split('.')
   add(gauge('nodejs_version_info', 'Node.js version info.'), (m) =>
