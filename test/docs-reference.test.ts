@@ -271,7 +271,12 @@ function storeFailingOnce(): { store: IdempotencyStore; failNext: () => void } {
     fail = false
     return Promise.reject(new Error('store down'))
   }
-  return { store, failNext: () => void (fail = true) }
+  return {
+    store,
+    failNext: () => {
+      fail = true
+    },
+  }
 }
 
 /** Runs that make every instrument record: executed, waited then replayed, a store error. */
