@@ -24,6 +24,7 @@ import type { IdempotencyStore } from '../src/core/store.js'
 import { HTTP_STATUS_BY_CODE } from '../src/errors.js'
 import { Ledger } from '../src/index.js'
 import { openTelemetry } from '../src/observability/opentelemetry.js'
+import { optionsModel, optionsPage, readOptionsPage } from './fixtures/docs/options-reference.js'
 
 const ROOT = resolve(import.meta.dirname, '..')
 const read = (path: string) => readFileSync(join(ROOT, path), 'utf8')
@@ -388,5 +389,72 @@ describe('docs/reference/metrics.md', () => {
     expect((await metricProblems(withoutRow(page, 'idemkey_store_up'))).join('\n')).toMatch(/Prometheus: idemkey_store_up is missing/)
     const noOutcome = page.replace('`db.system.name`, `idemkey.result`, `idemkey.outcome`', '`db.system.name`, `idemkey.result`')
     expect((await metricProblems(noOutcome)).join('\n')).toMatch(/idemkey\.intents says .* the code has .*idemkey\.outcome/)
+  })
+})
+
+// ── options.md ─────────────────────────────────────────────────────────────────────────────────────
+
+const model = optionsModel(ROOT)
+
+function optionProblems(page: string): string[] {
+  const documented = readOptionsPage(page)
+  const problems = compare(
+    'options.md, types',
+    new Map(model.map((type) => [type.name, type.subpath])),
+    new Map([...documented.keys()].map((name) => [name, model.find((type) => type.name === name)?.subpath ?? '?'])),
+  )
+  for (const type of model) {
+    const doc = documented.get(type.name)
+    if (!doc) continue
+    problems.push(
+      ...compare(`options.md, ${type.name}`, new Map(type.rows.map((row) => [row.name, `${row.type} ‖ ${row.default}`])), doc.rows),
+      ...compare(
+        `options.md, ${type.name}, also`,
+        new Map([...type.also].map(([from, except]) => [from, except.join(', ')])),
+        new Map([...doc.also].map(([from, except]) => [from, except.join(', ')])),
+      ),
+    )
+    if ((type.oneOf ?? []).join() !== (doc.oneOf ?? []).join()) {
+      problems.push(`options.md, ${type.name}: one of ${doc.oneOf?.join(', ')}, the code has ${type.oneOf?.join(', ')}`)
+    }
+  }
+  return problems
+}
+
+describe('docs/reference/options.md', () => {
+  if (process.env.IDEMKEY_WRITE_REFERENCE === '1') writeFileSync(join(ROOT, 'docs/reference/options.md'), optionsPage(model))
+  const page = read('docs/reference/options.md')
+
+  it('reads the options types of every public subpath', () => {
+    const names = model.map((type) => type.name)
+    expect(names).toEqual(expect.arrayContaining(['LedgerOptions', 'PostgresStoreUrlOptions', 'EngineOptions', 'OutboxRelayOptions']))
+    const ledger = model.find((type) => type.name === 'LedgerOptions')
+    expect(ledger?.rows.map((row) => row.name)).toContain('lease')
+  })
+
+  it('lists every option of every public options type with its type and documented default, and nothing else', () => {
+    expect(optionProblems(page)).toEqual([])
+  })
+
+  it('notices an option taken out, a default changed, or a type taken out', () => {
+    const lease = model.find((type) => type.name === 'LedgerOptions')?.rows.find((row) => row.name === 'lease')
+    const lines = page.split('\n')
+    const at = lines.findIndex(
+      (line, i) =>
+        line.startsWith('| `lease` |') &&
+        lines
+          .slice(0, i)
+          .reverse()
+          .find((l) => l.startsWith('### '))
+          ?.includes('LedgerOptions'),
+    )
+    expect(optionProblems([...lines.slice(0, at), ...lines.slice(at + 1)].join('\n'))).toContain(
+      `options.md, LedgerOptions: lease is missing (the code has ${lease?.type} ‖ ${lease?.default})`,
+    )
+    lines[at] = (lines[at] as string).replace(` ${lease?.default} |`, ' 1 year |')
+    expect(optionProblems(lines.join('\n')).join('\n')).toMatch(/LedgerOptions: lease says .*1 year/)
+    expect(optionProblems(page.replace('### `MemoryStoreOptions`', '### `Gone`'))).toContain(
+      'options.md, types: MemoryStoreOptions is missing (the code has idemkey/memory)',
+    )
   })
 })
