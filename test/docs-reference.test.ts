@@ -11,9 +11,10 @@
  *   `exports` (TypeScript compiler API): name, type and `@default` of each property. Regenerate it with
  *   `IDEMKEY_WRITE_REFERENCE=1 node scripts/with-node.mjs npx vitest run test/docs-reference.test.ts`.
  *
- * Each comparison also runs on the page with one row taken out, and must name the row.
+ * Each comparison also runs on the page with one row taken out, and must name the row. And every relative
+ * link of README.md and docs/ leads to a file and a heading that exist (pages move into guides and reference).
  */
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { AggregationTemporality, MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics'
 import ts from 'typescript'
@@ -24,7 +25,7 @@ import type { IdempotencyStore } from '../src/core/store.js'
 import { HTTP_STATUS_BY_CODE } from '../src/errors.js'
 import { Ledger } from '../src/index.js'
 import { openTelemetry } from '../src/observability/opentelemetry.js'
-import { optionsModel, optionsPage, readOptionsPage } from './fixtures/docs/options-reference.js'
+import { brokenLinks, optionsModel, optionsPage, readOptionsPage } from './fixtures/docs/reference.js'
 
 const ROOT = resolve(import.meta.dirname, '..')
 const read = (path: string) => readFileSync(join(ROOT, path), 'utf8')
@@ -456,5 +457,34 @@ describe('docs/reference/options.md', () => {
     expect(optionProblems(page.replace('### `MemoryStoreOptions`', '### `Gone`'))).toContain(
       'options.md, types: MemoryStoreOptions is missing (the code has idemkey/memory)',
     )
+  })
+})
+
+// ── Links ──────────────────────────────────────────────────────────────────────────────────────────
+
+/** Pages another branch adds (docs/durability.md, issue 59); drop an entry once its page is here. */
+const ARRIVING = new Set(['docs/durability.md'])
+
+function docsPages(): Map<string, string> {
+  const walkDocs = (dir: string): string[] =>
+    readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((entry) =>
+      entry.isDirectory() ? walkDocs(`${dir}/${entry.name}`) : entry.name.endsWith('.md') ? [`${dir}/${entry.name}`] : [],
+    )
+  return new Map(['README.md', ...walkDocs('docs')].map((path) => [path, read(path)]))
+}
+
+describe('links between the docs', () => {
+  const exists = (path: string) => ARRIVING.has(path) || existsSync(join(ROOT, path))
+
+  it('every relative link of README.md and docs/ leads to a file, and to a heading of it when it names one', () => {
+    expect(brokenLinks(docsPages(), exists, read)).toEqual([])
+  })
+
+  it('notices a link to a heading that moved away, and to a page that is not there', () => {
+    const pages = new Map([['docs/steps.md', '[alerts](observability.md#alerts-worth-paging-on) [gone](guides/nowhere.md)']])
+    expect(brokenLinks(pages, exists, read)).toEqual([
+      'docs/steps.md: observability.md#alerts-worth-paging-on: docs/observability.md has no heading #alerts-worth-paging-on',
+      'docs/steps.md: guides/nowhere.md: there is no docs/guides/nowhere.md',
+    ])
   })
 })
