@@ -16,7 +16,7 @@
  */
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { AggregationTemporality, MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics'
+import { AggregationTemporality, DataPointType, MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics'
 import ts from 'typescript'
 import { describe, expect, it } from 'vitest'
 import { MemoryStore } from '../src/backends/memory/index.js'
@@ -294,15 +294,8 @@ async function exercise(ledger: Ledger, failNext: () => void): Promise<void> {
   await ledger.run({ key: 'other', payload: 1 }, () => 3).catch(() => undefined)
 }
 
-const OTEL_TYPES: Record<string, string> = {
-  COUNTER: 'counter',
-  OBSERVABLE_COUNTER: 'counter',
-  UP_DOWN_COUNTER: 'up-down counter',
-  OBSERVABLE_UP_DOWN_COUNTER: 'up-down counter',
-  HISTOGRAM: 'histogram',
-  GAUGE: 'gauge',
-  OBSERVABLE_GAUGE: 'gauge',
-}
+/** The page's name of each kind of data an instrument collects (sums are counters or up-down counters). */
+const OTEL_TYPES: Record<string, string> = { HISTOGRAM: 'histogram', EXPONENTIAL_HISTOGRAM: 'histogram', GAUGE: 'gauge' }
 
 async function otelInstruments(): Promise<Map<string, string>> {
   const reader = new CollectingReader()
@@ -317,7 +310,12 @@ async function otelInstruments(): Promise<Map<string, string>> {
   const found = new Map<string, string>()
   for (const metric of resourceMetrics.scopeMetrics.flatMap((scope) => scope.metrics)) {
     const attributes = new Set(metric.dataPoints.flatMap((point) => Object.keys(point.attributes)))
-    const type = OTEL_TYPES[metric.descriptor.type] ?? metric.descriptor.type
+    const type =
+      metric.dataPointType === DataPointType.SUM
+        ? metric.isMonotonic
+          ? 'counter'
+          : 'up-down counter'
+        : (OTEL_TYPES[DataPointType[metric.dataPointType]] ?? DataPointType[metric.dataPointType])
     found.set(metric.descriptor.name, `${type} | ${metric.descriptor.unit} | ${[...attributes].sort().join(', ')}`)
   }
   return found
