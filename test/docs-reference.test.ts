@@ -283,13 +283,21 @@ function storeFailingOnce(): { store: IdempotencyStore; failNext: () => void } {
 
 /** Runs that make every instrument record: executed, waited then replayed, a store error. */
 async function exercise(ledger: Ledger, failNext: () => void): Promise<void> {
+  // The first run holds the key until the second has started waiting for it: no timing involved.
   let release!: () => void
-  const first = ledger.run({ key: 'k', payload: 1 }, () => new Promise<number>((done) => (release = () => done(1))))
-  await new Promise((done) => setTimeout(done, 20))
-  const second = ledger.run({ key: 'k', payload: 1 }, () => 2)
-  await new Promise((done) => setTimeout(done, 20))
-  release()
-  await Promise.all([first, second])
+  let started!: () => void
+  const held = new Promise<void>((resolve) => {
+    started = resolve
+  })
+  const first = ledger.run({ key: 'k', payload: 1 }, () => {
+    started()
+    return new Promise<number>((done) => {
+      release = () => done(1)
+    })
+  })
+  await held
+  await ledger.run({ key: 'k', payload: 1 }, () => 2, { onEvent: (event) => event.type === 'waiting' && release() })
+  await first
   failNext()
   await ledger.run({ key: 'other', payload: 1 }, () => 3).catch(() => undefined)
 }
