@@ -20,6 +20,7 @@
  * Asynchronous streaming: counts reported (and some loss expected: that is what proves the counting
  * sees loss when nothing waits for the standby). `durability: { synchronousCommit: 'on' | 'remote_apply' }`
  * with `synchronous_standby_names = '*'`: 0 lost and 0 doubles over 20 failovers (10 per level).
+ * The same topology with sessions at `synchronous_commit = local` (the wait removed) loses records again.
  * IDEMKEY_FAILOVER_SOAK=1 runs 50 rounds of each.
  */
 import pg from 'pg'
@@ -30,7 +31,7 @@ import { isCI } from './helpers/services.js'
 
 const SOAK = process.env.IDEMKEY_FAILOVER_SOAK === '1'
 const SYNC_ROUNDS = SOAK ? 50 : 10
-const ASYNC_ROUNDS = SOAK ? 50 : 5
+const ASYNC_ROUNDS = SOAK ? 50 : 4
 const CALLERS = 16
 const LINK_DELAY_MS = 10
 const reason = canStartReplicatedPair()
@@ -254,5 +255,33 @@ describe.skipIf(reason !== undefined).each(['on', 'remote_apply'] as const)(
         await store.close()
       }
     }, 400_000)
+  },
+)
+
+describe.skipIf(reason !== undefined)(
+  'PostgreSQL failover with a synchronous standby but sessions that commit locally (the wait removed)',
+  () => {
+    let pair: ReplicatedPair
+    let pool: pg.Pool
+    beforeAll(async () => {
+      pair = await startReplicatedPair({ linkDelayMs: LINK_DELAY_MS, synchronousStandbyNames: '*' })
+      pool = new pg.Pool({ connectionString: pair.url, max: 8, connectionTimeoutMillis: 1_000, options: '-c synchronous_commit=local' })
+      pool.on('error', () => {})
+      await new PostgresStore({ pool }).migrate()
+    }, 60_000)
+    afterAll(async () => {
+      await pool?.end()
+      await pair?.destroy()
+    })
+
+    it('loses acknowledged records, and the check had named synchronous_commit', async () => {
+      const warnings: string[] = []
+      const warn = (message: string) => warnings.push(message)
+      const store = new PostgresStore({ pool, queryTimeout: '3s', durability: { synchronousCommit: 'on', onMismatch: 'warn', warn } })
+      const counts = await failovers(pair, store, ASYNC_ROUNDS, 'sync standby, synchronous_commit=local')
+      expect(warnings).toHaveLength(1)
+      expect(warnings[0]).toContain("synchronous_commit is 'local' in this session")
+      expect(counts.lost).toBeGreaterThan(0)
+    }, 120_000)
   },
 )
