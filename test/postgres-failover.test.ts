@@ -242,6 +242,23 @@ describe.skipIf(reason !== undefined).each(['on', 'remote_apply'] as const)(
       await pair?.destroy()
     })
 
+    it('refuses, naming GRANT pg_monitor, a role that cannot read pg_stat_replication.sync_state', async () => {
+      const admin = new pg.Client({ connectionString: pair.primaryUrl() })
+      await admin.connect()
+      await admin.query(`DROP ROLE IF EXISTS idemkey_app; CREATE ROLE idemkey_app LOGIN`)
+      await admin.end()
+      const pool = new pg.Pool({ connectionString: pair.url.replace('postgres@', 'idemkey_app@'), max: 1 })
+      const store = new PostgresStore({ pool, durability: { synchronousCommit: level } })
+      try {
+        const error = (await store.get('default', 'k').catch((e: unknown) => e)) as PostgresDurabilityError
+        expect(error).toBeInstanceOf(PostgresDurabilityError)
+        // (At remote_apply the role's default synchronous_commit, on, is named too.)
+        expect(error.problems.map((p) => p.fix)).toContain('GRANT pg_monitor TO "idemkey_app"')
+      } finally {
+        await pool.end()
+      }
+    })
+
     it(`loses no acknowledged record and runs no acknowledged effect twice over ${SYNC_ROUNDS} kill -9 failovers`, async () => {
       const warnings: string[] = []
       const store = storeOn(pair, level, 'warn', (message) => warnings.push(message))
