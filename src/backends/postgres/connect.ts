@@ -13,7 +13,12 @@ export function channelName(schema: string, table: string): string {
   return name.length <= 63 ? name : `idemkey_${createHash('sha1').update(name).digest('hex').slice(0, 32)}`
 }
 
-export async function openPool<Client extends PgClientLike>(connectionString: string, max: number, connectionTimeoutMillis: number) {
+export async function openPool<Client extends PgClientLike>(
+  connectionString: string,
+  max: number,
+  connectionTimeoutMillis: number,
+  synchronousCommit?: string,
+) {
   let pg: typeof import('pg')
   try {
     pg = (await import('pg')).default as typeof import('pg')
@@ -25,7 +30,9 @@ export async function openPool<Client extends PgClientLike>(connectionString: st
   // Each statement is planned when it runs (plan_cache_mode, PostgreSQL 12+): a generic plan cached
   // while the table was new and nearly empty seq-scans it once it has filled, until autovacuum's
   // ANALYZE invalidates it (up to a minute or more). An `options` in the URL replaces this one.
-  const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis, options: '-c plan_cache_mode=force_custom_plan' })
+  // With `durability`, each session's commits wait for what it asks (checked before the first operation).
+  const commit = synchronousCommit ? ` -c synchronous_commit=${synchronousCommit}` : ''
+  const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis, options: `-c plan_cache_mode=force_custom_plan${commit}` })
   // An idle connection that breaks (a server restart) is dropped by the pool; without a listener
   // its 'error' event would crash the process.
   pool.on('error', () => {})

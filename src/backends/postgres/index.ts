@@ -1,3 +1,5 @@
+export type { DurabilityProblem, PostgresDurability, SynchronousCommit } from './durability.js'
+export { PostgresDurabilityError } from './durability.js'
 export type { LayoutConversion } from './layout-migration.js'
 export type {
   IsolationLevel,

@@ -1,5 +1,6 @@
 import type { Duration } from '../../core/duration.js'
 import type { SqlTransactions } from '../../core/sql-transactions.js'
+import type { PostgresDurability } from './durability.js'
 import type { PgClientLike, PgPoolLike } from './pool.js'
 
 /**
@@ -84,6 +85,15 @@ export interface PostgresStoreCommonOptions {
    * records expired: with a 24 h TTL and 1 d partitions, disk holds about three days. @default '1d'
    */
   partitionInterval?: Duration
+  /**
+   * Acknowledge a completion only once a synchronous standby has it, so a failover loses no
+   * acknowledged record (docs/postgres.md, "Replication and failover"). The store's own pool sets
+   * `synchronous_commit` per session; before the first operation the store checks the session's
+   * `synchronous_commit`, the server's `synchronous_standby_names` and that a standby streams as
+   * synchronous, and refuses ({@link PostgresDurabilityError}) or warns. Unset: no check, no cost
+   * (the server's own settings decide). @default undefined
+   */
+  durability?: PostgresDurability
 }
 
 /**

@@ -24,6 +24,7 @@ import {
   type RenewInput,
 } from './batches.js'
 import { channelName, clientTransaction, endPool, openPool } from './connect.js'
+import { DurabilityCheck } from './durability.js'
 import { heldRows } from './held-rows.js'
 import { convertLayout, type LayoutConversion } from './layout-migration.js'
 import { Listener } from './listener.js'
@@ -104,6 +105,8 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   readonly #tool: SqlTransactions<Tx> | undefined
   /** Group commit of the pool path (absent with `groupCommit: false`). */
   readonly #groups: GroupCommits | undefined
+  /** The `durability` check, run before the pool is first used (absent: the option was not given). */
+  readonly #durability: DurabilityCheck | undefined
 
   constructor(options: PostgresStoreOptions<Client> & PostgresStoreTransactionsOption<Tx>) {
     const resolved = resolveOptions(options)
@@ -129,11 +132,14 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
     this.#toolIsolation = resolved.toolIsolation
     this.#tool = options.transactions
     this.#ownsPool = options.pool === undefined
+    this.#durability = resolved.durability && new DurabilityCheck(resolved.durability)
     if (resolved.open) {
-      this.#opening = openPool(resolved.open.connectionString, resolved.open.max, resolved.open.connectionTimeoutMs)
+      const { connectionString, max, connectionTimeoutMs, synchronousCommit } = resolved.open
+      this.#opening = openPool(connectionString, max, connectionTimeoutMs, synchronousCommit)
       // An open that fails is reported by the first operation, never as an unhandled rejection.
       this.#opening.catch(() => {})
-    } else this.#pool = options.pool as PgPoolLike<Client>
+    } else if (this.#durability) this.#opening = Promise.resolve(options.pool as PgPoolLike<Client>)
+    else this.#pool = options.pool as PgPoolLike<Client>
     this.channel = options.notifications === false ? null : channelName(schema, table)
     if (this.channel) {
       const arm = async (id: string) => {
@@ -443,8 +449,11 @@ export class PostgresStore<Client extends PgClientLike = PgClientLike, Tx = Clie
   async #ready(operation: string): Promise<PgPoolLike<Client>> {
     if (this.#pool) return this.#pool
     try {
-      this.#pool = await (this.#opening as Promise<PgPoolLike<Client>>)
-      return this.#pool
+      const pool = await (this.#opening as Promise<PgPoolLike<Client>>)
+      // Until the durability check passes the pool stays unset, so every operation comes here first.
+      await this.#durability?.check(pool)
+      this.#pool = pool
+      return pool
     } catch (error) {
       throw toStoreError(operation, error, this.schema, this.table)
     }

@@ -7,6 +7,7 @@ import { assertSqlTransactions } from '../../core/sql-transactions.js'
 import { DEFAULT_ABANDONED_RETENTION_MS } from '../../core/store.js'
 import { assertOptionalPositiveInteger } from '../../core/validate.js'
 import { IdempotencyError } from '../../errors.js'
+import { assertDurability, type PostgresDurability } from './durability.js'
 import type { PostgresStoreOptions, PostgresStoreTransactionsOption } from './options.js'
 import { assertPartitionedName, type PostgresLayout } from './partitions.js'
 import type { PgClientLike } from './pool.js'
@@ -31,8 +32,10 @@ export interface ResolvedPostgresOptions {
    * (`undefined`: the option was not given, and the tool's transaction keeps its own level).
    */
   toolIsolation: string | undefined
-  /** The pool to open when no `pool` was given. */
-  open: { connectionString: string; max: number; connectionTimeoutMs: number } | undefined
+  /** The pool to open when no `pool` was given (`synchronousCommit`: set on each of its sessions). */
+  open: { connectionString: string; max: number; connectionTimeoutMs: number; synchronousCommit?: string } | undefined
+  /** What to check before the first operation (`undefined`: nothing). */
+  durability: PostgresDurability | undefined
 }
 
 /** Checks the options in the order their errors are reported and resolves them; throws `INVALID_OPTION`. */
@@ -87,6 +90,7 @@ export function resolveOptions<Client extends PgClientLike, Tx>(
       `PostgresStore isolationLevel must be 'read committed', 'repeatable read' or 'serializable', got ${JSON.stringify(isolation)}.`,
     )
   }
+  assertDurability(options.durability)
   if (options.transactions !== undefined) assertSqlTransactions(options.transactions, 'PostgresStore', 'postgres')
   return {
     schema,
@@ -104,6 +108,8 @@ export function resolveOptions<Client extends PgClientLike, Tx>(
           connectionString: options.connectionString as string,
           max: (options as { max?: number }).max ?? 10,
           connectionTimeoutMs: parseDuration((options as { connectionTimeout?: Duration }).connectionTimeout ?? '5s', 'connectionTimeout'),
+          ...(options.durability ? { synchronousCommit: options.durability.synchronousCommit } : {}),
         },
+    durability: options.durability,
   }
 }
