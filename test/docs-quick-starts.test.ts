@@ -1,0 +1,240 @@
+/**
+ * Every quick start (docs/quick-starts/*.md) does what its page says: its program type-checks as a fresh
+ * strict project would (`tsc --init`'s `strict`, `exactOptionalPropertyTypes`, `noUncheckedIndexedAccess`,
+ * `verbatimModuleSyntax`), with `idemkey/*` resolved to this checkout's sources as in
+ * test/docs-examples.test.ts; then it runs (with tsx, under the Node running the suite) against the
+ * local servers its marker names, and the page's last command prints exactly the output the page shows.
+ *
+ * How a page is read: test/fixtures/docs/quick-starts.ts. A server program gets `PORT` (a free port,
+ * written for the reader's `localhost:3000` in the try block), a PostgreSQL one a new database
+ * (`DATABASE_URL`), dropped afterwards. A server that is down skips the page loudly (a failure under CI).
+ * Keep the generated files with IDEMKEY_KEEP_DOCS_EXAMPLES=1.
+ */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import ts from 'typescript'
+import { fromRoot, SERVICES } from './fixtures/docs/examples.js'
+import { type QuickStart, quickStartFiles, readQuickStart } from './fixtures/docs/quick-starts.js'
+import { deleteNewNatsStreams, freshPostgresDatabase, sourcePaths } from './helpers/docs-sources.js'
+import { freePort, portOpen, serviceSkipReason } from './helpers/services.js'
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
+const RUN_TIMEOUT_MS = 60_000
+const MAX_LINES = 40
+
+const files = quickStartFiles(ROOT)
+const read = files.map((file) => readQuickStart(ROOT, file))
+const quickStarts = read.flatMap((found) => (found.quickStart ? [found.quickStart] : []))
+
+/** A fresh `tsc --init` project's checks, plus Node's types and NestJS's decorators. */
+function compilerOptions(paths: Record<string, string[]>) {
+  return {
+    strict: true,
+    exactOptionalPropertyTypes: true,
+    noUncheckedIndexedAccess: true,
+    verbatimModuleSyntax: true,
+    isolatedModules: true,
+    moduleDetection: 'force',
+    target: 'ES2022',
+    module: 'NodeNext',
+    moduleResolution: 'NodeNext',
+    lib: ['ES2023', 'DOM', 'DOM.Iterable'],
+    types: ['node'],
+    skipLibCheck: true,
+    experimentalDecorators: true,
+    emitDecoratorMetadata: true,
+    allowImportingTsExtensions: true,
+    noEmit: true,
+    paths,
+  }
+}
+
+interface Output {
+  code: number | null
+  signal: NodeJS.Signals | null
+  stdout: string
+  stderr: string
+  timedOut: boolean
+}
+
+function collect(child: ChildProcess, timeoutMs: number): Promise<Output> {
+  return new Promise((done) => {
+    let stdout = ''
+    let stderr = ''
+    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()))
+    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
+    let timedOut = false
+    const timer = setTimeout(() => {
+      timedOut = true
+      child.kill('SIGKILL')
+    }, timeoutMs)
+    child.on('close', (code, signal) => {
+      clearTimeout(timer)
+      done({ code, signal, stdout, stderr, timedOut })
+    })
+  })
+}
+
+/** A shell for the page's commands, with this Node first on PATH (so `node` and `npx` are the suite's). */
+function shell(script: string, cwd: string, env: Record<string, string>): Promise<Output> {
+  const child = spawn('bash', ['-e', '-o', 'pipefail', '-c', script], {
+    cwd,
+    env: { ...process.env, ...env, PATH: `${dirname(process.execPath)}:${join(ROOT, 'node_modules/.bin')}:${process.env.PATH}` },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  return collect(child, RUN_TIMEOUT_MS)
+}
+
+/** What a terminal shows: no carriage returns, no trailing blanks, no blank last line. */
+function shown(text: string): string {
+  return text
+    .replaceAll('\r', '')
+    .split('\n')
+    .map((line) => line.trimEnd())
+    .join('\n')
+    .trim()
+}
+
+async function waitForPort(port: number, child: ChildProcess, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null || child.signalCode !== null) return false
+    if (await portOpen(port)) return true
+    await new Promise((wake) => setTimeout(wake, 100))
+  }
+  return false
+}
+
+describe('docs quick starts', () => {
+  let dir = ''
+  const diagnostics = new Map<string, string[]>()
+  const { paths } = sourcePaths(ROOT)
+
+  beforeAll(async () => {
+    const base = join(ROOT, '.docs-examples')
+    mkdirSync(base, { recursive: true })
+    dir = mkdtempSync(join(base, 'quick-'))
+    const programs: string[] = []
+    for (const quickStart of quickStarts) {
+      const cwd = join(dir, quickStart.name)
+      mkdirSync(cwd, { recursive: true })
+      for (const extra of quickStart.files) {
+        mkdirSync(dirname(join(cwd, extra.name)), { recursive: true })
+        writeFileSync(join(cwd, extra.name), extra.text)
+      }
+      writeFileSync(join(cwd, quickStart.program.file), `${quickStart.program.code}\n`)
+      programs.push(join(cwd, quickStart.program.file))
+      if (quickStart.setup !== undefined) {
+        const setup = await shell(quickStart.setup, cwd, { PRISMA_SCHEMA_ENGINE_BINARY: '/bin/true' })
+        if (setup.code !== 0) diagnostics.set(quickStart.name, [`setup exited with ${setup.code}:\n${setup.stdout}${setup.stderr}`])
+      }
+    }
+    writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions: compilerOptions(paths), files: programs }, null, 2))
+    const config = ts.getParsedCommandLineOfConfigFile(join(dir, 'tsconfig.json'), {}, {
+      ...ts.sys,
+      onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
+        throw new Error(ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'))
+      },
+    })
+    if (!config) throw new Error('the generated tsconfig.json could not be read')
+    const program = ts.createProgram({ rootNames: config.fileNames, options: config.options })
+    quickStarts.forEach((quickStart, index) => {
+      const source = program.getSourceFile(programs[index] as string)
+      if (!source) throw new Error(`${quickStart.file}: not in the program`)
+      const found = [...program.getSyntacticDiagnostics(source), ...program.getSemanticDiagnostics(source)].map((diagnostic) => {
+        const text = ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n  ')
+        if (!diagnostic.file || diagnostic.start === undefined) return `TS${diagnostic.code}: ${text}`
+        const { line, character } = diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start)
+        return `${quickStart.file}:${quickStart.program.line + line}:${character + 1} - TS${diagnostic.code}: ${text}`
+      })
+      diagnostics.set(quickStart.name, [...(diagnostics.get(quickStart.name) ?? []), ...found])
+    })
+  }, 180_000)
+
+  afterAll(() => {
+    if (!dir) return
+    if (process.env.IDEMKEY_KEEP_DOCS_EXAMPLES === '1') {
+      console.log(`quick starts kept in ${dir}`)
+      return
+    }
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  it('reads every quick start, and index.md lists each one', () => {
+    expect(read.flatMap((found) => found.problems)).toEqual([])
+    expect(quickStarts.length).toBeGreaterThan(0)
+    const index = readFileSync(join(ROOT, 'docs/quick-starts/index.md'), 'utf8')
+    const listed = [...index.matchAll(/\]\(\.\/([\w-]+)\.md\)/g)].map((match) => match[1])
+    expect(listed.sort()).toEqual(quickStarts.map((quickStart) => quickStart.name).sort())
+  })
+
+  it.each(quickStarts.map((quickStart) => [quickStart.file, quickStart] as const))('%s keeps the form of a quick start', (_file, quickStart) => {
+    expect(quickStart.lines, `${quickStart.file}: the code block has ${quickStart.lines} lines`).toBeLessThan(MAX_LINES)
+    expect(quickStart.install).toMatch(/^npm i idemkey( [@\w./-]+)*$/)
+    expect(quickStart.start).toBe(`npx tsx ${quickStart.program.file}`)
+    // A page that needs a server says how to start one.
+    const servers = quickStart.run.filter((service) => service !== 'node')
+    if (servers.length > 0) expect(quickStart.server, `${quickStart.file}: no "server" block`).toMatch(/docker run/)
+  })
+
+  it.each(quickStarts.map((quickStart) => [quickStart.file, quickStart] as const))('%s type-checks', (_file, quickStart) => {
+    expect(diagnostics.get(quickStart.name)).toEqual([])
+  })
+
+  for (const quickStart of quickStarts) {
+    it.concurrent(`${quickStart.file} runs and prints what the page shows (${quickStart.run.join(', ')})`, async (context) => {
+      await runQuickStart(quickStart, join(dir, quickStart.name), context)
+    })
+  }
+})
+
+async function runQuickStart(quickStart: QuickStart, cwd: string, context: { skip: (note?: string) => void }): Promise<void> {
+  for (const service of quickStart.run) {
+    const server = SERVICES[service]
+    if (!server) continue
+    const skip = await serviceSkipReason(server.name, server.port)
+    if (skip) return context.skip(skip)
+  }
+  const env: Record<string, string> = {}
+  const cleanups: (() => Promise<void>)[] = []
+  try {
+    if (quickStart.run.includes('postgres')) {
+      const fresh = await freshPostgresDatabase()
+      env.DATABASE_URL = fresh.url
+      cleanups.push(fresh.drop)
+    }
+    if (quickStart.run.includes('nats')) cleanups.push(await deleteNewNatsStreams())
+    const port = await freePort()
+    env.PORT = String(port)
+    const child = spawn(process.execPath, ['--import', 'tsx', quickStart.program.file], {
+      cwd,
+      env: { ...process.env, ...env, TSX_TSCONFIG_PATH: join(cwd, '..', 'tsconfig.json') },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    const program = collect(child, RUN_TIMEOUT_MS)
+    let shownOutput: string
+    if (quickStart.tryIt === undefined) {
+      const result = await program
+      const how = result.timedOut ? `did not end within ${RUN_TIMEOUT_MS} ms` : `exited with ${result.code ?? result.signal}`
+      expect(result.code, `${quickStart.file}: the program ${how}:\n${result.stdout}${result.stderr}`).toBe(0)
+      shownOutput = result.stdout
+    } else {
+      const listening = await waitForPort(port, child, RUN_TIMEOUT_MS)
+      if (!listening) {
+        child.kill('SIGKILL')
+        const result = await program
+        throw new Error(`${quickStart.file}: the server never listened on PORT=${port}:\n${result.stdout}${result.stderr}`)
+      }
+      const tried = await shell(quickStart.tryIt.replaceAll('localhost:3000', `localhost:${port}`), cwd, env)
+      child.kill('SIGTERM')
+      const server = await program
+      expect(tried.code, `${quickStart.file}: the try block exited with ${tried.code}:\n${tried.stdout}${tried.stderr}\nserver:\n${server.stdout}${server.stderr}`).toBe(0)
+      shownOutput = tried.stdout
+    }
+    expect(shown(shownOutput), `${fromRoot(ROOT, join(ROOT, quickStart.file))}: the output differs from the page's`).toBe(shown(quickStart.expect))
+  } finally {
+    for (const cleanup of cleanups.reverse()) await cleanup()
+  }
+}
