@@ -2,7 +2,8 @@
  * Every quick start (docs/quick-starts/*.md) does what its page says: its program type-checks as a fresh
  * strict project would (`tsc --init`'s `strict`, `exactOptionalPropertyTypes`, `noUncheckedIndexedAccess`,
  * `verbatimModuleSyntax`), with `idemkey/*` resolved to this checkout's sources as in
- * test/docs-examples.test.ts; then it runs (with tsx, under the Node running the suite) against the
+ * test/docs-examples.test.ts; then it runs (with tsx, under the Node running the suite, `idemkey/*` resolved
+ * to this checkout's build as an installed package's are) against the
  * local servers its marker names, and the page's last command prints exactly the output the page shows.
  *
  * How a page is read: test/fixtures/docs/quick-starts.ts. A server program gets `PORT` (a free port,
@@ -27,6 +28,18 @@ const MAX_LINES = 40
 const files = quickStartFiles(ROOT)
 const read = files.map((file) => readQuickStart(ROOT, file))
 const quickStarts = read.flatMap((found) => (found.quickStart ? [found.quickStart] : []))
+
+/** `idemkey` and `idemkey/<subpath>` → the built ESM file (dist/, kept fresh by test/setup/fresh-build.ts), as a user's install resolves them. */
+function builtPaths(): Record<string, string[]> {
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { name: string; exports: Record<string, { import?: { default?: string } }> }
+  const paths: Record<string, string[]> = {}
+  for (const [subpath, target] of Object.entries(pkg.exports)) {
+    const file = target.import?.default
+    if (file === undefined) continue
+    paths[subpath === '.' ? pkg.name : `${pkg.name}/${subpath.slice(2)}`] = [join(ROOT, file)]
+  }
+  return paths
+}
 
 /** A fresh `tsc --init` project's checks, plus Node's types and NestJS's decorators. */
 function compilerOptions(paths: Record<string, string[]>) {
@@ -131,6 +144,11 @@ describe('docs quick starts', () => {
         if (setup.code !== 0) diagnostics.set(quickStart.name, [`setup exited with ${setup.code}:\n${setup.stdout}${setup.stderr}`])
       }
     }
+    // Each program's folder is a reader's project, with the tsconfig.json tsx runs it with; this one checks them all.
+    for (const quickStart of quickStarts) {
+      const options = { ...compilerOptions(builtPaths()), include: undefined }
+      writeFileSync(join(dir, quickStart.name, 'tsconfig.json'), JSON.stringify({ compilerOptions: options }, null, 2))
+    }
     writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions: compilerOptions(paths), files: programs }, null, 2))
     const config = ts.getParsedCommandLineOfConfigFile(join(dir, 'tsconfig.json'), {}, {
       ...ts.sys,
@@ -210,7 +228,7 @@ async function runQuickStart(quickStart: QuickStart, cwd: string, context: { ski
     env.PORT = String(port)
     const child = spawn(process.execPath, ['--import', 'tsx', quickStart.program.file], {
       cwd,
-      env: { ...process.env, ...env, TSX_TSCONFIG_PATH: join(cwd, '..', 'tsconfig.json') },
+      env: { ...process.env, ...env, TSX_TSCONFIG_PATH: join(cwd, 'tsconfig.json') },
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     const program = collect(child, RUN_TIMEOUT_MS)
