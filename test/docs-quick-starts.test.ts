@@ -90,14 +90,29 @@ function collect(child: ChildProcess, timeoutMs: number): Promise<Output> {
   })
 }
 
-/** A shell for the page's commands, with this Node first on PATH (so `node` and `npx` are the suite's). */
-function shell(script: string, cwd: string, env: Record<string, string>): Promise<Output> {
-  const child = spawn('bash', ['-e', '-o', 'pipefail', '-c', script], {
+/** A shell for the page's commands, with this Node first on PATH (so `node` and `npx` are the suite's), in its own process group. */
+function shellChild(script: string, cwd: string, env: Record<string, string>): ChildProcess {
+  return spawn('bash', ['-e', '-o', 'pipefail', '-c', script], {
     cwd,
     env: { ...process.env, ...env, PATH: `${dirname(process.execPath)}:${join(ROOT, 'node_modules/.bin')}:${process.env.PATH}` },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
   })
-  return collect(child, RUN_TIMEOUT_MS)
+}
+
+function shell(script: string, cwd: string, env: Record<string, string>): Promise<Output> {
+  return collect(shellChild(script, cwd, env), RUN_TIMEOUT_MS)
+}
+
+/**
+ * The page's commands as this run gives them: the reader's ports (3000, the also block's) become the free
+ * ones this run listens on, and `npx idemkey` this checkout's bin/idemkey.js (a reader's npx finds the
+ * installed package's; here npx would look the name up in the registry).
+ */
+function localized(script: string, ports: [number, number][]): string {
+  let text = script.replaceAll('npx idemkey ', `node ${join(ROOT, 'bin/idemkey.js')} `)
+  for (const [page, run] of ports) text = text.replaceAll(`localhost:${page}`, `localhost:${run}`).replaceAll(`127.0.0.1:${page}`, `127.0.0.1:${run}`).replaceAll(`--port ${page}`, `--port ${run}`)
+  return text
 }
 
 /** What a terminal shows: no carriage returns, no trailing blanks, no blank last line. */
@@ -130,6 +145,7 @@ describe('docs quick starts', () => {
     mkdirSync(base, { recursive: true })
     dir = mkdtempSync(join(base, 'quick-'))
     const programs: string[] = []
+    const others: [QuickStart, string][] = []
     for (const quickStart of quickStarts) {
       const cwd = join(dir, quickStart.name)
       mkdirSync(cwd, { recursive: true })
@@ -137,8 +153,10 @@ describe('docs quick starts', () => {
         mkdirSync(dirname(join(cwd, extra.name)), { recursive: true })
         writeFileSync(join(cwd, extra.name), extra.text)
       }
+      mkdirSync(dirname(join(cwd, quickStart.program.file)), { recursive: true })
       writeFileSync(join(cwd, quickStart.program.file), `${quickStart.program.code}\n`)
       programs.push(join(cwd, quickStart.program.file))
+      for (const extra of quickStart.files.filter((file) => file.name.endsWith('.ts'))) others.push([quickStart, join(cwd, extra.name)])
       if (quickStart.setup !== undefined) {
         const setup = await shell(quickStart.setup, cwd, { PRISMA_SCHEMA_ENGINE_BINARY: '/bin/true' })
         if (setup.code !== 0) diagnostics.set(quickStart.name, [`setup exited with ${setup.code}:\n${setup.stdout}${setup.stderr}`])
@@ -149,7 +167,7 @@ describe('docs quick starts', () => {
       const options = { ...compilerOptions(builtPaths()), include: undefined }
       writeFileSync(join(dir, quickStart.name, 'tsconfig.json'), JSON.stringify({ compilerOptions: options }, null, 2))
     }
-    writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions: compilerOptions(paths), files: programs }, null, 2))
+    writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions: compilerOptions(paths), files: [...programs, ...others.map(([, file]) => file)] }, null, 2))
     const config = ts.getParsedCommandLineOfConfigFile(join(dir, 'tsconfig.json'), {}, {
       ...ts.sys,
       onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
@@ -169,6 +187,15 @@ describe('docs quick starts', () => {
       })
       diagnostics.set(quickStart.name, [...(diagnostics.get(quickStart.name) ?? []), ...found])
     })
+    for (const [quickStart, file] of others) {
+      const source = program.getSourceFile(file)
+      if (!source) throw new Error(`${file}: not in the program`)
+      const found = [...program.getSyntacticDiagnostics(source), ...program.getSemanticDiagnostics(source)].map((diagnostic) => {
+        const where = diagnostic.file && diagnostic.start !== undefined ? diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start) : undefined
+        return `${quickStart.file} (${fromRoot(dir, file)}:${(where?.line ?? 0) + 1}) - TS${diagnostic.code}: ${ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n  ')}`
+      })
+      diagnostics.set(quickStart.name, [...(diagnostics.get(quickStart.name) ?? []), ...found])
+    }
   }, 180_000)
 
   afterAll(() => {
@@ -191,7 +218,8 @@ describe('docs quick starts', () => {
   it.each(quickStarts.map((quickStart) => [quickStart.file, quickStart] as const))('%s keeps the form of a quick start', (_file, quickStart) => {
     expect(quickStart.lines, `${quickStart.file}: the code block has ${quickStart.lines} lines`).toBeLessThan(MAX_LINES)
     expect(quickStart.install).toMatch(/^npm i idemkey( [@\w./-]+)*$/)
-    expect(quickStart.start).toBe(`npx tsx ${quickStart.program.file}`)
+    const files = [quickStart.program.file, ...quickStart.files.map((file) => file.name)]
+    expect(files, `${quickStart.file}: the start block runs a file the page does not give`).toContain(quickStart.startFile)
     // A page that needs a server says how to start one.
     const servers = quickStart.run.filter((service) => service !== 'node')
     if (servers.length > 0) expect(quickStart.server, `${quickStart.file}: no "server" block`).toMatch(/docker run/)
@@ -226,7 +254,7 @@ async function runQuickStart(quickStart: QuickStart, cwd: string, context: { ski
     if (quickStart.run.includes('nats')) cleanups.push(await deleteNewNatsStreams())
     const port = await freePort()
     env.PORT = String(port)
-    const child = spawn(process.execPath, ['--import', 'tsx', quickStart.program.file], {
+    const child = spawn(process.execPath, ['--import', 'tsx', quickStart.startFile], {
       cwd,
       env: { ...process.env, ...env, TSX_TSCONFIG_PATH: join(cwd, 'tsconfig.json') },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -245,8 +273,23 @@ async function runQuickStart(quickStart: QuickStart, cwd: string, context: { ski
         const result = await program
         throw new Error(`${quickStart.file}: the server never listened on PORT=${port}:\n${result.stdout}${result.stderr}`)
       }
-      const tried = await shell(quickStart.tryIt.replaceAll('localhost:3000', `localhost:${port}`), cwd, env)
+      let also: { child: ChildProcess; output: Promise<Output> } | undefined
+      const ports: [number, number][] = [[3000, port]]
+      if (quickStart.also) {
+        const alsoPort = await freePort()
+        ports.push([quickStart.also.port, alsoPort])
+        const started = shellChild(localized(quickStart.also.command, ports), cwd, env)
+        also = { child: started, output: collect(started, RUN_TIMEOUT_MS) }
+        if (!(await waitForPort(alsoPort, started, RUN_TIMEOUT_MS))) {
+          child.kill('SIGKILL')
+          const result = await also.output
+          throw new Error(`${quickStart.file}: the also block never listened on ${alsoPort}:\n${result.stdout}${result.stderr}`)
+        }
+      }
+      const tried = await shell(localized(quickStart.tryIt, ports), cwd, env)
       child.kill('SIGTERM')
+      if (also?.child.pid !== undefined) process.kill(-also.child.pid, 'SIGTERM')
+      await also?.output
       const server = await program
       expect(tried.code, `${quickStart.file}: the try block exited with ${tried.code}:\n${tried.stdout}${tried.stderr}\nserver:\n${server.stdout}${server.stderr}`).toBe(0)
       shownOutput = tried.stdout
