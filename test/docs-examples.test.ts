@@ -17,13 +17,9 @@
  * Keep a copy of the generated files with IDEMKEY_KEEP_DOCS_EXAMPLES=1.
  */
 import { spawn } from 'node:child_process'
-import { randomUUID } from 'node:crypto'
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import mysql from 'mysql2/promise'
-import { connect } from 'nats'
-import pg from 'pg'
 import ts from 'typescript'
 import {
   type DocExample,

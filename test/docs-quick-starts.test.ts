@@ -12,7 +12,7 @@
  * Keep the generated files with IDEMKEY_KEEP_DOCS_EXAMPLES=1.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import ts from 'typescript'
@@ -31,7 +31,10 @@ const quickStarts = read.flatMap((found) => (found.quickStart ? [found.quickStar
 
 /** `idemkey` and `idemkey/<subpath>` → the built ESM file (dist/, kept fresh by test/setup/fresh-build.ts), as a user's install resolves them. */
 function builtPaths(): Record<string, string[]> {
-  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { name: string; exports: Record<string, { import?: { default?: string } }> }
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
+    name: string
+    exports: Record<string, { import?: { default?: string } }>
+  }
   const paths: Record<string, string[]> = {}
   for (const [subpath, target] of Object.entries(pkg.exports)) {
     const file = target.import?.default
@@ -111,7 +114,11 @@ function shell(script: string, cwd: string, env: Record<string, string>): Promis
  */
 function localized(script: string, ports: [number, number][]): string {
   let text = script.replaceAll('npx idemkey ', `node ${join(ROOT, 'bin/idemkey.js')} `)
-  for (const [page, run] of ports) text = text.replaceAll(`localhost:${page}`, `localhost:${run}`).replaceAll(`127.0.0.1:${page}`, `127.0.0.1:${run}`).replaceAll(`--port ${page}`, `--port ${run}`)
+  for (const [page, run] of ports)
+    text = text
+      .replaceAll(`localhost:${page}`, `localhost:${run}`)
+      .replaceAll(`127.0.0.1:${page}`, `127.0.0.1:${run}`)
+      .replaceAll(`--port ${page}`, `--port ${run}`)
   return text
 }
 
@@ -167,13 +174,20 @@ describe('docs quick starts', () => {
       const options = { ...compilerOptions(builtPaths()), include: undefined }
       writeFileSync(join(dir, quickStart.name, 'tsconfig.json'), JSON.stringify({ compilerOptions: options }, null, 2))
     }
-    writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions: compilerOptions(paths), files: [...programs, ...others.map(([, file]) => file)] }, null, 2))
-    const config = ts.getParsedCommandLineOfConfigFile(join(dir, 'tsconfig.json'), {}, {
-      ...ts.sys,
-      onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
-        throw new Error(ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'))
+    writeFileSync(
+      join(dir, 'tsconfig.json'),
+      JSON.stringify({ compilerOptions: compilerOptions(paths), files: [...programs, ...others.map(([, file]) => file)] }, null, 2),
+    )
+    const config = ts.getParsedCommandLineOfConfigFile(
+      join(dir, 'tsconfig.json'),
+      {},
+      {
+        ...ts.sys,
+        onUnRecoverableConfigFileDiagnostic: (diagnostic) => {
+          throw new Error(ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'))
+        },
       },
-    })
+    )
     if (!config) throw new Error('the generated tsconfig.json could not be read')
     const program = ts.createProgram({ rootNames: config.fileNames, options: config.options })
     quickStarts.forEach((quickStart, index) => {
@@ -191,7 +205,8 @@ describe('docs quick starts', () => {
       const source = program.getSourceFile(file)
       if (!source) throw new Error(`${file}: not in the program`)
       const found = [...program.getSyntacticDiagnostics(source), ...program.getSemanticDiagnostics(source)].map((diagnostic) => {
-        const where = diagnostic.file && diagnostic.start !== undefined ? diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start) : undefined
+        const where =
+          diagnostic.file && diagnostic.start !== undefined ? diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start) : undefined
         return `${quickStart.file} (${fromRoot(dir, file)}:${(where?.line ?? 0) + 1}) - TS${diagnostic.code}: ${ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n  ')}`
       })
       diagnostics.set(quickStart.name, [...(diagnostics.get(quickStart.name) ?? []), ...found])
@@ -205,6 +220,9 @@ describe('docs quick starts', () => {
       return
     }
     rmSync(dir, { recursive: true, force: true })
+    try {
+      rmdirSync(dirname(dir)) // .docs-examples/, unless another run is using it
+    } catch {}
   })
 
   it('reads every quick start, and index.md lists each one', () => {
@@ -213,17 +231,28 @@ describe('docs quick starts', () => {
     const index = readFileSync(join(ROOT, 'docs/quick-starts/index.md'), 'utf8')
     const listed = [...index.matchAll(/\]\(\.\/([\w-]+)\.md\)/g)].map((match) => match[1])
     expect(listed.sort()).toEqual(quickStarts.map((quickStart) => quickStart.name).sort())
+    // Every relative link of the quick starts and of index.md leads to a file.
+    const broken = [...files, 'docs/quick-starts/index.md'].flatMap((file) =>
+      [...readFileSync(join(ROOT, file), 'utf8').matchAll(/\]\((\.{1,2}\/[^)#\s]+)(?:#[^)]*)?\)/g)]
+        .map((match) => match[1] as string)
+        .filter((target) => !existsSync(join(ROOT, dirname(file), target)))
+        .map((target) => `${file}: ${target}`),
+    )
+    expect(broken).toEqual([])
   })
 
-  it.each(quickStarts.map((quickStart) => [quickStart.file, quickStart] as const))('%s keeps the form of a quick start', (_file, quickStart) => {
-    expect(quickStart.lines, `${quickStart.file}: the code block has ${quickStart.lines} lines`).toBeLessThan(MAX_LINES)
-    expect(quickStart.install).toMatch(/^npm i idemkey( [@\w./-]+)*$/)
-    const files = [quickStart.program.file, ...quickStart.files.map((file) => file.name)]
-    expect(files, `${quickStart.file}: the start block runs a file the page does not give`).toContain(quickStart.startFile)
-    // A page that needs a server says how to start one.
-    const servers = quickStart.run.filter((service) => service !== 'node')
-    if (servers.length > 0) expect(quickStart.server, `${quickStart.file}: no "server" block`).toMatch(/docker run/)
-  })
+  it.each(quickStarts.map((quickStart) => [quickStart.file, quickStart] as const))(
+    '%s keeps the form of a quick start',
+    (_file, quickStart) => {
+      expect(quickStart.lines, `${quickStart.file}: the code block has ${quickStart.lines} lines`).toBeLessThan(MAX_LINES)
+      expect(quickStart.install).toMatch(/^npm i idemkey( [@\w./-]+)*$/)
+      const files = [quickStart.program.file, ...quickStart.files.map((file) => file.name)]
+      expect(files, `${quickStart.file}: the start block runs a file the page does not give`).toContain(quickStart.startFile)
+      // A page that needs a server says how to start one.
+      const servers = quickStart.run.filter((service) => service !== 'node')
+      if (servers.length > 0) expect(quickStart.server, `${quickStart.file}: no "server" block`).toMatch(/docker run/)
+    },
+  )
 
   it.each(quickStarts.map((quickStart) => [quickStart.file, quickStart] as const))('%s type-checks', (_file, quickStart) => {
     expect(diagnostics.get(quickStart.name)).toEqual([])
@@ -291,10 +320,15 @@ async function runQuickStart(quickStart: QuickStart, cwd: string, context: { ski
       if (also?.child.pid !== undefined) process.kill(-also.child.pid, 'SIGTERM')
       await also?.output
       const server = await program
-      expect(tried.code, `${quickStart.file}: the try block exited with ${tried.code}:\n${tried.stdout}${tried.stderr}\nserver:\n${server.stdout}${server.stderr}`).toBe(0)
+      expect(
+        tried.code,
+        `${quickStart.file}: the try block exited with ${tried.code}:\n${tried.stdout}${tried.stderr}\nserver:\n${server.stdout}${server.stderr}`,
+      ).toBe(0)
       shownOutput = tried.stdout
     }
-    expect(shown(shownOutput), `${fromRoot(ROOT, join(ROOT, quickStart.file))}: the output differs from the page's`).toBe(shown(quickStart.expect))
+    expect(shown(shownOutput), `${fromRoot(ROOT, join(ROOT, quickStart.file))}: the output differs from the page's`).toBe(
+      shown(quickStart.expect),
+    )
   } finally {
     for (const cleanup of cleanups.reverse()) await cleanup()
   }

@@ -102,4 +102,3 @@ export async function deleteNewNatsStreams(): Promise<() => Promise<void>> {
     await after.connection.close()
   }
 }
-
