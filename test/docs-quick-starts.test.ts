@@ -246,6 +246,24 @@ describe('docs quick starts', () => {
     (_file, quickStart) => {
       expect(quickStart.lines, `${quickStart.file}: the code block has ${quickStart.lines} lines`).toBeLessThan(MAX_LINES)
       expect(quickStart.install).toMatch(/^npm i idemkey( [@\w./-]+)*$/)
+      // The install line names every package the page's code imports (Node's own and idemkey aside).
+      const installed = quickStart.install
+        .split(' ')
+        .slice(2)
+        .map((name) => name.replace(/(.)@[^/]*$/, '$1'))
+      const code = [quickStart.program.code, ...quickStart.files.map((file) => file.text)].join('\n')
+      const imported = [...code.matchAll(/^import .*? from '([^'.][^']*)'/gm)]
+        .map((match) =>
+          (match[1] as string)
+            .split('/')
+            .slice(0, (match[1] as string).startsWith('@') ? 2 : 1)
+            .join('/'),
+        )
+        .filter((name) => !name.startsWith('node:') && name !== 'idemkey')
+      expect(
+        imported.filter((name) => !installed.includes(name)),
+        `${quickStart.file}: imported, not in the install line`,
+      ).toEqual([])
       const files = [quickStart.program.file, ...quickStart.files.map((file) => file.name)]
       expect(files, `${quickStart.file}: the start block runs a file the page does not give`).toContain(quickStart.startFile)
       // A page that needs a server says how to start one.
