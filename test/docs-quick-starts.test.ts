@@ -19,7 +19,7 @@ import ts from 'typescript'
 import { fromRoot, SERVICES } from './fixtures/docs/examples.js'
 import { type QuickStart, quickStartFiles, readQuickStart } from './fixtures/docs/quick-starts.js'
 import { deleteNewNatsStreams, freshPostgresDatabase, sourcePaths } from './helpers/docs-sources.js'
-import { freePort, portOpen, serviceSkipReason } from './helpers/services.js'
+import { freePort, portOpen, serviceSkipReason, toolPath } from './helpers/services.js'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const RUN_TIMEOUT_MS = 60_000
@@ -289,6 +289,15 @@ async function runQuickStart(quickStart: QuickStart, cwd: string, context: { ski
     if (!server) continue
     const skip = await serviceSkipReason(server.name, server.port)
     if (skip) return context.skip(skip)
+  }
+  if (/\bcurl\b/.test(quickStart.tryIt ?? '')) {
+    const curl = toolPath({
+      name: 'curl',
+      suite: quickStart.file,
+      paths: ['/usr/bin/curl', '/usr/local/bin/curl', '/bin/curl'],
+      install: 'apt-get install -y curl',
+    })
+    if (!curl) return context.skip(`${quickStart.file}: no curl`)
   }
   const env: Record<string, string> = {}
   const cleanups: (() => Promise<void>)[] = []
