@@ -8,17 +8,20 @@
  *
  * How a page is read: test/fixtures/docs/quick-starts.ts. A server program gets `PORT` (a free port,
  * written for the reader's `localhost:3000` in the try block), a PostgreSQL one a new database
- * (`DATABASE_URL`), dropped afterwards. A server that is down skips the page loudly (a failure under CI).
+ * (`DATABASE_URL`), dropped afterwards; what a page leaves on a shared server (its queue, stream or JetStream
+ * stream) is removed after it ran. A server or curl that is missing skips the page loudly (a failure under CI).
  * Keep the generated files with IDEMKEY_KEEP_DOCS_EXAMPLES=1.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import amqp from 'amqplib'
+import { Redis } from 'ioredis'
 import ts from 'typescript'
 import { fromRoot, SERVICES } from './fixtures/docs/examples.js'
 import { type QuickStart, quickStartFiles, readQuickStart } from './fixtures/docs/quick-starts.js'
-import { deleteNewNatsStreams, freshPostgresDatabase, sourcePaths } from './helpers/docs-sources.js'
+import { deleteNatsStreams, freshPostgresDatabase, QUICK_START_STREAMS, sourcePaths } from './helpers/docs-sources.js'
 import { freePort, portOpen, serviceSkipReason, toolPath } from './helpers/services.js'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
@@ -28,6 +31,34 @@ const MAX_LINES = 40
 const files = quickStartFiles(ROOT)
 const read = files.map((file) => readQuickStart(ROOT, file))
 const quickStarts = read.flatMap((found) => (found.quickStart ? [found.quickStart] : []))
+
+/** What a page leaves on a shared server (it empties it at its start, so a reader can run it again): removed after the run. */
+const LEFTOVERS: Record<string, () => Promise<void>> = {
+  bullmq: () =>
+    withRedis(
+      async (redis) =>
+        void (await redis.eval("for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end", 0, 'bull:payments:*')),
+    ),
+  'outbox-inbox-redis-streams': () => withRedis(async (redis) => void (await redis.del('orders.created'))),
+  'outbox-inbox-rabbitmq': async () => {
+    const connection = await amqp.connect('amqp://127.0.0.1:5672')
+    try {
+      await (await connection.createChannel()).deleteQueue('orders.created')
+    } finally {
+      await connection.close()
+    }
+  },
+}
+
+async function withRedis(use: (redis: Redis) => Promise<void>): Promise<void> {
+  const redis = new Redis(6379, '127.0.0.1', { lazyConnect: true })
+  try {
+    await redis.connect()
+    await use(redis)
+  } finally {
+    redis.disconnect()
+  }
+}
 
 /** `idemkey` and `idemkey/<subpath>` → the built ESM file (dist/, kept fresh by test/setup/fresh-build.ts), as a user's install resolves them. */
 function builtPaths(): Record<string, string[]> {
@@ -307,7 +338,13 @@ async function runQuickStart(quickStart: QuickStart, cwd: string, context: { ski
       env.DATABASE_URL = fresh.url
       cleanups.push(fresh.drop)
     }
-    if (quickStart.run.includes('nats')) cleanups.push(await deleteNewNatsStreams())
+    const leftovers = LEFTOVERS[quickStart.name]
+    if (leftovers) cleanups.push(leftovers)
+    if (quickStart.run.includes('nats')) {
+      const named = [...quickStart.program.code.matchAll(/streams\.add\(\{ name: '([^']+)'/g)].map((match) => match[1] as string)
+      expect(QUICK_START_STREAMS, `${quickStart.file}: name its streams in QUICK_START_STREAMS`).toEqual(expect.arrayContaining(named))
+      cleanups.push(() => deleteNatsStreams(named))
+    }
     const port = await freePort()
     env.PORT = String(port)
     const child = spawn(process.execPath, ['--import', 'tsx', quickStart.startFile], {

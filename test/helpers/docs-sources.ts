@@ -14,6 +14,9 @@ const PG_ADMIN_URL = process.env.IDEMKEY_PG_URL ?? 'postgres://root@127.0.0.1:54
 const MYSQL_ADMIN_URL = process.env.IDEMKEY_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test'
 const NATS_SERVER = '127.0.0.1:4222'
 
+/** The JetStream streams docs/quick-starts/ create: test/docs-quick-starts.test.ts deletes each after its page ran. */
+export const QUICK_START_STREAMS = ['DEMO']
+
 /** The file an `exports` entry points an ESM importer at: a string, or its `import`, `types` or `default` condition, nested or not. */
 export function builtFile(target: unknown): string | undefined {
   if (typeof target === 'string') return target
@@ -83,9 +86,10 @@ export async function freshMysqlDatabase(): Promise<{ url: string; drop: () => P
 
 /**
  * Notes the JetStream streams there are now; the function it returns deletes the streams created since,
- * except the IDEMKEY_… ones of the messaging suites, which may be running beside this file.
+ * except the IDEMKEY_… ones of the messaging suites and those the quick starts name (`keep`), which may be
+ * in use by a test running beside this one.
  */
-export async function deleteNewNatsStreams(): Promise<() => Promise<void>> {
+export async function deleteNewNatsStreams(keep: readonly string[] = QUICK_START_STREAMS): Promise<() => Promise<void>> {
   const streams = async () => {
     const connection = await connect({ servers: NATS_SERVER })
     const names: string[] = []
@@ -97,8 +101,19 @@ export async function deleteNewNatsStreams(): Promise<() => Promise<void>> {
   await before.connection.close()
   return async () => {
     const after = await streams()
-    const created = after.names.filter((name) => !before.names.includes(name) && !name.startsWith('IDEMKEY_'))
+    const created = after.names.filter((name) => !before.names.includes(name) && !name.startsWith('IDEMKEY_') && !keep.includes(name))
     for (const name of created) await after.jsm.streams.delete(name)
     await after.connection.close()
+  }
+}
+
+/** Deletes these JetStream streams, those that exist. */
+export async function deleteNatsStreams(names: readonly string[]): Promise<void> {
+  const connection = await connect({ servers: NATS_SERVER })
+  try {
+    const jsm = await connection.jetstreamManager()
+    for (const name of names) await jsm.streams.delete(name).catch(() => false)
+  } finally {
+    await connection.close()
   }
 }
