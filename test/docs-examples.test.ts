@@ -147,7 +147,7 @@ describe('docs examples', () => {
       const users = checked.filter((example) => example.given.length > 0 && source.fileName.endsWith(`/${example.world}.ts`))
       for (const example of users) diagnostics.get(example.id)?.push(...found.map((d) => formatDiagnostic(example, d)))
     }
-  })
+  }, 180_000) // type-checking every example: past the 60 s hook timeout on a loaded 2-core host, beside docs-quick-starts
 
   afterAll(() => {
     if (!dir) return
