@@ -17,13 +17,9 @@
  * Keep a copy of the generated files with IDEMKEY_KEEP_DOCS_EXAMPLES=1.
  */
 import { spawn } from 'node:child_process'
-import { randomUUID } from 'node:crypto'
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import mysql from 'mysql2/promise'
-import { connect } from 'nats'
-import pg from 'pg'
 import ts from 'typescript'
 import {
   type DocExample,
@@ -36,50 +32,16 @@ import {
   sourcePosition,
   WORLD_DIR,
 } from './fixtures/docs/examples.js'
+import { deleteNewNatsStreams, freshMysqlDatabase, freshPostgresDatabase, sourcePaths } from './helpers/docs-sources.js'
 import { serviceSkipReason } from './helpers/services.js'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const WORLD = join(ROOT, WORLD_DIR)
 const RUN_TIMEOUT_MS = 30_000
-const PG_ADMIN_URL = process.env.IDEMKEY_PG_URL ?? 'postgres://root@127.0.0.1:5432/test'
-const MYSQL_ADMIN_URL = process.env.IDEMKEY_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test'
-const NATS_SERVER = '127.0.0.1:4222'
 
 const { examples, problems } = extractExamples(ROOT, docFiles(ROOT))
 const checked = examples.filter((example) => example.skip === undefined)
 const runnable = checked.filter((example) => example.run !== undefined)
-
-/** The file an `exports` entry points an ESM importer at: a string, or its `import`, `types` or `default` condition, nested or not. */
-function builtFile(target: unknown): string | undefined {
-  if (typeof target === 'string') return target
-  if (typeof target !== 'object' || target === null) return undefined
-  const conditions = target as Record<string, unknown>
-  for (const condition of ['import', 'types', 'default', 'node']) {
-    const found = builtFile(conditions[condition])
-    if (found !== undefined) return found
-  }
-  return undefined
-}
-
-/** `idemkey` and `idemkey/<subpath>` → the source file behind each entry of package.json's `exports`. */
-function sourcePaths(): { paths: Record<string, string[]>; missing: string[] } {
-  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { name: string; exports: Record<string, unknown> }
-  const paths: Record<string, string[]> = {}
-  const missing: string[] = []
-  for (const [subpath, target] of Object.entries(pkg.exports)) {
-    if (subpath === './package.json') continue
-    const built = builtFile(target)
-    const specifier = subpath === '.' ? pkg.name : `${pkg.name}/${subpath.slice(2)}`
-    if (built === undefined) {
-      missing.push(`${specifier}: no types, import or default condition in package.json's exports`)
-      continue
-    }
-    const source = join(ROOT, built.replace(/^\.\/dist\/(?:cjs\/|esm\/)?/, 'src/').replace(/\.d\.[cm]?ts$|\.[cm]?js$/, '.ts'))
-    if (!existsSync(source)) missing.push(`${specifier}: package.json exports ${built}, but ${fromRoot(ROOT, source)} does not exist`)
-    paths[specifier] = [source]
-  }
-  return { paths, missing }
-}
 
 /** What a user's strict project looks like; decorators as NestJS needs them. */
 function compilerOptions(paths: Record<string, string[]>) {
@@ -138,67 +100,10 @@ function runExample(file: string, cwd: string, tsconfig: string, env: Record<str
   })
 }
 
-/** A new, empty database, and the way to drop it. */
-async function freshPostgresDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
-  const database = `idemkey_docs_${randomUUID().replaceAll('-', '').slice(0, 12)}`
-  const admin = async (sql: string) => {
-    const client = new pg.Client({ connectionString: PG_ADMIN_URL })
-    await client.connect()
-    try {
-      await client.query(sql)
-    } finally {
-      await client.end()
-    }
-  }
-  await admin(`CREATE DATABASE ${database}`)
-  const url = new URL(PG_ADMIN_URL)
-  url.pathname = `/${database}`
-  return { url: url.toString(), drop: () => admin(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`) }
-}
-
-/** A new, empty MySQL/MariaDB database, and the way to drop it. */
-async function freshMysqlDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
-  const database = `idemkey_docs_${randomUUID().replaceAll('-', '').slice(0, 12)}`
-  const admin = async (sql: string) => {
-    const connection = await mysql.createConnection({ uri: MYSQL_ADMIN_URL })
-    try {
-      await connection.query(sql)
-    } finally {
-      await connection.end()
-    }
-  }
-  await admin(`CREATE DATABASE \`${database}\``)
-  const url = new URL(MYSQL_ADMIN_URL)
-  url.pathname = `/${database}`
-  return { url: url.toString(), drop: () => admin(`DROP DATABASE IF EXISTS \`${database}\``) }
-}
-
-/**
- * Notes the JetStream streams there are now; the function it returns deletes the streams created since,
- * except the IDEMKEY_… ones of the messaging suites, which may be running beside this file.
- */
-async function deleteNewNatsStreams(): Promise<() => Promise<void>> {
-  const streams = async () => {
-    const connection = await connect({ servers: NATS_SERVER })
-    const names: string[] = []
-    const jsm = await connection.jetstreamManager()
-    for await (const name of jsm.streams.names()) names.push(name)
-    return { connection, jsm, names }
-  }
-  const before = await streams()
-  await before.connection.close()
-  return async () => {
-    const after = await streams()
-    const created = after.names.filter((name) => !before.names.includes(name) && !name.startsWith('IDEMKEY_'))
-    for (const name of created) await after.jsm.streams.delete(name)
-    await after.connection.close()
-  }
-}
-
 describe('docs examples', () => {
   let dir = ''
   const diagnostics = new Map<string, string[]>()
-  const { paths, missing } = sourcePaths()
+  const { paths, missing } = sourcePaths(ROOT)
 
   beforeAll(() => {
     const base = join(ROOT, '.docs-examples')
@@ -242,7 +147,7 @@ describe('docs examples', () => {
       const users = checked.filter((example) => example.given.length > 0 && source.fileName.endsWith(`/${example.world}.ts`))
       for (const example of users) diagnostics.get(example.id)?.push(...found.map((d) => formatDiagnostic(example, d)))
     }
-  })
+  }, 180_000) // type-checking every example: past the 60 s hook timeout on a loaded 2-core host, beside docs-quick-starts
 
   afterAll(() => {
     if (!dir) return
