@@ -9,7 +9,7 @@ import {
 import { redactUrl } from '../../core/redact-url.js'
 import { isIdempotencyError } from '../../errors.js'
 import { renderTable } from '../output.js'
-import { type Command, InvalidArgumentError } from '../program.js'
+import type { Command } from '../program.js'
 import { CliError } from '../run.js'
 import { parseStoreUrl } from '../store-url.js'
 import { readDurability } from './doctor-read.js'
@@ -110,25 +110,13 @@ export function registerDoctor(program: Command): void {
     .option(
       '--accept <failures>',
       `failures whose loss you accept, comma-separated (${FAILURES.join(', ')}): they do not fail the exit status`,
-      (value: string) => {
-        try {
-          return parseFailures(value)
-        } catch (error) {
-          throw new InvalidArgumentError((error as Error).message)
-        }
-      },
     )
-    .option('--wait-replicas <n>', "Redis: replicas the app's RedisStore waits for (its durability option, WAIT n)", positiveInt)
+    .option('--wait-replicas <n>', "Redis: replicas the app's RedisStore waits for (its durability option, WAIT n)")
     .option(
       '--synchronous <level>',
-      "SQLite: the app's connection's synchronous level (off, normal, full, extra)",
-      (value: string) => {
-        if (!['off', 'normal', 'full', 'extra'].includes(value)) throw new InvalidArgumentError('Allowed: off, normal, full, extra.')
-        return value
-      },
-      undefined,
+      "SQLite: the synchronous level of the app's connection (off, normal, full, extra; SqliteStore's default: normal)",
     )
-    .option('--timeout <ms>', 'how long to wait for the server', positiveInt, 5_000)
+    .option('--timeout <ms>', 'how long to wait for the server', '5000')
     .option('--json', 'print the report as JSON')
     .addHelpText(
       'after',
@@ -141,15 +129,38 @@ Examples:
   idemkey doctor postgres://app@db:5432/app --accept failover
   idemkey doctor sqlite:data/idemkey.db --synchronous full --json`,
     )
-    .action(async (url: string, options: DoctorOptions) => {
+    .action(async (url: string, flags: Record<string, string | boolean | undefined>) => {
+      const options = doctorOptions(flags)
       const result = await runDoctor(url, options)
       process.stdout.write(options.json ? `${JSON.stringify(result.json, null, 2)}\n` : `${result.text}\n`)
       process.exitCode = result.exitCode
     })
 }
 
-function positiveInt(value: string): number {
-  const n = Number(value)
-  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('Expected a whole number.')
-  return n
+/** The flags' values, read here so a wrong one exits 2 (bad input), not 1 (which means unsafe). */
+function doctorOptions(flags: Record<string, string | boolean | undefined>): DoctorOptions {
+  const bad = (message: string) => new CliError(message, DOCTOR_EXIT.usage, true)
+  const whole = (name: string, value: string) => {
+    const n = Number(value)
+    if (value.trim() === '' || !Number.isInteger(n) || n < 0)
+      throw bad(`option '--${name}' argument '${value}' is invalid. Expected a whole number.`)
+    return n
+  }
+  const options: DoctorOptions = { json: flags.json === true, timeout: whole('timeout', String(flags.timeout)) }
+  if (typeof flags.accept === 'string') {
+    try {
+      options.accept = parseFailures(flags.accept)
+    } catch (error) {
+      throw bad(`option '--accept <failures>' argument '${flags.accept}' is invalid. ${(error as Error).message}. Nothing was checked.`)
+    }
+  }
+  if (typeof flags.waitReplicas === 'string') options.waitReplicas = whole('wait-replicas', flags.waitReplicas)
+  if (typeof flags.synchronous === 'string') {
+    const level = flags.synchronous.toLowerCase()
+    if (!['off', 'normal', 'full', 'extra'].includes(level)) {
+      throw bad(`option '--synchronous <level>' argument '${flags.synchronous}' is invalid. Allowed: off, normal, full, extra.`)
+    }
+    options.synchronous = level as NonNullable<DoctorOptions['synchronous']>
+  }
+  return options
 }
