@@ -214,7 +214,10 @@ describe.skipIf(mariaSkip !== undefined)('idemkey doctor on a throwaway mariadbd
     for (let i = 0; i < 100; i++) {
       const ok = await mysql
         .createConnection({ host: '127.0.0.1', port, user: 'root' })
-        .then(async (c) => (await c.end(), true))
+        .then(async (c) => {
+          await c.end()
+          return true
+        })
         .catch(() => false)
       if (ok) return
       await new Promise((resolve) => setTimeout(resolve, 200))
