@@ -173,7 +173,14 @@ async function readDynamoDb(spec: StoreSpec, timeoutMs: number): Promise<Durabil
     await client
       .send(new (sdk.DescribeTableCommand as new (input: object) => unknown)({ TableName: parsed.hostname }))
       .catch((error: Error) => {
-        if (/ECONNREFUSED|ENOTFOUND|ETIMEDOUT|timeout|socket/i.test(`${error.name} ${error.message}`)) throw error
+        const code = (error as { code?: string }).code ?? ''
+        if (
+          /^E[A-Z]+$/.test(code) ||
+          /\b(ECONNREFUSED|ENOTFOUND|ETIMEDOUT|ECONNRESET)\b/.test(error.message) ||
+          error.name === 'TimeoutError'
+        ) {
+          throw error
+        }
       })
     return await dynamoDbDurabilityReport(
       (operation, input) => client.send(new (sdk[`${operation}Command`] as new (input: object) => unknown)(input)),

@@ -84,11 +84,11 @@ export function renderDoctor(where: string, report: DurabilityReport, assessment
   ]
   if (report.unchecked.length > 0) out.push('', 'Not checked (not proven safe):', ...report.unchecked.map((u) => `  - ${u}`))
   if (report.notes.length > 0) out.push('', 'Notes:', ...report.notes.map((n) => `  - ${n}`))
-  out.push('', verdictLine(assessment))
+  out.push('', verdictLine(assessment, report))
   return out.join('\n')
 }
 
-function verdictLine(a: DurabilityAssessment): string {
+function verdictLine(a: DurabilityAssessment, report: DurabilityReport): string {
   const acceptedText = a.accepted.length > 0 ? ` (accepted: ${a.accepted.join(', ')})` : ''
   if (a.status === 'unsafe') {
     return `UNSAFE: a single ${a.losing.join(', ')} can lose acknowledged records${acceptedText}. Apply the settings under "closed by", or accept it: --accept ${a.losing.join(',')}. Exit ${DOCTOR_EXIT.unsafe}.`
@@ -96,7 +96,9 @@ function verdictLine(a: DurabilityAssessment): string {
   if (a.status === 'unproven') {
     return `NOT PROVEN: ${a.unproven.join(', ')} could not be checked (see above), and nothing checked loses records${acceptedText}. Exit ${DOCTOR_EXIT.unproven}.`
   }
-  return `SAFE: no single failure${a.accepted.length > 0 ? ' not accepted' : ''} loses an acknowledged record${acceptedText}. Exit ${DOCTOR_EXIT.safe}.`
+  // A setting no row depends on (DynamoDB's point-in-time recovery) is still named: safe, not "all checked".
+  const aside = report.unchecked.length > 0 ? ` Not checked, and no row depends on it: ${report.unchecked.join('; ')}.` : ''
+  return `SAFE: no single failure${a.accepted.length > 0 ? ' not accepted' : ''} loses an acknowledged record${acceptedText}.${aside} Exit ${DOCTOR_EXIT.safe}.`
 }
 
 /** `idemkey doctor <store-url>`. */
