@@ -12,7 +12,7 @@ import { Redis } from 'ioredis'
 import { type DoctorResult, runDoctor } from '../src/cli/commands/doctor.js'
 import { CliError } from '../src/cli/run.js'
 import { runNode } from './helpers/cli.js'
-import { freePort, isCI } from './helpers/services.js'
+import { freePort, isCI, portOpen } from './helpers/services.js'
 
 const reason =
   spawnSync('redis-server', ['--version']).status === 0 ? undefined : 'redis-server is not on the PATH (apt-get install redis-server)'
@@ -30,9 +30,9 @@ async function redisServer(args: string[]): Promise<{ url: string; port: number;
     stdio: 'ignore',
   })
   servers.push({ child, dir })
-  const admin = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => 50, maxRetriesPerRequest: null })
+  for (let i = 0; i < 100 && !(await portOpen(port)); i++) await new Promise((resolve) => setTimeout(resolve, 50))
+  const admin = new Redis({ port, host: '127.0.0.1', lazyConnect: true })
   await admin.connect()
-  await admin.ping()
   return { url: `redis://127.0.0.1:${port}`, port, admin }
 }
 
