@@ -125,3 +125,49 @@ export async function readSetting(name: string, read: () => Promise<string | und
     return { ok: false, reason }
   }
 }
+
+/** What `/readyz` and the operator page show of a report: the verdict, what loses, what is unproven. */
+export interface DurabilitySummary {
+  status: DurabilityAssessment['status']
+  losing: Failure[]
+  unproven: Failure[]
+  unchecked: string[]
+  /** Set when the report itself could not be made. */
+  error?: string
+  report?: DurabilityReport
+}
+
+/**
+ * A reader that asks the server at most once per `ttlMs` (a `/readyz` probe every few seconds must not
+ * open a connection each time) and never throws: a failure is an `unproven` summary with the error.
+ *
+ * @example const durability = cachedDurability(() => redisDurabilityReport(call), 60_000)
+ */
+export function cachedDurability(
+  read: () => Promise<DurabilityReport>,
+  ttlMs = 60_000,
+  accept: readonly Failure[] = [],
+  now: () => number = Date.now,
+): () => Promise<DurabilitySummary> {
+  let cached: { atMs: number; value: Promise<DurabilitySummary> } | undefined
+  return () => {
+    if (cached && now() - cached.atMs < ttlMs) return cached.value
+    const value = Promise.resolve()
+      .then(read)
+      .then(
+        (report): DurabilitySummary => {
+          const a = assessDurability(report, accept)
+          return { status: a.status, losing: a.losing, unproven: a.unproven, unchecked: report.unchecked, report }
+        },
+        (error: unknown): DurabilitySummary => ({
+          status: 'unproven',
+          losing: [],
+          unproven: [...FAILURES],
+          unchecked: [],
+          error: error instanceof Error ? error.message : String(error),
+        }),
+      )
+    cached = { atMs: now(), value }
+    return value
+  }
+}
