@@ -3,6 +3,8 @@
  * changing the status) and the operator page shows it as a table in `/api/summary` and the page. Read
  * from real SQLite files and an unreachable Redis port, at most once per interval.
  */
+
+import type { ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { createServer, type Server } from 'node:http'
@@ -17,6 +19,7 @@ import { Registry } from '../src/cli/proxy/metrics-text.js'
 import { parseStoreUrl } from '../src/cli/store-url.js'
 import { cachedDurability, type DurabilityReport } from '../src/core/durability.js'
 import { operatorPage } from '../src/observability/operator-page.js'
+import { startProxy } from './helpers/proxy-process.js'
 import { freePort } from './helpers/services.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'idemkey-doctor-readyz-'))
@@ -61,6 +64,25 @@ describe("the doctor's report in /readyz and on the operator page", () => {
       },
     })
     await store.close()
+  })
+
+  it("idemkey proxy --admin-port puts its store's report in /readyz and on its operator page", async () => {
+    const path = walFile('proxy.db')
+    const children: ChildProcess[] = []
+    const upstream = await serve(createServer((_req, res) => res.end('ok')))
+    const adminPort = await freePort()
+    try {
+      await startProxy(['--upstream', upstream, '--store', `sqlite:${path}`, '--admin-port', String(adminPort)], children, {
+        env: { IDEMKEY_SCOPE_SECRET: 'test-secret-for-the-doctor-readyz' },
+      })
+      const admin = `http://127.0.0.1:${adminPort}`
+      const body = (await (await fetch(`${admin}/readyz`)).json()) as { status: string; durability: Record<string, unknown> }
+      expect(body).toMatchObject({ status: 'ready', durability: { status: 'unsafe', losing: ['machine-crash'] } })
+      const summary = (await (await fetch(`${admin}/api/summary`)).json()) as { durability: { status: string } }
+      expect(summary.durability.status).toBe('unsafe')
+    } finally {
+      for (const child of children) child.kill('SIGKILL')
+    }
   })
 
   it('a server the report cannot reach is "unproven" in /readyz, named, while readiness is the store\'s own', async () => {
