@@ -175,6 +175,65 @@ describe.skipIf(pgSkip !== undefined)('idemkey doctor on a throwaway PostgreSQL'
     await admin.query('GRANT SELECT ON pg_settings TO PUBLIC')
   })
 
+  it('an asynchronous streaming standby makes failover lose commits; synchronous_standby_names closes it', async () => {
+    const BIN = process.env.PG_BIN ?? '/usr/lib/postgresql/15/bin'
+    const asRoot = process.getuid?.() === 0
+    const cmd = (file: string, args: string[]) =>
+      asRoot ? run('runuser', ['-u', 'postgres', '--', join(BIN, file), ...args]) : run(join(BIN, file), args)
+    const dir = mkdtempSync(join(tmpdir(), 'idemkey-doctor-standby-'))
+    if (asRoot) {
+      const { stdout: uid } = await run('id', ['-u', 'postgres'])
+      const { stdout: gid } = await run('id', ['-g', 'postgres'])
+      chownSync(dir, Number(uid.trim()), Number(gid.trim()))
+    }
+    const data = join(dir, 'data')
+    const port = await freePort()
+    try {
+      await cmd('pg_basebackup', ['-h', '127.0.0.1', '-p', String(server.port), '-U', 'postgres', '-D', data, '-R', '-X', 'stream'])
+      await cmd('pg_ctl', [
+        '-D',
+        data,
+        '-o',
+        `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`,
+        '-l',
+        join(dir, 'log'),
+        '-w',
+        '-t',
+        '30',
+        'start',
+      ])
+      for (let i = 0; i < 100; i++) {
+        const { rows } = await admin.query("SELECT count(*)::int AS n FROM pg_stat_replication WHERE state = 'streaming'")
+        if ((rows[0] as { n: number }).n === 1) break
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+      const async = await runDoctor(server.url)
+      expect(row(async, 'failover')).toMatchObject({
+        verdict: 'loses',
+        evidence: ["synchronous_standby_names=''", 'synchronous_commit=on', 'standbys=1'],
+      })
+      expect(row(async, 'failover')?.loses).toContain('the standbys are asynchronous (synchronous_standby_names is empty)')
+      expect(row(async, 'failover')?.fix).toMatch(/^synchronous_standby_names = 'FIRST 1/)
+      expect(async.exitCode).toBe(1)
+      expect((await runDoctor(server.url, { accept: ['failover'] })).exitCode).toBe(0)
+
+      await set({ synchronous_standby_names: '*' })
+      const sync = await runDoctor(server.url)
+      expect(row(sync, 'failover')).toMatchObject({
+        verdict: 'safe',
+        evidence: ['synchronous_standby_names=*', 'synchronous_commit=on', 'standbys=1'],
+      })
+      expect(sync.exitCode).toBe(0)
+
+      const standby = await runDoctor(`postgres://postgres@127.0.0.1:${port}/postgres`)
+      expect(standby.report.notes).toContain('this server is a standby (in recovery): point the doctor at the primary')
+    } finally {
+      await set({ synchronous_standby_names: '' })
+      await cmd('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']).catch(() => {})
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 60_000)
+
   it('a server that does not answer: every row unchecked, exit 3', async () => {
     const port = await freePort()
     const result = await runDoctor(`postgres://postgres@127.0.0.1:${port}/postgres`, { timeout: 2_000 })
