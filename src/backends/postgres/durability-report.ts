@@ -54,7 +54,13 @@ export async function postgresDurabilityReport(db: PgQueryable, options: Postgre
   const recovery = await readSetting('pg_is_in_recovery()', async () => one(db, 'SELECT pg_is_in_recovery()::text'), unchecked)
   const senders = await readSetting(
     'pg_stat_replication',
-    async () => one(db, "SELECT count(*)::text FROM pg_stat_replication WHERE coalesce(state, 'streaming') <> 'backup'"),
+    // Standbys only: a base backup in progress and a logical walsender (a CDC relay's slot) are no replica to promote.
+    async () =>
+      one(
+        db,
+        `SELECT count(*)::text FROM pg_stat_replication r WHERE coalesce(r.state, 'streaming') <> 'backup'
+         AND NOT EXISTS (SELECT 1 FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical')`,
+      ),
     unchecked,
   )
   if (recovery.ok && recovery.value === 'true') notes.push('this server is a standby (in recovery): point the doctor at the primary')
