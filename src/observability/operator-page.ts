@@ -53,9 +53,9 @@ export interface OperatorPageOptions {
    */
   relays?: ReadonlyArray<OperatorPageRelay>
   /**
-   * What the store's server can lose per failure (`idemkey doctor`'s report), shown as a table: pass
-   * `cachedDurability(() => redisDurabilityReport(…))` (idemkey/… `durability-report` readers) so the
-   * page asks the server at most once a minute.
+   * What the store's server can lose per failure (`idemkey doctor`'s report), shown as a table: a
+   * function such as `cachedDurability(() => redisDurabilityReport(…))` (core/durability.ts and the
+   * backends' durability-report readers), so the page asks the server at most once a minute.
    */
   durability?: () => Promise<DurabilitySummary>
 }
