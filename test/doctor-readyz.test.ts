@@ -22,7 +22,10 @@ import { operatorPage } from '../src/observability/operator-page.js'
 import { startProxy } from './helpers/proxy-process.js'
 import { freePort } from './helpers/services.js'
 
-const dir = mkdtempSync(join(tmpdir(), 'idemkey-doctor-readyz-'))
+let dir: string
+beforeAll(() => {
+  dir = mkdtempSync(join(tmpdir(), 'idemkey-doctor-readyz-'))
+})
 const servers: Server[] = []
 afterAll(async () => {
   for (const server of servers) await new Promise((resolve) => server.close(resolve))

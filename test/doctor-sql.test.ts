@@ -29,7 +29,11 @@ function skip(name: string, reason: string | undefined): string | undefined {
 }
 
 describe('idemkey doctor on SQLite files', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'idemkey-doctor-sqlite-'))
+  // Made in beforeAll: a run that filters these tests out leaves no directory behind.
+  let dir: string
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'idemkey-doctor-sqlite-'))
+  })
   afterAll(() => rmSync(dir, { recursive: true, force: true }))
   const file = (name: string, mode: string) => {
     const path = join(dir, name)
