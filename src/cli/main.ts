@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs'
 import { registerDemo } from './commands/demo.js'
+import { registerDoctor } from './commands/doctor.js'
 import { registerEvict } from './commands/evict.js'
 import { registerGc } from './commands/gc.js'
 import { registerInspect } from './commands/inspect.js'
@@ -37,6 +38,7 @@ Examples:
   idemkey gc --store postgres://app@127.0.0.1:5432/app
   idemkey size --writes 5000 --window 24h       storage a write rate and window need, per store
   idemkey relay --from postgres://… --to nats://127.0.0.1:4222   publish the outbox from the WAL (CDC)
+  idemkey doctor redis://127.0.0.1:6379         what this server's settings can lose, per failure
 
 Store URLs: memory:, sqlite:PATH (default sqlite:idemkey.db), postgres://…, mysql://…, redis://…`,
     )
@@ -49,6 +51,7 @@ Store URLs: memory:, sqlite:PATH (default sqlite:idemkey.db), postgres://…, my
   registerEvict(program)
   registerSize(program)
   registerRelay(program)
+  registerDoctor(program)
   return program
 }
 

@@ -22,6 +22,7 @@ export const PAGE_HTML = `<!doctype html>
 <h3>Running in their transaction</h3><p class="hint">Past their lease, alive: the holder's open transaction holds the record's row (the lease is not renewed from its first step on). Duplicates wait for its commit.</p><table id="in-transaction"><thead><tr><th>scope</th><th>key</th><th>key hash</th><th>token</th><th>lease ended</th><th>attempts</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Recent mismatches</h2><p class="hint">A key reused with another request: a client bug, or a key that is not unique enough.</p><table id="mismatches"><thead><tr><th>when</th><th>key hash</th></tr></thead><tbody></tbody></table></section>
 <section id="inbox-section" hidden><h2>Inboxes <small>(oldest kept message ID)</small></h2><p class="hint">How far back each inbox's dedup window reaches. Older than the retention: purge() is not running. The retention must cover the broker's redelivery horizon.</p><table id="inboxes"><thead><tr><th>consumer</th><th>retention</th><th>oldest kept</th><th>age</th><th>message ID</th></tr></thead><tbody></tbody></table><h3>Failing messages <small>(attempts recorded against maxAttempts)</small></h3><p class="hint">Failing, or delivered again and running. One that reaches maxAttempts is given up on (dead-lettered).</p><table id="failing"><thead><tr><th>consumer</th><th>attempts</th><th>last attempt</th><th>age</th><th>message ID</th></tr></thead><tbody></tbody></table></section>
+<section id="durability-section" hidden><h2>Durability <small>(idemkey doctor)</small></h2><p class="hint">What the store's server settings can lose, per failure, and the setting that closes it; see docs/durability.md.</p><p id="durability-status"></p><table id="durability"><thead><tr><th>failure</th><th>verdict</th><th>can lose</th><th>closed by</th></tr></thead><tbody></tbody></table></section>
 <section id="relay-section" hidden><h2>CDC relay slots <small>(WAL held for the broker)</small></h2><p class="hint">A slot keeps the WAL its relay has not had confirmed by the broker. Missing, lost or past the relay's maxLagBytes: its ready() (/readyz) fails; see docs/messaging.md, "CDC relay".</p><table id="relays"><thead><tr><th>slot</th><th>state</th><th>lag</th><th>max lag</th><th>read by a relay</th><th>WAL status</th></tr></thead><tbody></tbody></table></section>
 <section><h2>Look up a record</h2>
 <form id="lookup"><label>scope <input id="lookup-scope" placeholder="default"></label><label>key <input id="lookup-key" required></label><label><input id="lookup-bodies" type="checkbox"> show stored body</label><button>Look up</button></form>
@@ -98,6 +99,12 @@ export const PAGE_JS = `'use strict'
       i.oldest ? span(Math.max(0, s.generatedAtMs - i.oldest.processedAtMs)) : '-', i.oldest ? i.oldest.messageId : '-']), 'none')
     fill($('failing'), s.inboxes.flatMap((i) => i.failing.map((f) => [i.consumer, f.attempts, when(f.lastAttemptAtMs),
       span(Math.max(0, s.generatedAtMs - f.lastAttemptAtMs)), f.messageId])), 'none')
+    $('durability-section').hidden = !s.durability
+    if (s.durability) {
+      const d = s.durability
+      $('durability-status').textContent = d.error ? 'not proven: ' + d.error : d.status.toUpperCase() + (d.losing.length ? ': ' + d.losing.join(', ') + ' can lose acknowledged records' : '') + (d.unchecked.length ? ' (not checked: ' + d.unchecked.join('; ') + ')' : '')
+      fill($('durability'), d.report ? d.report.findings.map((f) => [f.failure, f.verdict, f.loses, f.fix || '-']) : [])
+    }
     $('relay-section').hidden = s.relays.length === 0
     fill($('relays'), s.relays.map((r) => [r.slot === null ? '?' : r.slot, r.problem === 'unavailable' ? 'unavailable: ' + r.error : r.problem || 'ok',
       r.lagBytes === null ? '-' : bytes(r.lagBytes), bytes(r.maxLagBytes), r.active === null ? '-' : r.active ? 'yes' : 'no', r.walStatus || '-']), 'none')

@@ -3,6 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { isIP } from 'node:net'
 import type { PgCdcRelay } from '../backends/postgres/postgres-cdc-relay.js'
 import { DEFAULT_MAX_LAG_BYTES, slotProblem } from '../backends/postgres/slot-health.js'
+import type { DurabilitySummary } from '../core/durability.js'
 import { type LeaseEnd, leaseEnds } from '../core/lease-end.js'
 import type { IdempotencyStore, RecordStatus, StoredRecord } from '../core/store.js'
 import { assertFunctions, assertMethods, assertOptionalPositiveInteger } from '../core/validate.js'
@@ -51,6 +52,12 @@ export interface OperatorPageOptions {
    * when the object has none) is marked, as `ready()` would fail on it.
    */
   relays?: ReadonlyArray<OperatorPageRelay>
+  /**
+   * What the store's server can lose per failure (`idemkey doctor`'s report), shown as a table: a
+   * function such as `cachedDurability(() => redisDurabilityReport(…))` (core/durability.ts and the
+   * backends' durability-report readers), so the page asks the server at most once a minute.
+   */
+  durability?: () => Promise<DurabilitySummary>
 }
 
 /** What the page needs of a CDC relay: its `health()` (and, when it has them, its slot name and lag limit). */
@@ -113,6 +120,8 @@ export interface OperatorSummary {
     problem: 'missing' | 'lost' | 'lagging' | 'unavailable' | null
     error?: string
   }>
+  /** The store server's durability report (`idemkey doctor`), when `durability` was given; `null` otherwise. */
+  durability: DurabilitySummary | null
   activity: ActivitySnapshot
 }
 
@@ -190,6 +199,7 @@ export function operatorPage(options: OperatorPageOptions): OperatorPage {
       inTransaction: [],
       inboxes: await inboxRows(options.inboxes ?? []),
       relays: await relayRows(options.relays ?? []),
+      durability: options.durability ? await options.durability() : null,
       activity: activity.snapshot(),
     }
     try {

@@ -4,6 +4,7 @@
  * operator page at `/`.
  */
 import { createServer, type Server } from 'node:http'
+import type { DurabilitySummary } from '../../core/durability.js'
 import type { OperatorPage } from '../../observability/operator-page.js'
 import type { Registry } from './metrics-text.js'
 
@@ -15,6 +16,8 @@ export interface AdminServerOptions {
   page: OperatorPage
   /** `true` once the proxy is shutting down: `/readyz` answers 503 from then on, whatever the store says. */
   draining?: () => boolean
+  /** The store server's durability report (`idemkey doctor`), shown in `/readyz`'s body; it never changes the status. */
+  durability?: () => Promise<DurabilitySummary>
 }
 
 /**
@@ -23,7 +26,7 @@ export interface AdminServerOptions {
  * @example createAdminServer({ registry, ready, page }).listen(9090, '127.0.0.1')
  */
 export function createAdminServer(options: AdminServerOptions): Server {
-  const { registry, ready, page, draining } = options
+  const { registry, ready, page, draining, durability } = options
   return createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0]
     if ((path === '/metrics' || path === '/healthz' || path === '/readyz') && req.method !== 'GET' && req.method !== 'HEAD') {
@@ -41,9 +44,10 @@ export function createAdminServer(options: AdminServerOptions): Server {
         return void res.end('{"status":"draining"}\n')
       }
       ready().then(
-        () => {
+        async () => {
+          const details = durability ? { durability: durabilityDetails(await durability()) } : {}
           res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' })
-          res.end('{"status":"ready"}\n')
+          res.end(`${JSON.stringify({ status: 'ready', ...details })}\n`)
         },
         (error: unknown) => {
           res.writeHead(503, { 'content-type': 'application/json', 'cache-control': 'no-store' })
@@ -68,4 +72,19 @@ export function createAdminServer(options: AdminServerOptions): Server {
     }
     page.handler(req, res)
   })
+}
+
+/**
+ * `/readyz`'s durability detail: the verdict, the failures that lose or are unproven, what could not be
+ * read, and each row's verdict (the whole report is `idemkey doctor --json`).
+ */
+export function durabilityDetails(summary: DurabilitySummary): Record<string, unknown> {
+  return {
+    status: summary.status,
+    losing: summary.losing,
+    unproven: summary.unproven,
+    unchecked: summary.unchecked,
+    ...(summary.error === undefined ? {} : { error: summary.error }),
+    ...(summary.report ? { verdicts: Object.fromEntries(summary.report.findings.map((f) => [f.failure, f.verdict])) } : {}),
+  }
 }

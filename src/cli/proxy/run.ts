@@ -1,4 +1,6 @@
 /** What `idemkey proxy` does once its flags are parsed: open the store, listen, drain on SIGTERM. */
+
+import { cachedDurability } from '../../core/durability.js'
 import { formatDuration } from '../../core/duration.js'
 import { sha256Hex } from '../../core/fingerprint.js'
 import { Ledger, type LedgerEvent } from '../../core/ledger.js'
@@ -6,6 +8,7 @@ import { redactUrl } from '../../core/redact-url.js'
 import type { EngineEvent } from '../../http/types.js'
 import { operatorPage } from '../../observability/operator-page.js'
 import { keyHash } from '../../observability/recorder.js'
+import { readDurability } from '../commands/doctor-read.js'
 import { listen } from '../listen.js'
 import { CliError } from '../run.js'
 import { describeStore, isServerClockStore, openStore, parseStoreUrl } from '../store-url.js'
@@ -61,7 +64,11 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
   if (admin) metrics = prometheusMetrics({ store })
   const ledger = new Ledger({ store, lease: flags.lease, ttl: flags.ttl, wait: flags.wait, telemetry: metrics?.telemetry })
   const configLog = throttledLog((line) => logger.error(`idemkey proxy: ${line}`))
-  const page = admin ? operatorPage({ store, token: flags.adminToken, allowedHosts: flags.adminAllowedHosts }) : undefined
+  // The store server's durability (idemkey doctor's report), read at most once a minute, on the page and in /readyz.
+  const durability = admin ? cachedDurability(() => readDurability(spec)) : undefined
+  const page = admin
+    ? operatorPage({ store, token: flags.adminToken, allowedHosts: flags.adminAllowedHosts, ...(durability ? { durability } : {}) })
+    : undefined
   const onEvent = (event: EngineEvent) => {
     page?.onEvent(event)
     // A call that timed out above the store still means it is not answering.
@@ -116,7 +123,13 @@ export async function runProxy(flags: ProxyFlags): Promise<void> {
   let stopping = false
   let adminServer: ReturnType<typeof createAdminServer> | undefined
   if (metrics && page && flags.adminPort !== undefined) {
-    adminServer = createAdminServer({ registry: metrics.registry, page, ready: () => probeStore(store), draining: () => stopping })
+    adminServer = createAdminServer({
+      registry: metrics.registry,
+      page,
+      ready: () => probeStore(store),
+      draining: () => stopping,
+      ...(durability ? { durability } : {}),
+    })
     try {
       await listen(adminServer, flags.adminPort, flags.adminHost, { port: '--admin-port', host: '--admin-host' })
     } catch (error) {

@@ -1,10 +1,14 @@
 /** What `idemkey relay` does once its flags are parsed: open the broker, stream, serve health, stop on SIGTERM. */
 import { createServer, type Server } from 'node:http'
 import { PgCdcRelay, type PgCdcRelayEvent } from '../../backends/postgres/postgres-cdc-relay.js'
+import { cachedDurability } from '../../core/durability.js'
 import { redactUrl } from '../../core/redact-url.js'
 import type { Publisher } from '../../messaging/message.js'
+import { readDurability } from '../commands/doctor-read.js'
 import { listen } from '../listen.js'
+import { durabilityDetails } from '../proxy/admin-server.js'
 import { CliError } from '../run.js'
+import { parseStoreUrl } from '../store-url.js'
 import type { BrokerKind, RelayFlags } from './flags.js'
 
 interface OpenedPublisher {
@@ -33,7 +37,7 @@ export async function runRelay(flags: RelayFlags): Promise<void> {
   let health: Server | undefined
   try {
     if (flags.setup) await relay.setup()
-    if (flags.healthPort !== undefined) health = await serveHealth(relay, flags.healthHost, flags.healthPort)
+    if (flags.healthPort !== undefined) health = await serveHealth(relay, flags.healthHost, flags.healthPort, flags.from)
   } catch (error) {
     // Not half started: the broker's connection would keep a relay that cannot run alive.
     await relay.stop().catch(() => {})
@@ -72,7 +76,9 @@ function report(event: PgCdcRelayEvent): void {
 }
 
 /** `/healthz`: the process runs. `/readyz`: the slot exists and lags at most `--max-lag` (503 with the slot's state otherwise). */
-async function serveHealth(relay: PgCdcRelay, host: string, port: number): Promise<Server> {
+async function serveHealth(relay: PgCdcRelay, host: string, port: number, from: string): Promise<Server> {
+  // What the source database's settings can lose (idemkey doctor's report), read at most once a minute.
+  const durability = cachedDurability(() => readDurability(parseStoreUrl(from)))
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0]
     const json = (status: number, body: unknown) => {
@@ -82,7 +88,12 @@ async function serveHealth(relay: PgCdcRelay, host: string, port: number): Promi
     if (path === '/healthz') return json(200, { status: 'ok' })
     if (path !== '/readyz') return json(404, { error: 'not found: /healthz or /readyz' })
     relay.ready().then(
-      async () => json(200, { status: 'ready', ...(await relay.health().catch(() => ({}))) }),
+      async () =>
+        json(200, {
+          status: 'ready',
+          ...(await relay.health().catch(() => ({}))),
+          durability: durabilityDetails(await durability()),
+        }),
       (error: unknown) =>
         json(503, {
           status: 'not ready',
