@@ -47,7 +47,18 @@ export default withMermaid({
     nav: nav(),
     // The API pages get the API's own sidebar; every other page the documentation's.
     sidebar: { '/api/': apiSidebar(docs), '/': sidebar(docs) },
-    search: { provider: 'local' },
+    search: {
+      provider: 'local',
+      options: {
+        // The API pages are found by their title (a symbol's name), not their text: every option that
+        // repeats `lease` or `ttl` would otherwise crowd the pages that explain them out of the results.
+        _render(src, env, md) {
+          if (!env.relativePath.startsWith('api/')) return md.render(src, env)
+          const title = src.split('\n').find((line) => line.startsWith('# ')) ?? ''
+          return md.render(title, env)
+        },
+      },
+    },
     outline: { level: [2, 3] },
     socialLinks: [{ icon: 'github', link: repository }],
     editLink: { pattern: `${repository}/edit/main/docs/:path` },
