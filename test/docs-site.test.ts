@@ -125,6 +125,34 @@ describe.skipIf(!executablePath)('documentation site in headless Chromium', () =
     await expect(svg.locator('g').count()).resolves.toBeGreaterThan(3)
   })
 
+  it('every Mermaid block of the docs pages is drawn, none as Mermaid\'s syntax-error picture', async () => {
+    const pages = readdirSync(DOCS).filter((file) => file.endsWith('.md'))
+    const drawn: Record<string, number> = {}
+    const expected: Record<string, number> = {}
+    for (const file of pages) {
+      const blocks = readFileSync(join(DOCS, file), 'utf8').match(/^```mermaid$/gm)?.length ?? 0
+      if (blocks === 0) continue
+      expected[file] = blocks
+      await page.goto(`${origin}/${file.replace(/\.md$/, '')}`)
+      const svgs = page.locator('.mermaid svg')
+      await expect.poll(() => svgs.count(), { timeout: 30_000 }).toBeGreaterThanOrEqual(blocks)
+      await expect(page.locator('.mermaid svg[aria-roledescription="error"]').count(), file).resolves.toBe(0)
+      drawn[file] = await page.locator('.mermaid svg').count()
+    }
+    // The benchmark page has its charts on top of its own blocks (none today): at least as many.
+    expect(Object.keys(expected).length).toBeGreaterThanOrEqual(4)
+    for (const file of Object.keys(expected)) expect(drawn[file], file).toBeGreaterThanOrEqual(expected[file] as number)
+  })
+
+  it('the benchmark page draws its key tables as charts beside them', async () => {
+    await page.goto(`${origin}/benchmarks`)
+    const charts = page.locator('.mermaid svg')
+    await charts.first().waitFor({ state: 'visible', timeout: 30_000 })
+    await expect.poll(() => charts.count()).toBeGreaterThanOrEqual(4)
+    // The first chart's bars are the first table's 16-caller cycles/s: MemoryStore's is the largest.
+    await expect(page.locator('.mermaid').first().textContent()).resolves.toContain('MemoryStore')
+  })
+
   it("the API reference has Ledger's page, generated from its doc comment with its example", async () => {
     await page.goto(`${origin}/api/index/classes/Ledger`)
     await expect(page.locator('.vp-doc h1').first().textContent()).resolves.toContain('Ledger')
