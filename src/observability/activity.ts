@@ -4,6 +4,7 @@ import { keyHash } from './recorder.js'
 
 /** The series the operator page charts, per bucket. */
 export const SERIES = ['executed', 'replayed', 'in_progress', 'mismatch', 'store_error', 'unrecorded'] as const
+/** The name of one series the operator page charts: an element of `SERIES`. */
 export type Series = (typeof SERIES)[number]
 
 /** Which series each event counts in. */

@@ -14,6 +14,7 @@ const SLOWEST = [
   'test/package-consumer.test.ts', // 151: npm pack, installs and type-checks a consumer project
   'test/messaging-faults.test.ts', // 145: brokers and workers killed mid-flight
   'src/backends/postgres/postgres-store-partitioned.test.ts', // 67
+  'test/docs-site.test.ts', // about 60 (estimated: 160 on a loaded machine): builds the documentation site
   'test/cli-operator.test.ts', // 62
   'test/cli-demo.test.ts', // 58
   'test/faults.test.ts', // 55

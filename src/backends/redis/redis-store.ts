@@ -67,8 +67,8 @@ export interface RedisStoreOptions {
   /** Most keys `list` reads (SCAN over every node, then one read per record). @default 100000 */
   listScanLimit?: number
   /**
-   * Complete a record this store acquired with one native compare-and-set, `SET key <outcome> IFEQ
-   * <the record it wrote> PX <ttl + grace>`, instead of the complete script: Valkey 8.1+ and Redis
+   * Complete a record this store acquired with one native compare-and-set,
+   * `SET key <outcome> IFEQ <the record it wrote> PX <ttl + grace>`, instead of the complete script: Valkey 8.1+ and Redis
    * 8.4+ have it. By default the store asks the server once (`INFO server`, its version) and uses it
    * when there; `false` keeps the script. A server that refuses it (an older node after a failover)
    * turns it off for the store's life; the script then completes every record. See docs/redis.md.
