@@ -64,7 +64,24 @@ async function failoverRun(set: SentinelSet, failovers: number, durability: Redi
   })
   client.on('error', () => {})
   const store = new RedisStore({ client, prefix: 'fo', ...(durability ? { durability } : {}) })
-  const ledger = new Ledger({ store, lease: '15s', wait: '1s', storeTimeout: '5s' })
+  const unrecordedWhy: string[] = []
+  const ledger = new Ledger({
+    store,
+    lease: '15s',
+    wait: '1s',
+    storeTimeout: '5s',
+    onEvent: (event) => {
+      if (event.type === 'unrecorded' || event.type === 'fenced_out') {
+        const why = `${event.type} ${event.key} token ${event.token} ${'error' in event ? String(event.error) : ''}`
+        setTimeout(() => {
+          store.get(scope, event.key).then(
+            (record) => unrecordedWhy.push(`${why}: later ${record?.status} token ${record?.token}`),
+            () => unrecordedWhy.push(why),
+          )
+        }, 2_000)
+      }
+    },
+  })
   const scope = `fo-${randomUUID()}`
   const effects = new Map<string, number>()
   const answers = new Map<string, string>()
@@ -138,6 +155,7 @@ async function failoverRun(set: SentinelSet, failovers: number, durability: Redi
   for (let i = 0; i < keys.length; i += 64) {
     await Promise.all(keys.slice(i, i + 64).map((key) => request(key, Date.now() + 30_000)))
   }
+  if (unrecordedWhy.length > 0) console.log(`answers without a record: ${unrecordedWhy.slice(0, 5).join('; ')}`)
   counts.lost = lostKeys.size
   for (const n of effects.values()) counts.doubles += n - 1
   await store.close()

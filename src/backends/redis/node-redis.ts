@@ -156,6 +156,14 @@ export function fromNodeRedisCluster(cluster: NodeRedisClusterLike): RedisClient
  * `@redis/client@1`, has `sendCommand` but no way to ask for Buffer replies).
  */
 export function adaptClient(client: RedisClientLike | NodeRedisClientLike | NodeRedisClusterLike): RedisClientLike {
+  if (typeof (client as { getMasterNode?: unknown }).getMasterNode === 'function') {
+    // createSentinel()'s sendCommand takes (isReadonly, args) and spreads commands over a pool of
+    // connections, where a WAIT would not see the write it follows.
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      'RedisStore({ client }) does not take node-redis\'s createSentinel() client: pass an ioredis client that follows your sentinels, new Redis({ sentinels, name }) (docs/redis.md, "Replication and failover").',
+    )
+  }
   if (isNodeRedisCluster(client)) return fromNodeRedisCluster(client)
   if (isNodeRedisClient(client)) return fromNodeRedis(client)
   if (typeof (client as { callBuffer?: unknown }).callBuffer === 'function') return client as RedisClientLike
