@@ -45,8 +45,10 @@ export class NotReplicatedError extends IdempotencyError {
   readonly required: number
   /** The replicas that confirmed (0 when the connection was lost first). */
   readonly confirmed: number
+  /** Whether the connection was lost before the replicas answered (a failover, most likely). */
+  readonly connectionLost: boolean
 
-  constructor(operation: string, required: number, confirmed: number, why: string, cause?: unknown) {
+  constructor(operation: string, required: number, confirmed: number, why: string, cause?: unknown, connectionLost = false) {
     super(
       'STORE_UNAVAILABLE',
       `redis: ${operation} was written on the primary, but ${why}, so its answer is withheld (durability: { replicas: ${required} }). The record is kept: a retry is safe.`,
@@ -55,6 +57,7 @@ export class NotReplicatedError extends IdempotencyError {
     this.operation = operation
     this.required = required
     this.confirmed = confirmed
+    this.connectionLost = connectionLost
   }
 }
 
@@ -177,7 +180,14 @@ export class Durability {
   }
 
   #lost(operation: string, cause?: unknown): NotReplicatedError {
-    return new NotReplicatedError(operation, this.replicas, 0, 'the connection to it was lost before its replicas confirmed it', cause)
+    return new NotReplicatedError(
+      operation,
+      this.replicas,
+      0,
+      'the connection to it was lost before its replicas confirmed it',
+      cause,
+      true,
+    )
   }
 
   #follow(client: RedisClientLike): void {

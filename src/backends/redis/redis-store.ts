@@ -15,7 +15,7 @@ import { IdempotencyError } from '../../errors.js'
 import { type BatchAnswer, GroupCommit } from '../group-commit.js'
 import { assertOutcome, encodeHeaders, listLimit, matchesFilter } from '../records.js'
 import { databaseOf, openClient, type RedisArg, type RedisClientLike, type Script, toStoreError } from './client.js'
-import { checkDurability, Durability, followsConnection } from './durability.js'
+import { checkDurability, Durability, followsConnection, type NotReplicatedError } from './durability.js'
 import { type Completion, FastPath, type Recent } from './fast-path.js'
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
 import { adaptClient } from './node-redis.js'
@@ -145,7 +145,10 @@ export class RedisStore implements IdempotencyStore {
   acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
     const durable = this.#durable
     if (durable === undefined) return this.#acquire(scope, key, fingerprint, leaseMs)
-    // Not confirmed: the caller never learns its token, so the record is released for its retry.
+    // Not confirmed: the caller never learns its token, so the record is released for its retry, but
+    // only on the connection that wrote it. After a lost connection the write may be on the promoted
+    // replica or not, where the same token can start a new life: a release there could free another
+    // caller's record. It is left to its lease.
     const acquired = (answer: AcquireResult) => answer.kind === 'acquired'
     const unconfirmed = (answer: AcquireResult) => this.release(scope, key, (answer as { token: number }).token)
     return this.#waited('acquire', durable, () => this.#acquire(scope, key, fingerprint, leaseMs), acquired, unconfirmed)
@@ -410,7 +413,9 @@ export class RedisStore implements IdempotencyStore {
     try {
       await durable.confirm(client, operation, epoch)
     } catch (error) {
-      await unconfirmed?.(answer).catch(() => {})
+      if (unconfirmed && !(error as NotReplicatedError).connectionLost && durable.epochOf(client) === epoch) {
+        await unconfirmed(answer).catch(() => {})
+      }
       throw error
     }
     return answer
