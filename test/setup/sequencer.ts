@@ -12,6 +12,7 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node'
 const SLOWEST = [
   'test/package-consumer.test.ts', // 151: npm pack, installs and type-checks a consumer project
   'test/messaging-faults.test.ts', // 145: brokers and workers killed mid-flight
+  'test/redis-failover.test.ts', // about 105 on a loaded dev machine, 2026-11-29: 26 Sentinel failovers under load
   'src/backends/postgres/postgres-store-partitioned.test.ts', // 67
   'test/cli-operator.test.ts', // 62
   'test/cli-demo.test.ts', // 58
