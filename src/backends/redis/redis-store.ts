@@ -397,7 +397,8 @@ export class RedisStore implements IdempotencyStore {
 
   /**
    * With `durability`: runs one write and, when `wrote` says it changed the record, answers only once the
-   * replicas confirm it; else `unconfirmed` undoes what it can and the NotReplicatedError is thrown.
+   * replicas confirm it; else `unconfirmed` undoes what it can (only while the connection that wrote it
+   * is still the one in use) and the NotReplicatedError is thrown.
    */
   async #waited<T>(
     operation: string,
