@@ -13,6 +13,7 @@ const SLOWEST = [
   'test/postgres-failover.test.ts', // 200 on a loaded machine (2026-11-29): 28 kill -9 failovers of a primary and standby
   'test/package-consumer.test.ts', // 151: npm pack, installs and type-checks a consumer project
   'test/messaging-faults.test.ts', // 145: brokers and workers killed mid-flight
+  'test/redis-failover.test.ts', // about 105 on a loaded dev machine, 2026-11-29: 26 Sentinel failovers under load
   'src/backends/postgres/postgres-store-partitioned.test.ts', // 67
   'test/docs-site.test.ts', // about 60 (estimated: 160 on a loaded machine): builds the documentation site
   'test/cli-operator.test.ts', // 62

@@ -22,6 +22,11 @@ export interface RedisClientLike {
   readonly isCluster?: boolean
   /** The master nodes of a cluster (ioredis `Cluster#nodes('master')`), scanned by `list` and `purgeExpired`. */
   nodes?(role: 'master'): RedisClientLike[]
+  /**
+   * Calls `listener` each time the connection is lost (the node-redis adapter; an ioredis client's
+   * 'close' event serves instead). The `durability` option needs one or the other.
+   */
+  onConnectionLost?(listener: () => void): void
 }
 
 /** What the store uses of its subscriber connection (an ioredis `Redis` or `Cluster`). */

@@ -6,6 +6,7 @@
  * const store = new RedisStore({ url: 'redis://127.0.0.1:6379' })
  */
 export type { RedisArg, RedisClientLike, RedisSubscriberLike } from './client.js'
+export { NotReplicatedError, type RedisDurability } from './durability.js'
 export { type RecordNames, recordNames } from './keys.js'
 export {
   fromNodeRedis,
@@ -15,4 +16,5 @@ export {
   type NodeRedisClientLike,
   type NodeRedisClusterLike,
 } from './node-redis.js'
-export { RedisStore, type RedisStoreOptions } from './redis-store.js'
+export type { RedisStoreOptions } from './options.js'
+export { RedisStore } from './redis-store.js'

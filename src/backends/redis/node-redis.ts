@@ -3,6 +3,7 @@
  * an app that already holds a node-redis client passes it as it is: `new RedisStore({ client })`.
  * Structural: idemkey does not import node-redis.
  */
+import { IdempotencyError } from '../../errors.js'
 import type { RedisArg, RedisClientLike, RedisSubscriberLike } from './client.js'
 
 /** node-redis's RESP type code of a bulk string ('$'), mapped to Buffer so records come back as bytes. */
@@ -101,6 +102,10 @@ export function fromNodeRedis(client: NodeRedisClientLike): RedisClientLike {
     callBuffer: (command: string, ...args: RedisArg[]) => bytes.sendCommand([command, ...wire(args)]),
     duplicate: () => subscriberOf(client.duplicate()),
     quit: () => close(client),
+    onConnectionLost: (listener) => {
+      // node-redis reports a lost socket as an 'error', then 'reconnecting'; 'end' when closed.
+      for (const event of ['error', 'reconnecting', 'end'] as const) (client.on as (e: string, l: () => void) => unknown)(event, listener)
+    },
   }
 }
 
@@ -142,4 +147,32 @@ export function fromNodeRedisCluster(cluster: NodeRedisClusterLike): RedisClient
     isCluster: true,
     nodes: () => bytes.masters.map(node),
   }
+}
+
+/**
+ * The client the store sends its commands through: a node-redis 5+ cluster or client behind the adapter,
+ * an ioredis one as it is. Refuses at construction a client the store would only fail on later: one with
+ * neither ioredis's `callBuffer` nor node-redis 5's `withTypeMapping` (node-redis 4, `redis@4` /
+ * `@redis/client@1`, has `sendCommand` but no way to ask for Buffer replies).
+ */
+export function adaptClient(client: RedisClientLike | NodeRedisClientLike | NodeRedisClusterLike): RedisClientLike {
+  if (typeof (client as { getMasterNode?: unknown }).getMasterNode === 'function') {
+    // createSentinel()'s sendCommand takes (isReadonly, args) and spreads commands over a pool of
+    // connections, where a WAIT would not see the write it follows.
+    throw new IdempotencyError(
+      'INVALID_OPTION',
+      'RedisStore({ client }) does not take node-redis\'s createSentinel() client: pass an ioredis client that follows your sentinels, new Redis({ sentinels, name }) (docs/redis.md, "Replication and failover").',
+    )
+  }
+  if (isNodeRedisCluster(client)) return fromNodeRedisCluster(client)
+  if (isNodeRedisClient(client)) return fromNodeRedis(client)
+  if (typeof (client as { callBuffer?: unknown }).callBuffer === 'function') return client as RedisClientLike
+  const hint =
+    typeof (client as { sendCommand?: unknown }).sendCommand === 'function'
+      ? ' This looks like node-redis 4 (redis@4, @redis/client@1), which cannot return replies as bytes: upgrade to redis@5 or later.'
+      : ''
+  throw new IdempotencyError(
+    'INVALID_OPTION',
+    `RedisStore({ client }) takes an ioredis Redis or Cluster, or a node-redis 5+ client or cluster.${hint}`,
+  )
 }

@@ -1,5 +1,5 @@
 import { isUtf8 } from 'node:buffer'
-import { type Duration, parseDuration } from '../../core/duration.js'
+import { parseDuration } from '../../core/duration.js'
 import { assertRecordStep } from '../../core/steps-store.js'
 import {
   type AcquireResult,
@@ -15,78 +15,18 @@ import { IdempotencyError } from '../../errors.js'
 import { type BatchAnswer, GroupCommit } from '../group-commit.js'
 import { assertOutcome, encodeHeaders, listLimit, matchesFilter } from '../records.js'
 import { databaseOf, openClient, type RedisArg, type RedisClientLike, type Script, toStoreError } from './client.js'
+import { checkDurability, Durability, followsConnection, type NotReplicatedError } from './durability.js'
 import { type Completion, FastPath, type Recent } from './fast-path.js'
 import { assertPrefix, type RecordNames, recordNames, recordPattern } from './keys.js'
-import {
-  fromNodeRedis,
-  fromNodeRedisCluster,
-  isNodeRedisClient,
-  isNodeRedisCluster,
-  type NodeRedisClientLike,
-  type NodeRedisClusterLike,
-} from './node-redis.js'
+import { adaptClient } from './node-redis.js'
 import { Notifier } from './notifier.js'
+import type { RedisStoreOptions } from './options.js'
 import { packedHead, packedIdentity } from './record.js'
-import { ResumableScan, scanAll } from './scan.js'
+import { purgeScanned, ResumableScan, scanAll } from './scan.js'
 import { acquireAnswer, fail, readAnswer, scripts } from './scripts.js'
 
 /** How long close() lets QUIT wait for its reply before dropping the connection. */
 const CLOSE_WAIT_MS = 1_000
-
-/** Options of {@link RedisStore}: give it a client, or a URL to open one. */
-export interface RedisStoreOptions {
-  /**
-   * Your ioredis `Redis` or `Cluster` (or anything with the same methods, see {@link RedisClientLike}), or
-   * your connected node-redis client (`createClient()` of `redis`/`@redis/client`) or cluster (`createCluster()`);
-   * `close()` leaves it open. Tune it to fail fast (see docs/redis.md): `maxRetriesPerRequest: 1`.
-   */
-  client?: RedisClientLike | NodeRedisClientLike | NodeRedisClusterLike
-  /** A `redis://` or `rediss://` URL of one server; the store opens (and closes) its own ioredis client, tuned to fail fast. */
-  url?: string
-  /**
-   * With `url`: how long the store's client waits for any reply while a command is outstanding before it
-   * drops the connection and reconnects (the commands in flight fail with `STORE_UNAVAILABLE`). A
-   * half-open connection (a NAT or firewall that forgot it, a Redis host that vanished) is never
-   * closed by the kernel, and would otherwise hang every later command for ever; the subscriber
-   * sends a PING that often while anyone waits, so a dead one is replaced too. Keep it above the
-   * ledger's `storeTimeout`. With your own `client`, set ioredis's `socketTimeout` yourself. @default '10s'
-   */
-  socketTimeout?: Duration
-  /** Start of every key and channel name the store uses (A-Z a-z 0-9 _ . : -). @default 'idemkey' */
-  prefix?: string
-  /** How long a record whose lease ended is kept (and its token counted) before Redis drops it. @default '24h' */
-  abandonedRetention?: Duration
-  /**
-   * How long Redis keeps a record's key after the record expired. Meanwhile the record counts as
-   * absent, but its token keeps counting (a late zombie stays fenced out) and `purgeExpired` can
-   * delete it. @default '1m'
-   */
-  expiredGrace?: Duration
-  /** Wake waiters through pub/sub (one subscriber connection per store, opened on first wait); `false`: waiters only poll. @default true */
-  notifications?: boolean
-  /** Most keys `list` reads (SCAN over every node, then one read per record). @default 100000 */
-  listScanLimit?: number
-  /**
-   * Complete a record this store acquired with one native compare-and-set,
-   * `SET key <outcome> IFEQ <the record it wrote> PX <ttl + grace>`, instead of the complete script: Valkey 8.1+ and Redis
-   * 8.4+ have it. By default the store asks the server once (`INFO server`, its version) and uses it
-   * when there; `false` keeps the script. A server that refuses it (an older node after a failover)
-   * turns it off for the store's life; the script then completes every record. See docs/redis.md.
-   * @default detected from the server's version
-   */
-  nativeCompareAndSet?: boolean
-  /**
-   * Group commit of completes, on one server (a Cluster sends each alone): the completes callers issue
-   * while one is in flight go to Redis together, and the fresh records among them (acquired by this
-   * store, token 1, untouched since) are completed by compare-and-set in one script call (what `SET ...
-   * IFEQ` does on the servers that have it), each caller answered with its own answer; anything else (a
-   * renewed record, one someone waits on, a taken-over one) by the complete script, fenced by its token, as
-   * without group commit. Under load it spares Redis a script call per complete; a caller alone sends its
-   * command at once (no timer). `false`: one script call per complete. See docs/redis.md, "Group commit".
-   * @default true
-   */
-  groupCommit?: boolean
-}
 
 /**
  * Records in Redis (one server, or a Cluster), shared by any number of processes and machines.
@@ -130,6 +70,8 @@ export class RedisStore implements IdempotencyStore {
   /** Whether completes are grouped: the option, on one server (a script's keys on a Cluster must share a slot). */
   readonly #grouping: boolean
   /** Completes, grouped (one server). */
+  /** The `durability` option's waits; undefined (no cost) without it. */
+  readonly #durable: Durability | undefined
   readonly #completions = new GroupCommit<Completion, boolean | Error>({
     one: (input) => this.#completeOne(input),
     many: (inputs) => this.#completeMany(inputs),
@@ -175,6 +117,22 @@ export class RedisStore implements IdempotencyStore {
       // A failed open is reported by the first operation; never as an unhandled rejection.
       this.#opening.catch(() => {})
     }
+    const durability = checkDurability(options.durability, this.#socketTimeoutMs)
+    if (durability !== undefined && this.#client !== undefined) {
+      if (this.#client.isCluster === true) {
+        throw new IdempotencyError(
+          'INVALID_OPTION',
+          'RedisStore durability waits for the replicas of one primary (WAIT): it cannot follow a Cluster, whose writes land on many. Leave it out on a Cluster.',
+        )
+      }
+      if (!followsConnection(this.#client)) {
+        throw new IdempotencyError(
+          'INVALID_OPTION',
+          'RedisStore durability needs a client that reports a lost connection (an ioredis client, or a node-redis client): a WAIT sent after a reconnect would confirm nothing.',
+        )
+      }
+    }
+    this.#durable = durability === undefined ? undefined : new Durability(durability)
     this.#fast = new FastPath({
       retention: this.#retention,
       grace: this.#grace,
@@ -184,7 +142,19 @@ export class RedisStore implements IdempotencyStore {
     })
   }
 
-  async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
+  acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
+    const durable = this.#durable
+    if (durable === undefined) return this.#acquire(scope, key, fingerprint, leaseMs)
+    // Not confirmed: the caller never learns its token, so the record is released for its retry, but
+    // only on the connection that wrote it. After a lost connection the write may be on the promoted
+    // replica or not, where the same token can start a new life: a release there could free another
+    // caller's record. It is left to its lease.
+    const acquired = (answer: AcquireResult) => answer.kind === 'acquired'
+    const unconfirmed = (answer: AcquireResult) => this.release(scope, key, (answer as { token: number }).token)
+    return this.#waited('acquire', durable, () => this.#acquire(scope, key, fingerprint, leaseMs), acquired, unconfirmed)
+  }
+
+  async #acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
     assertIdentity(scope, key)
     assertFingerprint(fingerprint)
     assertPositiveInteger(leaseMs, 'leaseMs')
@@ -233,13 +203,25 @@ export class RedisStore implements IdempotencyStore {
   }
 
   /** Stores the step in the record's steps hash, fenced by token (docs/steps.md). */
-  async recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+  recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+    const durable = this.#durable
+    if (durable === undefined) return this.#recordStep(scope, key, token, name, result)
+    return this.#waited('recordStep', durable, () => this.#recordStep(scope, key, token, name, result), stored)
+  }
+
+  async #recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
     assertRecordStep(scope, key, token, name, result)
     if (!Number.isSafeInteger(token)) return false
     return (await this.#run('recordStep', scripts.recordStep, this.#names(scope, key), [token, `~${name}`, result ?? ''], true)) === 1
   }
 
-  async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
+  renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
+    const durable = this.#durable
+    if (durable === undefined) return this.#renew(scope, key, token, leaseMs)
+    return this.#waited('renew', durable, () => this.#renew(scope, key, token, leaseMs), stored)
+  }
+
+  async #renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
     assertIdentity(scope, key)
     assertPositiveInteger(leaseMs, 'leaseMs')
     if (!Number.isSafeInteger(token)) return false
@@ -249,7 +231,16 @@ export class RedisStore implements IdempotencyStore {
     return (await this.#run('renew', scripts.renew, names, [token, leaseMs, this.#retention, this.#grace], true)) === 1
   }
 
-  async complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+  complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    const durable = this.#durable
+    if (durable === undefined) return this.#complete(scope, key, token, outcome, ttlMs)
+    // A completion whose replicas did not confirm is kept: the holder's retry finds it completed with its
+    // own token, and waits for the replicas again instead of reading it as fenced out.
+    const run = async () => (await this.#complete(scope, key, token, outcome, ttlMs)) || (await this.#completedBy(scope, key, token))
+    return this.#waited('complete', durable, run, stored)
+  }
+
+  async #complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
     assertIdentity(scope, key)
     assertPositiveInteger(ttlMs, 'ttlMs')
     assertOutcome(outcome)
@@ -326,22 +317,8 @@ export class RedisStore implements IdempotencyStore {
     assertPositiveInteger(limit, 'limit')
     const client = await this.#ready('purgeExpired')
     this.#purgeScan ??= new ResumableScan(client, recordPattern(this.prefix))
-    const scan = this.#purgeScan
-    let purged = 0
     try {
-      for (;;) {
-        const { keys, done } = await scan.next()
-        for (let i = 0; i < keys.length && purged < limit; ) {
-          const chunk = keys.slice(i, i + (limit - purged))
-          i += chunk.length
-          const deleted = await Promise.all(
-            chunk.map((redisKey) => scripts.purge.run(client, redisKey, [], stepsKeyOf(this.prefix, redisKey))),
-          )
-          purged += deleted.filter((n) => n === 1).length
-          if (purged >= limit) scan.putBack(keys.slice(i))
-        }
-        if (purged >= limit || done) return purged
-      }
+      return await purgeScanned(client, this.#purgeScan, limit, this.prefix)
     } catch (error) {
       throw toStoreError('purgeExpired', this.prefix, error, client)
     }
@@ -418,6 +395,39 @@ export class RedisStore implements IdempotencyStore {
     return recent
   }
 
+  /**
+   * With `durability`: runs one write and, when `wrote` says it changed the record, answers only once the
+   * replicas confirm it; else `unconfirmed` undoes what it can (only while the connection that wrote it
+   * is still the one in use) and the NotReplicatedError is thrown.
+   */
+  async #waited<T>(
+    operation: string,
+    durable: Durability,
+    run: () => Promise<T>,
+    wrote: (answer: T) => boolean,
+    unconfirmed?: (answer: T) => Promise<unknown>,
+  ): Promise<T> {
+    const client = this.#client ?? (await this.#ready(operation))
+    const epoch = durable.epochOf(client)
+    const answer = await run()
+    if (!wrote(answer)) return answer
+    try {
+      await durable.confirm(client, operation, epoch)
+    } catch (error) {
+      if (unconfirmed && !(error as NotReplicatedError).connectionLost && durable.epochOf(client) === epoch) {
+        await unconfirmed(answer).catch(() => {})
+      }
+      throw error
+    }
+    return answer
+  }
+
+  /** Whether the record is completed or failed with `token`: the holder's own completion, stored earlier. */
+  async #completedBy(scope: string, key: string, token: number): Promise<boolean> {
+    const read = await this.#read('complete', this.#names(scope, key).key)
+    return read !== null && read.record.status !== 'in_progress' && read.record.token === token
+  }
+
   async #ready(operation: string): Promise<RedisClientLike> {
     if (this.#client) return this.#client
     try {
@@ -451,6 +461,8 @@ export class RedisStore implements IdempotencyStore {
   }
 }
 
+const stored = (written: boolean) => written
+
 /** How many recent records (their key names, their fresh value) a store keeps at most (see #recentOf): a few hundred kilobytes. */
 const RECENT_RECORDS = 4_096
 
@@ -464,31 +476,6 @@ function bodyArg(body: Uint8Array): string | Buffer {
   return isUtf8(bytes) ? bytes.toString('utf8') : bytes
 }
 
-/** The steps key beside a record key found by SCAN (`<prefix>:r:<scope hash>:{tag}` → `<prefix>:t:{tag}`). */
-function stepsKeyOf(prefix: string, redisKey: string): string {
-  return `${prefix}:t:${redisKey.slice(redisKey.lastIndexOf('{'))}`
-}
-
 function compare(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0
-}
-
-/**
- * The client the store sends its commands through: a node-redis 5+ cluster or client behind the adapter,
- * an ioredis one as it is. Refuses at construction a client the store would only fail on later: one with
- * neither ioredis's `callBuffer` nor node-redis 5's `withTypeMapping` (node-redis 4, `redis@4` /
- * `@redis/client@1`, has `sendCommand` but no way to ask for Buffer replies).
- */
-function adaptClient(client: NonNullable<RedisStoreOptions['client']>): RedisClientLike {
-  if (isNodeRedisCluster(client)) return fromNodeRedisCluster(client)
-  if (isNodeRedisClient(client)) return fromNodeRedis(client)
-  if (typeof (client as { callBuffer?: unknown }).callBuffer === 'function') return client as RedisClientLike
-  const hint =
-    typeof (client as { sendCommand?: unknown }).sendCommand === 'function'
-      ? ' This looks like node-redis 4 (redis@4, @redis/client@1), which cannot return replies as bytes: upgrade to redis@5 or later.'
-      : ''
-  throw new IdempotencyError(
-    'INVALID_OPTION',
-    `RedisStore({ client }) takes an ioredis Redis or Cluster, or a node-redis 5+ client or cluster.${hint}`,
-  )
 }

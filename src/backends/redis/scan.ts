@@ -1,4 +1,5 @@
 import { type RedisClientLike, sendBuffer } from './client.js'
+import { scripts } from './scripts.js'
 
 /** Keys SCAN asks for per call: big enough to cross a large keyspace quickly, small enough not to block Redis. */
 const SCAN_COUNT = 1_000
@@ -73,4 +74,28 @@ export class ResumableScan {
   putBack(keys: string[]): void {
     this.#pending = keys.concat(this.#pending)
   }
+}
+
+/**
+ * Deletes up to `limit` records past their expiry among the keys `scan` finds onwards from where it
+ * stopped last (by the server's clock, in the purge script); the keys it did not reach are put back.
+ */
+export async function purgeScanned(client: RedisClientLike, scan: ResumableScan, limit: number, prefix: string): Promise<number> {
+  let purged = 0
+  for (;;) {
+    const { keys, done } = await scan.next()
+    for (let i = 0; i < keys.length && purged < limit; ) {
+      const chunk = keys.slice(i, i + (limit - purged))
+      i += chunk.length
+      const deleted = await Promise.all(chunk.map((redisKey) => scripts.purge.run(client, redisKey, [], stepsKeyOf(prefix, redisKey))))
+      purged += deleted.filter((n) => n === 1).length
+      if (purged >= limit) scan.putBack(keys.slice(i))
+    }
+    if (purged >= limit || done) return purged
+  }
+}
+
+/** The steps key beside a record key found by SCAN (`<prefix>:r:<scope hash>:{tag}` → `<prefix>:t:{tag}`). */
+function stepsKeyOf(prefix: string, redisKey: string): string {
+  return `${prefix}:t:${redisKey.slice(redisKey.lastIndexOf('{'))}`
 }
