@@ -125,7 +125,7 @@ describe.skipIf(!executablePath)('documentation site in headless Chromium', () =
     await expect(svg.locator('g').count()).resolves.toBeGreaterThan(3)
   })
 
-  it('every Mermaid block of the docs pages is drawn, none as Mermaid\'s syntax-error picture', async () => {
+  it("every Mermaid block of the docs pages is drawn, none as Mermaid's syntax-error picture", async () => {
     const pages = readdirSync(DOCS).filter((file) => file.endsWith('.md'))
     const drawn: Record<string, number> = {}
     const expected: Record<string, number> = {}

@@ -16,9 +16,11 @@ const SLOWEST = [
   'test/redis-failover.test.ts', // about 105 on a loaded dev machine, 2026-11-29: 26 Sentinel failovers under load
   'src/backends/postgres/postgres-store-partitioned.test.ts', // 67
   'test/docs-site.test.ts', // about 60 (estimated: 160 on a loaded machine): builds the documentation site
+  'test/docs-quick-starts.test.ts', // about 100 on a loaded machine (2026-11-29): runs the 24 quick starts
   'test/cli-operator.test.ts', // 62
   'test/cli-demo.test.ts', // 58
   'test/faults.test.ts', // 55
+  'test/doctor-sql.test.ts', // about 45 on a loaded machine: throwaway PostgreSQL and MariaDB servers
   'test/clock-skew.test.ts', // 39
   'test/package-managers.test.ts', // 38
   'test/tcp-faults.test.ts', // 34
