@@ -7,6 +7,8 @@
  *   npm run sim -- --seed 1234 --trace   replays one run exactly, printing its schedule
  *   npm run sim -- --defect fence        runs with a deliberate defect (fence, renew, reencode, new-key, late-complete): must fail
  *   npm run sim -- --workers 1           one thread (default: one worker thread per core, at most 2)
+ *   npm run sim -- --seeds 60            exactly the seeds first..first+59, whatever requests they make
+ *                                        (npm run mutate:sim: the same seeds for every mutant)
  *
  * With workers, worker i of n runs the seeds first+i, first+i+n, … until its share of the budget: the
  * seeds run depend on n only, not on timing. The requests per CPU-second printed count the CPU time of
@@ -32,6 +34,7 @@ const { values } = parseArgs({
     intents: { type: 'string' },
     json: { type: 'boolean', default: false },
     workers: { type: 'string' },
+    seeds: { type: 'string' },
   },
 })
 
@@ -97,6 +100,8 @@ interface Share {
   stride: number
   budget: number
   deadline: number | undefined
+  /** When set, exactly the seeds below this one (a fixed set), whatever the budget. */
+  endSeed: number | undefined
   /** [failures found by all threads]: a thread stops once there are enough to report. */
   shared: Int32Array
 }
@@ -114,7 +119,8 @@ const ENOUGH_FAILURES = 3
 async function runShare(share: Share): Promise<Tally> {
   const tally: Tally = { passed: 0, requests: 0, events: 0, failures: [] }
   for (let seed = share.firstSeed; ; seed += share.stride) {
-    if (share.deadline ? Date.now() >= share.deadline : tally.requests >= share.budget) break
+    if (share.endSeed !== undefined ? seed >= share.endSeed : share.deadline ? Date.now() >= share.deadline : tally.requests >= share.budget)
+      break
     if (Atomics.load(share.shared, 0) >= ENOUGH_FAILURES) break
     const options = { ...base, seed }
     const result = await runScenario(options)
@@ -145,6 +151,7 @@ async function main(): Promise<never> {
     stride: workers,
     budget: Math.ceil(budget / workers),
     deadline,
+    endSeed: values.seeds ? Number(values['first-seed']) + Number(values.seeds) : undefined,
     shared,
   }))
   const tallies = workers === 1 ? [await runShare(shares[0] as Share)] : await Promise.all(shares.map(inWorker))
