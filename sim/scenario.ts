@@ -17,10 +17,11 @@ import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord
 import { StoreCalls } from '../src/core/store-calls.js'
 import { createEngine } from '../src/http/engine.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
+import { defectiveStore, type SimStore, STORE_DEFECTS, type StoreClockAhead, type StoreDefect } from './store-defects.js'
 import { Proc, type Rng, type Settle, World } from './world.js'
 
 /** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */
-export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key', 'late-complete'] as const
+export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key', 'late-complete', ...STORE_DEFECTS] as const
 export type Defect = (typeof DEFECTS)[number]
 
 export interface ScenarioOptions {
@@ -120,7 +121,7 @@ const holderId = (scope: string, key: string, token: number) => `${scope}/${key}
  */
 class StoreServer {
   constructor(
-    readonly inner: MemoryStore,
+    readonly inner: SimStore,
     readonly history: History,
     readonly defect: Defect | undefined,
   ) {}
@@ -475,12 +476,15 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
   const rng = world.rng
   const history = new History(world)
   const defect = options.defect
+  const ahead: StoreClockAhead = { ms: 0 }
   const serverClock: Clock = {
-    now: () => Math.round(world.now),
+    now: () => Math.round(world.now + ahead.ms),
     timer: (ms, callback) => world.at(ms, null, callback),
     sleep: (ms) => new Promise((resolve) => world.at(ms, null, resolve)),
   }
-  const server = new StoreServer(new MemoryStore({ clock: serverClock }), history, defect)
+  const memory = new MemoryStore({ clock: serverClock })
+  const storeDefect = STORE_DEFECTS.includes(defect as StoreDefect) ? (defect as StoreDefect) : undefined
+  const server = new StoreServer(storeDefect ? defectiveStore(memory, storeDefect, ahead, LEASE_MS) : memory, history, defect)
   const bank = new Bank(history)
   const faults: Faults = {
     dropRequest: rng.between(0, 0.03),
