@@ -26,7 +26,8 @@ const config = {
   // ignoreStatic needs perTest coverage; the static mutants, which the unit run ignores, are left out of the comparison.
   ignoreStatic: false,
   concurrency: 1,
-  timeoutMS: 20_000,
+  // A hung mutant costs this much (plus 1.5 times the first run); a run stuck in a loop of events stops itself (MAX_EVENTS).
+  timeoutMS: 5_000,
   reporters: ['clear-text', 'progress-append-only', 'json'],
   jsonReporter: { fileName: 'reports/mutation/sim/mutation.json' },
   tempDirName: '.stryker-tmp/sim',

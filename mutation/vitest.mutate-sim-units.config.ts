@@ -1,11 +1,12 @@
 import { defineConfig } from 'vitest/config'
 import base from './vitest.mutate.config.js'
 
-// The suites of `npm run mutate` without the simulator (test/sim.test.ts): what the unit and contract
-// suites alone kill of the mutants `npm run mutate:sim` runs the simulator against.
+// The unit suites of the ledger core and the memory store (the suites of `npm run mutate` without the
+// simulator, test/sim.test.ts, nor the HTTP suites): what they alone kill of the mutants
+// `npm run mutate:sim` runs the simulator against.
 export default defineConfig({
   test: {
     ...base.test,
-    include: (base.test?.include ?? []).filter((file) => file !== 'test/sim.test.ts'),
+    include: ['src/core/**/*.test.ts', 'src/backends/memory/*.test.ts'],
   },
 })
