@@ -13,6 +13,7 @@ import { createIdempotentFetch } from '../src/client/idempotent-fetch.js'
 import type { Clock } from '../src/core/clock.js'
 import { deriveKey } from '../src/core/derive-key.js'
 import { Ledger } from '../src/core/ledger.js'
+import { Renewal } from '../src/core/renewal.js'
 import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
 import { StoreCalls } from '../src/core/store-calls.js'
 import { createEngine } from '../src/http/engine.js'
@@ -21,7 +22,7 @@ import { defectiveStore, type SimStore, STORE_DEFECTS, type StoreClockAhead, typ
 import { Proc, type Rng, type Settle, World } from './world.js'
 
 /** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */
-export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key', 'late-complete', ...STORE_DEFECTS] as const
+export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key', 'late-complete', 'no-renew', ...STORE_DEFECTS] as const
 export type Defect = (typeof DEFECTS)[number]
 
 export interface ScenarioOptions {
@@ -103,6 +104,10 @@ class History {
   readonly completeTries = new Map<string, number>()
   /** Steps running now, by record (scope/key): the holder running each, so two at once are seen. */
   readonly running = new Map<string, Map<string, string>>()
+  /** Holders that have sent at least one renewal. */
+  readonly renewing = new Set<string>()
+  /** Processes that were ever cut off from the store: their holders may lose a lease while alive. */
+  readonly everCut = new Set<Proc>()
   /** The payloads (amounts) sent with each tenant/key so far: a key sent with one payload only is never a reuse. */
   readonly sentAmounts = new Map<string, Set<number>>()
   requests = 0
@@ -143,6 +148,18 @@ class StoreServer {
       // released) it, has ended in the store's own time.
       const previous = holderId(scope, key, before.token)
       const lease = history.leases.get(previous)
+      // A live holder keeps its record: one still inside a step, its process up, never paused, its clock never
+      // jumped and never cut off from the store, has asked to renew before its lease could end.
+      const working = history.running.get(intentId(scope, key))?.has(previous) ?? false
+      if (
+        lease !== undefined &&
+        working &&
+        !history.renewing.has(previous) &&
+        lease.proc.state === 'up' &&
+        lease.proc.disturbances === lease.disturbances &&
+        !history.everCut.has(lease.proc)
+      )
+        history.violation(`${previous} lost its record while alive and working: it never asked to renew its lease`)
       if (lease !== undefined && storeTime(history.world.now) < storeTime(lease.endsAtMs))
         history.violation(
           `${holderId(scope, key, result.token)} took over from ${previous} ${(lease.endsAtMs - history.world.now).toFixed(0)}ms before its lease ended in the store`,
@@ -255,6 +272,7 @@ class NetworkStore implements IdempotencyStore {
 
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
     const holder = holderId(scope, key, token)
+    this.history.renewing.add(holder)
     const renewed = await this.#call(`renew ${holder}`, async () => {
       const applied = await this.server.fenced('renew', scope, key, token, (t) => this.server.inner.renew(scope, key, t, leaseMs))
       if (applied) this.#leased(holder, leaseMs, this.proc.disturbances)
@@ -516,8 +534,17 @@ function completeRetryPastTheLease(): () => void {
   }
 }
 
+/** Defect no-renew: the ledger's renewal never fires (src/core/renewal.ts), so a slow holder loses its lease. */
+function noRenewal(): () => void {
+  const fire = Renewal.prototype.fire
+  Renewal.prototype.fire = () => {}
+  return () => {
+    Renewal.prototype.fire = fire
+  }
+}
+
 export async function runScenario(options: ScenarioOptions): Promise<ScenarioResult> {
-  const undo = options.defect === 'late-complete' ? completeRetryPastTheLease() : undefined
+  const undo = options.defect === 'late-complete' ? completeRetryPastTheLease() : options.defect === 'no-renew' ? noRenewal() : undefined
   try {
     return await simulate(options)
   } finally {
@@ -580,6 +607,7 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       const mode = rng.chance(0.5) ? 'reset' : 'lost'
       world.log(() => `CHAOS ${app.proc.id} cut off from the store (${mode}) for ${forMs.toFixed(0)}ms`)
       app.store.cut = mode
+      history.everCut.add(app.proc)
       world.at(forMs, null, () => {
         world.log(() => `CHAOS ${app.proc.id} reaches the store again`)
         app.store.cut = null
