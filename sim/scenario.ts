@@ -794,6 +794,10 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
 
   if (!finished()) history.violation(`clients still waiting after ${world.now.toFixed(0)}ms of simulated time (a wait that never ends)`)
   const intents = [...keyCounters.values()].reduce((a, b) => a + b, 0)
+  // Progress: faults delay and lose work, but with eight tries in 30 s most intents are answered. A run
+  // where fewer than a quarter are is one where the ledger stopped finishing work.
+  if (history.successes.size < (clientCount * intentsPerClient) / 4)
+    history.violation(`only ${history.successes.size} of ${clientCount * intentsPerClient} requests answered 2xx: no progress`)
   for (const [intent, count] of history.charges) {
     if (count > 1) history.violation(`${intent} charged ${count} times`)
   }
@@ -806,6 +810,9 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       history.violation(`${intent} answered 2xx but charged ${history.charges.get(intent) ?? 0} times`)
     const [tenant, key] = intent.split('/') as [string, string]
     const record = await server.inner.get(`${SCOPE_PREFIX}${tenant}`, key)
+    // A 2xx is sent once its outcome is stored (or loudly unrecorded): the record says completed.
+    if (record?.status !== 'completed' && !history.unrecorded.has(intent))
+      history.violation(`${intent} answered 2xx but its record is ${record?.status ?? 'gone'}`)
     if (
       record?.status === 'completed' &&
       record.response &&
