@@ -5,7 +5,7 @@
  *   npm run sim -- --requests 2000000    another budget
  *   npm run sim -- --minutes 30          a soak: seeds until the time is up
  *   npm run sim -- --seed 1234 --trace   replays one run exactly, printing its schedule
- *   npm run sim -- --defect fence        runs with a deliberate defect (fence, renew, reencode, new-key, late-complete): must fail
+ *   npm run sim -- --defect fence        runs with a deliberate defect (DEFECTS in sim/scenario.ts): must fail
  *   npm run sim -- --workers 1           one thread (default: one worker thread per core, at most 2)
  *   npm run sim -- --seeds 60            exactly the seeds first..first+59, whatever requests they make
  *                                        (npm run mutate:sim: the same seeds for every mutant)
