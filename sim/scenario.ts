@@ -13,14 +13,16 @@ import { createIdempotentFetch } from '../src/client/idempotent-fetch.js'
 import type { Clock } from '../src/core/clock.js'
 import { deriveKey } from '../src/core/derive-key.js'
 import { Ledger } from '../src/core/ledger.js'
+import { Renewal } from '../src/core/renewal.js'
 import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
 import { StoreCalls } from '../src/core/store-calls.js'
 import { createEngine } from '../src/http/engine.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
+import { defectiveStore, type SimStore, STORE_DEFECTS, type StoreClockAhead, type StoreDefect } from './store-defects.js'
 import { Proc, type Rng, type Settle, World } from './world.js'
 
 /** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */
-export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key', 'late-complete'] as const
+export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key', 'late-complete', 'no-renew', ...STORE_DEFECTS] as const
 export type Defect = (typeof DEFECTS)[number]
 
 export interface ScenarioOptions {
@@ -46,6 +48,8 @@ export interface ScenarioResult {
 }
 
 const LEASE_MS = 2_000
+/** About a hundred times the events a seed makes (1,200 to 2,000): past it a run is stuck in a loop. */
+const MAX_EVENTS = 200_000
 const TTL_MS = 3_600_000
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
@@ -98,6 +102,14 @@ class History {
   readonly traces = new Set<string>()
   /** How many times each holder has sent `complete` so far. */
   readonly completeTries = new Map<string, number>()
+  /** Steps running now, by record (scope/key): the holder running each, so two at once are seen. */
+  readonly running = new Map<string, Map<string, string>>()
+  /** Holders that have sent at least one renewal. */
+  readonly renewing = new Set<string>()
+  /** Processes that were ever cut off from the store: their holders may lose a lease while alive. */
+  readonly everCut = new Set<Proc>()
+  /** The payloads (amounts) sent with each tenant/key so far: a key sent with one payload only is never a reuse. */
+  readonly sentAmounts = new Map<string, Set<number>>()
   requests = 0
   constructor(readonly world: World) {}
 
@@ -113,6 +125,8 @@ const SCOPE_PREFIX = 'fn:'
 /** A client's intent (tenant/key) as the store names its record (scope/key). */
 const storeIntent = (id: string) => `${SCOPE_PREFIX}${id}`
 const holderId = (scope: string, key: string, token: number) => `${scope}/${key}#${token}`
+/** True time as the store server's clock reads it (whole ms): leases end on its ticks. */
+const storeTime = (ms: number) => Math.round(ms)
 
 /**
  * The store server: the real MemoryStore on true time, audited. Every write by a holder whose token
@@ -120,13 +134,39 @@ const holderId = (scope: string, key: string, token: number) => `${scope}/${key}
  */
 class StoreServer {
   constructor(
-    readonly inner: MemoryStore,
+    readonly inner: SimStore,
     readonly history: History,
     readonly defect: Defect | undefined,
   ) {}
 
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
+    const before = await this.inner.get(scope, key)
     const result = await this.inner.acquire(scope, key, fingerprint, leaseMs)
+    const { history } = this
+    if (result.kind === 'acquired' && before?.status === 'in_progress') {
+      // A takeover: allowed only once the previous holder's lease, as the store granted (or renewed, or
+      // released) it, has ended in the store's own time.
+      const previous = holderId(scope, key, before.token)
+      const lease = history.leases.get(previous)
+      // A live holder keeps its record: one still inside a step, its process up, never paused, its clock never
+      // jumped and never cut off from the store, has asked to renew before its lease could end.
+      const working = history.running.get(intentId(scope, key))?.has(previous) ?? false
+      if (
+        lease !== undefined &&
+        working &&
+        !history.renewing.has(previous) &&
+        lease.proc.state === 'up' &&
+        lease.proc.disturbances === lease.disturbances &&
+        !history.everCut.has(lease.proc)
+      )
+        history.violation(`${previous} lost its record while alive and working: it never asked to renew its lease`)
+      if (lease !== undefined && storeTime(history.world.now) < storeTime(lease.endsAtMs))
+        history.violation(
+          `${holderId(scope, key, result.token)} took over from ${previous} ${(lease.endsAtMs - history.world.now).toFixed(0)}ms before its lease ended in the store`,
+        )
+    }
+    if (result.kind === 'replay' && (result.record.scope !== scope || result.record.key !== key))
+      history.violation(`the store answered ${scope}/${key} with the record of ${result.record.scope}/${result.record.key}`)
     if (result.kind === 'acquired') {
       const recorded = new Set((result.steps ?? []).filter((s) => s.result !== null).map((s) => s.name))
       this.history.recordedAtAcquire.set(holderId(scope, key, result.token), recorded)
@@ -232,6 +272,7 @@ class NetworkStore implements IdempotencyStore {
 
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
     const holder = holderId(scope, key, token)
+    this.history.renewing.add(holder)
     const renewed = await this.#call(`renew ${holder}`, async () => {
       const applied = await this.server.fenced('renew', scope, key, token, (t) => this.server.inner.renew(scope, key, t, leaseMs))
       if (applied) this.#leased(holder, leaseMs, this.proc.disturbances)
@@ -268,7 +309,13 @@ class NetworkStore implements IdempotencyStore {
 
   release(scope: string, key: string, token: number): Promise<boolean> {
     return this.#call(`release ${holderId(scope, key, token)}`, () =>
-      this.server.fenced('release', scope, key, token, (t) => this.server.inner.release(scope, key, t)),
+      this.server.fenced('release', scope, key, token, async (t) => {
+        const released = await this.server.inner.release(scope, key, t)
+        // Released, the lease ends now: another holder may take the record at once.
+        const lease = this.history.leases.get(holderId(scope, key, token))
+        if (released && lease) lease.endsAtMs = this.proc.world.now
+        return released
+      }),
     )
   }
 
@@ -347,30 +394,56 @@ class App {
       if (!ctx) return { status: 400, headers: {}, body: new Uint8Array(0) }
       const holder = holderId(ctx.scope, ctx.key, ctx.token)
       history.holderAmounts.set(holder, input.amount)
+      const record = intentId(ctx.scope, ctx.key)
       const run = async <T>(name: string, fn: () => Promise<T> | T): Promise<T> =>
         ctx.step(name, async () => {
           if (history.recordedAtAcquire.get(holder)?.has(name))
             history.violation(`step ${name} of ${holder} ran again after it was recorded`)
           if (history.fencedHolders.has(holder)) history.violation(`${holder} ran step ${name} after the store refused its renewal`)
           world.log(() => `${proc.id} ${holder} runs step ${name}`)
-          return fn()
+          // The work of one intent never runs twice at once: no two holders of the record inside a step
+          // while both their leases last in the store (a zombie's has ended: the fence stops its writes).
+          const running = history.running.get(record) ?? new Map<string, string>()
+          history.running.set(record, running)
+          const own = history.leases.get(holder)
+          for (const [other, step] of running) {
+            const lease = history.leases.get(other)
+            if (
+              other !== holder &&
+              lease !== undefined &&
+              own !== undefined &&
+              storeTime(world.now) < storeTime(Math.min(lease.endsAtMs, own.endsAtMs))
+            )
+              history.violation(
+                `the work of ${record} ran twice at once: ${holder} started ${name} while ${other} ran ${step} in its lease`,
+              )
+          }
+          running.set(holder, name)
+          try {
+            return await fn()
+          } finally {
+            running.delete(holder)
+          }
         })
       await run('reserve', async () => {
-        await network(rng.between(1, 30))
+        // Now and then a slow reservation, alive: longer than a lease, so the holder must renew to keep it.
+        await network(rng.chance(0.05) ? rng.between(LEASE_MS * 0.5, LEASE_MS * 1.5) : rng.between(1, 30))
         return { reserved: input.amount }
       })
       const charge = await run('charge', async () => {
         await network(rng.between(1, 30))
         if (rng.chance(0.03)) throw new NetworkError('bank unavailable') // transient: released, retried
         // The bank is shared by the tenants: its key is the tenant's account and the key derived from the request's.
-        return bank.charge(`${scope}|${deriveKey(ctx.key, 'charge')}`, input.intent)
+        return bank.charge(`${scope}|${deriveKey(ctx.key, 'charge')}`, intentId(scope, ctx.key))
       })
       await run('email', async () => {
         await network(rng.between(1, 20))
         return true
       })
       // Pretty-printed on purpose: a replay that re-encodes the JSON changes these bytes.
-      const body = encoder.encode(JSON.stringify({ intent: input.intent, tenant: scope, charge, by: proc.id, token: ctx.token }, null, 1))
+      const body = encoder.encode(
+        JSON.stringify({ intent: input.intent, amount: input.amount, tenant: scope, charge, by: proc.id, token: ctx.token }, null, 1),
+      )
       return { status: 201, headers: { 'content-type': 'application/json' }, body }
     }
 
@@ -461,8 +534,17 @@ function completeRetryPastTheLease(): () => void {
   }
 }
 
+/** Defect no-renew: the ledger's renewal never fires (src/core/renewal.ts), so a slow holder loses its lease. */
+function noRenewal(): () => void {
+  const fire = Renewal.prototype.fire
+  Renewal.prototype.fire = () => {}
+  return () => {
+    Renewal.prototype.fire = fire
+  }
+}
+
 export async function runScenario(options: ScenarioOptions): Promise<ScenarioResult> {
-  const undo = options.defect === 'late-complete' ? completeRetryPastTheLease() : undefined
+  const undo = options.defect === 'late-complete' ? completeRetryPastTheLease() : options.defect === 'no-renew' ? noRenewal() : undefined
   try {
     return await simulate(options)
   } finally {
@@ -475,12 +557,15 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
   const rng = world.rng
   const history = new History(world)
   const defect = options.defect
+  const ahead: StoreClockAhead = { ms: 0 }
   const serverClock: Clock = {
-    now: () => Math.round(world.now),
+    now: () => Math.round(world.now + ahead.ms),
     timer: (ms, callback) => world.at(ms, null, callback),
     sleep: (ms) => new Promise((resolve) => world.at(ms, null, resolve)),
   }
-  const server = new StoreServer(new MemoryStore({ clock: serverClock }), history, defect)
+  const memory = new MemoryStore({ clock: serverClock })
+  const storeDefect = STORE_DEFECTS.includes(defect as StoreDefect) ? (defect as StoreDefect) : undefined
+  const server = new StoreServer(storeDefect ? defectiveStore(memory, storeDefect, ahead, LEASE_MS) : memory, history, defect)
   const bank = new Bank(history)
   const faults: Faults = {
     dropRequest: rng.between(0, 0.03),
@@ -522,6 +607,7 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       const mode = rng.chance(0.5) ? 'reset' : 'lost'
       world.log(() => `CHAOS ${app.proc.id} cut off from the store (${mode}) for ${forMs.toFixed(0)}ms`)
       app.store.cut = mode
+      history.everCut.add(app.proc)
       world.at(forMs, null, () => {
         world.log(() => `CHAOS ${app.proc.id} reaches the store again`)
         app.store.cut = null
@@ -611,6 +697,9 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     })
     const post = async (key: string, payload: { intent: string; amount: number }): Promise<Response | undefined> => {
       const startedAt = proc.clock.now()
+      const sent = history.sentAmounts.get(intentId(tenant, key)) ?? new Set<number>()
+      sent.add(payload.amount)
+      history.sentAmounts.set(intentId(tenant, key), sent)
       try {
         return await fetch('http://app/charges', {
           method: 'POST',
@@ -631,10 +720,14 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     type Payload = { intent: string; amount: number }
     /** Checks an answer to `payload`; `first` is the payload the key was first sent with, when this is a reuse. */
     const check = async (key: string, payload: Payload, response: Response | undefined, first?: Payload) => {
+      const id = intentId(tenant, key)
+      // A key sent in this tenant with this payload only is never refused as reused with another request,
+      // whoever else (another tenant, another client) chose the same key.
+      if (response?.status === 422 && (history.sentAmounts.get(id)?.size ?? 0) <= 1)
+        history.violation(`${id} refused as a key reused with another request, though it was only ever sent with this one`)
       if (!response || response.status >= 300) return
       const text = await response.text()
-      const id = intentId(tenant, key)
-      let answer: { tenant?: string; intent?: string; token?: number }
+      let answer: { tenant?: string; intent?: string; amount?: number; token?: number }
       try {
         answer = JSON.parse(text) as typeof answer
       } catch {
@@ -650,7 +743,8 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
           history.holderAmounts.get(holderId(`${SCOPE_PREFIX}${tenant}`, key, answer.token ?? 0)) !== payload.amount)
       )
         history.violation(`${id} answered ${response.status} to a reused key with another payload`)
-      if (answer.tenant !== tenant || answer.intent !== payload.intent)
+      // An answer reaches only the caller it belongs to: its tenant, its payload.
+      if (answer.tenant !== tenant || answer.intent !== payload.intent || answer.amount !== payload.amount)
         history.violation(`${id} got another intent's answer: ${text.slice(0, 80)}`)
       const seen = history.successes.get(id) ?? new Set<string>()
       seen.add(text)
@@ -658,9 +752,15 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     }
 
     for (let i = 0; i < intentsPerClient; i++) {
-      const key = nextKey()
-      const payload = { intent: intentId(tenant, key), amount: 100 + rng.int(900) }
-      const roll = rng.next()
+      // Most keys are fresh; some the caller chooses itself (an order number): a few shared by every client
+      // of both tenants, each always sent with the same payload, which names no tenant. Within a tenant they
+      // are one intent (answered once, the same bytes to all); across tenants, two that must stay apart.
+      const chosen = rng.chance(0.2)
+      const key = chosen ? `order-${rng.int(4)}` : nextKey()
+      const payload = chosen
+        ? { intent: key, amount: 500 + Number(key.slice(6)) }
+        : { intent: intentId(tenant, key), amount: 100 + rng.int(900) }
+      const roll = chosen ? rng.between(0, 0.85) : rng.next()
       if (roll < 0.15) {
         // A double submit: the same request twice at once.
         const [a, b] = await Promise.all([post(key, payload), post(key, payload)])
@@ -683,7 +783,10 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
 
   world.at(rng.between(100, 1_000), null, chaos)
   const clients = Array.from({ length: clientCount }, (_, i) => client(i))
-  await world.run(finished, 10 * 60_000)
+  // A run that makes a hundred times the events a seed needs is going nowhere (a retry loop that never
+  // waits, a record that never settles): it stops and says so, rather than spinning until a timeout.
+  await world.run(() => finished() || world.fired > MAX_EVENTS, 10 * 60_000)
+  if (world.fired > MAX_EVENTS) history.violation(`${world.fired} events and the clients are not done: no progress`)
   // Let every paused app wake and every lease run out, then read what the store holds.
   for (const app of apps) app.proc.resume()
   await world.run(() => false, world.now + 4 * LEASE_MS)
@@ -691,6 +794,10 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
 
   if (!finished()) history.violation(`clients still waiting after ${world.now.toFixed(0)}ms of simulated time (a wait that never ends)`)
   const intents = [...keyCounters.values()].reduce((a, b) => a + b, 0)
+  // Progress: faults delay and lose work, but with eight tries in 30 s most intents are answered. A run
+  // where fewer than a quarter are is one where the ledger stopped finishing work.
+  if (history.successes.size < (clientCount * intentsPerClient) / 4)
+    history.violation(`only ${history.successes.size} of ${clientCount * intentsPerClient} requests answered 2xx: no progress`)
   for (const [intent, count] of history.charges) {
     if (count > 1) history.violation(`${intent} charged ${count} times`)
   }
@@ -703,6 +810,9 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       history.violation(`${intent} answered 2xx but charged ${history.charges.get(intent) ?? 0} times`)
     const [tenant, key] = intent.split('/') as [string, string]
     const record = await server.inner.get(`${SCOPE_PREFIX}${tenant}`, key)
+    // A 2xx is sent once its outcome is stored (or loudly unrecorded): the record says completed.
+    if (record?.status !== 'completed' && !history.unrecorded.has(intent))
+      history.violation(`${intent} answered 2xx but its record is ${record?.status ?? 'gone'}`)
     if (
       record?.status === 'completed' &&
       record.response &&
@@ -711,6 +821,11 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     ) {
       history.violation(`${intent}: the stored answer is not the one clients got`)
     }
+  }
+  // Every record belongs to the scope it was written under: a tenant's, never another's or none.
+  const scopes = new Set(tenants.map((t) => `${SCOPE_PREFIX}${t}`))
+  for (const record of await server.inner.list({ limit: 100_000 })) {
+    if (!scopes.has(record.scope)) history.violation(`${record.scope}/${record.key} is in no tenant's scope`)
   }
   for (const record of await server.inner.list({ status: 'in_progress', limit: 100_000 })) {
     if ((record.lockedUntilMs ?? 0) > world.now)

@@ -38,18 +38,26 @@ describe('the deterministic simulator', () => {
   it('checks held records only once every lease has had its time to run out (seed 70048219)', async () => {
     // A soak found this seed "still in progress past its holders": a holder cut off from the store took a
     // record 1.6 s before the last event, and the run stopped there, short of the 8 s it meant to wait.
+    // The workload of issue 57 (chosen keys, slow holders) changed this seed's schedule: it now pins that the
+    // seed passes, no longer the 50 s of simulated time the old schedule reached.
     const result = await runScenario({ seed: 70048219 })
     expect(result.violations).toEqual([])
-    expect(result.simulatedMs).toBeGreaterThan(50_000)
   })
 
   // Each defect with the seed the CI-budget search first found it at (npm run sim -- --defect <name>).
   it.each([
-    ['fence', 12, /fenced-out holder .* changed the record with complete/],
-    ['renew', 298, /ran step \w+ after the store refused its renewal/],
+    ['fence', 19, /fenced-out holder .* changed the record with complete/],
+    ['renew', 603, /ran step \w+ after the store refused its renewal/],
     ['reencode', 1, /answered with 2 different bodies/],
     ['new-key', 1, /reused key with another payload|charged 2 times/],
     ['late-complete', 15, /retried complete \(try \d+\) \d+ms after its lease ended/],
+    // A survivor of npm run mutate:sim (renewal.ts, fire() emptied): slow live holders lost their lease unseen.
+    ['no-renew', 7, /lost its record while alive and working: it never asked to renew its lease/],
+    // The store's own promises (sim/store-defects.ts): each passed every seed of the CI budget before the
+    // simulator audited takeovers, scopes and whose answer a caller gets (issue 57).
+    ['early-takeover', 1, /took over from .* before its lease ended in the store/],
+    ['scope-blind', 1, /refused as a key reused with another request, though it was only ever sent with this one/],
+    ['foreign-replay', 1, /got another intent's answer/],
   ] as const)('catches the defect "%s" (seed %i)', async (defect, seed, violation) => {
     const result = await runScenario({ seed, defect })
     expect(result.violations.join('\n')).toMatch(violation)

@@ -1,0 +1,38 @@
+// The simulator as an oracle (issue 57): `npm run mutate:sim` runs the deterministic simulator, and only
+// it, against each mutant of the memory store and the ledger's core: the same 60 seeds every time
+// (`sim/main.ts --seeds 60`, about 6,000 simulated requests), in one thread. A mutant is killed when a
+// seed breaks an invariant (the sim exits 1) or the run hangs past the timeout. docs/testing.md
+// ("Mutation testing: the simulator as an oracle") records the last score beside the unit suites' on the
+// same mutants (stryker.sim-units.config.mjs). Run from the repository root, as the npm script does.
+/** The files both runs mutate: the memory store (the store the simulator runs) and the ledger's core. */
+export const simMutate = [
+  'src/backends/memory/memory-store.ts',
+  'src/core/ledger.ts',
+  'src/core/store-calls.ts',
+  'src/core/renewal.ts',
+  'src/core/held.ts',
+  'src/core/attempt.ts',
+  'src/core/steps.ts',
+  'src/core/fingerprint.ts',
+]
+
+/** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
+const config = {
+  testRunner: 'command',
+  commandRunner: { command: 'node --import tsx sim/main.ts --seeds 60 --workers 1' },
+  mutate: simMutate,
+  // The command runner runs every mutant with the one command: no coverage to narrow it by.
+  coverageAnalysis: 'off',
+  // ignoreStatic needs perTest coverage; the static mutants, which the unit run ignores, are left out of the comparison.
+  ignoreStatic: false,
+  concurrency: 1,
+  // A hung mutant costs this much (plus 1.5 times the first run); a run stuck in a loop of events stops itself (MAX_EVENTS).
+  timeoutMS: 5_000,
+  reporters: ['clear-text', 'progress-append-only', 'json'],
+  jsonReporter: { fileName: 'reports/mutation/sim/mutation.json' },
+  tempDirName: '.stryker-tmp/sim',
+  ignorePatterns: ['dist', 'bench', '.bench-tmp', 'reports', '.stryker-tmp', '*.db', '*.db-wal', '*.db-shm', '.docs-examples'],
+  thresholds: { high: 90, low: 80, break: null },
+}
+
+export default config
