@@ -88,6 +88,8 @@ const DOCS_TOOLS = [
   'pg-boss',
   'redis',
   'superjson',
+  // docs/guides/testing-your-store.md runs the contract suite under vitest without globals.
+  'vitest',
 ]
 
 interface Packed {
