@@ -15,8 +15,11 @@ export interface TestHarness {
 export interface SuiteOptions {
   /** The test framework's functions. @default the globals (vitest with `globals: true`, jest, mocha), else node:test */
   harness?: Partial<TestHarness>
-  /** When set, the suite is skipped and this reason is printed loudly (e.g. "PostgreSQL is not running"). */
-  skip?: string
+  /**
+   * When set, the suite is skipped and this reason is printed loudly (e.g. "PostgreSQL is not running");
+   * `undefined` runs it, so a condition can be written in place: `skip: url ? undefined : 'no URL'`.
+   */
+  skip?: string | undefined
 }
 
 /** Finds describe/it/beforeAll/afterAll: given ones, then globals, then node:test. */
