@@ -48,8 +48,12 @@ export interface ScenarioResult {
 }
 
 const LEASE_MS = 2_000
-/** About a hundred times the events a seed makes (1,200 to 2,000): past it a run is stuck in a loop. */
-const MAX_EVENTS = 200_000
+/**
+ * Events per intent past which a run is stuck in a loop: a seed makes about 25 per intent (1,212 on average
+ * for 48 intents over seeds 1 to 1,500, at most 1,724), so 250 is about seven times the most seen. A stuck
+ * run (a mutant that retries without waiting) then fails as "no progress" in a tenth of a second.
+ */
+const MAX_EVENTS_PER_INTENT = 250
 const TTL_MS = 3_600_000
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
@@ -783,13 +787,17 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
 
   world.at(rng.between(100, 1_000), null, chaos)
   const clients = Array.from({ length: clientCount }, (_, i) => client(i))
-  // A run that makes a hundred times the events a seed needs is going nowhere (a retry loop that never
+  // A run that makes seven times the events a seed ever needs is going nowhere (a retry loop that never
   // waits, a record that never settles): it stops and says so, rather than spinning until a timeout.
-  await world.run(() => finished() || world.fired > MAX_EVENTS, 10 * 60_000)
-  if (world.fired > MAX_EVENTS) history.violation(`${world.fired} events and the clients are not done: no progress`)
+  const maxEvents = MAX_EVENTS_PER_INTENT * clientCount * intentsPerClient
+  await world.run(() => finished() || world.fired > maxEvents, 10 * 60_000)
+  if (world.fired > maxEvents) history.violation(`${world.fired} events and the clients are not done: no progress`)
   // Let every paused app wake and every lease run out, then read what the store holds.
   for (const app of apps) app.proc.resume()
-  await world.run(() => false, world.now + 4 * LEASE_MS)
+  const firedBefore = world.fired
+  await world.run(() => world.fired - firedBefore > maxEvents, world.now + 4 * LEASE_MS)
+  if (world.fired - firedBefore > maxEvents)
+    history.violation(`${world.fired - firedBefore} events after the clients finished: no progress`)
   void clients
 
   if (!finished()) history.violation(`clients still waiting after ${world.now.toFixed(0)}ms of simulated time (a wait that never ends)`)
