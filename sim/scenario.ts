@@ -14,6 +14,7 @@ import type { Clock } from '../src/core/clock.js'
 import { deriveKey } from '../src/core/derive-key.js'
 import { Ledger } from '../src/core/ledger.js'
 import { Renewal } from '../src/core/renewal.js'
+import { StepLog } from '../src/core/steps.js'
 import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
 import { StoreCalls } from '../src/core/store-calls.js'
 import { createEngine } from '../src/http/engine.js'
@@ -22,7 +23,17 @@ import { defectiveStore, type SimStore, STORE_DEFECTS, type StoreClockAhead, typ
 import { Proc, type Rng, type Settle, World } from './world.js'
 
 /** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */
-export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key', 'late-complete', 'no-renew', ...STORE_DEFECTS] as const
+export const DEFECTS = [
+  'fence',
+  'renew',
+  'reencode',
+  'new-key',
+  'late-complete',
+  'no-renew',
+  'renew-errors',
+  'fresh-capture',
+  ...STORE_DEFECTS,
+] as const
 export type Defect = (typeof DEFECTS)[number]
 
 export interface ScenarioOptions {
@@ -48,6 +59,8 @@ export interface ScenarioResult {
 }
 
 const LEASE_MS = 2_000
+/** The ledger's store timeout in every app (a call unanswered this long fails). */
+const STORE_TIMEOUT_MS = 400
 /**
  * Events per intent past which a run is stuck in a loop: a seed makes about 25 per intent (1,212 on average
  * for 48 intents over seeds 1 to 1,500, at most 1,724), so 250 is about seven times the most seen. A stuck
@@ -209,9 +222,10 @@ class NetworkStore implements IdempotencyStore {
   readonly serverClock = true
   /**
    * While set, this process is cut off from the store server (a partition or an outage as it sees it):
-   * every call fails fast (`reset`, a refused connection) or is never answered (`lost`, a timeout).
+   * every call fails fast (`reset`, a refused connection) or is never answered (`lost`, a timeout); or
+   * only its renewals fail (`renewals`: the store refuses them for a while, every other call passes).
    */
-  cut: 'reset' | 'lost' | null = null
+  cut: 'reset' | 'lost' | 'renewals' | null = null
 
   constructor(
     readonly proc: Proc,
@@ -230,7 +244,7 @@ class NetworkStore implements IdempotencyStore {
         world.log(() => `${this.proc.id} store ${label}: lost (cut off from the store)`)
         return
       }
-      if (this.cut === 'reset' || rng.chance(this.faults.transient)) {
+      if (this.cut === 'reset' || (this.cut === 'renewals' && label.startsWith('renew ')) || rng.chance(this.faults.transient)) {
         world.log(() => `${this.proc.id} store ${label}: connection reset`)
         world.at(rng.between(min, max), this.proc, () => reject(new NetworkError(`${label}: connection reset`)))
         return
@@ -277,11 +291,13 @@ class NetworkStore implements IdempotencyStore {
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
     const holder = holderId(scope, key, token)
     this.history.renewing.add(holder)
-    const renewed = await this.#call(`renew ${holder}`, async () => {
+    const call = this.#call(`renew ${holder}`, async () => {
       const applied = await this.server.fenced('renew', scope, key, token, (t) => this.server.inner.renew(scope, key, t, leaseMs))
       if (applied) this.#leased(holder, leaseMs, this.proc.disturbances)
       return applied
     })
+    // Defect renew-errors: a renewal that failed (an error) is taken for a success, so failures never add up to a lost lease.
+    const renewed = this.defect === 'renew-errors' ? await call.catch(() => true) : await call
     if (!renewed) this.history.fencedHolders.add(holderId(scope, key, token))
     // Defect: the ledger is told a refused renewal succeeded, so the holder keeps working.
     return this.defect === 'renew' ? true : renewed
@@ -383,7 +399,7 @@ class App {
       lease: LEASE_MS,
       wait: 1_000,
       ttl: TTL_MS,
-      storeTimeout: 400,
+      storeTimeout: STORE_TIMEOUT_MS,
       onEvent: (event) => {
         if (event.type === 'unrecorded') history.unrecorded.add(intentId(event.scope.replace(/^fn:/, ''), event.key))
       },
@@ -399,8 +415,27 @@ class App {
       const holder = holderId(ctx.scope, ctx.key, ctx.token)
       history.holderAmounts.set(holder, input.amount)
       const record = intentId(ctx.scope, ctx.key)
+      // A holder whose lease ended in the store a while ago (renewals every third of a lease, each failing
+      // within two store timeouts) while its process ran undisturbed has seen its renewals fail for a whole
+      // lease: its signal is aborted before it starts or goes on from a step (src/core/renewal.ts).
+      const signal = ctx.signal
+      const lostSignal = (when: string) => {
+        const lease = history.leases.get(holder)
+        if (
+          lease !== undefined &&
+          storeTime(world.now) > storeTime(lease.endsAtMs) + LEASE_MS / 3 + 2 * STORE_TIMEOUT_MS + 100 &&
+          proc.state === 'up' &&
+          proc.disturbances === lease.disturbances &&
+          !signal.aborted
+        )
+          history.violation(
+            `${holder} ${when}, ${(world.now - lease.endsAtMs).toFixed(0)}ms after its lease ended in the store, and its signal is not aborted`,
+          )
+      }
       const run = async <T>(name: string, fn: () => Promise<T> | T): Promise<T> =>
-        ctx.step(name, async () => {
+        ctx.step(name, async (step) => {
+          lostSignal(`started step ${name}`)
+          if (step.signal !== signal) history.violation(`step ${name} of ${holder} sees another signal than its attempt's`)
           if (history.recordedAtAcquire.get(holder)?.has(name))
             history.violation(`step ${name} of ${holder} ran again after it was recorded`)
           if (history.fencedHolders.has(holder)) history.violation(`${holder} ran step ${name} after the store refused its renewal`)
@@ -427,18 +462,32 @@ class App {
             return await fn()
           } finally {
             running.delete(holder)
+            lostSignal(`ran step ${name} to its end`)
           }
         })
       await run('reserve', async () => {
         // Now and then a slow reservation, alive: longer than a lease, so the holder must renew to keep it.
-        await network(rng.chance(0.05) ? rng.between(LEASE_MS * 0.5, LEASE_MS * 1.5) : rng.between(1, 30))
+        await network(rng.chance(0.05) ? rng.between(LEASE_MS * 0.5, LEASE_MS * 2.5) : rng.between(1, 30))
         return { reserved: input.amount }
       })
+      // One intent in three captures values (durable: every attempt gets the first attempt's) and charges with
+      // them: the answer carries both what this attempt captured and what the charge step recorded, which
+      // must be the same (checked by the client). uuid() and random() are not seeded: they are only compared.
+      const captured =
+        input.amount % 3 === 0
+          ? {
+              at: await ctx.now(),
+              ref: await ctx.uuid(),
+              luck: await ctx.random(),
+              mark: await ctx.capture('mark', () => `${holder}@${world.now}`),
+            }
+          : undefined
       const charge = await run('charge', async () => {
         await network(rng.between(1, 30))
         if (rng.chance(0.03)) throw new NetworkError('bank unavailable') // transient: released, retried
         // The bank is shared by the tenants: its key is the tenant's account and the key derived from the request's.
-        return bank.charge(`${scope}|${deriveKey(ctx.key, 'charge')}`, intentId(scope, ctx.key))
+        const id = bank.charge(`${scope}|${deriveKey(ctx.key, 'charge')}`, intentId(scope, ctx.key))
+        return captured ? { id, captured } : id
       })
       await run('email', async () => {
         await network(rng.between(1, 20))
@@ -446,7 +495,11 @@ class App {
       })
       // Pretty-printed on purpose: a replay that re-encodes the JSON changes these bytes.
       const body = encoder.encode(
-        JSON.stringify({ intent: input.intent, amount: input.amount, tenant: scope, charge, by: proc.id, token: ctx.token }, null, 1),
+        JSON.stringify(
+          { intent: input.intent, amount: input.amount, tenant: scope, charge, captured, by: proc.id, token: ctx.token },
+          null,
+          1,
+        ),
       )
       return { status: 201, headers: { 'content-type': 'application/json' }, body }
     }
@@ -538,6 +591,22 @@ function completeRetryPastTheLease(): () => void {
   }
 }
 
+/**
+ * Defect fresh-capture: the real step log's now(), uuid(), random() and capture() (src/core/steps.ts) compute
+ * anew on every attempt instead of returning the first attempt's values. Undone by the function returned.
+ */
+function freshCaptures(): () => void {
+  const proto = StepLog.prototype
+  const { now, uuid, random, capture } = proto
+  // A fresh value on every call, deterministic (a counter): no attempt ever sees another's.
+  let fresh = 0
+  proto.now = async () => ++fresh
+  proto.uuid = async () => `fresh-${++fresh}`
+  proto.random = async () => ++fresh / 1e9
+  proto.capture = async (_name, fn) => fn()
+  return () => Object.assign(proto, { now, uuid, random, capture })
+}
+
 /** Defect no-renew: the ledger's renewal never fires (src/core/renewal.ts), so a slow holder loses its lease. */
 function noRenewal(): () => void {
   const fire = Renewal.prototype.fire
@@ -548,7 +617,14 @@ function noRenewal(): () => void {
 }
 
 export async function runScenario(options: ScenarioOptions): Promise<ScenarioResult> {
-  const undo = options.defect === 'late-complete' ? completeRetryPastTheLease() : options.defect === 'no-renew' ? noRenewal() : undefined
+  const undo =
+    options.defect === 'late-complete'
+      ? completeRetryPastTheLease()
+      : options.defect === 'no-renew'
+        ? noRenewal()
+        : options.defect === 'fresh-capture'
+          ? freshCaptures()
+          : undefined
   try {
     return await simulate(options)
   } finally {
@@ -608,7 +684,8 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     } else if (app.store.cut === null) {
       // Cut off from the store for up to two leases: a holder's outcome waits out the outage or is given up before its lease ends.
       const forMs = rng.between(LEASE_MS * 0.25, LEASE_MS * 2)
-      const mode = rng.chance(0.5) ? 'reset' : 'lost'
+      // Or only its renewals refused, for a while: a holder whose renewals fail for a whole lease must see its signal aborted.
+      const mode = rng.pick(['reset', 'lost', 'renewals'] as const)
       world.log(() => `CHAOS ${app.proc.id} cut off from the store (${mode}) for ${forMs.toFixed(0)}ms`)
       app.store.cut = mode
       history.everCut.add(app.proc)
@@ -731,7 +808,7 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
         history.violation(`${id} refused as a key reused with another request, though it was only ever sent with this one`)
       if (!response || response.status >= 300) return
       const text = await response.text()
-      let answer: { tenant?: string; intent?: string; amount?: number; token?: number }
+      let answer: { tenant?: string; intent?: string; amount?: number; token?: number; charge?: { captured?: unknown }; captured?: unknown }
       try {
         answer = JSON.parse(text) as typeof answer
       } catch {
@@ -750,6 +827,12 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       // An answer reaches only the caller it belongs to: its tenant, its payload.
       if (answer.tenant !== tenant || answer.intent !== payload.intent || answer.amount !== payload.amount)
         history.violation(`${id} got another intent's answer: ${text.slice(0, 80)}`)
+      // Captured values are the first attempt's on every attempt: those the answer's holder captured are the ones
+      // its charge was made with, even when another holder made the charge (a takeover replays both).
+      if (answer.captured !== undefined && JSON.stringify(answer.captured) !== JSON.stringify(answer.charge?.captured))
+        history.violation(
+          `${id}: captured values ${JSON.stringify(answer.captured)} are not those the charge recorded, ${JSON.stringify(answer.charge?.captured)}`,
+        )
       const seen = history.successes.get(id) ?? new Set<string>()
       seen.add(text)
       history.successes.set(id, seen)
