@@ -19,7 +19,7 @@ export const simMutate = [
 /** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
 const config = {
   testRunner: 'command',
-  commandRunner: { command: 'node --import tsx sim/main.ts --seeds 60 --workers 1 --bail' },
+  commandRunner: { command: 'node --import tsx sim/main.ts --seeds 250 --workers 1 --bail' },
   mutate: simMutate,
   // The command runner runs every mutant with the one command: no coverage to narrow it by.
   coverageAnalysis: 'off',

@@ -419,6 +419,7 @@ class App {
       // within two store timeouts) while its process ran undisturbed has seen its renewals fail for a whole
       // lease: its signal is aborted before it starts or goes on from a step (src/core/renewal.ts).
       const signal = ctx.signal
+      if (!(signal instanceof AbortSignal)) history.violation(`${holder} was handed no abort signal`)
       const lostSignal = (when: string) => {
         const lease = history.leases.get(holder)
         if (
@@ -482,6 +483,16 @@ class App {
               mark: await ctx.capture('mark', () => `${holder}@${world.now}`),
             }
           : undefined
+      if (
+        captured &&
+        (typeof captured.at !== 'number' ||
+          !/^[0-9a-f-]{36}$/.test(String(captured.ref)) ||
+          !(typeof captured.luck === 'number' && captured.luck >= 0 && captured.luck < 1) ||
+          !String(captured.mark).startsWith(`${record}#`))
+      )
+        history.violation(
+          `${holder} captured values that are not a time, a uuid, a random number and its mark: ${JSON.stringify(captured)}`,
+        )
       const charge = await run('charge', async () => {
         await network(rng.between(1, 30))
         if (rng.chance(0.03)) throw new NetworkError('bank unavailable') // transient: released, retried
@@ -601,7 +612,7 @@ function freshCaptures(): () => void {
   // A fresh value on every call, deterministic (a counter): no attempt ever sees another's.
   let fresh = 0
   proto.now = async () => ++fresh
-  proto.uuid = async () => `fresh-${++fresh}`
+  proto.uuid = async () => `00000000-0000-4000-8000-${String(++fresh).padStart(12, '0')}`
   proto.random = async () => ++fresh / 1e9
   proto.capture = async (_name, fn) => fn()
   return () => Object.assign(proto, { now, uuid, random, capture })
