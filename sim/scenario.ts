@@ -61,6 +61,8 @@ export interface ScenarioResult {
 const LEASE_MS = 2_000
 /** The ledger's store timeout in every app (a call unanswered this long fails). */
 const STORE_TIMEOUT_MS = 400
+/** The run deadline of a request served with one (a Lambda invocation's), from its arrival. */
+const RUN_DEADLINE_MS = 1.5 * LEASE_MS
 /**
  * Events per intent past which a run is stuck in a loop: a seed makes about 25 per intent (1,212 on average
  * for 48 intents over seeds 1 to 1,500, at most 1,724), so 250 is about seven times the most seen. A stuck
@@ -127,6 +129,8 @@ class History {
   readonly everCut = new Set<Proc>()
   /** The payloads (amounts) sent with each tenant/key so far: a key sent with one payload only is never a reuse. */
   readonly sentAmounts = new Map<string, Set<number>>()
+  /** The run deadline of each holder that has one, on its process's clock: no renewal past it. */
+  readonly deadlines = new Map<string, number>()
   requests = 0
   constructor(readonly world: World) {}
 
@@ -291,6 +295,10 @@ class NetworkStore implements IdempotencyStore {
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
     const holder = holderId(scope, key, token)
     this.history.renewing.add(holder)
+    // Past the run's deadline no renewal is made (src/core/renewal.ts): the lease ends there.
+    const deadlineMs = this.history.deadlines.get(holder)
+    if (deadlineMs !== undefined && this.proc.clock.now() >= deadlineMs)
+      this.history.violation(`${holder} renewed its lease ${(this.proc.clock.now() - deadlineMs).toFixed(0)}ms past its run deadline`)
     const call = this.#call(`renew ${holder}`, async () => {
       const applied = await this.server.fenced('renew', scope, key, token, (t) => this.server.inner.renew(scope, key, t, leaseMs))
       if (applied) this.#leased(holder, leaseMs, this.proc.disturbances)
@@ -404,7 +412,19 @@ class App {
         if (event.type === 'unrecorded') history.unrecorded.add(intentId(event.scope.replace(/^fn:/, ''), event.key))
       },
     })
-    const engine = createEngine({ ledger, scope: (req) => String(req.headers['x-tenant']) })
+    // The run deadline of each request that has one, by request: the handler notes it under its holder.
+    const deadlines = new WeakMap<HttpRequestLike, number>()
+    const engine = createEngine(
+      { ledger, scope: (req) => String(req.headers['x-tenant']) },
+      {
+        runOptionsOf: (req) => {
+          if (req.headers['x-deadline'] === undefined) return {}
+          const deadlineMs = proc.clock.now() + RUN_DEADLINE_MS
+          deadlines.set(req, deadlineMs)
+          return { deadlineMs }
+        },
+      },
+    )
     const network = (ms: number) => new Promise<void>((resolve) => world.at(ms, proc, resolve))
 
     /** The payments handler: reserve, charge at the bank (keyed by a derived key), email; each a durable step. */
@@ -414,6 +434,8 @@ class App {
       if (!ctx) return { status: 400, headers: {}, body: new Uint8Array(0) }
       const holder = holderId(ctx.scope, ctx.key, ctx.token)
       history.holderAmounts.set(holder, input.amount)
+      const deadlineMs = deadlines.get(req)
+      if (deadlineMs !== undefined) history.deadlines.set(holder, deadlineMs)
       const record = intentId(ctx.scope, ctx.key)
       // A holder whose lease ended in the store a while ago (renewals every third of a lease, each failing
       // within two store timeouts) while its process ran undisturbed has seen its renewals fail for a whole
@@ -795,7 +817,8 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       try {
         return await fetch('http://app/charges', {
           method: 'POST',
-          headers: { 'content-type': 'application/json', 'x-tenant': tenant },
+          // One intent in five is served like a Lambda invocation: with a run deadline (the app's clock, 1.5 leases on).
+          headers: { 'content-type': 'application/json', 'x-tenant': tenant, ...(payload.amount % 5 === 1 ? { 'x-deadline': '1' } : {}) },
           body: JSON.stringify(payload),
           idempotencyKey: key,
         })
