@@ -122,13 +122,16 @@ export class StoreServer {
       // A live holder keeps its record: one still inside a step, its process up, never paused, its clock never
       // jumped and never cut off from the store, has asked to renew before its lease could end.
       const working = history.running.get(intentId(scope, key))?.has(previous) ?? false
+      const deadlineMs = history.deadlines.get(previous)
       if (
         lease !== undefined &&
         working &&
         !history.renewing.has(previous) &&
         lease.proc.state === 'up' &&
         lease.proc.disturbances === lease.disturbances &&
-        !history.everCut.has(lease.proc)
+        !history.everCut.has(lease.proc) &&
+        // A holder past its run deadline renews no more: its lease ends there (it may have started past it).
+        !(deadlineMs !== undefined && lease.proc.clock.now() >= deadlineMs)
       )
         history.violation(`${previous} lost its record while alive and working: it never asked to renew its lease`)
       if (lease !== undefined && storeTime(history.world.now) < storeTime(lease.endsAtMs))
