@@ -9,6 +9,7 @@
  *   npm run sim -- --workers 1           one thread (default: one worker thread per core, at most 2)
  *   npm run sim -- --seeds 60            exactly the seeds first..first+59, whatever requests they make
  *                                        (npm run mutate:sim: the same seeds for every mutant)
+ *   npm run sim -- --seeds 60 --bail     stops at the first failing seed, unshrunk (mutate:sim's verdict)
  *
  * With workers, worker i of n runs the seeds first+i, first+i+n, … until its share of the budget: the
  * seeds run depend on n only, not on timing. The requests per CPU-second printed count the CPU time of
@@ -38,6 +39,7 @@ const { values } = parseArgs({
     json: { type: 'boolean', default: false },
     workers: { type: 'string' },
     seeds: { type: 'string' },
+    bail: { type: 'boolean', default: false },
   },
 })
 
@@ -116,7 +118,8 @@ interface Tally {
   failures: Failure[]
 }
 
-const ENOUGH_FAILURES = 3
+/** --bail (npm run mutate:sim): the first failing seed is enough, and it is not shrunk (a mutant's verdict, fast). */
+const ENOUGH_FAILURES = values.bail ? 1 : 3
 
 /** Runs seeds firstSeed, firstSeed+stride, … until the share's budget (or deadline) is spent. */
 async function runShare(share: Share): Promise<Tally> {
@@ -187,7 +190,7 @@ async function main(): Promise<never> {
   }
   Error.stackTraceLimit = 10
   for (const failure of failures) {
-    const shrunk = await shrink(failure.options)
+    const shrunk = values.bail ? failure.options : await shrink(failure.options)
     console.log(`\nFAILED seed ${failure.options.seed}${defect ? ` (defect ${defect})` : ''}:`)
     for (const v of failure.violations.slice(0, 5)) console.log(`  ${v}`)
     console.log(`  replay: ${replayCommand(shrunk)}`)

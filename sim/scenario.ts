@@ -11,18 +11,36 @@
 import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { createIdempotentFetch } from '../src/client/idempotent-fetch.js'
 import type { Clock } from '../src/core/clock.js'
-import { deriveKey } from '../src/core/derive-key.js'
-import { Ledger } from '../src/core/ledger.js'
-import { Renewal } from '../src/core/renewal.js'
-import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
-import { StoreCalls } from '../src/core/store-calls.js'
-import { createEngine } from '../src/http/engine.js'
-import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
-import { defectiveStore, type SimStore, STORE_DEFECTS, type StoreClockAhead, type StoreDefect } from './store-defects.js'
+import type { HttpRequestLike } from '../src/http/types.js'
+import { App, completeRetryPastTheLease, freshCaptures, headerRecord, noRenewal, SimResponse } from './app.js'
+import { defectiveStore, STORE_DEFECTS, type StoreClockAhead, type StoreDefect } from './store-defects.js'
+import {
+  Bank,
+  decoder,
+  type Faults,
+  History,
+  holderId,
+  intentId,
+  LEASE_MS,
+  MAX_EVENTS_PER_INTENT,
+  SCOPE_PREFIX,
+  StoreServer,
+  storeIntent,
+} from './store-side.js'
 import { Proc, type Rng, type Settle, World } from './world.js'
 
 /** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */
-export const DEFECTS = ['fence', 'renew', 'reencode', 'new-key', 'late-complete', 'no-renew', ...STORE_DEFECTS] as const
+export const DEFECTS = [
+  'fence',
+  'renew',
+  'reencode',
+  'new-key',
+  'late-complete',
+  'no-renew',
+  'renew-errors',
+  'fresh-capture',
+  ...STORE_DEFECTS,
+] as const
 export type Defect = (typeof DEFECTS)[number]
 
 export interface ScenarioOptions {
@@ -47,504 +65,15 @@ export interface ScenarioResult {
   trace: string[]
 }
 
-const LEASE_MS = 2_000
-/** About a hundred times the events a seed makes (1,200 to 2,000): past it a run is stuck in a loop. */
-const MAX_EVENTS = 200_000
-const TTL_MS = 3_600_000
-const encoder = new TextEncoder()
-const decoder = new TextDecoder()
-
-/** A store error the ledger treats as the store being unavailable (a reset connection). */
-class NetworkError extends Error {
-  constructor(what: string) {
-    super(`sim network: ${what}`)
-    this.name = 'NetworkError'
-  }
-}
-
-interface Faults {
-  /** Probability that a request never arrives. */
-  dropRequest: number
-  /** Probability that the reply is lost after the server applied the request. */
-  dropReply: number
-  /** Probability of an immediate transient failure (connection reset). */
-  transient: number
-  /** One-way latency range, ms; a wide range reorders requests. */
-  latency: [number, number]
-}
-
-/** What happened, as the checks need it. */
-class History {
-  readonly violations: string[] = []
-  /** Bank charges applied, by intent. */
-  readonly charges = new Map<string, number>()
-  /** Bodies of the 2xx answers clients received, by intent. */
-  readonly successes = new Map<string, Set<string>>()
-  /** Step names recorded in the store when each holder (intent#token) acquired. */
-  readonly recordedAtAcquire = new Map<string, Set<string>>()
-  /** Holders whose renewal the store refused, as their own process learnt it. */
-  readonly fencedHolders = new Set<string>()
-  /**
-   * Intents with an `unrecorded` outcome: the work ran, its outcome could not be stored within the
-   * lease (the store unreachable, or the holder's clock jumped), and the handler's answer was sent
-   * anyway, loudly (docs/ledger.md, "Store outages"). A later attempt may answer otherwise.
-   */
-  readonly unrecorded = new Set<string>()
-  /** Each holder's lease as the store server granted it (true time), and its process as it was then. */
-  readonly leases = new Map<string, { endsAtMs: number; proc: Proc; disturbances: number }>()
-  /** The amount of the request each holder ran (its payload, as the handler read it). */
-  readonly holderAmounts = new Map<string, number>()
-  /**
-   * What each payload of a record left that the store knows of, as `scope/key|amount`: a recorded step
-   * or an outcome. A key reused with another payload may run while the first left nothing (docs/ledger.md:
-   * an attempt that stored nothing protects nothing), and must be refused once it left something.
-   */
-  readonly traces = new Set<string>()
-  /** How many times each holder has sent `complete` so far. */
-  readonly completeTries = new Map<string, number>()
-  /** Steps running now, by record (scope/key): the holder running each, so two at once are seen. */
-  readonly running = new Map<string, Map<string, string>>()
-  /** Holders that have sent at least one renewal. */
-  readonly renewing = new Set<string>()
-  /** Processes that were ever cut off from the store: their holders may lose a lease while alive. */
-  readonly everCut = new Set<Proc>()
-  /** The payloads (amounts) sent with each tenant/key so far: a key sent with one payload only is never a reuse. */
-  readonly sentAmounts = new Map<string, Set<number>>()
-  requests = 0
-  constructor(readonly world: World) {}
-
-  violation(text: string): void {
-    this.world.log(() => `VIOLATION ${text}`)
-    if (this.violations.length < 20) this.violations.push(`t=${this.world.now.toFixed(1)}ms ${text}`)
-  }
-}
-
-const intentId = (scope: string, key: string) => `${scope}/${key}`
-/** The engine stores a tenant's keys under this scope prefix (its `scope` function's value: src/http/scope.ts). */
-const SCOPE_PREFIX = 'fn:'
-/** A client's intent (tenant/key) as the store names its record (scope/key). */
-const storeIntent = (id: string) => `${SCOPE_PREFIX}${id}`
-const holderId = (scope: string, key: string, token: number) => `${scope}/${key}#${token}`
-/** True time as the store server's clock reads it (whole ms): leases end on its ticks. */
-const storeTime = (ms: number) => Math.round(ms)
-
-/**
- * The store server: the real MemoryStore on true time, audited. Every write by a holder whose token
- * is not the record's current one must change nothing; the steps a holder acquires with are noted.
- */
-class StoreServer {
-  constructor(
-    readonly inner: SimStore,
-    readonly history: History,
-    readonly defect: Defect | undefined,
-  ) {}
-
-  async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
-    const before = await this.inner.get(scope, key)
-    const result = await this.inner.acquire(scope, key, fingerprint, leaseMs)
-    const { history } = this
-    if (result.kind === 'acquired' && before?.status === 'in_progress') {
-      // A takeover: allowed only once the previous holder's lease, as the store granted (or renewed, or
-      // released) it, has ended in the store's own time.
-      const previous = holderId(scope, key, before.token)
-      const lease = history.leases.get(previous)
-      // A live holder keeps its record: one still inside a step, its process up, never paused, its clock never
-      // jumped and never cut off from the store, has asked to renew before its lease could end.
-      const working = history.running.get(intentId(scope, key))?.has(previous) ?? false
-      if (
-        lease !== undefined &&
-        working &&
-        !history.renewing.has(previous) &&
-        lease.proc.state === 'up' &&
-        lease.proc.disturbances === lease.disturbances &&
-        !history.everCut.has(lease.proc)
-      )
-        history.violation(`${previous} lost its record while alive and working: it never asked to renew its lease`)
-      if (lease !== undefined && storeTime(history.world.now) < storeTime(lease.endsAtMs))
-        history.violation(
-          `${holderId(scope, key, result.token)} took over from ${previous} ${(lease.endsAtMs - history.world.now).toFixed(0)}ms before its lease ended in the store`,
-        )
-    }
-    if (result.kind === 'replay' && (result.record.scope !== scope || result.record.key !== key))
-      history.violation(`the store answered ${scope}/${key} with the record of ${result.record.scope}/${result.record.key}`)
-    if (result.kind === 'acquired') {
-      const recorded = new Set((result.steps ?? []).filter((s) => s.result !== null).map((s) => s.name))
-      this.history.recordedAtAcquire.set(holderId(scope, key, result.token), recorded)
-    }
-    if (result.kind === 'replay' && this.defect === 'reencode' && result.record.response) {
-      // Defect: the replay re-encodes the stored body instead of returning its bytes.
-      const body = encoder.encode(JSON.stringify(JSON.parse(decoder.decode(result.record.response.body))))
-      return { kind: 'replay', record: { ...result.record, response: { ...result.record.response, body } } }
-    }
-    return result
-  }
-
-  async fenced<R>(operation: string, scope: string, key: string, token: number, write: (token: number) => Promise<R>): Promise<R> {
-    const before = await this.inner.get(scope, key)
-    const current = before !== null && before.status === 'in_progress' && before.token === token
-    // Defect: complete without its fence (the store takes the write whatever the token).
-    const effective = this.defect === 'fence' && operation === 'complete' && before?.status === 'in_progress' ? before.token : token
-    const result = await write(effective)
-    if (result === true && (operation === 'complete' || operation === 'recordStep')) {
-      const amount = this.history.holderAmounts.get(holderId(scope, key, token))
-      if (amount !== undefined) this.history.traces.add(`${intentId(scope, key)}|${amount}`)
-    }
-    if (result === true && !current) {
-      this.history.violation(
-        `fenced-out holder ${holderId(scope, key, token)} changed the record with ${operation} (current: ${before?.status} #${before?.token})`,
-      )
-    }
-    return result
-  }
-}
-
-/** An app process's connection to the store server, through the simulated network. */
-class NetworkStore implements IdempotencyStore {
-  readonly name = 'sim'
-  // A remote store: the ledger times each call (on the process's clock) and trusts the server's time.
-  readonly serverClock = true
-  /**
-   * While set, this process is cut off from the store server (a partition or an outage as it sees it):
-   * every call fails fast (`reset`, a refused connection) or is never answered (`lost`, a timeout).
-   */
-  cut: 'reset' | 'lost' | null = null
-
-  constructor(
-    readonly proc: Proc,
-    readonly server: StoreServer,
-    readonly faults: Faults,
-    readonly history: History,
-    readonly defect: Defect | undefined,
-  ) {}
-
-  #call<R>(label: string, apply: () => Promise<R>): Promise<R> {
-    const { world } = this.proc
-    const rng = world.rng
-    return new Promise<R>((resolve, reject) => {
-      const [min, max] = this.faults.latency
-      if (this.cut === 'lost') {
-        world.log(() => `${this.proc.id} store ${label}: lost (cut off from the store)`)
-        return
-      }
-      if (this.cut === 'reset' || rng.chance(this.faults.transient)) {
-        world.log(() => `${this.proc.id} store ${label}: connection reset`)
-        world.at(rng.between(min, max), this.proc, () => reject(new NetworkError(`${label}: connection reset`)))
-        return
-      }
-      if (rng.chance(this.faults.dropRequest)) {
-        world.log(() => `${this.proc.id} store ${label}: request lost`)
-        return
-      }
-      world.at(rng.between(min, max), null, () => {
-        apply().then(
-          (value) => {
-            if (rng.chance(this.faults.dropReply)) {
-              world.log(() => `${this.proc.id} store ${label}: applied, reply lost`)
-              return
-            }
-            world.log(() => `${this.proc.id} store ${label} -> ${JSON.stringify(value)?.slice(0, 80)}`)
-            world.at(rng.between(min, max), this.proc, () => resolve(value))
-          },
-          (error: unknown) => world.at(rng.between(min, max), this.proc, () => reject(error)),
-        )
-      })
-    })
-  }
-
-  /** Notes, at the store, when the lease of `holder` ends: granted now for `leaseMs`. */
-  #leased(holder: string, leaseMs: number, disturbances: number): void {
-    const { proc } = this
-    const endsAtMs = proc.world.now + leaseMs
-    const lease = this.history.leases.get(holder)
-    if (lease) lease.endsAtMs = endsAtMs
-    else this.history.leases.set(holder, { endsAtMs, proc, disturbances })
-  }
-
-  acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
-    // The holder's view of its lease starts when it asks: a pause from then on makes it a zombie.
-    const disturbances = this.proc.disturbances
-    return this.#call(`acquire ${scope}/${key}`, async () => {
-      const result = await this.server.acquire(scope, key, fingerprint, leaseMs)
-      if (result.kind === 'acquired') this.#leased(holderId(scope, key, result.token), leaseMs, disturbances)
-      return result
-    })
-  }
-
-  async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
-    const holder = holderId(scope, key, token)
-    this.history.renewing.add(holder)
-    const renewed = await this.#call(`renew ${holder}`, async () => {
-      const applied = await this.server.fenced('renew', scope, key, token, (t) => this.server.inner.renew(scope, key, t, leaseMs))
-      if (applied) this.#leased(holder, leaseMs, this.proc.disturbances)
-      return applied
-    })
-    if (!renewed) this.history.fencedHolders.add(holderId(scope, key, token))
-    // Defect: the ledger is told a refused renewal succeeded, so the holder keeps working.
-    return this.defect === 'renew' ? true : renewed
-  }
-
-  complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
-    const holder = holderId(scope, key, token)
-    const tries = (this.history.completeTries.get(holder) ?? 0) + 1
-    this.history.completeTries.set(holder, tries)
-    return this.#call(`complete ${holder}`, () => {
-      if (tries > 1) this.#checkRetryInLease(holder, tries)
-      return this.server.fenced('complete', scope, key, token, (t) => this.server.inner.complete(scope, key, t, outcome, ttlMs))
-    })
-  }
-
-  /**
-   * The ledger retries `complete` only while its lease protects the record, so that every retry
-   * reaches the store before the lease ends (docs/ledger.md, "Store outages"): past it, another
-   * holder may run the intent again while this one still means to store its outcome. A holder whose
-   * process paused or whose clock jumped meanwhile is exempt: it is a zombie and the fence stops it.
-   * The first try is always made, so only retries are held to it.
-   */
-  #checkRetryInLease(holder: string, tries: number): void {
-    const lease = this.history.leases.get(holder)
-    const nowMs = this.proc.world.now
-    if (lease === undefined || nowMs <= lease.endsAtMs || lease.proc.disturbances !== lease.disturbances) return
-    this.history.violation(`${holder} retried complete (try ${tries}) ${(nowMs - lease.endsAtMs).toFixed(0)}ms after its lease ended`)
-  }
-
-  release(scope: string, key: string, token: number): Promise<boolean> {
-    return this.#call(`release ${holderId(scope, key, token)}`, () =>
-      this.server.fenced('release', scope, key, token, async (t) => {
-        const released = await this.server.inner.release(scope, key, t)
-        // Released, the lease ends now: another holder may take the record at once.
-        const lease = this.history.leases.get(holderId(scope, key, token))
-        if (released && lease) lease.endsAtMs = this.proc.world.now
-        return released
-      }),
-    )
-  }
-
-  recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
-    return this.#call(`recordStep ${holderId(scope, key, token)} ${name}`, () =>
-      this.server.fenced('recordStep', scope, key, token, (t) => this.server.inner.recordStep(scope, key, t, name, result)),
-    )
-  }
-
-  get(scope: string, key: string): Promise<StoredRecord | null> {
-    return this.#call(`get ${scope}/${key}`, () => this.server.inner.get(scope, key))
-  }
-
-  list(filter?: ListFilter): Promise<StoredRecord[]> {
-    return this.#call('list', () => this.server.inner.list(filter))
-  }
-
-  purgeExpired(limit: number): Promise<number> {
-    return this.#call('purge', () => this.server.inner.purgeExpired(limit))
-  }
-
-  evict(scope: string, key: string): Promise<boolean> {
-    return this.#call(`evict ${scope}/${key}`, () => this.server.inner.evict(scope, key))
-  }
-
-  async close(): Promise<void> {}
-}
-
-/** The downstream bank: one charge per derived key, whatever the retries; counts charges per intent. */
-class Bank {
-  readonly #byKey = new Map<string, number>()
-  #next = 1
-  constructor(readonly history: History) {}
-
-  charge(bankKey: string, intent: string): number {
-    const existing = this.#byKey.get(bankKey)
-    if (existing !== undefined) return existing
-    const id = this.#next++
-    this.#byKey.set(bankKey, id)
-    this.history.charges.set(intent, (this.history.charges.get(intent) ?? 0) + 1)
-    return id
-  }
-}
-
-/** An app instance: the real Ledger and HTTP engine on the process's clock, with the payments handler. */
-class App {
-  readonly proc: Proc
-  readonly store: NetworkStore
-  readonly handle: (req: HttpRequestLike) => Promise<HttpResponseLike>
-
-  constructor(world: World, id: string, server: StoreServer, bank: Bank, faults: Faults, history: History, defect: Defect | undefined) {
-    const rng = world.rng
-    this.proc = new Proc(world, id, rng.between(-300, 300))
-    const proc = this.proc
-    const store = new NetworkStore(proc, server, faults, history, defect)
-    this.store = store
-    const ledger = new Ledger({
-      store,
-      clock: proc.clock,
-      storeTimeoutClock: proc.clock,
-      lease: LEASE_MS,
-      wait: 1_000,
-      ttl: TTL_MS,
-      storeTimeout: 400,
-      onEvent: (event) => {
-        if (event.type === 'unrecorded') history.unrecorded.add(intentId(event.scope.replace(/^fn:/, ''), event.key))
-      },
-    })
-    const engine = createEngine({ ledger, scope: (req) => String(req.headers['x-tenant']) })
-    const network = (ms: number) => new Promise<void>((resolve) => world.at(ms, proc, resolve))
-
-    /** The payments handler: reserve, charge at the bank (keyed by a derived key), email; each a durable step. */
-    const pay = async (req: HttpRequestLike, ctx: IdempotencyContext | undefined): Promise<HttpResponseLike> => {
-      const scope = String(req.headers['x-tenant'])
-      const input = JSON.parse(decoder.decode(await req.body(1_024))) as { intent: string; amount: number }
-      if (!ctx) return { status: 400, headers: {}, body: new Uint8Array(0) }
-      const holder = holderId(ctx.scope, ctx.key, ctx.token)
-      history.holderAmounts.set(holder, input.amount)
-      const record = intentId(ctx.scope, ctx.key)
-      const run = async <T>(name: string, fn: () => Promise<T> | T): Promise<T> =>
-        ctx.step(name, async () => {
-          if (history.recordedAtAcquire.get(holder)?.has(name))
-            history.violation(`step ${name} of ${holder} ran again after it was recorded`)
-          if (history.fencedHolders.has(holder)) history.violation(`${holder} ran step ${name} after the store refused its renewal`)
-          world.log(() => `${proc.id} ${holder} runs step ${name}`)
-          // The work of one intent never runs twice at once: no two holders of the record inside a step
-          // while both their leases last in the store (a zombie's has ended: the fence stops its writes).
-          const running = history.running.get(record) ?? new Map<string, string>()
-          history.running.set(record, running)
-          const own = history.leases.get(holder)
-          for (const [other, step] of running) {
-            const lease = history.leases.get(other)
-            if (
-              other !== holder &&
-              lease !== undefined &&
-              own !== undefined &&
-              storeTime(world.now) < storeTime(Math.min(lease.endsAtMs, own.endsAtMs))
-            )
-              history.violation(
-                `the work of ${record} ran twice at once: ${holder} started ${name} while ${other} ran ${step} in its lease`,
-              )
-          }
-          running.set(holder, name)
-          try {
-            return await fn()
-          } finally {
-            running.delete(holder)
-          }
-        })
-      await run('reserve', async () => {
-        // Now and then a slow reservation, alive: longer than a lease, so the holder must renew to keep it.
-        await network(rng.chance(0.05) ? rng.between(LEASE_MS * 0.5, LEASE_MS * 1.5) : rng.between(1, 30))
-        return { reserved: input.amount }
-      })
-      const charge = await run('charge', async () => {
-        await network(rng.between(1, 30))
-        if (rng.chance(0.03)) throw new NetworkError('bank unavailable') // transient: released, retried
-        // The bank is shared by the tenants: its key is the tenant's account and the key derived from the request's.
-        return bank.charge(`${scope}|${deriveKey(ctx.key, 'charge')}`, intentId(scope, ctx.key))
-      })
-      await run('email', async () => {
-        await network(rng.between(1, 20))
-        return true
-      })
-      // Pretty-printed on purpose: a replay that re-encodes the JSON changes these bytes.
-      const body = encoder.encode(
-        JSON.stringify({ intent: input.intent, amount: input.amount, tenant: scope, charge, by: proc.id, token: ctx.token }, null, 1),
-      )
-      return { status: 201, headers: { 'content-type': 'application/json' }, body }
-    }
-
-    this.handle = async (req) => {
-      try {
-        return await engine.handle(req, (ctx) => pay(req, ctx))
-      } catch (error) {
-        return { status: 500, headers: {}, body: encoder.encode(String(error)) }
-      }
-    }
-  }
-}
-
-function headerRecord(headers: Headers): Record<string, string> {
-  const record: Record<string, string> = {}
-  headers.forEach((value, name) => {
-    record[name] = value
-  })
-  return record
-}
-
-/** What the client reads of a response's headers: `get`, by any case. */
-class SimHeaders {
-  readonly #byName = new Map<string, string>()
-  constructor(headers: HttpResponseLike['headers']) {
-    for (const name in headers) {
-      const value = headers[name] as string | string[]
-      // As a fetch Headers reads a repeated header: its values joined.
-      this.#byName.set(name.toLowerCase(), Array.isArray(value) ? value.join(', ') : value)
-    }
-  }
-  get(name: string): string | null {
-    return this.#byName.get(name.toLowerCase()) ?? null
-  }
-  has(name: string): boolean {
-    return this.#byName.has(name.toLowerCase())
-  }
-}
-
-/**
- * The response a client receives through the simulated network: what the client and the checks read
- * of a fetch `Response` (status, headers, the body as text, JSON or bytes, a clone), without the
- * streams a real one builds, which cost more than the rest of a simulated request.
- */
-class SimResponse {
-  readonly status: number
-  readonly ok: boolean
-  readonly headers: SimHeaders
-  readonly #bytes: Uint8Array
-  readonly body: { cancel: () => Promise<void> } | null
-
-  constructor(response: HttpResponseLike) {
-    this.status = response.status
-    this.ok = response.status >= 200 && response.status < 300
-    this.headers = new SimHeaders(response.headers)
-    this.#bytes = response.body
-    this.body = response.body.byteLength ? { cancel: async () => {} } : null
-  }
-
-  async arrayBuffer(): Promise<ArrayBuffer> {
-    return this.#bytes.slice().buffer as ArrayBuffer
-  }
-
-  async text(): Promise<string> {
-    return decoder.decode(this.#bytes)
-  }
-
-  async json(): Promise<unknown> {
-    return JSON.parse(decoder.decode(this.#bytes))
-  }
-
-  clone(): SimResponse {
-    return this
-  }
-}
-
-/**
- * Defect late-complete: the ledger's real complete retry, counting to one lease past the lease's end
- * instead of to shortly before it (src/core/store-calls.ts). Undone by the function returned.
- */
-function completeRetryPastTheLease(): () => void {
-  const complete = StoreCalls.prototype.complete
-  StoreCalls.prototype.complete = function (this: StoreCalls, scope, key, token, outcome, plan, leaseEndsAtMs) {
-    return complete.call(this, scope, key, token, outcome, plan, leaseEndsAtMs + plan.leaseMs)
-  }
-  return () => {
-    StoreCalls.prototype.complete = complete
-  }
-}
-
-/** Defect no-renew: the ledger's renewal never fires (src/core/renewal.ts), so a slow holder loses its lease. */
-function noRenewal(): () => void {
-  const fire = Renewal.prototype.fire
-  Renewal.prototype.fire = () => {}
-  return () => {
-    Renewal.prototype.fire = fire
-  }
-}
-
 export async function runScenario(options: ScenarioOptions): Promise<ScenarioResult> {
-  const undo = options.defect === 'late-complete' ? completeRetryPastTheLease() : options.defect === 'no-renew' ? noRenewal() : undefined
+  const undo =
+    options.defect === 'late-complete'
+      ? completeRetryPastTheLease()
+      : options.defect === 'no-renew'
+        ? noRenewal()
+        : options.defect === 'fresh-capture'
+          ? freshCaptures()
+          : undefined
   try {
     return await simulate(options)
   } finally {
@@ -604,7 +133,8 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     } else if (app.store.cut === null) {
       // Cut off from the store for up to two leases: a holder's outcome waits out the outage or is given up before its lease ends.
       const forMs = rng.between(LEASE_MS * 0.25, LEASE_MS * 2)
-      const mode = rng.chance(0.5) ? 'reset' : 'lost'
+      // Or only its renewals refused, for a while: a holder whose renewals fail for a whole lease must see its signal aborted.
+      const mode = rng.pick(['reset', 'lost', 'renewals'] as const)
       world.log(() => `CHAOS ${app.proc.id} cut off from the store (${mode}) for ${forMs.toFixed(0)}ms`)
       app.store.cut = mode
       history.everCut.add(app.proc)
@@ -703,7 +233,8 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       try {
         return await fetch('http://app/charges', {
           method: 'POST',
-          headers: { 'content-type': 'application/json', 'x-tenant': tenant },
+          // One intent in five is served like a Lambda invocation: with a run deadline (the app's clock, 1.5 leases on).
+          headers: { 'content-type': 'application/json', 'x-tenant': tenant, ...(payload.amount % 5 === 1 ? { 'x-deadline': '1' } : {}) },
           body: JSON.stringify(payload),
           idempotencyKey: key,
         })
@@ -727,7 +258,7 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
         history.violation(`${id} refused as a key reused with another request, though it was only ever sent with this one`)
       if (!response || response.status >= 300) return
       const text = await response.text()
-      let answer: { tenant?: string; intent?: string; amount?: number; token?: number }
+      let answer: { tenant?: string; intent?: string; amount?: number; token?: number; charge?: { captured?: unknown }; captured?: unknown }
       try {
         answer = JSON.parse(text) as typeof answer
       } catch {
@@ -746,6 +277,12 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       // An answer reaches only the caller it belongs to: its tenant, its payload.
       if (answer.tenant !== tenant || answer.intent !== payload.intent || answer.amount !== payload.amount)
         history.violation(`${id} got another intent's answer: ${text.slice(0, 80)}`)
+      // Captured values are the first attempt's on every attempt: those the answer's holder captured are the ones
+      // its charge was made with, even when another holder made the charge (a takeover replays both).
+      if (answer.captured !== undefined && JSON.stringify(answer.captured) !== JSON.stringify(answer.charge?.captured))
+        history.violation(
+          `${id}: captured values ${JSON.stringify(answer.captured)} are not those the charge recorded, ${JSON.stringify(answer.charge?.captured)}`,
+        )
       const seen = history.successes.get(id) ?? new Set<string>()
       seen.add(text)
       history.successes.set(id, seen)
@@ -783,13 +320,17 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
 
   world.at(rng.between(100, 1_000), null, chaos)
   const clients = Array.from({ length: clientCount }, (_, i) => client(i))
-  // A run that makes a hundred times the events a seed needs is going nowhere (a retry loop that never
+  // A run that makes seven times the events a seed ever needs is going nowhere (a retry loop that never
   // waits, a record that never settles): it stops and says so, rather than spinning until a timeout.
-  await world.run(() => finished() || world.fired > MAX_EVENTS, 10 * 60_000)
-  if (world.fired > MAX_EVENTS) history.violation(`${world.fired} events and the clients are not done: no progress`)
+  const maxEvents = MAX_EVENTS_PER_INTENT * clientCount * intentsPerClient
+  await world.run(() => finished() || world.fired > maxEvents, 10 * 60_000)
+  if (world.fired > maxEvents) history.violation(`${world.fired} events and the clients are not done: no progress`)
   // Let every paused app wake and every lease run out, then read what the store holds.
   for (const app of apps) app.proc.resume()
-  await world.run(() => false, world.now + 4 * LEASE_MS)
+  const firedBefore = world.fired
+  await world.run(() => world.fired - firedBefore > maxEvents, world.now + 4 * LEASE_MS)
+  if (world.fired - firedBefore > maxEvents)
+    history.violation(`${world.fired - firedBefore} events after the clients finished: no progress`)
   void clients
 
   if (!finished()) history.violation(`clients still waiting after ${world.now.toFixed(0)}ms of simulated time (a wait that never ends)`)

@@ -1,0 +1,292 @@
+/**
+ * An app process of a simulated deployment (sim/scenario.ts): the real Ledger and HTTP engine with the payments
+ * handler and its checks, the responses the simulated network hands clients, and the defects injected into the
+ * ledger's real code.
+ */
+
+import { deriveKey } from '../src/core/derive-key.js'
+import { Ledger } from '../src/core/ledger.js'
+import { Renewal } from '../src/core/renewal.js'
+import { StepLog } from '../src/core/steps.js'
+import { StoreCalls } from '../src/core/store-calls.js'
+import { createEngine } from '../src/http/engine.js'
+import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
+import type { Defect } from './scenario.js'
+import {
+  type Bank,
+  decoder,
+  encoder,
+  type Faults,
+  type History,
+  holderId,
+  intentId,
+  LEASE_MS,
+  NetworkError,
+  NetworkStore,
+  RUN_DEADLINE_MS,
+  STORE_TIMEOUT_MS,
+  type StoreServer,
+  storeTime,
+  TTL_MS,
+} from './store-side.js'
+import { Proc, type World } from './world.js'
+
+export class App {
+  readonly proc: Proc
+  readonly store: NetworkStore
+  readonly handle: (req: HttpRequestLike) => Promise<HttpResponseLike>
+
+  constructor(world: World, id: string, server: StoreServer, bank: Bank, faults: Faults, history: History, defect: Defect | undefined) {
+    const rng = world.rng
+    this.proc = new Proc(world, id, rng.between(-300, 300))
+    const proc = this.proc
+    const store = new NetworkStore(proc, server, faults, history, defect)
+    this.store = store
+    const ledger = new Ledger({
+      store,
+      clock: proc.clock,
+      storeTimeoutClock: proc.clock,
+      lease: LEASE_MS,
+      wait: 1_000,
+      ttl: TTL_MS,
+      storeTimeout: STORE_TIMEOUT_MS,
+      onEvent: (event) => {
+        if (event.type === 'unrecorded') history.unrecorded.add(intentId(event.scope.replace(/^fn:/, ''), event.key))
+      },
+    })
+    // The run deadline of each request that has one, by request: the handler notes it under its holder.
+    const deadlines = new WeakMap<HttpRequestLike, number>()
+    const engine = createEngine(
+      { ledger, scope: (req) => String(req.headers['x-tenant']) },
+      {
+        runOptionsOf: (req) => {
+          if (req.headers['x-deadline'] === undefined) return {}
+          const deadlineMs = proc.clock.now() + RUN_DEADLINE_MS
+          deadlines.set(req, deadlineMs)
+          return { deadlineMs }
+        },
+      },
+    )
+    const network = (ms: number) => new Promise<void>((resolve) => world.at(ms, proc, resolve))
+
+    /** The payments handler: reserve, charge at the bank (keyed by a derived key), email; each a durable step. */
+    const pay = async (req: HttpRequestLike, ctx: IdempotencyContext | undefined): Promise<HttpResponseLike> => {
+      const scope = String(req.headers['x-tenant'])
+      const input = JSON.parse(decoder.decode(await req.body(1_024))) as { intent: string; amount: number }
+      if (!ctx) return { status: 400, headers: {}, body: new Uint8Array(0) }
+      const holder = holderId(ctx.scope, ctx.key, ctx.token)
+      history.holderAmounts.set(holder, input.amount)
+      const deadlineMs = deadlines.get(req)
+      if (deadlineMs !== undefined) history.deadlines.set(holder, deadlineMs)
+      const record = intentId(ctx.scope, ctx.key)
+      // A holder whose lease ended in the store a while ago (renewals every third of a lease, each failing
+      // within two store timeouts) while its process ran undisturbed has seen its renewals fail for a whole
+      // lease: its signal is aborted before it starts or goes on from a step (src/core/renewal.ts).
+      const signal = ctx.signal
+      if (!(signal instanceof AbortSignal)) history.violation(`${holder} was handed no abort signal`)
+      const lostSignal = (when: string) => {
+        const lease = history.leases.get(holder)
+        if (
+          lease !== undefined &&
+          storeTime(world.now) > storeTime(lease.endsAtMs) + LEASE_MS / 3 + 2 * STORE_TIMEOUT_MS + 100 &&
+          proc.state === 'up' &&
+          proc.disturbances === lease.disturbances &&
+          !signal.aborted
+        )
+          history.violation(
+            `${holder} ${when}, ${(world.now - lease.endsAtMs).toFixed(0)}ms after its lease ended in the store, and its signal is not aborted`,
+          )
+      }
+      const run = async <T>(name: string, fn: () => Promise<T> | T): Promise<T> =>
+        ctx.step(name, async (step) => {
+          lostSignal(`started step ${name}`)
+          if (step.signal !== signal) history.violation(`step ${name} of ${holder} sees another signal than its attempt's`)
+          if (history.recordedAtAcquire.get(holder)?.has(name))
+            history.violation(`step ${name} of ${holder} ran again after it was recorded`)
+          if (history.fencedHolders.has(holder)) history.violation(`${holder} ran step ${name} after the store refused its renewal`)
+          world.log(() => `${proc.id} ${holder} runs step ${name}`)
+          // The work of one intent never runs twice at once: no two holders of the record inside a step
+          // while both their leases last in the store (a zombie's has ended: the fence stops its writes).
+          const running = history.running.get(record) ?? new Map<string, string>()
+          history.running.set(record, running)
+          const own = history.leases.get(holder)
+          for (const [other, step] of running) {
+            const lease = history.leases.get(other)
+            if (
+              other !== holder &&
+              lease !== undefined &&
+              own !== undefined &&
+              storeTime(world.now) < storeTime(Math.min(lease.endsAtMs, own.endsAtMs))
+            )
+              history.violation(
+                `the work of ${record} ran twice at once: ${holder} started ${name} while ${other} ran ${step} in its lease`,
+              )
+          }
+          running.set(holder, name)
+          try {
+            return await fn()
+          } finally {
+            running.delete(holder)
+            lostSignal(`ran step ${name} to its end`)
+          }
+        })
+      await run('reserve', async () => {
+        // Now and then a slow reservation, alive: longer than a lease, so the holder must renew to keep it.
+        await network(rng.chance(0.05) ? rng.between(LEASE_MS * 0.5, LEASE_MS * 2.5) : rng.between(1, 30))
+        return { reserved: input.amount }
+      })
+      // One intent in three captures values (durable: every attempt gets the first attempt's) and charges with
+      // them: the answer carries both what this attempt captured and what the charge step recorded, which
+      // must be the same (checked by the client). uuid() and random() are not seeded: they are only compared.
+      const captured =
+        input.amount % 3 === 0
+          ? {
+              at: await ctx.now(),
+              ref: await ctx.uuid(),
+              luck: await ctx.random(),
+              mark: await ctx.capture('mark', () => `${holder}@${world.now}`),
+            }
+          : undefined
+      if (
+        captured &&
+        (typeof captured.at !== 'number' ||
+          !/^[0-9a-f-]{36}$/.test(String(captured.ref)) ||
+          !(typeof captured.luck === 'number' && captured.luck >= 0 && captured.luck < 1) ||
+          !String(captured.mark).startsWith(`${record}#`))
+      )
+        history.violation(
+          `${holder} captured values that are not a time, a uuid, a random number and its mark: ${JSON.stringify(captured)}`,
+        )
+      const charge = await run('charge', async () => {
+        await network(rng.between(1, 30))
+        if (rng.chance(0.03)) throw new NetworkError('bank unavailable') // transient: released, retried
+        // The bank is shared by the tenants: its key is the tenant's account and the key derived from the request's.
+        const id = bank.charge(`${scope}|${deriveKey(ctx.key, 'charge')}`, intentId(scope, ctx.key))
+        return captured ? { id, captured } : id
+      })
+      await run('email', async () => {
+        await network(rng.between(1, 20))
+        return true
+      })
+      // Pretty-printed on purpose: a replay that re-encodes the JSON changes these bytes.
+      const body = encoder.encode(
+        JSON.stringify(
+          { intent: input.intent, amount: input.amount, tenant: scope, charge, captured, by: proc.id, token: ctx.token },
+          null,
+          1,
+        ),
+      )
+      return { status: 201, headers: { 'content-type': 'application/json' }, body }
+    }
+
+    this.handle = async (req) => {
+      try {
+        return await engine.handle(req, (ctx) => pay(req, ctx))
+      } catch (error) {
+        return { status: 500, headers: {}, body: encoder.encode(String(error)) }
+      }
+    }
+  }
+}
+
+export function headerRecord(headers: Headers): Record<string, string> {
+  const record: Record<string, string> = {}
+  headers.forEach((value, name) => {
+    record[name] = value
+  })
+  return record
+}
+
+/** What the client reads of a response's headers: `get`, by any case. */
+export class SimHeaders {
+  readonly #byName = new Map<string, string>()
+  constructor(headers: HttpResponseLike['headers']) {
+    for (const name in headers) {
+      const value = headers[name] as string | string[]
+      // As a fetch Headers reads a repeated header: its values joined.
+      this.#byName.set(name.toLowerCase(), Array.isArray(value) ? value.join(', ') : value)
+    }
+  }
+  get(name: string): string | null {
+    return this.#byName.get(name.toLowerCase()) ?? null
+  }
+  has(name: string): boolean {
+    return this.#byName.has(name.toLowerCase())
+  }
+}
+
+/**
+ * The response a client receives through the simulated network: what the client and the checks read
+ * of a fetch `Response` (status, headers, the body as text, JSON or bytes, a clone), without the
+ * streams a real one builds, which cost more than the rest of a simulated request.
+ */
+export class SimResponse {
+  readonly status: number
+  readonly ok: boolean
+  readonly headers: SimHeaders
+  readonly #bytes: Uint8Array
+  readonly body: { cancel: () => Promise<void> } | null
+
+  constructor(response: HttpResponseLike) {
+    this.status = response.status
+    this.ok = response.status >= 200 && response.status < 300
+    this.headers = new SimHeaders(response.headers)
+    this.#bytes = response.body
+    this.body = response.body.byteLength ? { cancel: async () => {} } : null
+  }
+
+  async arrayBuffer(): Promise<ArrayBuffer> {
+    return this.#bytes.slice().buffer as ArrayBuffer
+  }
+
+  async text(): Promise<string> {
+    return decoder.decode(this.#bytes)
+  }
+
+  async json(): Promise<unknown> {
+    return JSON.parse(decoder.decode(this.#bytes))
+  }
+
+  clone(): SimResponse {
+    return this
+  }
+}
+
+/**
+ * Defect late-complete: the ledger's real complete retry, counting to one lease past the lease's end
+ * instead of to shortly before it (src/core/store-calls.ts). Undone by the function returned.
+ */
+export function completeRetryPastTheLease(): () => void {
+  const complete = StoreCalls.prototype.complete
+  StoreCalls.prototype.complete = function (this: StoreCalls, scope, key, token, outcome, plan, leaseEndsAtMs) {
+    return complete.call(this, scope, key, token, outcome, plan, leaseEndsAtMs + plan.leaseMs)
+  }
+  return () => {
+    StoreCalls.prototype.complete = complete
+  }
+}
+
+/**
+ * Defect fresh-capture: the real step log's now(), uuid(), random() and capture() (src/core/steps.ts) compute
+ * anew on every attempt instead of returning the first attempt's values. Undone by the function returned.
+ */
+export function freshCaptures(): () => void {
+  const proto = StepLog.prototype
+  const { now, uuid, random, capture } = proto
+  // A fresh value on every call, deterministic (a counter): no attempt ever sees another's.
+  let fresh = 0
+  proto.now = async () => ++fresh
+  proto.uuid = async () => `00000000-0000-4000-8000-${String(++fresh).padStart(12, '0')}`
+  proto.random = async () => ++fresh / 1e9
+  proto.capture = async (_name, fn) => fn()
+  return () => Object.assign(proto, { now, uuid, random, capture })
+}
+
+/** Defect no-renew: the ledger's renewal never fires (src/core/renewal.ts), so a slow holder loses its lease. */
+export function noRenewal(): () => void {
+  const fire = Renewal.prototype.fire
+  Renewal.prototype.fire = () => {}
+  return () => {
+    Renewal.prototype.fire = fire
+  }
+}
