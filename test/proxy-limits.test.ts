@@ -111,8 +111,11 @@ async function stopProxy(proxy: ChildProxy): Promise<void> {
  * 2 streams: +90, 8 streams: +157 on 24) but not with the bytes moved (1 GiB streamed, 400 MiB offered
  * as uploads): the proxy still holds no body whole. The allowance is the line's measured excess, not
  * a blanket loosening; a new line gets its own row after being measured the same way.
+ * 2026-11-29, another host of the same kind: Node 24.21 +141..+150 MiB for the 4 x 256 MiB case, and the
+ * same +147 for the commit whose CI had measured +106..+117 (01564d9): the host moved it, not the code.
+ * Still far below one body held whole (+256 MiB).
  */
-const LINE_ALLOWANCE_MiB: Record<number, number> = { 22: 0, 24: 40, 26: 40 }
+const LINE_ALLOWANCE_MiB: Record<number, number> = { 22: 0, 24: 60, 26: 60 }
 const RSS_GROWTH_BOUND_MiB = 100 + (LINE_ALLOWANCE_MiB[Number(process.versions.node.split('.')[0])] ?? 40)
 
 /** A field of /proc/<pid>/status in MiB: VmHWM is the peak resident set since the process started. */
