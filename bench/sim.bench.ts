@@ -11,20 +11,13 @@
  * Run alone: npx tsx bench/sim.bench.ts [--requests 100000] [--rounds 3]
  */
 
+import { floorBatch } from '../sim/floor.js'
 import { runScenario } from '../sim/scenario.js'
-import { MemoryStore } from '../src/backends/memory/index.js'
-import { deriveKey } from '../src/core/derive-key.js'
-import { Ledger } from '../src/core/ledger.js'
-import { createEngine } from '../src/http/engine.js'
-import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
 import { fmt, numberArg, report, table } from './lib.js'
 
 const REQUESTS = numberArg('--requests', 100_000)
 const ROUNDS = numberArg('--rounds', 3)
-const CALLERS = 16
 const TARGET = 100_000
-const encoder = new TextEncoder()
-const decoder = new TextDecoder()
 
 /** CPU µs per request of `work`, which runs `REQUESTS` requests (or reports how many it ran). */
 async function cpuPerRequest(work: () => Promise<number>): Promise<number> {
@@ -46,48 +39,10 @@ async function simulator(): Promise<number> {
   return requests
 }
 
-let run = 0
-/**
- * New keys through the real engine, ledger and MemoryStore, `steps` durable steps each, sixteen callers;
- * a fresh store every thousand requests, as the simulator starts one per seed (a store that grows to
- * the whole run's records would time its map's growth and the garbage collector's, not the code's).
- */
+/** The floor (sim/floor.ts): the engine, ledger and MemoryStore alone, with or without the handler's three steps. */
 function floor(steps: 0 | 3): () => Promise<number> {
-  const body = encoder.encode(JSON.stringify({ intent: 'c1-i1', amount: 1299 }))
-  const pay = async (req: HttpRequestLike, ctx: IdempotencyContext | undefined): Promise<HttpResponseLike> => {
-    const input = JSON.parse(decoder.decode(await req.body(1_024))) as { intent: string; amount: number }
-    if (!ctx) return { status: 400, headers: {}, body: new Uint8Array(0) }
-    let charge = 0
-    if (steps === 3) {
-      await ctx.step('reserve', async () => ({ reserved: input.amount }))
-      charge = await ctx.step('charge', async () => deriveKey(ctx.key, 'charge').length)
-      await ctx.step('email', async () => true)
-    }
-    const answer = { intent: input.intent, tenant: ctx.scope, charge, by: 'app-1', token: ctx.token }
-    return { status: 201, headers: { 'content-type': 'application/json' }, body: encoder.encode(JSON.stringify(answer, null, 1)) }
-  }
-  const batch = async (count: number) => {
-    const ledger = new Ledger({ store: new MemoryStore(), lease: 2_000, wait: 1_000, ttl: 3_600_000 })
-    const engine = createEngine({ ledger, scope: (req) => String(req.headers['x-tenant']) })
-    const prefix = `r${run++}`
-    let next = 0
-    const caller = async () => {
-      while (next < count) {
-        const req: HttpRequestLike = {
-          method: 'POST',
-          url: '/charges',
-          headers: { 'idempotency-key': `${prefix}-${next++}`, 'x-tenant': 'tenant-1', 'content-type': 'application/json' },
-          body: async () => body,
-        }
-        const response = await engine.handle(req, (ctx) => pay(req, ctx))
-        if (response.status !== 201) throw new Error(`the floor's request answered ${response.status}`)
-      }
-    }
-    await Promise.all(Array.from({ length: CALLERS }, caller))
-    await ledger.close()
-  }
   return async () => {
-    for (let done = 0; done < REQUESTS; done += 1_000) await batch(Math.min(1_000, REQUESTS - done))
+    for (let done = 0; done < REQUESTS; done += 1_000) await floorBatch(Math.min(1_000, REQUESTS - done), steps)
     return REQUESTS
   }
 }
