@@ -17,7 +17,7 @@
  * Keep a copy of the generated files with IDEMKEY_KEEP_DOCS_EXAMPLES=1.
  */
 import { spawn } from 'node:child_process'
-import { mkdirSync, mkdtempSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import ts from 'typescript'
@@ -32,7 +32,8 @@ import {
   sourcePosition,
   WORLD_DIR,
 } from './fixtures/docs/examples.js'
-import { deleteNewNatsStreams, freshMysqlDatabase, freshPostgresDatabase, sourcePaths } from './helpers/docs-sources.js'
+import { deleteNewNatsStreams, freshMysqlDatabase, freshPostgresDatabase, removeExamplesDir, sourcePaths } from './helpers/docs-sources.js'
+
 import { serviceSkipReason } from './helpers/services.js'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
@@ -149,17 +150,7 @@ describe('docs examples', () => {
     }
   }, 180_000) // type-checking every example: past the 60 s hook timeout on a loaded 2-core host, beside docs-quick-starts
 
-  afterAll(() => {
-    if (!dir) return
-    if (process.env.IDEMKEY_KEEP_DOCS_EXAMPLES === '1') {
-      console.log(`docs examples kept in ${dir}`)
-      return
-    }
-    rmSync(dir, { recursive: true, force: true })
-    try {
-      rmdirSync(dirname(dir)) // .docs-examples/, unless another run is using it
-    } catch {}
-  })
+  afterAll(() => removeExamplesDir(dir, 'docs examples'))
 
   it('finds the examples, and every marker is well-formed (each skip states its reason)', () => {
     expect(problems).toEqual([])

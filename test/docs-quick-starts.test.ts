@@ -13,7 +13,7 @@
  * Keep the generated files with IDEMKEY_KEEP_DOCS_EXAMPLES=1.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import amqp from 'amqplib'
@@ -21,7 +21,8 @@ import { Redis } from 'ioredis'
 import ts from 'typescript'
 import { fromRoot, SERVICES } from './fixtures/docs/examples.js'
 import { type QuickStart, quickStartFiles, readQuickStart } from './fixtures/docs/quick-starts.js'
-import { deleteNatsStreams, freshPostgresDatabase, QUICK_START_STREAMS, sourcePaths } from './helpers/docs-sources.js'
+import { deleteNatsStreams, freshPostgresDatabase, QUICK_START_STREAMS, removeExamplesDir, sourcePaths } from './helpers/docs-sources.js'
+
 import { freePort, portOpen, serviceSkipReason, toolPath } from './helpers/services.js'
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..')
@@ -244,17 +245,7 @@ describe('docs quick starts', () => {
     }
   }, 180_000)
 
-  afterAll(() => {
-    if (!dir) return
-    if (process.env.IDEMKEY_KEEP_DOCS_EXAMPLES === '1') {
-      console.log(`quick starts kept in ${dir}`)
-      return
-    }
-    rmSync(dir, { recursive: true, force: true })
-    try {
-      rmdirSync(dirname(dir)) // .docs-examples/, unless another run is using it
-    } catch {}
-  })
+  afterAll(() => removeExamplesDir(dir, 'quick starts'))
 
   it('reads every quick start, and index.md lists each one', () => {
     expect(read.flatMap((found) => found.problems)).toEqual([])

@@ -3,8 +3,8 @@
  * behind every `idemkey/*` specifier, and a fresh database or a clean NATS for each example that runs.
  */
 import { randomUUID } from 'node:crypto'
-import { existsSync, readFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { existsSync, readFileSync, rmdirSync, rmSync } from 'node:fs'
+import { dirname, join } from 'node:path'
 import mysql from 'mysql2/promise'
 import { connect } from 'nats'
 import pg from 'pg'
@@ -116,4 +116,20 @@ export async function deleteNatsStreams(names: readonly string[]): Promise<void>
   } finally {
     await connection.close()
   }
+}
+
+/**
+ * Removes a run's folder of written examples, and .docs-examples/ above it unless another run uses it;
+ * `IDEMKEY_KEEP_DOCS_EXAMPLES=1` keeps them and says where (`what` names them in that line).
+ */
+export function removeExamplesDir(dir: string | undefined, what: string): void {
+  if (!dir) return
+  if (process.env.IDEMKEY_KEEP_DOCS_EXAMPLES === '1') {
+    console.log(`${what} kept in ${dir}`)
+    return
+  }
+  rmSync(dir, { recursive: true, force: true })
+  try {
+    rmdirSync(dirname(dir))
+  } catch {}
 }
