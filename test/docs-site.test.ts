@@ -73,6 +73,8 @@ describe.skipIf(!executablePath)('documentation site in headless Chromium', () =
   let page: Page
   /** Every URL the pages asked for, to show that none left the local server. */
   const requested: string[] = []
+  /** What the site's Mermaid component said in the console (a failed draw says why). */
+  const diagramLog: string[] = []
 
   beforeAll(async () => {
     // What `npm run docs:build` runs, on this Node.js (the test runs on a supported one).
@@ -83,6 +85,9 @@ describe.skipIf(!executablePath)('documentation site in headless Chromium', () =
     origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
     browser = await chromium.launch({ executablePath, args: ['--no-sandbox', '--disable-gpu'] })
     page = await browser.newPage()
+    page.on('console', (message) => {
+      if (message.text().startsWith('idemkey docs:')) diagramLog.push(`${page.url()}: ${message.text()}`)
+    })
     page.on('request', (request) => {
       requested.push(request.url())
     })
@@ -135,8 +140,11 @@ describe.skipIf(!executablePath)('documentation site in headless Chromium', () =
       expected[file] = blocks
       await page.goto(`${origin}/${file.replace(/\.md$/, '')}`)
       const svgs = page.locator('.mermaid svg')
-      await expect.poll(() => svgs.count(), { timeout: 30_000 }).toBeGreaterThanOrEqual(blocks)
-      await expect(page.locator('.mermaid svg[aria-roledescription="error"]').count(), file).resolves.toBe(0)
+      const shown = () => page.locator('.mermaid svg, .mermaid-source').count()
+      await expect.poll(shown, { timeout: 30_000, message: `${file}: ${diagramLog.join('\n')}` }).toBeGreaterThanOrEqual(blocks)
+      const why = `${file}: ${diagramLog.join('\n')}`
+      await expect(page.locator('.mermaid-source').count(), why).resolves.toBe(0)
+      await expect(page.locator('.mermaid svg[aria-roledescription="error"]').count(), why).resolves.toBe(0)
       drawn[file] = await page.locator('.mermaid svg').count()
     }
     // The benchmark page has its charts on top of its own blocks (none today): at least as many.
