@@ -5,11 +5,13 @@
  */
 
 import { deriveKey } from '../src/core/derive-key.js'
+import { Held } from '../src/core/held.js'
 import { Ledger } from '../src/core/ledger.js'
 import { Renewal } from '../src/core/renewal.js'
 import { StepLog } from '../src/core/steps.js'
 import { StoreCalls } from '../src/core/store-calls.js'
 import { createEngine } from '../src/http/engine.js'
+import type { Reconcile } from '../src/core/steps.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
 import type { Defect } from './scenario.js'
 import {
@@ -50,14 +52,49 @@ export class App {
       wait: 1_000,
       ttl: TTL_MS,
       storeTimeout: STORE_TIMEOUT_MS,
+      telemetry: history.reports.telemetry(proc),
       onEvent: (event) => {
+        history.reports.listen(event)
         if (event.type === 'unrecorded') history.unrecorded.add(intentId(event.scope.replace(/^fn:/, ''), event.key))
       },
     })
     // The run deadline of each request that has one, by request: the handler notes it under its holder.
     const deadlines = new WeakMap<HttpRequestLike, number>()
+    /**
+     * The processes of the third app slot reconcile (as a fleet mid-deploy does): their steps leave a started
+     * marker, and on a takeover `reconcile` gets the steps an earlier attempt started and did not record. It
+     * asks the bank whether the charge went through and, when it did, records it, so the charge step returns
+     * it without running (an intent that captures values is left to run again: the bank dedupes it).
+     */
+    const reconcile: Reconcile = async (pending, rctx) => {
+      const holder = holderId(rctx.scope, rctx.key, rctx.token)
+      const record = intentId(rctx.scope, rctx.key)
+      history.reconciling.add(holder)
+      let earlier: number | undefined
+      for (let token = 1; token < rctx.token && earlier === undefined; token++)
+        if (history.leases.has(holderId(rctx.scope, rctx.key, token))) earlier = token
+      if (earlier === undefined) history.violation(`${holder} was handed steps to reconcile on a first attempt`)
+      const expected = [...(history.pendingAtAcquire.get(holder) ?? [])].sort().join(',')
+      const given = pending
+        .map((p) => p.name)
+        .sort()
+        .join(',')
+      if (given !== expected) history.violation(`${holder} was handed [${given}] to reconcile, the store held [${expected}] started and unrecorded`)
+      for (const step of pending) {
+        if (step.key !== deriveKey(rctx.key, step.name))
+          history.violation(`${holder} was handed step ${step.name} of ${record} to reconcile under the key ${step.key}`)
+        if (step.name !== 'charge') continue
+        const amount = earlier === undefined ? undefined : history.holderAmounts.get(holderId(rctx.scope, rctx.key, earlier))
+        const id = bank.lookup(`${rctx.scope.replace(/^fn:/, '')}|${step.key}`)
+        if (id === undefined || amount === undefined || amount % 3 === 0) continue
+        await rctx.recordStep('charge', id)
+        const reconciled = history.reconciled.get(holder) ?? new Set<string>()
+        reconciled.add('charge')
+        history.reconciled.set(holder, reconciled)
+      }
+    }
     const engine = createEngine(
-      { ledger, scope: (req) => String(req.headers['x-tenant']) },
+      { ledger, scope: (req) => String(req.headers['x-tenant']), ...(id.startsWith('app2') ? { reconcile } : {}) },
       {
         runOptionsOf: (req) => {
           if (req.headers['x-deadline'] === undefined) return {}
@@ -79,6 +116,14 @@ export class App {
       const deadlineMs = deadlines.get(req)
       if (deadlineMs !== undefined) history.deadlines.set(holder, deadlineMs)
       const record = intentId(ctx.scope, ctx.key)
+      // On a process that reconciles, a takeover that found steps started and unrecorded reconciled them first.
+      if (id.startsWith('app2') && (history.pendingAtAcquire.get(holder)?.size ?? 0) > 0 && !history.reconciling.has(holder))
+        history.violation(`${holder} found [${[...(history.pendingAtAcquire.get(holder) ?? [])].join(',')}] started and unrecorded, and ran with no reconcile`)
+      // A takeover is an attempt after an earlier one that did not finish: the store granted this record before.
+      let earlier = false
+      for (let token = 1; token < ctx.token && !earlier; token++) earlier = history.leases.has(holderId(ctx.scope, ctx.key, token))
+      if (ctx.takeover !== earlier)
+        history.violation(`${holder} was told takeover ${ctx.takeover}, yet the store ${earlier ? 'had' : 'had never'} granted the record before`)
       // A holder whose lease ended in the store a while ago (renewals every third of a lease, each failing
       // within two store timeouts) while its process ran undisturbed has seen its renewals fail for a whole
       // lease: its signal is aborted before it starts or goes on from a step (src/core/renewal.ts).
@@ -103,6 +148,7 @@ export class App {
           if (step.signal !== signal) history.violation(`step ${name} of ${holder} sees another signal than its attempt's`)
           if (history.recordedAtAcquire.get(holder)?.has(name))
             history.violation(`step ${name} of ${holder} ran again after it was recorded`)
+          if (history.reconciled.get(holder)?.has(name)) history.violation(`step ${name} of ${holder} ran after its reconcile recorded it`)
           if (history.fencedHolders.has(holder)) history.violation(`${holder} ran step ${name} after the store refused its renewal`)
           world.log(() => `${proc.id} ${holder} runs step ${name}`)
           // The work of one intent never runs twice at once: no two holders of the record inside a step
@@ -164,6 +210,9 @@ export class App {
         const id = bank.charge(`${scope}|${deriveKey(ctx.key, 'charge')}`, intentId(scope, ctx.key))
         return captured ? { id, captured } : id
       })
+      // Now and then the mail provider is down and the handler answers 503 itself (not a throw): a transient
+      // answer, which the engine releases for a retry and never stores (checked at the store's complete).
+      if (rng.chance(0.03)) return { status: 503, headers: { 'retry-after': '0' }, body: encoder.encode('mail provider unavailable') }
       await run('email', async () => {
         await network(rng.between(1, 20))
         return true
@@ -181,7 +230,11 @@ export class App {
 
     this.handle = async (req) => {
       try {
-        return await engine.handle(req, (ctx) => pay(req, ctx))
+        return await engine.handle(req, (ctx) =>
+          pay(req, ctx).finally(() => {
+            if (ctx) history.reports.handlerDone.add(holderId(ctx.scope, ctx.key, ctx.token))
+          }),
+        )
       } catch (error) {
         return { status: 500, headers: {}, body: encoder.encode(String(error)) }
       }
@@ -288,5 +341,56 @@ export function noRenewal(): () => void {
   Renewal.prototype.fire = () => {}
   return () => {
     Renewal.prototype.fire = fire
+  }
+}
+
+/**
+ * Defect transient-stored: the ledger's real `Held.finish` (src/core/held.ts) stores a transient answer (a 5xx)
+ * as the outcome instead of releasing the record for a retry. Undone by the function returned.
+ */
+export function transientStored(): () => void {
+  const finish = Held.prototype.finish
+  Held.prototype.finish = function <T>(this: Held<T>, value: T) {
+    const plan = (this as unknown as { plan: { classify: (value: T, response: unknown) => string } }).plan
+    const classify = plan.classify
+    plan.classify = (v, response) => {
+      const classification = classify(v, response)
+      return classification === 'transient' ? 'completed' : classification
+    }
+    return finish.call(this, value) as ReturnType<typeof finish>
+  }
+  return () => {
+    Held.prototype.finish = finish
+  }
+}
+
+/**
+ * Defect untold-end: a run the ledger handed back to the engine (`Held`, src/core/held.ts) never ends its
+ * telemetry, as when `endsTelemetry` is not set: a tracing span left open, an in-flight gauge that only grows.
+ */
+export function untoldEnd(): () => void {
+  const { finish, fail } = Held.prototype
+  Held.prototype.finish = function <T>(this: Held<T>, value: T) {
+    this.endsTelemetry = false
+    return finish.call(this, value) as ReturnType<typeof finish>
+  }
+  Held.prototype.fail = function <T>(this: Held<T>, error: unknown) {
+    this.endsTelemetry = false
+    return fail.call(this, error)
+  }
+  return () => Object.assign(Held.prototype, { finish, fail })
+}
+
+/**
+ * Defect lost-unreported: the ledger's real `StoreCalls.emit` (src/core/store-calls.ts) drops `lease_lost`, so a
+ * holder refused its renewal loses its record without the event operators alert on.
+ */
+export function leaseLossUnreported(): () => void {
+  const emit = StoreCalls.prototype.emit
+  StoreCalls.prototype.emit = function (this: StoreCalls, event, plan) {
+    if (event.type !== 'lease_lost') emit.call(this, event, plan)
+  }
+  return () => {
+    StoreCalls.prototype.emit = emit
   }
 }

@@ -12,7 +12,17 @@ import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { createIdempotentFetch } from '../src/client/idempotent-fetch.js'
 import type { Clock } from '../src/core/clock.js'
 import type { HttpRequestLike } from '../src/http/types.js'
-import { App, completeRetryPastTheLease, freshCaptures, headerRecord, noRenewal, SimResponse } from './app.js'
+import {
+  App,
+  completeRetryPastTheLease,
+  freshCaptures,
+  headerRecord,
+  leaseLossUnreported,
+  noRenewal,
+  SimResponse,
+  transientStored,
+  untoldEnd,
+} from './app.js'
 import { defectiveStore, STORE_DEFECTS, type StoreClockAhead, type StoreDefect } from './store-defects.js'
 import {
   Bank,
@@ -39,6 +49,9 @@ export const DEFECTS = [
   'no-renew',
   'renew-errors',
   'fresh-capture',
+  'transient-stored',
+  'untold-end',
+  'lost-unreported',
   ...STORE_DEFECTS,
 ] as const
 export type Defect = (typeof DEFECTS)[number]
@@ -66,14 +79,15 @@ export interface ScenarioResult {
 }
 
 export async function runScenario(options: ScenarioOptions): Promise<ScenarioResult> {
-  const undo =
-    options.defect === 'late-complete'
-      ? completeRetryPastTheLease()
-      : options.defect === 'no-renew'
-        ? noRenewal()
-        : options.defect === 'fresh-capture'
-          ? freshCaptures()
-          : undefined
+  const inject: Partial<Record<Defect, () => () => void>> = {
+    'late-complete': completeRetryPastTheLease,
+    'no-renew': noRenewal,
+    'fresh-capture': freshCaptures,
+    'transient-stored': transientStored,
+    'untold-end': untoldEnd,
+    'lost-unreported': leaseLossUnreported,
+  }
+  const undo = options.defect ? inject[options.defect]?.() : undefined
   try {
     return await simulate(options)
   } finally {
@@ -363,6 +377,8 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       history.violation(`${intent}: the stored answer is not the one clients got`)
     }
   }
+  // What the ledgers reported (telemetry, events) is what happened (sim/telemetry.ts).
+  await history.reports.check((scope, key) => server.inner.get(scope, key))
   // Every record belongs to the scope it was written under: a tenant's, never another's or none.
   const scopes = new Set(tenants.map((t) => `${SCOPE_PREFIX}${t}`))
   for (const record of await server.inner.list({ limit: 100_000 })) {

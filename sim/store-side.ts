@@ -6,6 +6,7 @@
 import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
 import type { Defect } from './scenario.js'
 import type { SimStore } from './store-defects.js'
+import { ReportAudit } from './telemetry.js'
 import type { Proc, World } from './world.js'
 
 export const LEASE_MS = 2_000
@@ -51,6 +52,12 @@ export class History {
   readonly successes = new Map<string, Set<string>>()
   /** Step names recorded in the store when each holder (intent#token) acquired. */
   readonly recordedAtAcquire = new Map<string, Set<string>>()
+  /** Steps started (a marker) but not recorded in the store when each holder acquired: what `reconcile` must get. */
+  readonly pendingAtAcquire = new Map<string, Set<string>>()
+  /** Holders whose `reconcile` was called. */
+  readonly reconciling = new Set<string>()
+  /** Steps each holder's `reconcile` recorded: they must not run in that holder. */
+  readonly reconciled = new Map<string, Set<string>>()
   /** Holders whose renewal the store refused, as their own process learnt it. */
   readonly fencedHolders = new Set<string>()
   /**
@@ -81,6 +88,8 @@ export class History {
   readonly sentAmounts = new Map<string, Set<number>>()
   /** The run deadline of each holder that has one, on its process's clock: no renewal past it. */
   readonly deadlines = new Map<string, number>()
+  /** What the ledgers' telemetry and listeners were told, audited when the seed's run is over (sim/telemetry.ts). */
+  readonly reports = new ReportAudit(this)
   requests = 0
   constructor(readonly world: World) {}
 
@@ -144,6 +153,8 @@ export class StoreServer {
     if (result.kind === 'acquired') {
       const recorded = new Set((result.steps ?? []).filter((s) => s.result !== null).map((s) => s.name))
       this.history.recordedAtAcquire.set(holderId(scope, key, result.token), recorded)
+      const pending = new Set((result.steps ?? []).filter((s) => s.result === null).map((s) => s.name))
+      this.history.pendingAtAcquire.set(holderId(scope, key, result.token), pending)
     }
     if (result.kind === 'replay' && this.defect === 'reencode' && result.record.response) {
       // Defect: the replay re-encodes the stored body instead of returning its bytes.
@@ -259,13 +270,19 @@ export class NetworkStore implements IdempotencyStore {
     })
     // Defect renew-errors: a renewal that failed (an error) is taken for a success, so failures never add up to a lost lease.
     const renewed = this.defect === 'renew-errors' ? await call.catch(() => true) : await call
-    if (!renewed) this.history.fencedHolders.add(holderId(scope, key, token))
+    if (!renewed) {
+      this.history.fencedHolders.add(holder)
+      this.history.reports.refused(holder)
+    }
     // Defect: the ledger is told a refused renewal succeeded, so the holder keeps working.
     return this.defect === 'renew' ? true : renewed
   }
 
   complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
     const holder = holderId(scope, key, token)
+    // A 5xx answer is transient (the HTTP engine's default classify): released for a retry, never the outcome.
+    if (outcome.response && outcome.response.status >= 500)
+      this.history.violation(`${holder} stored its ${outcome.response.status} answer as the outcome (${outcome.status}), a transient failure`)
     const tries = (this.history.completeTries.get(holder) ?? 0) + 1
     this.history.completeTries.set(holder, tries)
     return this.#call(`complete ${holder}`, () => {
@@ -330,6 +347,11 @@ export class Bank {
   readonly #byKey = new Map<string, number>()
   #next = 1
   constructor(readonly history: History) {}
+
+  /** The charge made under `bankKey`, if any: what a reconcile asks the bank. */
+  lookup(bankKey: string): number | undefined {
+    return this.#byKey.get(bankKey)
+  }
 
   charge(bankKey: string, intent: string): number {
     const existing = this.#byKey.get(bankKey)
