@@ -5,6 +5,7 @@
  */
 
 import { deriveKey } from '../src/core/derive-key.js'
+import { IdempotencyError } from '../src/errors.js'
 import { Held } from '../src/core/held.js'
 import { Ledger } from '../src/core/ledger.js'
 import { Renewal } from '../src/core/renewal.js'
@@ -55,7 +56,17 @@ export class App {
       telemetry: history.reports.telemetry(proc),
       onEvent: (event) => {
         history.reports.listen(event)
-        if (event.type === 'unrecorded') history.unrecorded.add(intentId(event.scope.replace(/^fn:/, ''), event.key))
+        if (event.type === 'unrecorded') {
+          history.unrecorded.add(intentId(event.scope.replace(/^fn:/, ''), event.key))
+          // An outcome the store could not take is retried until shortly before the lease ends (a tenth of it,
+          // src/core/store-calls.ts), not given up while the lease still protects the record; the process's view
+          // of the lease starts when it asks, a request's latency before the store's (a zombie is exempt).
+          const lease = history.leases.get(holderId(event.scope, event.key, event.token))
+          if (lease !== undefined && proc.disturbances === lease.disturbances && world.now < lease.endsAtMs - LEASE_MS / 10 - 100)
+            history.violation(
+              `${holderId(event.scope, event.key, event.token)} gave its outcome up as unrecorded ${(lease.endsAtMs - world.now).toFixed(0)}ms before its lease ended`,
+            )
+        }
       },
     })
     // The run deadline of each request that has one, by request: the handler notes it under its holder.
@@ -142,9 +153,28 @@ export class App {
             `${holder} ${when}, ${(world.now - lease.endsAtMs).toFixed(0)}ms after its lease ended in the store, and its signal is not aborted`,
           )
       }
+      // The converse: a signal is aborted only for a lost lease (FENCED_OUT, naming the key), and never while every
+      // renewal the holder sent was granted and its run deadline is ahead (a renewal past it is not sent).
+      const abortedForNothing = (when: string) => {
+        if (!signal.aborted) return
+        const reason: unknown = signal.reason
+        if (!(reason instanceof IdempotencyError) || reason.code !== 'FENCED_OUT' || !reason.message.includes(ctx.key))
+          history.violation(`${holder} ${when} with its signal aborted by ${String(reason)}, not a FENCED_OUT naming its key`)
+        const lease = history.leases.get(holder)
+        const deadlineMs = history.deadlines.get(holder)
+        if (
+          lease !== undefined &&
+          proc.disturbances === lease.disturbances &&
+          !history.fencedHolders.has(holder) &&
+          (history.renewalsSent.get(holder) ?? 0) === (history.renewalsGranted.get(holder) ?? 0) &&
+          !(deadlineMs !== undefined && proc.clock.now() >= deadlineMs)
+        )
+          history.violation(`${holder} ${when} with its signal aborted, though every renewal it sent was granted`)
+      }
       const run = async <T>(name: string, fn: () => Promise<T> | T): Promise<T> =>
         ctx.step(name, async (step) => {
           lostSignal(`started step ${name}`)
+          abortedForNothing(`started step ${name}`)
           if (step.signal !== signal) history.violation(`step ${name} of ${holder} sees another signal than its attempt's`)
           if (history.recordedAtAcquire.get(holder)?.has(name))
             history.violation(`step ${name} of ${holder} ran again after it was recorded`)
@@ -174,6 +204,7 @@ export class App {
           } finally {
             running.delete(holder)
             lostSignal(`ran step ${name} to its end`)
+            abortedForNothing(`ran step ${name} to its end`)
           }
         })
       await run('reserve', async () => {

@@ -146,9 +146,10 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       app.proc.jump(jump)
     } else if (app.store.cut === null) {
       // Cut off from the store for up to two leases: a holder's outcome waits out the outage or is given up before its lease ends.
-      const forMs = rng.between(LEASE_MS * 0.25, LEASE_MS * 2)
-      // Or only its renewals refused, for a while: a holder whose renewals fail for a whole lease must see its signal aborted.
+      // Or only its renewals refused, for a while (one and a half to two and a half leases, so that a holder working
+      // through it sees its renewals fail for a whole lease): its signal must be aborted.
       const mode = rng.pick(['reset', 'lost', 'renewals'] as const)
+      const forMs = mode === 'renewals' ? rng.between(LEASE_MS * 1.5, LEASE_MS * 2.5) : rng.between(LEASE_MS * 0.25, LEASE_MS * 2)
       world.log(() => `CHAOS ${app.proc.id} cut off from the store (${mode}) for ${forMs.toFixed(0)}ms`)
       app.store.cut = mode
       history.everCut.add(app.proc)

@@ -82,6 +82,9 @@ export class History {
   readonly running = new Map<string, Map<string, string>>()
   /** Holders that have sent at least one renewal. */
   readonly renewing = new Set<string>()
+  /** Renewals each holder sent, and how many its process was told were granted. */
+  readonly renewalsSent = new Map<string, number>()
+  readonly renewalsGranted = new Map<string, number>()
   /** Processes that were ever cut off from the store: their holders may lose a lease while alive. */
   readonly everCut = new Set<Proc>()
   /** The payloads (amounts) sent with each tenant/key so far: a key sent with one payload only is never a reuse. */
@@ -259,6 +262,7 @@ export class NetworkStore implements IdempotencyStore {
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
     const holder = holderId(scope, key, token)
     this.history.renewing.add(holder)
+    this.history.renewalsSent.set(holder, (this.history.renewalsSent.get(holder) ?? 0) + 1)
     // Past the run's deadline no renewal is made (src/core/renewal.ts): the lease ends there.
     const deadlineMs = this.history.deadlines.get(holder)
     if (deadlineMs !== undefined && this.proc.clock.now() >= deadlineMs)
@@ -270,12 +274,12 @@ export class NetworkStore implements IdempotencyStore {
     })
     // Defect renew-errors: a renewal that failed (an error) is taken for a success, so failures never add up to a lost lease.
     const renewed = this.defect === 'renew-errors' ? await call.catch(() => true) : await call
-    if (!renewed) {
-      this.history.fencedHolders.add(holder)
-      this.history.reports.refused(holder)
-    }
+    if (!renewed) this.history.fencedHolders.add(holder)
     // Defect: the ledger is told a refused renewal succeeded, so the holder keeps working.
-    return this.defect === 'renew' ? true : renewed
+    const told = this.defect === 'renew' ? true : renewed
+    if (told) this.history.renewalsGranted.set(holder, (this.history.renewalsGranted.get(holder) ?? 0) + 1)
+    else this.history.reports.refused(holder)
+    return told
   }
 
   complete(scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
