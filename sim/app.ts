@@ -5,14 +5,14 @@
  */
 
 import { deriveKey } from '../src/core/derive-key.js'
-import { IdempotencyError } from '../src/errors.js'
 import { Held } from '../src/core/held.js'
 import { Ledger } from '../src/core/ledger.js'
 import { Renewal } from '../src/core/renewal.js'
+import type { Reconcile } from '../src/core/steps.js'
 import { StepLog } from '../src/core/steps.js'
 import { StoreCalls } from '../src/core/store-calls.js'
+import { IdempotencyError } from '../src/errors.js'
 import { createEngine } from '../src/http/engine.js'
-import type { Reconcile } from '../src/core/steps.js'
 import type { HttpRequestLike, HttpResponseLike, IdempotencyContext } from '../src/http/types.js'
 import type { Defect } from './scenario.js'
 import {
@@ -90,7 +90,8 @@ export class App {
         .map((p) => p.name)
         .sort()
         .join(',')
-      if (given !== expected) history.violation(`${holder} was handed [${given}] to reconcile, the store held [${expected}] started and unrecorded`)
+      if (given !== expected)
+        history.violation(`${holder} was handed [${given}] to reconcile, the store held [${expected}] started and unrecorded`)
       for (const step of pending) {
         if (step.key !== deriveKey(rctx.key, step.name))
           history.violation(`${holder} was handed step ${step.name} of ${record} to reconcile under the key ${step.key}`)
@@ -129,12 +130,16 @@ export class App {
       const record = intentId(ctx.scope, ctx.key)
       // On a process that reconciles, a takeover that found steps started and unrecorded reconciled them first.
       if (id.startsWith('app2') && (history.pendingAtAcquire.get(holder)?.size ?? 0) > 0 && !history.reconciling.has(holder))
-        history.violation(`${holder} found [${[...(history.pendingAtAcquire.get(holder) ?? [])].join(',')}] started and unrecorded, and ran with no reconcile`)
+        history.violation(
+          `${holder} found [${[...(history.pendingAtAcquire.get(holder) ?? [])].join(',')}] started and unrecorded, and ran with no reconcile`,
+        )
       // A takeover is an attempt after an earlier one that did not finish: the store granted this record before.
       let earlier = false
       for (let token = 1; token < ctx.token && !earlier; token++) earlier = history.leases.has(holderId(ctx.scope, ctx.key, token))
       if (ctx.takeover !== earlier)
-        history.violation(`${holder} was told takeover ${ctx.takeover}, yet the store ${earlier ? 'had' : 'had never'} granted the record before`)
+        history.violation(
+          `${holder} was told takeover ${ctx.takeover}, yet the store ${earlier ? 'had' : 'had never'} granted the record before`,
+        )
       // A holder whose lease ended in the store a while ago (renewals every third of a lease, each failing
       // within two store timeouts) while its process ran undisturbed has seen its renewals fail for a whole
       // lease: its signal is aborted before it starts or goes on from a step (src/core/renewal.ts).

@@ -286,7 +286,9 @@ export class NetworkStore implements IdempotencyStore {
     const holder = holderId(scope, key, token)
     // A 5xx answer is transient (the HTTP engine's default classify): released for a retry, never the outcome.
     if (outcome.response && outcome.response.status >= 500)
-      this.history.violation(`${holder} stored its ${outcome.response.status} answer as the outcome (${outcome.status}), a transient failure`)
+      this.history.violation(
+        `${holder} stored its ${outcome.response.status} answer as the outcome (${outcome.status}), a transient failure`,
+      )
     const tries = (this.history.completeTries.get(holder) ?? 0) + 1
     this.history.completeTries.set(holder, tries)
     return this.#call(`complete ${holder}`, () => {

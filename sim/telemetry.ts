@@ -41,8 +41,10 @@ export class SimRun implements RunTelemetry {
     if (event.scope !== this.scope || event.key !== this.key)
       history.violation(`the run of ${this.scope}/${this.key} was told of an event of ${event.scope}/${event.key}: ${event.type}`)
     // The ledger's own listener hears each event first (StoreCalls.emit), so it has this one already.
-    if (!this.audit.heard.has(event)) history.violation(`a ${event.type} event of ${this.scope}/${this.key} reached its run's telemetry, not the ledger's listener`)
-    if (this.audit.told.has(event)) history.violation(`a ${event.type} event of ${this.scope}/${this.key} reached the runs' telemetry twice`)
+    if (!this.audit.heard.has(event))
+      history.violation(`a ${event.type} event of ${this.scope}/${this.key} reached its run's telemetry, not the ledger's listener`)
+    if (this.audit.told.has(event))
+      history.violation(`a ${event.type} event of ${this.scope}/${this.key} reached the runs' telemetry twice`)
     this.audit.told.add(event)
     if (this.ends > 0) history.violation(`the run of ${this.scope}/${this.key} was told of ${event.type} after it ended`)
     this.events.push(event)
