@@ -49,13 +49,32 @@ export async function serviceSkipReason(name: string, port: number, host = '127.
 
 /** A loopback port free right now (the OS picks it), for a server a test starts itself. */
 export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
+  for (;;) {
+    const port = await new Promise<number>((resolve, reject) => {
+      const server = createServer()
+      server.once('error', reject)
+      server.listen(0, '127.0.0.1', () => {
+        const { port } = server.address() as { port: number }
+        server.close(() => resolve(port))
+      })
     })
+    // The kernel may hand a port just closed to the next caller: tests that start servers at once (the docs'
+    // quick starts run concurrently, each curling `localhost`, which tries ::1 first) would then reach each
+    // other's. A port is handed out once per process, and only when ::1 has it free too.
+    if (handedOut.has(port) || !(await freeOn('::1', port))) continue
+    handedOut.add(port)
+    return port
+  }
+}
+
+const handedOut = new Set<number>()
+
+/** Whether `port` can be bound on `host` now (true when the host has no such address, as ::1 without IPv6). */
+function freeOn(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer()
+    server.once('error', (error: NodeJS.ErrnoException) => resolve(error.code !== 'EADDRINUSE'))
+    server.listen(port, host, () => server.close(() => resolve(true)))
   })
 }
 
