@@ -3,6 +3,7 @@
  * each app's connection to it over the faulty network, the downstream bank, and the history the checks read.
  */
 
+import { CAPTURE_PREFIX } from '../src/core/steps.js'
 import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
 import type { Defect } from './scenario.js'
 import type { SimStore } from './store-defects.js'
@@ -54,6 +55,8 @@ export class History {
   readonly recordedAtAcquire = new Map<string, Set<string>>()
   /** Steps started (a marker) but not recorded in the store when each holder acquired: what `reconcile` must get. */
   readonly pendingAtAcquire = new Map<string, Set<string>>()
+  /** Steps with a started marker sent to the store, as `scope/key|name`. */
+  readonly markers = new Set<string>()
   /** Holders whose `reconcile` was called. */
   readonly reconciling = new Set<string>()
   /** Steps each holder's `reconcile` recorded: they must not run in that holder. */
@@ -82,6 +85,12 @@ export class History {
   readonly running = new Map<string, Map<string, string>>()
   /** Holders that have sent at least one renewal. */
   readonly renewing = new Set<string>()
+  /**
+   * Each holder's lease end as its own process can know it (true time): the acquire's grant, then each renewal
+   * whose grant reached the process, from when it was sent. A renewal applied whose reply was lost extends the
+   * lease in the store, not here.
+   */
+  readonly knownLeaseEnds = new Map<string, number>()
   /** Renewals each holder sent, and how many its process was told were granted. */
   readonly renewalsSent = new Map<string, number>()
   readonly renewalsGranted = new Map<string, number>()
@@ -197,6 +206,8 @@ export class NetworkStore implements IdempotencyStore {
    * only its renewals fail (`renewals`: the store refuses them for a while, every other call passes).
    */
   cut: 'reset' | 'lost' | 'renewals' | null = null
+  /** Whether this process's ledger reconciles (sim/app.ts): its steps leave started markers. */
+  reconciles = false
 
   constructor(
     readonly proc: Proc,
@@ -254,7 +265,10 @@ export class NetworkStore implements IdempotencyStore {
     const disturbances = this.proc.disturbances
     return this.#call(`acquire ${scope}/${key}`, async () => {
       const result = await this.server.acquire(scope, key, fingerprint, leaseMs)
-      if (result.kind === 'acquired') this.#leased(holderId(scope, key, result.token), leaseMs, disturbances)
+      if (result.kind === 'acquired') {
+        this.#leased(holderId(scope, key, result.token), leaseMs, disturbances)
+        this.history.knownLeaseEnds.set(holderId(scope, key, result.token), this.proc.world.now + leaseMs)
+      }
       return result
     })
   }
@@ -263,6 +277,7 @@ export class NetworkStore implements IdempotencyStore {
     const holder = holderId(scope, key, token)
     this.history.renewing.add(holder)
     this.history.renewalsSent.set(holder, (this.history.renewalsSent.get(holder) ?? 0) + 1)
+    const sentAtMs = this.proc.world.now
     // Past the run's deadline no renewal is made (src/core/renewal.ts): the lease ends there.
     const deadlineMs = this.history.deadlines.get(holder)
     if (deadlineMs !== undefined && this.proc.clock.now() >= deadlineMs)
@@ -277,8 +292,10 @@ export class NetworkStore implements IdempotencyStore {
     if (!renewed) this.history.fencedHolders.add(holder)
     // Defect: the ledger is told a refused renewal succeeded, so the holder keeps working.
     const told = this.defect === 'renew' ? true : renewed
-    if (told) this.history.renewalsGranted.set(holder, (this.history.renewalsGranted.get(holder) ?? 0) + 1)
-    else this.history.reports.refused(holder)
+    if (told) {
+      this.history.renewalsGranted.set(holder, (this.history.renewalsGranted.get(holder) ?? 0) + 1)
+      this.history.knownLeaseEnds.set(holder, Math.max(this.history.knownLeaseEnds.get(holder) ?? 0, sentAtMs + leaseMs))
+    } else this.history.reports.refused(holder)
     return told
   }
 
@@ -324,6 +341,19 @@ export class NetworkStore implements IdempotencyStore {
   }
 
   recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+    // Started markers (a round trip per step) are for a process that reconciles, and every step such a process
+    // records has one in the store first (its own, or an earlier holder's), or was recorded by its reconcile.
+    const holder = holderId(scope, key, token)
+    const marker = `${intentId(scope, key)}|${name}`
+    if (!name.startsWith(CAPTURE_PREFIX)) {
+      if (result === null) {
+        if (!this.reconciles)
+          this.history.violation(`${holder} on ${this.proc.id}, which does not reconcile, recorded a started marker for ${name}`)
+        this.history.markers.add(marker)
+      } else if (this.reconciles && !this.history.markers.has(marker) && !this.history.reconciled.get(holder)?.has(name)) {
+        this.history.violation(`${holder} recorded step ${name} with no started marker, though its process reconciles`)
+      }
+    }
     return this.#call(`recordStep ${holderId(scope, key, token)} ${name}`, () =>
       this.server.fenced('recordStep', scope, key, token, (t) => this.server.inner.recordStep(scope, key, t, name, result)),
     )
