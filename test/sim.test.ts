@@ -46,20 +46,20 @@ describe('the deterministic simulator', () => {
 
   // Each defect with the seed the CI-budget search first found it at (npm run sim -- --defect <name>).
   it.each([
-    ['fence', 326, /fenced-out holder .* changed the record with complete/],
+    ['fence', 88, /fenced-out holder .* changed the record with complete/],
     [
       'renew',
-      1705,
+      90,
       /ran step \w+ after the store refused its renewal|ran step \w+ to its end, \d+ms after its lease ended in the store, and its signal is not aborted/,
     ],
     ['reencode', 1, /answered with 2 different bodies/],
     ['new-key', 1, /reused key with another payload|charged 2 times/],
-    ['late-complete', 112, /retried complete \(try \d+\) \d+ms after its lease ended/],
+    ['late-complete', 77, /retried complete \(try \d+\) \d+ms after its lease ended/],
     // A survivor of npm run mutate:sim (renewal.ts, fire() emptied): slow live holders lost their lease unseen.
     [
       'no-renew',
       1,
-      /lost its record while alive and working: it never asked to renew its lease|ran step \w+ to its end, \d+ms after its lease ended in the store, and its signal is not aborted/,
+      /lost its record while alive and working: it never asked to renew its lease|(started step \w+|ran step \w+ to its end), \d+ms after its lease ended in the store, and its signal is not aborted/,
     ],
     // The store's own promises (sim/store-defects.ts): each passed every seed of the CI budget before the
     // simulator audited takeovers, scopes and whose answer a caller gets (issue 57).
@@ -69,14 +69,14 @@ describe('the deterministic simulator', () => {
     // Survivors of npm run mutate:sim (renewal.ts's catch, current kept true; steps.ts's captures): renewals that
     // failed for a whole lease never lost it, and a takeover captured its values anew; both passed every seed
     // before the workload refused renewals for a while and captured values (issue 57).
-    ['renew-errors', 71, /ran step \w+ to its end, \d+ms after its lease ended in the store, and its signal is not aborted/],
+    ['renew-errors', 107, /(started step \w+|ran step \w+ to its end), \d+ms after its lease ended in the store, and its signal is not aborted/],
     ['fresh-capture', 1, /captured values .* are not those the charge recorded/],
     // Survivors of npm run mutate:sim in held.ts and renewal.ts: a transient answer stored as the outcome, a run
     // handed to the engine whose telemetry never ends, a lost lease not reported; each passed every seed before
     // the simulator audited what the ledger reports and the handler answered 503 itself (issue 57).
-    ['transient-stored', 1, /stored its 503 answer as the outcome/],
+    ['transient-stored', 2, /stored its 503 answer as the outcome/],
     ['untold-end', 1, /a run of .* never ended/],
-    ['lost-unreported', 2, /was refused its renewal while working and no lease_lost was reported/],
+    ['lost-unreported', 3, /was refused its renewal while working and no lease_lost was reported/],
   ] as const)('catches the defect "%s" (seed %i)', async (defect, seed, violation) => {
     const result = await runScenario({ seed, defect })
     expect(result.violations.join('\n')).toMatch(violation)
