@@ -56,6 +56,9 @@ export class Renewal implements Scheduled {
         return
       }
     }
+    // A renewal granted while the run was finishing still moved the lease's end: `complete` (Held.finish waits
+    // for this renewal) retries its outcome until shortly before that end, not the previous one.
+    if (current) this.#renewedAtMs = startedAtMs
     if (this.#stopped) return
     if (!current) {
       if (calls.listens(plan)) {
@@ -72,7 +75,6 @@ export class Renewal implements Scheduled {
       )
       return
     }
-    this.#renewedAtMs = startedAtMs
     calls.renewals.add(this, this.#everyMs)
   }
 

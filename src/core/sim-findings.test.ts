@@ -90,3 +90,110 @@ describe('a fenced-out holder over HTTP (found by the simulator, seed 234)', () 
     expect(new TextDecoder().decode(retry.body)).toBe('winner')
   })
 })
+
+/** `store` with `method` held back until the returned `open()`: its call reaches the store, its answer waits. */
+function holdAnswers(store: MemoryStore, method: 'recordStep' | 'renew', when: (args: unknown[]) => boolean) {
+  let open: () => void = () => {}
+  const gate = new Promise<void>((resolve) => {
+    open = resolve
+  })
+  const held = new Proxy(store, {
+    get(target, property) {
+      const value = Reflect.get(target, property, target)
+      if (property !== method) return typeof value === 'function' ? value.bind(target) : value
+      return async (...args: unknown[]) => {
+        const answer = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
+        if (when(args)) await gate
+        return answer
+      }
+    },
+  })
+  return { held, open }
+}
+
+describe('a step whose lease is lost while its started marker is written (found by the simulator, seed 4207)', () => {
+  it('does not run: the marker reached the store, the lease was taken over, and its answer came back after the refused renewal', async () => {
+    const clock = new ManualClock()
+    const store = new MemoryStore({ clock })
+    // The marker (a step recorded with no result: the run has reconcile) reaches the store; its answer is held.
+    const { held, open } = holdAnswers(store, 'recordStep', (args) => args[4] === null)
+    const zombie = new Ledger({ store: held, clock, lease: 3_000 })
+    const other = new Ledger({ store, clock, lease: 3_000 })
+    const key = `k-${randomUUID()}`
+    const ran: string[] = []
+    const first = zombie.run(
+      { key, payload: { n: 1 } },
+      async (ctx) => {
+        await ctx.step('charge', () => ran.push('charge #1'))
+        return 'first'
+      },
+      { reconcile: () => {} },
+    )
+    await flush()
+    await store.renew('default', key, 1, 1) // the store's view: this lease ends in 1 ms
+    clock.advance(10)
+    const second = await other.run({ key, payload: { n: 1 } }, async (ctx) => {
+      await ctx.step('charge', () => ran.push(`charge #${ctx.token}`))
+      return 'second'
+    })
+    expect(second).toMatchObject({ kind: 'executed', value: 'second' })
+    clock.advance(1_000) // the first holder's renewal is due: the store refuses it
+    await flush()
+    open() // only now does the marker's answer arrive
+    await expect(first).rejects.toMatchObject({ code: 'FENCED_OUT' })
+    expect(ran).toEqual(['charge #2'])
+  })
+})
+
+describe('a renewal granted while the run finishes (found by the simulator, seed 5791)', () => {
+  it("extends the lease the outcome's retries count to: complete is retried past the old lease's end, and stored", async () => {
+    const clock = new ManualClock()
+    const startedAtMs = clock.now()
+    const memory = new MemoryStore({ clock })
+    // The renewal due at 1 s reaches the store and is granted (the lease now ends at 4 s); its answer is held
+    // until the work has returned, so the run's finish waits for it.
+    const { held, open } = holdAnswers(memory, 'renew', () => true)
+    let completeFailsUntilMs = startedAtMs
+    const store = new Proxy(held, {
+      get(target, property) {
+        const value = Reflect.get(target, property, target)
+        if (property !== 'complete') return value
+        return async (...args: unknown[]) => {
+          if (clock.now() < completeFailsUntilMs) throw new Error('connection reset')
+          return (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
+        }
+      },
+    })
+    const events: string[] = []
+    const ledger = new Ledger({ store, clock, lease: 3_000, onEvent: (event) => events.push(event.type) })
+    const key = `k-${randomUUID()}`
+    let finish: () => void = () => {}
+    const working = new Promise<void>((resolve) => {
+      finish = resolve
+    })
+    const run = ledger.run({ key, payload: { n: 1 } }, async () => {
+      await working
+      return 'done'
+    })
+    await flush()
+    clock.advance(1_000) // the renewal fires; the store grants it
+    await flush()
+    // The store is unreachable for complete until 3.2 s: past the first lease's end (3 s, give-up at 2.7 s),
+    // inside the renewed one (4 s, give-up at 3.7 s).
+    completeFailsUntilMs = startedAtMs + 3_200
+    finish()
+    await flush()
+    open()
+    let settled = false
+    void run.finally(() => {
+      settled = true
+    })
+    for (let i = 0; i < 400 && !settled; i++) {
+      clock.advance(10)
+      await flush()
+    }
+    await expect(run).resolves.toMatchObject({ kind: 'executed', outcome: 'completed' })
+    expect(events).not.toContain('unrecorded')
+    expect((await memory.get('default', key))?.status).toBe('completed')
+  })
+})

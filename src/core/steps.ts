@@ -134,6 +134,9 @@ export class StepLog implements StepMethods {
       if (this.markers && stored === undefined) {
         this.#checkCount(name)
         await this.#store(record, name, null)
+        // The lease may have been lost while the marker was written (the store took it, then refused a renewal).
+        const lostMeanwhile = this.lost()
+        if (lostMeanwhile !== undefined) throw lostMeanwhile
       }
       const intentKey = this.key
       const signal = this.signal
