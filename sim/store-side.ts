@@ -125,6 +125,13 @@ export const storeTime = (ms: number) => Math.round(ms)
  * is not the record's current one must change nothing; the steps a holder acquires with are noted.
  */
 export class StoreServer {
+  /**
+   * Each record's status and token as the store's own answers left them: what `get` would say of them, kept
+   * here so that the audit of every write does not copy the record (a released record stays in progress
+   * under its token, as the store keeps it; the store refuses that token's writes once its lease is over).
+   */
+  readonly #states = new Map<string, { status: 'in_progress' | 'completed or failed'; token: number }>()
+
   constructor(
     readonly inner: SimStore,
     readonly history: History,
@@ -132,8 +139,10 @@ export class StoreServer {
   ) {}
 
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
-    const before = await this.inner.get(scope, key)
+    const id = intentId(scope, key)
+    const before = this.#states.get(id)
     const result = await this.inner.acquire(scope, key, fingerprint, leaseMs)
+    if (result.kind === 'acquired') this.#states.set(id, { status: 'in_progress', token: result.token })
     const { history } = this
     if (result.kind === 'acquired' && before?.status === 'in_progress') {
       // A takeover: allowed only once the previous holder's lease, as the store granted (or renewed, or
@@ -177,11 +186,13 @@ export class StoreServer {
   }
 
   async fenced<R>(operation: string, scope: string, key: string, token: number, write: (token: number) => Promise<R>): Promise<R> {
-    const before = await this.inner.get(scope, key)
-    const current = before !== null && before.status === 'in_progress' && before.token === token
+    const id = intentId(scope, key)
+    const before = this.#states.get(id)
+    const current = before !== undefined && before.status === 'in_progress' && before.token === token
     // Defect: complete without its fence (the store takes the write whatever the token).
     const effective = this.defect === 'fence' && operation === 'complete' && before?.status === 'in_progress' ? before.token : token
     const result = await write(effective)
+    if (result === true && operation === 'complete' && before) this.#states.set(id, { status: 'completed or failed', token: before.token })
     if (result === true && (operation === 'complete' || operation === 'recordStep')) {
       const amount = this.history.holderAmounts.get(holderId(scope, key, token))
       if (amount !== undefined) this.history.traces.add(`${intentId(scope, key)}|${amount}`)
