@@ -155,6 +155,29 @@ export class App {
       if (input.amount % 4 === 2) await network(rng.chance(0.1) ? rng.between(LEASE_MS * 0.5, LEASE_MS * 2.5) : rng.between(1, 20))
       const signal = ctx.signal
       if (!(signal instanceof AbortSignal)) history.violation(`${holder} was handed no abort signal`)
+      // Renewals that fail lose the lease only once they have failed for a whole lease since the last one granted
+      // (or the acquire): a signal aborted sooner, with no renewal refused and the run deadline ahead, gave up a
+      // lease the store still honoured.
+      signal.addEventListener(
+        'abort',
+        () => {
+          const lease = history.leases.get(holder)
+          const grantedAtMs = history.lastGrantedAt.get(holder)
+          const deadlineMs = history.deadlines.get(holder)
+          if (
+            lease !== undefined &&
+            grantedAtMs !== undefined &&
+            proc.disturbances === lease.disturbances &&
+            !history.fencedHolders.has(holder) &&
+            !(deadlineMs !== undefined && proc.clock.now() >= deadlineMs) &&
+            world.now - grantedAtMs < LEASE_MS - 5
+          )
+            history.violation(
+              `${holder}'s signal was aborted ${(world.now - grantedAtMs).toFixed(0)}ms after its last renewal granted, before its renewals could have failed for a whole lease`,
+            )
+        },
+        { once: true },
+      )
       const lostSignal = (when: string) => {
         const lease = history.leases.get(holder)
         if (

@@ -91,6 +91,8 @@ export class History {
    * lease in the store, not here.
    */
   readonly knownLeaseEnds = new Map<string, number>()
+  /** When each holder's lease was last granted (true time): the acquire as the store granted it, then each renewal whose grant reached the process, from when it was sent. */
+  readonly lastGrantedAt = new Map<string, number>()
   /** Renewals each holder sent, and how many its process was told were granted. */
   readonly renewalsSent = new Map<string, number>()
   readonly renewalsGranted = new Map<string, number>()
@@ -279,6 +281,7 @@ export class NetworkStore implements IdempotencyStore {
       if (result.kind === 'acquired') {
         this.#leased(holderId(scope, key, result.token), leaseMs, disturbances)
         this.history.knownLeaseEnds.set(holderId(scope, key, result.token), this.proc.world.now + leaseMs)
+        this.history.lastGrantedAt.set(holderId(scope, key, result.token), this.proc.world.now)
       }
       return result
     })
@@ -306,6 +309,7 @@ export class NetworkStore implements IdempotencyStore {
     if (told) {
       this.history.renewalsGranted.set(holder, (this.history.renewalsGranted.get(holder) ?? 0) + 1)
       this.history.knownLeaseEnds.set(holder, Math.max(this.history.knownLeaseEnds.get(holder) ?? 0, sentAtMs + leaseMs))
+      this.history.lastGrantedAt.set(holder, Math.max(this.history.lastGrantedAt.get(holder) ?? 0, sentAtMs))
     } else this.history.reports.refused(holder)
     return told
   }
