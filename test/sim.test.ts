@@ -69,7 +69,11 @@ describe('the deterministic simulator', () => {
     // Survivors of npm run mutate:sim (renewal.ts's catch, current kept true; steps.ts's captures): renewals that
     // failed for a whole lease never lost it, and a takeover captured its values anew; both passed every seed
     // before the workload refused renewals for a while and captured values (issue 57).
-    ['renew-errors', 107, /(started step \w+|ran step \w+ to its end), \d+ms after its lease ended in the store, and its signal is not aborted/],
+    [
+      'renew-errors',
+      107,
+      /(started step \w+|ran step \w+ to its end), \d+ms after its lease ended in the store, and its signal is not aborted/,
+    ],
     ['fresh-capture', 1, /captured values .* are not those the charge recorded/],
     // Survivors of npm run mutate:sim in held.ts and renewal.ts: a transient answer stored as the outcome, a run
     // handed to the engine whose telemetry never ends, a lost lease not reported; each passed every seed before
