@@ -27,6 +27,7 @@ import {
   NetworkError,
   NetworkStore,
   RUN_DEADLINE_MS,
+  SCOPE_PREFIX,
   STORE_TIMEOUT_MS,
   type StoreServer,
   storeTime,
@@ -112,16 +113,17 @@ export class App {
         await rctx.recordStep('charge', id)
       }
     }
+    const engineOptions = {
+      runOptionsOf: (req: HttpRequestLike): { deadlineMs?: number } => {
+        if (req.headers['x-deadline'] === undefined) return {}
+        const deadlineMs = proc.clock.now() + RUN_DEADLINE_MS
+        deadlines.set(req, deadlineMs)
+        return { deadlineMs }
+      },
+    }
     const engine = createEngine(
       { ledger, scope: (req) => String(req.headers['x-tenant']), ...(reconciles ? { reconcile } : {}) },
-      {
-        runOptionsOf: (req) => {
-          if (req.headers['x-deadline'] === undefined) return {}
-          const deadlineMs = proc.clock.now() + RUN_DEADLINE_MS
-          deadlines.set(req, deadlineMs)
-          return { deadlineMs }
-        },
-      },
+      engineOptions,
     )
     const network = (ms: number) => new Promise<void>((resolve) => world.at(ms, proc, resolve))
 
@@ -300,7 +302,66 @@ export class App {
       return { status: 201, headers: { 'content-type': 'application/json' }, body }
     }
 
+    /**
+     * A second way in, as a queue consumer or an RPC handler has: the same payments handler through
+     * `ledger.run` itself, not the HTTP engine's `begin`, for the keys that end in 3 (every attempt at one
+     * key takes the same way). Its answers map the run's result to what the engine would send.
+     */
+    type Answer = { status: number; text: string }
+    const viaRun = async (req: HttpRequestLike): Promise<HttpResponseLike> => {
+      const tenant = String(req.headers['x-tenant'])
+      const key = String(req.headers['idempotency-key'])
+      const answer = (status: number, text: string, headers: Record<string, string> = {}): HttpResponseLike => ({
+        status,
+        headers: { 'content-type': 'application/json', ...headers },
+        body: encoder.encode(text),
+      })
+      const payload = JSON.parse(decoder.decode(await req.body(1_024))) as unknown
+      const runOptions = engineOptions.runOptionsOf(req)
+      try {
+        const result = await ledger.run<Answer>(
+          { scope: `${SCOPE_PREFIX}${tenant}`, key, payload },
+          async (ctx) => {
+            const holder = holderId(ctx.scope, ctx.key, ctx.token)
+            try {
+              const response = await pay(req, ctx as unknown as IdempotencyContext)
+              return { status: response.status, text: decoder.decode(response.body) }
+            } finally {
+              history.reports.handlerDone.add(holder)
+            }
+          },
+          {
+            ...runOptions,
+            ...(reconciles ? { reconcile } : {}),
+            encode: (value) => ({ status: value.status, headers: {}, body: encoder.encode(value.text) }),
+            decode: (response) => ({ status: response.status, text: decoder.decode(response.body) }),
+            classify: (value) => (value.status >= 500 ? 'transient' : value.status >= 400 ? 'failed' : 'completed'),
+            // What the charge created: the intent, stored with the record (checked at the end of the run).
+            resourceId: (value) => (value.status < 300 ? (JSON.parse(value.text) as { intent: string }).intent : null),
+          },
+        )
+        // The outcome the run reports is the one its answer's class calls for: a 5xx released, a 4xx failed,
+        // a 2xx completed (or, for either of those, fenced out or unrecorded, as it went at the store).
+        if (result.kind === 'executed') {
+          const { status } = result.value
+          const allowed = status >= 500 ? ['released'] : [status >= 400 ? 'failed' : 'completed', 'fenced_out', 'unrecorded']
+          if (!allowed.includes(result.outcome))
+            history.violation(`a run of ${tenant}/${key} answered ${status} and reported the outcome ${JSON.stringify(result.outcome)}`)
+        }
+        if (result.kind === 'replayed') return answer(result.value.status, result.value.text, { 'idempotent-replayed': 'true' })
+        if (result.kind === 'mismatch') return answer(422, '{"error":"key reused with another request"}')
+        if (result.kind === 'in_progress')
+          return answer(409, '{"error":"in progress"}', { 'retry-after': String(Math.ceil(result.retryAfterMs / 1_000)) })
+        if (result.outcome === 'fenced_out') return answer(409, '{"error":"FENCED_OUT"}')
+        return answer(result.value.status, result.value.text)
+      } catch (error) {
+        const code = error instanceof IdempotencyError ? error.code : undefined
+        return answer(code === 'STORE_UNAVAILABLE' ? 503 : code === 'FENCED_OUT' ? 409 : 500, JSON.stringify({ error: String(error) }))
+      }
+    }
+
     this.handle = async (req) => {
+      if (throughRun(String(req.headers['idempotency-key']))) return viaRun(req)
       try {
         return await engine.handle(req, (ctx) =>
           pay(req, ctx).finally(() => {
@@ -376,6 +437,9 @@ export class SimResponse {
     return this
   }
 }
+
+/** Whether the key `key` is served through `ledger.run` (sim/app.ts, the second way in): the keys ending in 3. */
+export const throughRun = (key: string) => /^key-\d*3$/.test(key)
 
 /** Whether the app process `id` reconciles: those of the third slot (`app2`, `app2.1`, …), as part of a fleet mid-deploy. */
 export const reconciling = (id: string) => id.startsWith('app2')

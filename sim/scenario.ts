@@ -20,6 +20,7 @@ import {
   leaseLossUnreported,
   noRenewal,
   SimResponse,
+  throughRun,
   transientStored,
   untoldEnd,
 } from './app.js'
@@ -369,6 +370,15 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     // A 2xx is sent once its outcome is stored (or loudly unrecorded): the record says completed.
     if (record?.status !== 'completed' && !history.unrecorded.has(intent))
       history.violation(`${intent} answered 2xx but its record is ${record?.status ?? 'gone'}`)
+    // A run through ledger.run stores what its work created with the record: the intent.
+    if (
+      throughRun(key) &&
+      record?.status === 'completed' &&
+      !history.unrecorded.has(intent) &&
+      record.response &&
+      record.resourceId !== (JSON.parse(decoder.decode(record.response.body)) as { intent: string }).intent
+    )
+      history.violation(`${intent}: its record's resourceId is ${record.resourceId}, not the intent the run created`)
     if (
       record?.status === 'completed' &&
       record.response &&
