@@ -13,6 +13,30 @@ const flush = async () => {
   for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve))
 }
 
+/** A promise the test resolves when it chooses (`open()`): where a holder stalls, or an answer waits. */
+function gate(): { passed: Promise<void>; open: () => void } {
+  let open: () => void = () => {}
+  const passed = new Promise<void>((resolve) => {
+    open = resolve
+  })
+  return { passed, open }
+}
+
+/** `store` with its `method` wrapped by `wrap` (given the real method, already bound); the rest as it is. */
+function around<S extends object>(
+  store: S,
+  method: string,
+  wrap: (real: (...args: unknown[]) => Promise<unknown>) => (...args: unknown[]) => Promise<unknown>,
+): S {
+  return new Proxy(store, {
+    get(target, property) {
+      const value = Reflect.get(target, property, target)
+      const bound = typeof value === 'function' ? value.bind(target) : value
+      return property === method ? wrap(bound) : bound
+    },
+  })
+}
+
 describe('a holder that lost its lease (found by the simulator, seed 308)', () => {
   it('starts no new step once a renewal told it the lease is gone: the step throws FENCED_OUT and does not run', async () => {
     const clock = new ManualClock()
@@ -21,10 +45,7 @@ describe('a holder that lost its lease (found by the simulator, seed 308)', () =
     const other = new Ledger({ store, clock, lease: 3_000 })
     const key = `k-${randomUUID()}`
     const ran: string[] = []
-    let resume: () => void = () => {}
-    const paused = new Promise<void>((resolve) => {
-      resume = resolve
-    })
+    const { passed: paused, open: resume } = gate()
     const first = zombie.run({ key, payload: { n: 1 } }, async (ctx) => {
       await ctx.step('reserve', () => ran.push('reserve #1'))
       await paused // stalls past its lease
@@ -66,10 +87,7 @@ describe('a fenced-out holder over HTTP (found by the simulator, seed 234)', () 
       headers: { 'content-type': 'text/plain' },
       body: new TextEncoder().encode(by),
     })
-    let resume: () => void = () => {}
-    const stalled = new Promise<void>((resolve) => {
-      resume = resolve
-    })
+    const { passed: stalled, open: resume } = gate()
     const zombie = engine.handle(request(), async () => {
       await stalled
       return answer('zombie')
@@ -91,22 +109,13 @@ describe('a fenced-out holder over HTTP (found by the simulator, seed 234)', () 
   })
 })
 
-/** `store` with `method` held back until the returned `open()`: its call reaches the store, its answer waits. */
+/** `store` with the answers of `method` that `when` picks held back until `open()`: the call reaches the store, its answer waits. */
 function holdAnswers(store: MemoryStore, method: 'recordStep' | 'renew', when: (args: unknown[]) => boolean) {
-  let open: () => void = () => {}
-  const gate = new Promise<void>((resolve) => {
-    open = resolve
-  })
-  const held = new Proxy(store, {
-    get(target, property) {
-      const value = Reflect.get(target, property, target)
-      if (property !== method) return typeof value === 'function' ? value.bind(target) : value
-      return async (...args: unknown[]) => {
-        const answer = await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
-        if (when(args)) await gate
-        return answer
-      }
-    },
+  const { passed, open } = gate()
+  const held = around(store, method, (real) => async (...args) => {
+    const answer = await real(...args)
+    if (when(args)) await passed
+    return answer
   })
   return { held, open }
 }
@@ -154,23 +163,14 @@ describe('a renewal granted while the run finishes (found by the simulator, seed
     // until the work has returned, so the run's finish waits for it.
     const { held, open } = holdAnswers(memory, 'renew', () => true)
     let completeFailsUntilMs = startedAtMs
-    const store = new Proxy(held, {
-      get(target, property) {
-        const value = Reflect.get(target, property, target)
-        if (property !== 'complete') return value
-        return async (...args: unknown[]) => {
-          if (clock.now() < completeFailsUntilMs) throw new Error('connection reset')
-          return (value as (...a: unknown[]) => Promise<unknown>).apply(target, args)
-        }
-      },
+    const store = around(held, 'complete', (real) => async (...args) => {
+      if (clock.now() < completeFailsUntilMs) throw new Error('connection reset')
+      return real(...args)
     })
     const events: string[] = []
     const ledger = new Ledger({ store, clock, lease: 3_000, onEvent: (event) => events.push(event.type) })
     const key = `k-${randomUUID()}`
-    let finish: () => void = () => {}
-    const working = new Promise<void>((resolve) => {
-      finish = resolve
-    })
+    const { passed: working, open: finish } = gate()
     const run = ledger.run({ key, payload: { n: 1 } }, async () => {
       await working
       return 'done'
