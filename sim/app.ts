@@ -32,6 +32,7 @@ import {
   type StoreServer,
   storeTime,
   TTL_MS,
+  tenantOf,
 } from './store-side.js'
 import { Proc, type World } from './world.js'
 
@@ -45,7 +46,8 @@ export class App {
     this.proc = new Proc(world, id, rng.between(-300, 300))
     const proc = this.proc
     const store = new NetworkStore(proc, server, faults, history, defect)
-    store.reconciles = reconciling(id)
+    const reconciles = reconciling(id)
+    store.reconciles = reconciles
     this.store = store
     const ledger = new Ledger({
       store,
@@ -59,13 +61,13 @@ export class App {
       onEvent: (event) => {
         history.reports.listen(event)
         if (event.type === 'unrecorded') {
-          history.unrecorded.add(intentId(event.scope.replace(/^fn:/, ''), event.key))
+          history.unrecorded.add(intentId(tenantOf(event.scope), event.key))
           // An outcome the store could not take is retried until shortly before the lease ends (a tenth of it,
           // src/core/store-calls.ts), not given up while the lease, as the process could know it, still protects
           // the record (a renewal whose reply was lost extends it only in the store; a zombie is exempt).
           const holder = holderId(event.scope, event.key, event.token)
           const lease = history.leases.get(holder)
-          const knownEndMs = history.knownLeaseEnds.get(holder)
+          const knownEndMs = history.lastGrant.get(holder)?.endsAtMs
           if (
             lease !== undefined &&
             knownEndMs !== undefined &&
@@ -84,14 +86,11 @@ export class App {
      * asks the bank whether the charge went through and, when it did, records it, so the charge step returns
      * it without running (an intent that captures values is left to run again: the bank dedupes it).
      */
-    const reconciles = reconciling(id)
     const reconcile: Reconcile = async (pending, rctx) => {
       const holder = holderId(rctx.scope, rctx.key, rctx.token)
       const record = intentId(rctx.scope, rctx.key)
       history.reconciling.add(holder)
-      let earlier: number | undefined
-      for (let token = 1; token < rctx.token && earlier === undefined; token++)
-        if (history.leases.has(holderId(rctx.scope, rctx.key, token))) earlier = token
+      const earlier = history.earlierGrant(rctx.scope, rctx.key, rctx.token)
       if (earlier === undefined) history.violation(`${holder} was handed steps to reconcile on a first attempt`)
       const expected = [...(history.pendingAtAcquire.get(holder) ?? [])].sort().join(',')
       const given = pending
@@ -105,7 +104,7 @@ export class App {
           history.violation(`${holder} was handed step ${step.name} of ${record} to reconcile under the key ${step.key}`)
         if (step.name !== 'charge') continue
         const amount = earlier === undefined ? undefined : history.holderAmounts.get(holderId(rctx.scope, rctx.key, earlier))
-        const id = bank.lookup(`${rctx.scope.replace(/^fn:/, '')}|${step.key}`)
+        const id = bank.lookup(`${tenantOf(rctx.scope)}|${step.key}`)
         if (id === undefined || amount === undefined || amount % 3 === 0) continue
         const reconciled = history.reconciled.get(holder) ?? new Set<string>()
         reconciled.add('charge')
@@ -143,8 +142,7 @@ export class App {
           `${holder} found [${[...(history.pendingAtAcquire.get(holder) ?? [])].join(',')}] started and unrecorded, and ran with no reconcile`,
         )
       // A takeover is an attempt after an earlier one that did not finish: the store granted this record before.
-      let earlier = false
-      for (let token = 1; token < ctx.token && !earlier; token++) earlier = history.leases.has(holderId(ctx.scope, ctx.key, token))
+      const earlier = history.earlierGrant(ctx.scope, ctx.key, ctx.token) !== undefined
       if (ctx.takeover !== earlier)
         history.violation(
           `${holder} was told takeover ${ctx.takeover}, yet the store ${earlier ? 'had' : 'had never'} granted the record before`,
@@ -164,7 +162,7 @@ export class App {
         'abort',
         () => {
           const lease = history.leases.get(holder)
-          const grantedAtMs = history.lastGrantedAt.get(holder)
+          const grantedAtMs = history.lastGrant.get(holder)?.atMs
           const deadlineMs = history.deadlines.get(holder)
           if (
             lease !== undefined &&

@@ -83,17 +83,13 @@ export class History {
   readonly completeTries = new Map<string, number>()
   /** Steps running now, by record (scope/key): the holder running each, so two at once are seen. */
   readonly running = new Map<string, Map<string, string>>()
-  /** Holders that have sent at least one renewal. */
-  readonly renewing = new Set<string>()
   /**
-   * Each holder's lease end as its own process can know it (true time): the acquire's grant, then each renewal
-   * whose grant reached the process, from when it was sent. A renewal applied whose reply was lost extends the
-   * lease in the store, not here.
+   * Each holder's last grant as its own process can know it (true time): the acquire as the store granted it,
+   * then each renewal whose grant reached the process, from when it was sent, and when that lease ends. A
+   * renewal applied whose reply was lost extends the lease in the store, not here.
    */
-  readonly knownLeaseEnds = new Map<string, number>()
-  /** When each holder's lease was last granted (true time): the acquire as the store granted it, then each renewal whose grant reached the process, from when it was sent. */
-  readonly lastGrantedAt = new Map<string, number>()
-  /** Renewals each holder sent, and how many its process was told were granted. */
+  readonly lastGrant = new Map<string, { atMs: number; endsAtMs: number }>()
+  /** Renewals each holder sent (a holder in it has asked to renew), and how many its process was told were granted. */
   readonly renewalsSent = new Map<string, number>()
   readonly renewalsGranted = new Map<string, number>()
   /** Processes that were ever cut off from the store: their holders may lose a lease while alive. */
@@ -107,6 +103,12 @@ export class History {
   requests = 0
   constructor(readonly world: World) {}
 
+  /** The first token before `token` the store granted this record to (an earlier attempt), if any. */
+  earlierGrant(scope: string, key: string, token: number): number | undefined {
+    for (let earlier = 1; earlier < token; earlier++) if (this.leases.has(holderId(scope, key, earlier))) return earlier
+    return undefined
+  }
+
   violation(text: string): void {
     this.world.log(() => `VIOLATION ${text}`)
     if (this.violations.length < 20) this.violations.push(`t=${this.world.now.toFixed(1)}ms ${text}`)
@@ -118,6 +120,8 @@ export const intentId = (scope: string, key: string) => `${scope}/${key}`
 export const SCOPE_PREFIX = 'fn:'
 /** A client's intent (tenant/key) as the store names its record (scope/key). */
 export const storeIntent = (id: string) => `${SCOPE_PREFIX}${id}`
+/** The tenant whose record a store scope names (the inverse of the engine's prefix). */
+export const tenantOf = (scope: string) => (scope.startsWith(SCOPE_PREFIX) ? scope.slice(SCOPE_PREFIX.length) : scope)
 export const holderId = (scope: string, key: string, token: number) => `${scope}/${key}#${token}`
 /** True time as the store server's clock reads it (whole ms): leases end on its ticks. */
 export const storeTime = (ms: number) => Math.round(ms)
@@ -158,7 +162,7 @@ export class StoreServer {
       if (
         lease !== undefined &&
         working &&
-        !history.renewing.has(previous) &&
+        !history.renewalsSent.has(previous) &&
         lease.proc.state === 'up' &&
         lease.proc.disturbances === lease.disturbances &&
         !history.everCut.has(lease.proc) &&
@@ -280,8 +284,10 @@ export class NetworkStore implements IdempotencyStore {
       const result = await this.server.acquire(scope, key, fingerprint, leaseMs)
       if (result.kind === 'acquired') {
         this.#leased(holderId(scope, key, result.token), leaseMs, disturbances)
-        this.history.knownLeaseEnds.set(holderId(scope, key, result.token), this.proc.world.now + leaseMs)
-        this.history.lastGrantedAt.set(holderId(scope, key, result.token), this.proc.world.now)
+        this.history.lastGrant.set(holderId(scope, key, result.token), {
+          atMs: this.proc.world.now,
+          endsAtMs: this.proc.world.now + leaseMs,
+        })
       }
       return result
     })
@@ -289,7 +295,6 @@ export class NetworkStore implements IdempotencyStore {
 
   async renew(scope: string, key: string, token: number, leaseMs: number): Promise<boolean> {
     const holder = holderId(scope, key, token)
-    this.history.renewing.add(holder)
     this.history.renewalsSent.set(holder, (this.history.renewalsSent.get(holder) ?? 0) + 1)
     const sentAtMs = this.proc.world.now
     // Past the run's deadline no renewal is made (src/core/renewal.ts): the lease ends there.
@@ -308,8 +313,8 @@ export class NetworkStore implements IdempotencyStore {
     const told = this.defect === 'renew' ? true : renewed
     if (told) {
       this.history.renewalsGranted.set(holder, (this.history.renewalsGranted.get(holder) ?? 0) + 1)
-      this.history.knownLeaseEnds.set(holder, Math.max(this.history.knownLeaseEnds.get(holder) ?? 0, sentAtMs + leaseMs))
-      this.history.lastGrantedAt.set(holder, Math.max(this.history.lastGrantedAt.get(holder) ?? 0, sentAtMs))
+      // One renewal is in flight at a time, so each grant is later than the last (and ends no sooner).
+      this.history.lastGrant.set(holder, { atMs: sentAtMs, endsAtMs: sentAtMs + leaseMs })
     } else this.history.reports.refused(holder)
     return told
   }
@@ -369,7 +374,7 @@ export class NetworkStore implements IdempotencyStore {
         this.history.violation(`${holder} recorded step ${name} with no started marker, though its process reconciles`)
       }
     }
-    return this.#call(`recordStep ${holderId(scope, key, token)} ${name}`, () =>
+    return this.#call(`recordStep ${holder} ${name}`, () =>
       this.server.fenced('recordStep', scope, key, token, (t) => this.server.inner.recordStep(scope, key, t, name, result)),
     )
   }
