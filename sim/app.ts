@@ -7,6 +7,7 @@
 import { deriveKey } from '../src/core/derive-key.js'
 import { Held } from '../src/core/held.js'
 import { Ledger } from '../src/core/ledger.js'
+import type { Begun, RunResult } from '../src/core/ledger-types.js'
 import { Renewal } from '../src/core/renewal.js'
 import type { Reconcile } from '../src/core/steps.js'
 import { StepLog } from '../src/core/steps.js'
@@ -61,11 +62,15 @@ export class App {
       onEvent: (event) => {
         history.reports.listen(event)
         if (event.type === 'unrecorded') {
+          const holder = holderId(event.scope, event.key, event.token)
+          history.unrecordedStatus.set(holder, event.status)
+          // A value that cannot be recorded (sim/app.ts, the third way in) is reported at once, and no answer is
+          // sent for it: the record stays held until its lease ends, and a later attempt answers.
+          if (history.unstorable.has(holder)) return
           history.unrecorded.add(intentId(tenantOf(event.scope), event.key))
           // An outcome the store could not take is retried until shortly before the lease ends (a tenth of it,
           // src/core/store-calls.ts), not given up while the lease, as the process could know it, still protects
           // the record (a renewal whose reply was lost extends it only in the store; a zombie is exempt).
-          const holder = holderId(event.scope, event.key, event.token)
           const lease = history.leases.get(holder)
           const knownEndMs = history.lastGrant.get(holder)?.endsAtMs
           if (
@@ -152,9 +157,12 @@ export class App {
       // lease: its signal is aborted before it starts or goes on from a step (src/core/renewal.ts).
       // One intent in four first asks a fraud service, not as a step and without looking at its signal, now and
       // then slowly (past a lease): a signal first read after the lease was lost must already be aborted.
-      if (input.amount % 4 === 2) await network(rng.chance(0.1) ? rng.between(LEASE_MS * 0.5, LEASE_MS * 2.5) : rng.between(1, 20))
+      if (input.amount % 4 === 2) await network(rng.chance(0.25) ? rng.between(LEASE_MS * 0.5, LEASE_MS * 2.5) : rng.between(1, 20))
       const signal = ctx.signal
       if (!(signal instanceof AbortSignal)) history.violation(`${holder} was handed no abort signal`)
+      // A signal first read after a renewal was refused (the process knows its lease is lost) is aborted already.
+      if (history.fencedHolders.has(holder) && !signal.aborted)
+        history.violation(`${holder} first read its signal after the store refused its renewal, and it is not aborted`)
       // Renewals that fail lose the lease only once they have failed for a whole lease since the last one granted
       // (or the acquire): a signal aborted sooner, with no renewal refused and the run deadline ahead, gave up a
       // lease the store still honoured.
@@ -306,14 +314,35 @@ export class App {
      * key takes the same way). Its answers map the run's result to what the engine would send.
      */
     type Answer = { status: number; text: string }
+    const answer = (status: number, text: string, headers: Record<string, string> = {}): HttpResponseLike => ({
+      status,
+      headers: { 'content-type': 'application/json', ...headers },
+      body: encoder.encode(text),
+    })
+    /** What the engine would send for a run's result (`ledger.run`'s, or `begin` and `finish`'s). */
+    const answerOf = (tenant: string, key: string, result: RunResult<Answer>): HttpResponseLike => {
+      // The outcome the run reports is the one its answer's class calls for: a 5xx released, a 4xx failed,
+      // a 2xx completed (or, for either of those, fenced out or unrecorded, as it went at the store).
+      if (result.kind === 'executed') {
+        const { status } = result.value
+        const allowed = status >= 500 ? ['released'] : [status >= 400 ? 'failed' : 'completed', 'fenced_out', 'unrecorded']
+        if (!allowed.includes(result.outcome))
+          history.violation(`a run of ${tenant}/${key} answered ${status} and reported the outcome ${JSON.stringify(result.outcome)}`)
+      }
+      if (result.kind === 'replayed') return answer(result.value.status, result.value.text, { 'idempotent-replayed': 'true' })
+      if (result.kind === 'mismatch') return answer(422, '{"error":"key reused with another request"}')
+      if (result.kind === 'in_progress')
+        return answer(409, '{"error":"in progress"}', { 'retry-after': String(Math.ceil(result.retryAfterMs / 1_000)) })
+      if (result.outcome === 'fenced_out') return answer(409, '{"error":"FENCED_OUT"}')
+      return answer(result.value.status, result.value.text)
+    }
+    const errorAnswer = (error: unknown): HttpResponseLike => {
+      const code = error instanceof IdempotencyError ? error.code : undefined
+      return answer(code === 'STORE_UNAVAILABLE' ? 503 : code === 'FENCED_OUT' ? 409 : 500, JSON.stringify({ error: String(error) }))
+    }
     const viaRun = async (req: HttpRequestLike): Promise<HttpResponseLike> => {
       const tenant = String(req.headers['x-tenant'])
       const key = String(req.headers['idempotency-key'])
-      const answer = (status: number, text: string, headers: Record<string, string> = {}): HttpResponseLike => ({
-        status,
-        headers: { 'content-type': 'application/json', ...headers },
-        body: encoder.encode(text),
-      })
       const payload = JSON.parse(decoder.decode(await req.body(1_024))) as unknown
       const runOptions = engineOptions.runOptionsOf(req)
       try {
@@ -338,28 +367,111 @@ export class App {
             resourceId: (value) => (value.status < 300 ? (JSON.parse(value.text) as { intent: string }).intent : null),
           },
         )
-        // The outcome the run reports is the one its answer's class calls for: a 5xx released, a 4xx failed,
-        // a 2xx completed (or, for either of those, fenced out or unrecorded, as it went at the store).
-        if (result.kind === 'executed') {
-          const { status } = result.value
-          const allowed = status >= 500 ? ['released'] : [status >= 400 ? 'failed' : 'completed', 'fenced_out', 'unrecorded']
-          if (!allowed.includes(result.outcome))
-            history.violation(`a run of ${tenant}/${key} answered ${status} and reported the outcome ${JSON.stringify(result.outcome)}`)
-        }
-        if (result.kind === 'replayed') return answer(result.value.status, result.value.text, { 'idempotent-replayed': 'true' })
-        if (result.kind === 'mismatch') return answer(422, '{"error":"key reused with another request"}')
-        if (result.kind === 'in_progress')
-          return answer(409, '{"error":"in progress"}', { 'retry-after': String(Math.ceil(result.retryAfterMs / 1_000)) })
-        if (result.outcome === 'fenced_out') return answer(409, '{"error":"FENCED_OUT"}')
-        return answer(result.value.status, result.value.text)
+        return answerOf(tenant, key, result)
       } catch (error) {
-        const code = error instanceof IdempotencyError ? error.code : undefined
-        return answer(code === 'STORE_UNAVAILABLE' ? 503 : code === 'FENCED_OUT' ? 409 : 500, JSON.stringify({ error: String(error) }))
+        return errorAnswer(error)
+      }
+    }
+
+    /**
+     * A third way in, as a queue consumer that drives the run itself: `ledger.begin`, the payments handler,
+     * then `finish` or `fail` in the try/catch docs/ledger.md gives, for the keys that end in 7. Now and then
+     * its value carries a BigInt (a fee, as a database driver returns a money column), which JSON cannot hold:
+     * `finish` must refuse it, say so, report it `unrecorded`, and leave the record held until its lease ends
+     * (the `fail` of the catch then does nothing). And now and then it gives `finish` a deadline of its own (an
+     * ack timeout) and calls `fail` when it passes: refused while `finish` is under way, a no-op once it threw.
+     */
+    type Receipt = Answer & { fee?: bigint }
+    const viaBegin = async (req: HttpRequestLike): Promise<HttpResponseLike> => {
+      const tenant = String(req.headers['x-tenant'])
+      const key = String(req.headers['idempotency-key'])
+      const payload = JSON.parse(decoder.decode(await req.body(1_024))) as { amount: number }
+      let begun: Begun<Receipt>
+      try {
+        begun = await ledger.begin<Receipt>(
+          { scope: `${SCOPE_PREFIX}${tenant}`, key, payload },
+          {
+            ...engineOptions.runOptionsOf(req),
+            ...(reconciles ? { reconcile } : {}),
+            encode: (value) => ({ status: value.status, headers: {}, body: encoder.encode(JSON.stringify(value)) }),
+            decode: (response) => JSON.parse(decoder.decode(response.body)) as Receipt,
+            classify: (value) => (value.status >= 500 ? 'transient' : value.status >= 400 ? 'failed' : 'completed'),
+          },
+        )
+      } catch (error) {
+        return errorAnswer(error)
+      }
+      if (begun.kind !== 'acquired') return answerOf(tenant, key, begun as RunResult<Answer>)
+      const ctx = begun.context
+      const holder = holderId(ctx.scope, ctx.key, ctx.token)
+      let finishThrew = false
+      try {
+        let value: Receipt
+        try {
+          const response = await pay(req, ctx as unknown as IdempotencyContext)
+          value = { status: response.status, text: decoder.decode(response.body) }
+        } finally {
+          history.reports.handlerDone.add(holder)
+        }
+        if (value.status < 500) {
+          history.finishing.add(holder)
+          if (rng.chance(0.25)) {
+            value.fee = BigInt(payload.amount)
+            history.unstorable.add(holder)
+          }
+        }
+        const finishing = begun.finish(value).catch((error: unknown) => {
+          finishThrew = true
+          throw error
+        })
+        if (rng.chance(0.25)) {
+          world.at(rng.between(0, 100), proc, () => {
+            const threw = finishThrew
+            begun.fail(new Error('ack timeout')).then(
+              () => {
+                if (!threw) history.violation(`${holder} called fail() while finish() was under way, and it was not refused`)
+              },
+              (error: unknown) => {
+                if (threw) history.violation(`${holder} called fail() after finish() threw, and it was refused: ${String(error)}`)
+                else if (!(error instanceof IdempotencyError) || error.code !== 'INVALID_ARGUMENT' || !error.message.includes('finish()'))
+                  history.violation(`${holder} called fail() while finish() was under way, refused with ${String(error)}`)
+              },
+            )
+          })
+        }
+        const result = await finishing
+        if (history.unstorable.has(holder)) history.violation(`${holder}'s value holds a BigInt, and finish() took it: ${result.kind}`)
+        return answerOf(tenant, key, result as RunResult<Answer>)
+      } catch (error) {
+        if (history.unstorable.has(holder)) {
+          // Refused, saying what happened and what to do, with JSON's own error as the cause; reported unrecorded.
+          const { message, cause } = error as { message?: unknown; cause?: unknown }
+          if (
+            !(error instanceof IdempotencyError) ||
+            error.code !== 'INVALID_ARGUMENT' ||
+            !String(message).includes(`${ctx.scope}/${ctx.key}`) ||
+            !String(message).includes('BigInt') ||
+            !(cause instanceof TypeError)
+          )
+            history.violation(`${holder}'s value holds a BigInt, and finish() threw ${String(error)}`)
+          if (history.unrecordedStatus.get(holder) !== 'completed')
+            history.violation(
+              `${holder}'s value could not be recorded, and it was reported unrecorded as ${history.unrecordedStatus.get(holder) ?? 'nothing'}`,
+            )
+        }
+        try {
+          await begun.fail(error)
+        } catch (refused) {
+          history.violation(`${holder}: fail() in the catch around finish() threw ${String(refused)}`)
+        }
+        return errorAnswer(error)
       }
     }
 
     this.handle = async (req) => {
-      if (throughRun(String(req.headers['idempotency-key']))) return viaRun(req)
+      const key = String(req.headers['idempotency-key'])
+      if (throughRun(key)) return viaRun(req)
+      if (throughBegin(key)) return viaBegin(req)
       try {
         return await engine.handle(req, (ctx) =>
           pay(req, ctx).finally(() => {
@@ -438,6 +550,9 @@ export class SimResponse {
 
 /** Whether the key `key` is served through `ledger.run` (sim/app.ts, the second way in): the keys ending in 3. */
 export const throughRun = (key: string) => /^key-\d*3$/.test(key)
+
+/** Whether the key `key` is served through `ledger.begin` (sim/app.ts, the third way in): the keys ending in 7. */
+export const throughBegin = (key: string) => /^key-\d*7$/.test(key)
 
 /** Whether the app process `id` reconciles: those of the third slot (`app2`, `app2.1`, …), as part of a fleet mid-deploy. */
 export const reconciling = (id: string) => id.startsWith('app2')
@@ -530,4 +645,54 @@ export function leaseLossUnreported(): () => void {
   return () => {
     StoreCalls.prototype.emit = emit
   }
+}
+
+/** What a defect reaches of a `Held` that TypeScript keeps to its class: its store calls, its attempt and its plan. */
+type HeldParts = { calls: StoreCalls; attempt: { scope: string; key: string; token: number }; plan: Parameters<StoreCalls['release']>[3] }
+
+/**
+ * Defect unstorable-released: a value `Held.finish` cannot encode (src/core/held.ts) is taken for a transient
+ * failure: the record is released, so a retry runs the work again at once, and the caller hears "released".
+ */
+export function unstorableReleased(): () => void {
+  const finish = Held.prototype.finish
+  Held.prototype.finish = async function <T>(this: Held<T>, value: T) {
+    try {
+      return await finish.call(this, value)
+    } catch (error) {
+      if (!(error instanceof IdempotencyError) || error.code !== 'INVALID_ARGUMENT') throw error
+      const { calls, attempt, plan } = this as unknown as HeldParts
+      await calls.release(attempt.scope, attempt.key, attempt.token, plan)
+      return {
+        kind: 'executed',
+        value,
+        token: attempt.token,
+        outcome: 'released',
+        response: { status: 500, headers: {}, body: new Uint8Array(0) },
+      }
+    }
+  } as typeof finish
+  return () => {
+    Held.prototype.finish = finish
+  }
+}
+
+/**
+ * Defect settle-twice: `Held.fail` (src/core/held.ts) releases the record whatever came before it, as with no
+ * guard against a second settle: a `fail` after `finish` (an ack timeout, the catch around both) lets a retry
+ * run the work again while, or after, its outcome is stored.
+ */
+export function settleTwice(): () => void {
+  const { finish, fail } = Held.prototype
+  const finished = new WeakSet<object>()
+  Held.prototype.finish = function <T>(this: Held<T>, value: T) {
+    finished.add(this)
+    return finish.call(this, value) as ReturnType<typeof finish>
+  }
+  Held.prototype.fail = async function <T>(this: Held<T>, error: unknown) {
+    if (!finished.has(this)) return fail.call(this, error)
+    const { calls, attempt, plan } = this as unknown as HeldParts
+    await calls.release(attempt.scope, attempt.key, attempt.token, plan)
+  }
+  return () => Object.assign(Held.prototype, { finish, fail })
 }

@@ -20,8 +20,11 @@ import {
   leaseLossUnreported,
   noRenewal,
   SimResponse,
+  settleTwice,
+  throughBegin,
   throughRun,
   transientStored,
+  unstorableReleased,
   untoldEnd,
 } from './app.js'
 import { defectiveStore, STORE_DEFECTS, type StoreClockAhead, type StoreDefect } from './store-defects.js'
@@ -53,6 +56,8 @@ export const DEFECTS = [
   'transient-stored',
   'untold-end',
   'lost-unreported',
+  'unstorable-released',
+  'settle-twice',
   ...STORE_DEFECTS,
 ] as const
 export type Defect = (typeof DEFECTS)[number]
@@ -87,6 +92,8 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
     'transient-stored': transientStored,
     'untold-end': untoldEnd,
     'lost-unreported': leaseLossUnreported,
+    'unstorable-released': unstorableReleased,
+    'settle-twice': settleTwice,
   }
   const undo = options.defect ? inject[options.defect]?.() : undefined
   try {
@@ -383,7 +390,7 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       record?.status === 'completed' &&
       record.response &&
       !history.unrecorded.has(intent) &&
-      !bodies.has(decoder.decode(record.response.body))
+      !bodies.has(answerStored(key, decoder.decode(record.response.body)))
     ) {
       history.violation(`${intent}: the stored answer is not the one clients got`)
     }
@@ -409,5 +416,8 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     trace: world.trace(),
   }
 }
+
+/** The answer a record's stored response holds: the consumer that drives `ledger.begin` (sim/app.ts) stores it as JSON. */
+const answerStored = (key: string, body: string) => (throughBegin(key) ? (JSON.parse(body) as { text: string }).text : body)
 
 export type { Rng }

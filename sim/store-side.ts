@@ -69,6 +69,15 @@ export class History {
    * anyway, loudly (docs/ledger.md, "Store outages"). A later attempt may answer otherwise.
    */
   readonly unrecorded = new Set<string>()
+  /**
+   * Holders of the consumer that drives `ledger.begin` itself (sim/app.ts) that handed `finish` a final value:
+   * the work ran, so from then on they never release the record (a retry would run the work again at once).
+   */
+  readonly finishing = new Set<string>()
+  /** Those of them whose value JSON cannot hold (a BigInt): `finish` refuses it, and the record stays held. */
+  readonly unstorable = new Set<string>()
+  /** The status each holder's `unrecorded` event named. */
+  readonly unrecordedStatus = new Map<string, string>()
   /** Each holder's lease as the store server granted it (true time), and its process as it was then. */
   readonly leases = new Map<string, { endsAtMs: number; proc: Proc; disturbances: number }>()
   /** The amount of the request each holder ran (its payload, as the handler read it). */
@@ -328,6 +337,21 @@ export class NetworkStore implements IdempotencyStore {
       )
     const tries = (this.history.completeTries.get(holder) ?? 0) + 1
     this.history.completeTries.set(holder, tries)
+    // A run with a deadline holds its lease only until then (no renewal past it, src/core/renewal.ts), on its
+    // own clock: its outcome is retried only before it, however long the last renewal granted. (A zombie, its
+    // process paused or its clock jumped since, is exempt: the fence stops it.)
+    const deadlineMs = this.history.deadlines.get(holder)
+    const lease = this.history.leases.get(holder)
+    if (
+      tries > 1 &&
+      deadlineMs !== undefined &&
+      this.proc.clock.now() >= deadlineMs &&
+      lease !== undefined &&
+      this.proc.disturbances === lease.disturbances
+    )
+      this.history.violation(
+        `${holder} retried complete (try ${tries}) ${(this.proc.clock.now() - deadlineMs).toFixed(0)}ms past its run deadline`,
+      )
     return this.#call(`complete ${holder}`, () => {
       if (tries > 1) this.#checkRetryInLease(holder, tries)
       return this.server.fenced('complete', scope, key, token, (t) => this.server.inner.complete(scope, key, t, outcome, ttlMs))
@@ -349,6 +373,8 @@ export class NetworkStore implements IdempotencyStore {
   }
 
   release(scope: string, key: string, token: number): Promise<boolean> {
+    if (this.history.finishing.has(holderId(scope, key, token)))
+      this.history.violation(`${holderId(scope, key, token)} released its record after handing finish() its final value`)
     return this.#call(`release ${holderId(scope, key, token)}`, () =>
       this.server.fenced('release', scope, key, token, async (t) => {
         const released = await this.server.inner.release(scope, key, t)

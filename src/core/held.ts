@@ -10,6 +10,8 @@ export class Held<T> extends Renewal implements Acquired<T> {
   /** Set when the run was handed back by {@link Ledger.begin} with telemetry: it ends at finish or fail. */
   endsTelemetry = false
   #settled = false
+  /** `finish` threw: the work ran, and the record was left as it must stay (see {@link Held.fail}). */
+  #finishThrew = false
 
   get context(): IntentContext {
     return this.attempt
@@ -41,6 +43,7 @@ export class Held<T> extends Renewal implements Acquired<T> {
         result = { kind: 'executed', value, token, outcome: stored, response }
       }
     } catch (error) {
+      this.#finishThrew = true
       if (this.endsTelemetry) plan.telemetry?.end(undefined, error)
       throw error
     }
@@ -48,7 +51,15 @@ export class Held<T> extends Renewal implements Acquired<T> {
     return result
   }
 
+  /**
+   * Releases the record: the work failed, and a retry runs it afresh. After a `finish` that threw (the
+   * try/catch around both, as docs/ledger.md writes it, lands here with finish's error) it does nothing:
+   * the work ran, and finish left the record as it must stay (held until its lease ends when the value
+   * could not be recorded), so a release would let a retry run the work again at once, and a refusal
+   * would hide finish's error from the caller.
+   */
   async fail(error: unknown): Promise<void> {
+    if (this.#finishThrew) return
     this.#settle()
     const inFlight = this.stop()
     if (inFlight) await inFlight

@@ -197,3 +197,45 @@ describe('a renewal granted while the run finishes (found by the simulator, seed
     expect((await memory.get('default', key))?.status).toBe('completed')
   })
 })
+
+describe('fail() after a finish() that threw, as the documented try/catch calls it (found by the simulator, seed 2)', () => {
+  const bigintFee = { id: 'ch_1', fee: 12n } // a value JSON cannot hold, as a driver returns a money column
+
+  it('leaves the record held, so a retry does not run the work again at once, and rethrows nothing of its own', async () => {
+    const clock = new ManualClock()
+    const store = new MemoryStore({ clock })
+    const ledger = new Ledger({ store, clock, lease: 3_000, wait: 0 })
+    const key = `k-${randomUUID()}`
+    const begun = await ledger.begin<typeof bigintFee>({ key, payload: 1 })
+    if (begun.kind !== 'acquired') throw new Error(begun.kind)
+    let caught: unknown
+    try {
+      await begun.finish(bigintFee)
+    } catch (error) {
+      caught = error
+      await begun.fail(error) // docs/ledger.md's pattern: must not replace finish's error with its own
+    }
+    expect(caught).toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('could not be recorded') })
+    expect((caught as Error).message).toContain(key)
+    expect((await store.get('default', key))?.status).toBe('in_progress')
+    const retry = await ledger.begin({ key, payload: 1 })
+    expect(retry.kind).toBe('in_progress')
+    clock.advance(3_001)
+    const later = await ledger.begin({ key, payload: 1 })
+    expect(later).toMatchObject({ kind: 'acquired', context: { takeover: true } })
+  })
+
+  it('still refuses a fail() after a finish() that stored, and one while finish() is under way', async () => {
+    const clock = new ManualClock()
+    const store = new MemoryStore({ clock })
+    const ledger = new Ledger({ store, clock, lease: 3_000 })
+    const key = `k-${randomUUID()}`
+    const begun = await ledger.begin<string>({ key, payload: 1 })
+    if (begun.kind !== 'acquired') throw new Error(begun.kind)
+    const finishing = begun.finish('done')
+    await expect(begun.fail(new Error('ack timeout'))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: /already called/ })
+    expect(await finishing).toMatchObject({ outcome: 'completed' })
+    await expect(begun.fail(new Error('late'))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: /already called/ })
+    expect((await store.get('default', key))?.status).toBe('completed')
+  })
+})
