@@ -55,7 +55,7 @@ export class App {
       clock: proc.clock,
       storeTimeoutClock: proc.clock,
       lease: LEASE_MS,
-      wait: 1_000,
+      wait: WAIT_MS,
       ttl: TTL_MS,
       storeTimeout: STORE_TIMEOUT_MS,
       telemetry: history.reports.telemetry(proc),
@@ -225,6 +225,9 @@ export class App {
           // ledger's check and the step: a process that reconciles awaits its started marker in between).
           if (signal.aborted && !reconciles) history.violation(`${holder} started step ${name} though it knew its lease was lost`)
           if (step.signal !== signal) history.violation(`step ${name} of ${holder} sees another signal than its attempt's`)
+          if (step.key !== deriveKey(ctx.key, name)) history.violation(`step ${name} of ${holder} was handed the key ${step.key}`)
+          // A step the store refused to record (the token is stale) ends the attempt's work: it throws FENCED_OUT.
+          if (history.stepRefused.has(holder)) history.violation(`${holder} started step ${name} after the store refused to record one`)
           if (history.recordedAtAcquire.get(holder)?.has(name))
             history.violation(`step ${name} of ${holder} ran again after it was recorded`)
           if (history.reconciled.get(holder)?.has(name)) history.violation(`step ${name} of ${holder} ran after its reconcile recorded it`)
@@ -468,7 +471,7 @@ export class App {
       }
     }
 
-    this.handle = async (req) => {
+    const serve = async (req: HttpRequestLike): Promise<HttpResponseLike> => {
       const key = String(req.headers['idempotency-key'])
       if (throughRun(key)) return viaRun(req)
       if (throughBegin(key)) return viaBegin(req)
@@ -481,6 +484,25 @@ export class App {
       } catch (error) {
         return { status: 500, headers: {}, body: encoder.encode(String(error)) }
       }
+    }
+    // A request that finds its record held waits for the holder (the ledger's `wait`, a second) before it is
+    // answered 409 in progress (a process paused or whose clock jumped meanwhile is exempt), and that answer says
+    // when to come back: a Retry-After of one or two whole seconds.
+    this.handle = async (req) => {
+      const startedAtMs = world.now
+      const disturbances = proc.disturbances
+      const response = await serve(req)
+      if (response.status === 409 && /still being processed|in progress/.test(decoder.decode(response.body))) {
+        const key = String(req.headers['idempotency-key'])
+        const retryAfter = String(response.headers['retry-after'])
+        if (retryAfter !== '1' && retryAfter !== '2')
+          history.violation(`${req.headers['x-tenant']}/${key} was answered in progress with Retry-After ${retryAfter}`)
+        if (proc.disturbances === disturbances && world.now - startedAtMs < WAIT_MS - 1)
+          history.violation(
+            `${req.headers['x-tenant']}/${key} was answered in progress after ${(world.now - startedAtMs).toFixed(0)}ms, before its wait of ${WAIT_MS}ms`,
+          )
+      }
+      return response
     }
   }
 }
@@ -549,6 +571,9 @@ export class SimResponse {
 }
 
 /** Whether the key `key` is served through `ledger.run` (sim/app.ts, the second way in): the keys ending in 3. */
+/** How long a request that finds its record held waits for the holder (the ledger's `wait`). */
+export const WAIT_MS = 1_000
+
 export const throughRun = (key: string) => /^key-\d*3$/.test(key)
 
 /** Whether the key `key` is served through `ledger.begin` (sim/app.ts, the third way in): the keys ending in 7. */

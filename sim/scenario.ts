@@ -43,6 +43,9 @@ import {
 } from './store-side.js'
 import { Proc, type Rng, type Settle, World } from './world.js'
 
+/** Longer than every record's retention (a completed one's TTL, an hour; an abandoned attempt's, a day). */
+const RETENTION_MS = 25 * 3_600_000
+
 /** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */
 export const DEFECTS = [
   'fence',
@@ -342,6 +345,35 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
   }
 
   world.at(rng.between(100, 1_000), null, chaos)
+
+  /**
+   * The fleet's retention job (`idemkey gc`, a store's gc loop), one batch of `limit` at a time, audited: it
+   * removes records whose retention has ended and no other, as many as it says, up to its limit (fewer only
+   * when fewer had ended). It runs beside the traffic, where nothing has ended yet (the TTL is an hour, an
+   * abandoned attempt is kept a day), and once more when the run is over and the retention has passed.
+   */
+  const purge = async (limit: number): Promise<number> => {
+    const everything = async () => server.inner.list({ includeExpired: true, limit: 100_000 })
+    const nowMs = serverClock.now()
+    const before = await everything()
+    const purged = await server.inner.purgeExpired(limit)
+    const left = new Set((await everything()).map((r) => intentId(r.scope, r.key)))
+    const removed = before.filter((r) => !left.has(intentId(r.scope, r.key)))
+    const ended = before.filter((r) => r.expiresAtMs <= nowMs).length
+    if (removed.length !== purged) history.violation(`the retention job said it purged ${purged} records, and ${removed.length} went`)
+    for (const r of removed)
+      if (r.expiresAtMs > nowMs)
+        history.violation(`the retention job purged ${r.scope}/${r.key} ${(r.expiresAtMs - nowMs).toFixed(0)}ms before its retention ended`)
+    if (purged !== Math.min(limit, ended))
+      history.violation(`the retention job purged ${purged} records in a batch of ${limit}, where ${ended} had ended`)
+    return purged
+  }
+  const retention = () => {
+    void purge(rng.pick([1, 2, 1_000])).then(() => {
+      if (!finished()) world.at(rng.between(500, 3_000), null, retention)
+    })
+  }
+  world.at(rng.between(500, 3_000), null, retention)
   const clients = Array.from({ length: clientCount }, (_, i) => client(i))
   // A run that makes seven times the events a seed ever needs is going nowhere (a retry loop that never
   // waits, a record that never settles): it stops and says so, rather than spinning until a timeout.
@@ -406,6 +438,22 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     if ((record.lockedUntilMs ?? 0) > world.now)
       history.violation(`${record.scope}/${record.key} still in progress past its holders (locked until ${record.lockedUntilMs})`)
   }
+  // A day on, every record's retention has ended: the retention job, in batches, leaves the store empty.
+  const firedBeforeRetention = world.fired
+  await world.run(() => world.fired - firedBeforeRetention > maxEvents, world.now + RETENTION_MS)
+  // Once its retention has ended a record counts as absent, purged or not (docs/ledger.md, "Retention and purging").
+  for (const record of await server.inner.list({ includeExpired: true, limit: 100_000 }))
+    if ((await server.inner.get(record.scope, record.key)) !== null)
+      history.violation(`${record.scope}/${record.key} is still read a day on, its retention ended`)
+  const batch = rng.pick([1, 7, 1_000])
+  for (let batches = 0; (await purge(batch)) === batch; batches++) {
+    if (batches > 10_000) {
+      history.violation('the retention job never ran out of records to purge')
+      break
+    }
+  }
+  const kept = await server.inner.list({ includeExpired: true, limit: 100_000 })
+  if (kept.length > 0) history.violation(`the retention job left ${kept.length} records whose retention had ended`)
   return {
     seed: options.seed,
     requests: history.requests,

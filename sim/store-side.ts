@@ -76,6 +76,8 @@ export class History {
   readonly finishing = new Set<string>()
   /** Those of them whose value JSON cannot hold (a BigInt): `finish` refuses it, and the record stays held. */
   readonly unstorable = new Set<string>()
+  /** Holders whose process learnt that the store refused to record one of their steps (a stale token). */
+  readonly stepRefused = new Set<string>()
   /** The status each holder's `unrecorded` event named. */
   readonly unrecordedStatus = new Map<string, string>()
   /** Each holder's lease as the store server granted it (true time), and its process as it was then. */
@@ -146,6 +148,8 @@ export class StoreServer {
    * under its token, as the store keeps it; the store refuses that token's writes once its lease is over).
    */
   readonly #states = new Map<string, { status: 'in_progress' | 'completed or failed'; token: number }>()
+  /** Each record's steps as the store's answers to `recordStep` left them (a result is never turned back into a marker). */
+  readonly #steps = new Map<string, Map<string, string | null>>()
 
   constructor(
     readonly inner: SimStore,
@@ -159,6 +163,7 @@ export class StoreServer {
     const result = await this.inner.acquire(scope, key, fingerprint, leaseMs)
     if (result.kind === 'acquired') this.#states.set(id, { status: 'in_progress', token: result.token })
     const { history } = this
+    this.#auditAnswer(scope, key, before, result)
     if (result.kind === 'acquired' && before?.status === 'in_progress') {
       // A takeover: allowed only once the previous holder's lease, as the store granted (or renewed, or
       // released) it, has ended in the store's own time.
@@ -200,6 +205,43 @@ export class StoreServer {
     return result
   }
 
+  /**
+   * The store answers an acquire as the record stands (docs/ledger.md; the store contract): a replay only of a
+   * completed or failed record; `in_progress` only while a holder's lease lasts, in the store's own time; and a
+   * record acquired again comes with the steps recorded under it, each as it was last recorded (a new record
+   * with none).
+   */
+  #auditAnswer(scope: string, key: string, before: { status: string; token: number } | undefined, result: AcquireResult): void {
+    const { history } = this
+    const id = intentId(scope, key)
+    if (result.kind === 'replay' && before?.status !== 'completed or failed')
+      history.violation(`the store replayed ${id}, whose record is ${before ? `${before.status} #${before.token}` : 'not there'}`)
+    if (result.kind === 'in_progress') {
+      const lease = before?.status === 'in_progress' ? history.leases.get(holderId(scope, key, before.token)) : undefined
+      if (before?.status !== 'in_progress' || (lease !== undefined && storeTime(history.world.now) > storeTime(lease.endsAtMs) + 1))
+        history.violation(
+          `the store answered ${id} in progress, ${lease ? `${(history.world.now - lease.endsAtMs).toFixed(0)}ms after its lease ended` : `its record ${before?.status ?? 'not there'}`}`,
+        )
+    }
+    if (result.kind !== 'acquired') return
+    if (before === undefined) this.#steps.delete(id)
+    const expected = [...(this.#steps.get(id) ?? new Map<string, string | null>())].map(([name, r]) => `${name}=${r}`).sort()
+    const given = (result.steps ?? []).map((step) => `${step.name}=${step.result}`).sort()
+    if (expected.join('|') !== given.join('|'))
+      history.violation(
+        `the store handed ${holderId(scope, key, result.token)} the steps [${given.join(', ')}], where [${expected.join(', ')}] were recorded`,
+      )
+  }
+
+  /** Notes a step the store took from a holder (`recordStep` answered true). */
+  stepRecorded(scope: string, key: string, name: string, result: string | null): void {
+    const id = intentId(scope, key)
+    const steps = this.#steps.get(id) ?? new Map<string, string | null>()
+    this.#steps.set(id, steps)
+    if (result === null && typeof steps.get(name) === 'string') return
+    steps.set(name, result)
+  }
+
   async fenced<R>(operation: string, scope: string, key: string, token: number, write: (token: number) => Promise<R>): Promise<R> {
     const id = intentId(scope, key)
     const before = this.#states.get(id)
@@ -212,6 +254,12 @@ export class StoreServer {
       const amount = this.history.holderAmounts.get(holderId(scope, key, token))
       if (amount !== undefined) this.history.traces.add(`${intentId(scope, key)}|${amount}`)
     }
+    // The converse: the current holder's write, inside its lease in the store's own time, is applied.
+    const lease = this.history.leases.get(holderId(scope, key, token))
+    if (result === false && current && lease !== undefined && storeTime(this.history.world.now) < storeTime(lease.endsAtMs) - 1)
+      this.history.violation(
+        `the store refused ${operation} of ${holderId(scope, key, token)}, the current holder, ${(lease.endsAtMs - this.history.world.now).toFixed(0)}ms before its lease ended`,
+      )
     if (result === true && !current) {
       this.history.violation(
         `fenced-out holder ${holderId(scope, key, token)} changed the record with ${operation} (current: ${before?.status} #${before?.token})`,
@@ -254,7 +302,15 @@ export class NetworkStore implements IdempotencyStore {
       }
       if (this.cut === 'reset' || (this.cut === 'renewals' && label.startsWith('renew ')) || rng.chance(this.faults.transient)) {
         world.log(() => `${this.proc.id} store ${label}: connection reset`)
-        world.at(rng.between(min, max), this.proc, () => reject(new NetworkError(`${label}: connection reset`)))
+        const sentAtMs = world.now
+        const disturbances = this.proc.disturbances
+        world.at(rng.between(min, max), this.proc, () => {
+          const error = new NetworkError(`${label}: connection reset`)
+          // Failed well inside the ledger's store timeout, its process undisturbed: the ledger sees this error.
+          if (world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
+            this.history.reports.storeFailed(error, this.proc, label)
+          reject(error)
+        })
         return
       }
       if (rng.chance(this.faults.dropRequest)) {
@@ -383,7 +439,11 @@ export class NetworkStore implements IdempotencyStore {
         if (released && lease) lease.endsAtMs = this.proc.world.now
         return released
       }),
-    )
+    ).then((released) => {
+      // The process learnt that the store released its record: the ledger reports `released`.
+      if (released) this.history.reports.releasedApplied.set(holderId(scope, key, token), this.proc)
+      return released
+    })
   }
 
   recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
@@ -401,8 +461,15 @@ export class NetworkStore implements IdempotencyStore {
       }
     }
     return this.#call(`recordStep ${holder} ${name}`, () =>
-      this.server.fenced('recordStep', scope, key, token, (t) => this.server.inner.recordStep(scope, key, t, name, result)),
-    )
+      this.server.fenced('recordStep', scope, key, token, async (t) => {
+        const recorded = await this.server.inner.recordStep(scope, key, t, name, result)
+        if (recorded) this.server.stepRecorded(scope, key, name, result)
+        return recorded
+      }),
+    ).then((recorded) => {
+      if (!recorded) this.history.stepRefused.add(holder)
+      return recorded
+    })
   }
 
   get(scope: string, key: string): Promise<StoredRecord | null> {

@@ -80,6 +80,10 @@ export class ReportAudit {
   readonly refusedWhileWorking = new Set<string>()
   /** Holders whose handler has returned or thrown (the engine then stops the renewals). */
   readonly handlerDone = new Set<string>()
+  /** Holders whose process learnt that the store applied their release, and that process. */
+  readonly releasedApplied = new Map<string, Proc>()
+  /** Store calls that failed, as the ledger saw them (inside its store timeout), each with its process and call. */
+  readonly #storeFailures = new Map<unknown, { proc: Proc; label: string }>()
 
   constructor(readonly history: History) {}
 
@@ -98,6 +102,11 @@ export class ReportAudit {
   listen(event: LedgerEvent): void {
     this.heard.add(event)
     if (event.type === 'lease_lost') this.leaseLost.add(holderId(event.scope, event.key, event.token))
+  }
+
+  /** A store call of `proc` failed with `error` and the ledger saw it: it must report a `store_error` for it. */
+  storeFailed(error: unknown, proc: Proc, label: string): void {
+    this.#storeFailures.set(error, { proc, label })
   }
 
   /** A renewal the store refused reached the holder's process. */
@@ -135,6 +144,33 @@ export class ReportAudit {
     }
     for (const holder of this.refusedWhileWorking) {
       if (!this.leaseLost.has(holder)) history.violation(`${holder} was refused its renewal while working and no lease_lost was reported`)
+    }
+    // A store call that failed is reported as a store_error naming its operation, with the driver's error as
+    // its cause; a `released` event is a release the store applied, and every one the process learnt of is one.
+    const reported = new Map<unknown, LedgerEvent>()
+    const released = new Set<string>()
+    for (const event of this.heard) {
+      if (event.type === 'store_error') {
+        const error = event.error as { code?: unknown; cause?: unknown }
+        if (error.code !== 'STORE_UNAVAILABLE') history.violation(`a store_error of ${event.scope}/${event.key} is ${String(event.error)}`)
+        reported.set(error.cause, event)
+      }
+      if (event.type === 'released') {
+        const holder = holderId(event.scope, event.key, event.token)
+        released.add(holder)
+        if (!this.releasedApplied.has(holder)) history.violation(`${holder} was reported released, and the store released nothing of it`)
+      }
+    }
+    for (const [error, { proc, label }] of this.#storeFailures) {
+      if (proc.state === 'crashed') continue
+      const event = reported.get(error)
+      const operation = label.split(' ')[0]
+      if (event === undefined) history.violation(`a failed store call (${label} on ${proc.id}) was reported nowhere`)
+      else if (event.type === 'store_error' && event.operation !== operation)
+        history.violation(`a failed store call (${label} on ${proc.id}) was reported as a store_error of ${event.operation}`)
+    }
+    for (const [holder, proc] of this.releasedApplied) {
+      if (proc.state !== 'crashed' && !released.has(holder)) history.violation(`${holder}'s release was applied and never reported`)
     }
     for (const event of this.heard) {
       if (event.type !== 'stored') continue
