@@ -4,7 +4,6 @@
  * ledger's real code.
  */
 
-import { deriveKey } from '../src/core/derive-key.js'
 import { Held } from '../src/core/held.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { Begun, RunResult } from '../src/core/ledger-types.js'
@@ -105,7 +104,7 @@ export class App {
       if (given !== expected)
         history.violation(`${holder} was handed [${given}] to reconcile, the store held [${expected}] started and unrecorded`)
       for (const step of pending) {
-        if (step.key !== deriveKey(rctx.key, step.name))
+        if (step.key !== history.derivedKey(rctx.key, step.name))
           history.violation(`${holder} was handed step ${step.name} of ${record} to reconcile under the key ${step.key}`)
         if (step.name !== 'charge') continue
         const amount = earlier === undefined ? undefined : history.holderAmounts.get(holderId(rctx.scope, rctx.key, earlier))
@@ -225,7 +224,7 @@ export class App {
           // ledger's check and the step: a process that reconciles awaits its started marker in between).
           if (signal.aborted && !reconciles) history.violation(`${holder} started step ${name} though it knew its lease was lost`)
           if (step.signal !== signal) history.violation(`step ${name} of ${holder} sees another signal than its attempt's`)
-          if (step.key !== deriveKey(ctx.key, name)) history.violation(`step ${name} of ${holder} was handed the key ${step.key}`)
+          if (step.key !== history.derivedKey(ctx.key, name)) history.violation(`step ${name} of ${holder} was handed the key ${step.key}`)
           // A step the store refused to record (the token is stale) ends the attempt's work: it throws FENCED_OUT.
           if (history.stepRefused.has(holder)) history.violation(`${holder} started step ${name} after the store refused to record one`)
           if (history.recordedAtAcquire.get(holder)?.has(name))
@@ -290,7 +289,7 @@ export class App {
         await network(rng.between(1, 30))
         if (rng.chance(0.03)) throw new NetworkError('bank unavailable') // transient: released, retried
         // The bank is shared by the tenants: its key is the tenant's account and the key derived from the request's.
-        const id = bank.charge(`${scope}|${deriveKey(ctx.key, 'charge')}`, intentId(scope, ctx.key))
+        const id = bank.charge(`${scope}|${history.derivedKey(ctx.key, 'charge')}`, intentId(scope, ctx.key))
         return captured ? { id, captured } : id
       })
       // Now and then the mail provider is down and the handler answers 503 itself (not a throw): a transient
@@ -339,6 +338,22 @@ export class App {
       if (result.outcome === 'fenced_out') return answer(409, '{"error":"FENCED_OUT"}')
       return answer(result.value.status, result.value.text)
     }
+    /**
+     * Every error a request ends with is one the simulated faults explain: the bank or the network down
+     * (`NetworkError`), the store out of reach (`STORE_UNAVAILABLE`), a lost lease (`FENCED_OUT`), or, for a
+     * value JSON cannot hold, `INVALID_ARGUMENT` (`unstorable`). Anything else (a `TypeError` from the ledger's
+     * own code, say) is the code under test failing on correct input.
+     */
+    const explained = (error: unknown, where: string, unstorable = false): void => {
+      const code = error instanceof IdempotencyError ? error.code : undefined
+      if (
+        !(error instanceof NetworkError) &&
+        code !== 'STORE_UNAVAILABLE' &&
+        code !== 'FENCED_OUT' &&
+        !(unstorable && code === 'INVALID_ARGUMENT')
+      )
+        history.violation(`${where} failed with an error no fault explains: ${String(error)}`)
+    }
     const errorAnswer = (error: unknown): HttpResponseLike => {
       const code = error instanceof IdempotencyError ? error.code : undefined
       return answer(code === 'STORE_UNAVAILABLE' ? 503 : code === 'FENCED_OUT' ? 409 : 500, JSON.stringify({ error: String(error) }))
@@ -372,6 +387,7 @@ export class App {
         )
         return answerOf(tenant, key, result)
       } catch (error) {
+        explained(error, `a run of ${tenant}/${key}`)
         return errorAnswer(error)
       }
     }
@@ -402,6 +418,7 @@ export class App {
           },
         )
       } catch (error) {
+        explained(error, `ledger.begin of ${tenant}/${key}`)
         return errorAnswer(error)
       }
       if (begun.kind !== 'acquired') return answerOf(tenant, key, begun as RunResult<Answer>)
@@ -467,6 +484,7 @@ export class App {
         } catch (refused) {
           history.violation(`${holder}: fail() in the catch around finish() threw ${String(refused)}`)
         }
+        explained(error, `the consumer of ${tenant}/${key}`, history.unstorable.has(holder))
         return errorAnswer(error)
       }
     }
@@ -482,6 +500,7 @@ export class App {
           }),
         )
       } catch (error) {
+        explained(error, `the engine's handling of ${String(req.headers['x-tenant'])}/${key}`)
         return { status: 500, headers: {}, body: encoder.encode(String(error)) }
       }
     }

@@ -3,6 +3,7 @@
  * each app's connection to it over the faulty network, the downstream bank, and the history the checks read.
  */
 
+import { deriveKey } from '../src/core/derive-key.js'
 import { CAPTURE_PREFIX } from '../src/core/steps.js'
 import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
 import type { Defect } from './scenario.js'
@@ -113,6 +114,18 @@ export class History {
   readonly reports = new ReportAudit(this)
   requests = 0
   constructor(readonly world: World) {}
+
+  readonly #derivedKeys = new Map<string, string>()
+  /** `deriveKey(key, step)`, computed once per key and step (an HMAC: a cost every step would pay again). */
+  derivedKey(key: string, step: string): string {
+    const id = `${key}\n${step}`
+    let derived = this.#derivedKeys.get(id)
+    if (derived === undefined) {
+      derived = deriveKey(key, step)
+      this.#derivedKeys.set(id, derived)
+    }
+    return derived
+  }
 
   /** The first token before `token` the store granted this record to (an earlier attempt), if any. */
   earlierGrant(scope: string, key: string, token: number): number | undefined {
