@@ -262,6 +262,8 @@ export class StoreServer {
     // Defect: complete without its fence (the store takes the write whatever the token).
     const effective = this.defect === 'fence' && operation === 'complete' && before?.status === 'in_progress' ? before.token : token
     const result = await write(effective)
+    if (typeof result !== 'boolean')
+      this.history.violation(`the store answered ${operation} of ${holderId(scope, key, token)} with ${String(result)}`)
     if (result === true && operation === 'complete' && before) this.#states.set(id, { status: 'completed or failed', token: before.token })
     if (result === true && (operation === 'complete' || operation === 'recordStep')) {
       const amount = this.history.holderAmounts.get(holderId(scope, key, token))
@@ -340,7 +342,11 @@ export class NetworkStore implements IdempotencyStore {
             world.log(() => `${this.proc.id} store ${label} -> ${JSON.stringify(value)?.slice(0, 80)}`)
             world.at(rng.between(min, max), this.proc, () => resolve(value))
           },
-          (error: unknown) => world.at(rng.between(min, max), this.proc, () => reject(error)),
+          (error: unknown) => {
+            // The store answers every well-formed call: a throw is the store's own code failing.
+            this.history.violation(`the store threw on ${label}: ${String(error)}`)
+            world.at(rng.between(min, max), this.proc, () => reject(error))
+          },
         )
       })
     })
