@@ -316,6 +316,8 @@ export class App {
      * key takes the same way). Its answers map the run's result to what the engine would send.
      */
     type Answer = { status: number; text: string }
+    /** How both ways in that store the handler's answer class it, as the HTTP engine does: a 5xx transient, a 4xx failed. */
+    const classOf = (value: Answer) => (value.status >= 500 ? 'transient' : value.status >= 400 ? 'failed' : 'completed')
     const answer = (status: number, text: string, headers: Record<string, string> = {}): HttpResponseLike => ({
       status,
       headers: { 'content-type': 'application/json', ...headers },
@@ -354,7 +356,9 @@ export class App {
       )
         history.violation(`${where} failed with an error no fault explains: ${String(error)}`)
     }
-    const errorAnswer = (error: unknown): HttpResponseLike => {
+    /** The answer to a run that ended with `error` (checked: see {@link explained}). */
+    const errorAnswer = (error: unknown, where: string, unstorable = false): HttpResponseLike => {
+      explained(error, where, unstorable)
       const code = error instanceof IdempotencyError ? error.code : undefined
       return answer(code === 'STORE_UNAVAILABLE' ? 503 : code === 'FENCED_OUT' ? 409 : 500, JSON.stringify({ error: String(error) }))
     }
@@ -380,15 +384,14 @@ export class App {
             ...(reconciles ? { reconcile } : {}),
             encode: (value) => ({ status: value.status, headers: {}, body: encoder.encode(value.text) }),
             decode: (response) => ({ status: response.status, text: decoder.decode(response.body) }),
-            classify: (value) => (value.status >= 500 ? 'transient' : value.status >= 400 ? 'failed' : 'completed'),
+            classify: classOf,
             // What the charge created: the intent, stored with the record (checked at the end of the run).
             resourceId: (value) => (value.status < 300 ? (JSON.parse(value.text) as { intent: string }).intent : null),
           },
         )
         return answerOf(tenant, key, result)
       } catch (error) {
-        explained(error, `a run of ${tenant}/${key}`)
-        return errorAnswer(error)
+        return errorAnswer(error, `a run of ${tenant}/${key}`)
       }
     }
 
@@ -414,12 +417,11 @@ export class App {
             ...(reconciles ? { reconcile } : {}),
             encode: (value) => ({ status: value.status, headers: {}, body: encoder.encode(JSON.stringify(value)) }),
             decode: (response) => JSON.parse(decoder.decode(response.body)) as Receipt,
-            classify: (value) => (value.status >= 500 ? 'transient' : value.status >= 400 ? 'failed' : 'completed'),
+            classify: classOf,
           },
         )
       } catch (error) {
-        explained(error, `ledger.begin of ${tenant}/${key}`)
-        return errorAnswer(error)
+        return errorAnswer(error, `ledger.begin of ${tenant}/${key}`)
       }
       if (begun.kind !== 'acquired') return answerOf(tenant, key, begun as RunResult<Answer>)
       const ctx = begun.context
@@ -484,8 +486,7 @@ export class App {
         } catch (refused) {
           history.violation(`${holder}: fail() in the catch around finish() threw ${String(refused)}`)
         }
-        explained(error, `the consumer of ${tenant}/${key}`, history.unstorable.has(holder))
-        return errorAnswer(error)
+        return errorAnswer(error, `the consumer of ${tenant}/${key}`, history.unstorable.has(holder))
       }
     }
 

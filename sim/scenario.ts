@@ -450,12 +450,14 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
   const firedBeforeRetention = world.fired
   await world.run(() => world.fired - firedBeforeRetention > maxEvents, world.now + RETENTION_MS)
   // Once its retention has ended a record counts as absent, purged or not (docs/ledger.md, "Retention and purging").
-  for (const record of await server.inner.list({ includeExpired: true, limit: 100_000 }))
+  const ended = await server.inner.list({ includeExpired: true, limit: 100_000 })
+  for (const record of ended)
     if ((await server.inner.get(record.scope, record.key)) !== null)
       history.violation(`${record.scope}/${record.key} is still read a day on, its retention ended`)
-  // In batches, each as many as its limit while that many are left: the count goes down to nothing.
+  // In batches, each as many as its limit while that many are left: the count goes down to nothing. (Not with
+  // purge() above: its audit lists the store twice a batch, which a batch of one would pay for every record.)
   const batch = gcRng.pick([1, 7, 1_000])
-  let left = (await server.inner.list({ includeExpired: true, limit: 100_000 })).length
+  let left = ended.length
   for (let purged = batch; purged === batch && left > 0; ) {
     purged = await server.inner.purgeExpired(batch)
     if (purged !== Math.min(batch, left))

@@ -246,7 +246,10 @@ export class StoreServer {
       )
   }
 
-  /** Notes a step the store took from a holder (`recordStep` answered true). */
+  /**
+   * Notes a step the store took from a holder (`recordStep` answered true). The rule is `applyStep`'s
+   * (src/core/steps.ts), written again here on purpose: the audit must not share the code it audits.
+   */
   stepRecorded(scope: string, key: string, name: string, result: string | null): void {
     const id = intentId(scope, key)
     const steps = this.#steps.get(id) ?? new Map<string, string | null>()
