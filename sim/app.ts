@@ -28,11 +28,13 @@ import {
   NetworkStore,
   RUN_DEADLINE_MS,
   SCOPE_PREFIX,
+  type SimTx,
   STORE_TIMEOUT_MS,
   type StoreServer,
   storeTime,
   TTL_MS,
   tenantOf,
+  throughTransaction,
 } from './store-side.js'
 import { Proc, type World } from './world.js'
 
@@ -128,14 +130,27 @@ export class App {
       { ledger, scope: (req) => String(req.headers['x-tenant']), ...(reconciles ? { reconcile } : {}) },
       engineOptions,
     )
+    /**
+     * A fourth way in, for the keys that end in 5: the HTTP engine with `transactional: true`, as an orders API on
+     * PostgreSQL runs it. The handler's charge is a row in the store's own database (an order, keyed by nothing),
+     * written in the transaction that completes the record; a declined order (a 402, a final failure) keeps none
+     * of its writes, a transient failure keeps nothing and is released.
+     */
+    const txEngine = createEngine(
+      { ledger, scope: (req) => String(req.headers['x-tenant']), transactional: true, ...(reconciles ? { reconcile } : {}) },
+      engineOptions,
+    )
     const network = (ms: number) => new Promise<void>((resolve) => world.at(ms, proc, resolve))
 
     /** The payments handler: reserve, charge at the bank (keyed by a derived key), email; each a durable step. */
-    const pay = async (req: HttpRequestLike, ctx: IdempotencyContext | undefined): Promise<HttpResponseLike> => {
+    const pay = async (req: HttpRequestLike, ctx: IdempotencyContext | undefined, tx?: SimTx): Promise<HttpResponseLike> => {
       const scope = String(req.headers['x-tenant'])
       const input = JSON.parse(decoder.decode(await req.body(1_024))) as { intent: string; amount: number }
       if (!ctx) return { status: 400, headers: {}, body: new Uint8Array(0) }
       const holder = holderId(ctx.scope, ctx.key, ctx.token)
+      if (throughTransaction(ctx.key) !== (tx !== undefined))
+        history.violation(`${holder} ran ${tx ? 'in' : 'outside'} a transaction, which its way in does not`)
+      if (tx) history.inTransaction.add(holder)
       history.holderAmounts.set(holder, input.amount)
       const deadlineMs = deadlines.get(req)
       if (deadlineMs !== undefined) history.deadlines.set(holder, deadlineMs)
@@ -189,6 +204,8 @@ export class App {
         const lease = history.leases.get(holder)
         if (
           lease !== undefined &&
+          // Inside a transaction the ledger stops renewing at the first step: the row lock keeps the record.
+          !tx &&
           storeTime(world.now) > storeTime(lease.endsAtMs) + LEASE_MS / 3 + 2 * STORE_TIMEOUT_MS + 100 &&
           proc.state === 'up' &&
           proc.disturbances === lease.disturbances &&
@@ -216,8 +233,40 @@ export class App {
         )
           history.violation(`${holder} ${when} with its signal aborted, though every renewal it sent was granted`)
       }
-      const run = async <T>(name: string, fn: () => Promise<T> | T): Promise<T> =>
-        ctx.step(name, async (step) => {
+      /** Notes that `holder` runs `name` of the record now, checking that no other holder's work runs at once. */
+      const enter = (name: string): Map<string, string> => {
+        // The work of one intent never runs twice at once: no two holders of the record inside a step
+        // while both their leases last in the store (a zombie's has ended: the fence stops its writes).
+        const running = history.running.get(record) ?? new Map<string, string>()
+        history.running.set(record, running)
+        const own = history.leases.get(holder)
+        for (const [other, step] of running) {
+          const lease = history.leases.get(other)
+          if (
+            other !== holder &&
+            lease !== undefined &&
+            own !== undefined &&
+            storeTime(world.now) < storeTime(Math.min(lease.endsAtMs, own.endsAtMs))
+          )
+            history.violation(`the work of ${record} ran twice at once: ${holder} started ${name} while ${other} ran ${step} in its lease`)
+        }
+        running.set(holder, name)
+        return running
+      }
+      // A plain transactional handler (one order in three): no durable steps, the order row its only write, the
+      // fence of the completion in its transaction its only guard against a zombie.
+      const plain = tx !== undefined && input.amount % 3 === 1
+      const run = async <T>(name: string, fn: () => Promise<T> | T): Promise<T> => {
+        if (plain) {
+          const running = enter(name)
+          try {
+            return await fn()
+          } finally {
+            running.delete(holder)
+          }
+        }
+        if (tx) history.renewalsStopping.add(holder)
+        return ctx.step(name, async (step) => {
           lostSignal(`started step ${name}`)
           abortedForNothing(`started step ${name}`)
           // A holder that knows its lease is lost starts no step (checked where nothing is awaited between the
@@ -232,24 +281,7 @@ export class App {
           if (history.reconciled.get(holder)?.has(name)) history.violation(`step ${name} of ${holder} ran after its reconcile recorded it`)
           if (history.fencedHolders.has(holder)) history.violation(`${holder} ran step ${name} after the store refused its renewal`)
           world.log(() => `${proc.id} ${holder} runs step ${name}`)
-          // The work of one intent never runs twice at once: no two holders of the record inside a step
-          // while both their leases last in the store (a zombie's has ended: the fence stops its writes).
-          const running = history.running.get(record) ?? new Map<string, string>()
-          history.running.set(record, running)
-          const own = history.leases.get(holder)
-          for (const [other, step] of running) {
-            const lease = history.leases.get(other)
-            if (
-              other !== holder &&
-              lease !== undefined &&
-              own !== undefined &&
-              storeTime(world.now) < storeTime(Math.min(lease.endsAtMs, own.endsAtMs))
-            )
-              history.violation(
-                `the work of ${record} ran twice at once: ${holder} started ${name} while ${other} ran ${step} in its lease`,
-              )
-          }
-          running.set(holder, name)
+          const running = enter(name)
           try {
             return await fn()
           } finally {
@@ -258,6 +290,7 @@ export class App {
             abortedForNothing(`ran step ${name} to its end`)
           }
         })
+      }
       await run('reserve', async () => {
         // Now and then a slow reservation, alive: longer than a lease, so the holder must renew to keep it.
         await network(rng.chance(0.05) ? rng.between(LEASE_MS * 0.5, LEASE_MS * 2.5) : rng.between(1, 30))
@@ -289,9 +322,14 @@ export class App {
         await network(rng.between(1, 30))
         if (rng.chance(0.03)) throw new NetworkError('bank unavailable') // transient: released, retried
         // The bank is shared by the tenants: its key is the tenant's account and the key derived from the request's.
-        const id = bank.charge(`${scope}|${history.derivedKey(ctx.key, 'charge')}`, intentId(scope, ctx.key))
+        // In a transaction the charge is an order row in the store's database instead, keyed by nothing.
+        const id = tx
+          ? await store.insertOrder(tx, intentId(scope, ctx.key), holder)
+          : bank.charge(`${scope}|${history.derivedKey(ctx.key, 'charge')}`, intentId(scope, ctx.key))
         return captured ? { id, captured } : id
       })
+      // One order in seven is declined once written (402): a final failure, whose writes the transaction must not keep.
+      if (tx && input.amount % 7 === 0) return { status: 402, headers: {}, body: encoder.encode('{"error":"declined"}') }
       // Now and then the mail provider is down and the handler answers 503 itself (not a throw): a transient
       // answer, which the engine releases for a retry and never stores (checked at the store's complete).
       if (rng.chance(0.03)) return { status: 503, headers: { 'retry-after': '0' }, body: encoder.encode('mail provider unavailable') }
@@ -494,9 +532,10 @@ export class App {
       const key = String(req.headers['idempotency-key'])
       if (throughRun(key)) return viaRun(req)
       if (throughBegin(key)) return viaBegin(req)
+      const transactional = throughTransaction(key)
       try {
-        return await engine.handle(req, (ctx) =>
-          pay(req, ctx).finally(() => {
+        return await (transactional ? txEngine : engine).handle(req, (ctx) =>
+          pay(req, ctx, transactional ? (ctx?.tx as SimTx) : undefined).finally(() => {
             if (ctx) history.reports.handlerDone.add(holderId(ctx.scope, ctx.key, ctx.token))
           }),
         )
@@ -719,6 +758,34 @@ export function unstorableReleased(): () => void {
   } as typeof finish
   return () => {
     Held.prototype.finish = finish
+  }
+}
+
+/**
+ * Defect tx-steps-outside: the ledger's real step log (src/core/steps.ts) keeps its own recorder inside a
+ * transaction, so the steps of a transactional run are recorded outside it: committed at once, before the
+ * work's writes and whatever becomes of them. Undone by the function returned.
+ */
+export function stepsOutsideTransaction(): () => void {
+  const useRecorder = StepLog.prototype.useRecorder
+  StepLog.prototype.useRecorder = () => {}
+  return () => {
+    StepLog.prototype.useRecorder = useRecorder
+  }
+}
+
+/**
+ * Defect stored-unreported: the ledger's real store calls (src/core/store-calls.ts) drop the `stored` event, as
+ * an emission behind a wrong `listens()` would: an outcome stored and never reported to the listener or the
+ * telemetry, so an operator's count of stored outcomes falls short. Undone by the function returned.
+ */
+export function storedUnreported(): () => void {
+  const emit = StoreCalls.prototype.emit
+  StoreCalls.prototype.emit = function (this: StoreCalls, event, plan) {
+    if (event.type !== 'stored') emit.call(this, event, plan)
+  }
+  return () => {
+    StoreCalls.prototype.emit = emit
   }
 }
 

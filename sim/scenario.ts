@@ -21,6 +21,8 @@ import {
   noRenewal,
   SimResponse,
   settleTwice,
+  stepsOutsideTransaction,
+  storedUnreported,
   throughBegin,
   throughRun,
   transientStored,
@@ -61,6 +63,8 @@ export const DEFECTS = [
   'lost-unreported',
   'unstorable-released',
   'settle-twice',
+  'tx-steps-outside',
+  'stored-unreported',
   ...STORE_DEFECTS,
 ] as const
 export type Defect = (typeof DEFECTS)[number]
@@ -97,6 +101,8 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
     'lost-unreported': leaseLossUnreported,
     'unstorable-released': unstorableReleased,
     'settle-twice': settleTwice,
+    'tx-steps-outside': stepsOutsideTransaction,
+    'stored-unreported': storedUnreported,
   }
   const undo = options.defect ? inject[options.defect]?.() : undefined
   try {
@@ -133,6 +139,8 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
 
   // Chaos: pause an app past its lease (it wakes as a zombie), crash one (a new one takes its place), jump a clock.
   const chaos = () => {
+    // Once the clients are done the run only lets every lease end (four leases): a pause begun then could outlast that.
+    if (finished()) return
     const app = rng.pick(apps)
     const roll = rng.next()
     if (roll < 0.4 && app.proc.state === 'up') {
@@ -146,6 +154,7 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     } else if (roll < 0.7 && app.proc.state === 'up') {
       world.log(() => `CHAOS crash ${app.proc.id}`)
       app.proc.crash()
+      app.store.connectionsClosed()
       world.at(rng.between(50, 500), null, () => {
         const index = apps.indexOf(app)
         apps[index] = new App(world, `app${index}.${++restarts}`, server, bank, faults, history, defect)
@@ -433,6 +442,21 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       !bodies.has(answerStored(key, decoder.decode(record.response.body)))
     ) {
       history.violation(`${intent}: the stored answer is not the one clients got`)
+    }
+  }
+  // In a transaction the order row and the record commit together: an intent has one order, by the holder whose
+  // outcome the store holds, when its record is completed, and none otherwise (declined, released, never done).
+  for (const [tenant, count] of keyCounters) {
+    for (let n = 5; n <= count; n += 10) {
+      const key = `key-${n}`
+      const intent = intentId(tenant, key)
+      const record = await server.inner.get(`${SCOPE_PREFIX}${tenant}`, key)
+      const orders = history.orders.get(intent) ?? []
+      const completed = record?.status === 'completed'
+      if (orders.length !== (completed ? 1 : 0) || (completed && orders[0] !== holderId(record.scope, key, record.token)))
+        history.violation(
+          `${intent} has ${orders.length} order rows (${orders.join(', ')}), its record ${record ? `${record.status} #${record.token}` : 'gone'}`,
+        )
     }
   }
   // What the ledgers reported (telemetry, events) is what happened (sim/telemetry.ts).

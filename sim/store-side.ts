@@ -5,7 +5,7 @@
 
 import { deriveKey } from '../src/core/derive-key.js'
 import { CAPTURE_PREFIX } from '../src/core/steps.js'
-import type { AcquireResult, IdempotencyStore, ListFilter, Outcome, StoredRecord } from '../src/core/store.js'
+import type { AcquireResult, ListFilter, Outcome, SavepointCommand, StoredRecord, TransactionalStore } from '../src/core/store.js'
 import type { Defect } from './scenario.js'
 import type { SimStore } from './store-defects.js'
 import { ReportAudit } from './telemetry.js'
@@ -79,6 +79,19 @@ export class History {
   readonly unstorable = new Set<string>()
   /** Holders whose process learnt that the store refused to record one of their steps (a stale token). */
   readonly stepRefused = new Set<string>()
+  /**
+   * Holders that run in a store transaction (the HTTP engine's `transactional: true`, sim/app.ts): the ledger
+   * stops renewing at their first step, whose row lock keeps the record theirs until the transaction ends.
+   */
+  readonly inTransaction = new Set<string>()
+  /**
+   * Those of them that have begun a step: the ledger stops their renewals before it records the step (or its
+   * started marker) in the transaction, whose row lock keeps the record from then on. A renewal refused while it
+   * stops is answered by the step's own fence (FENCED_OUT), not reported as `lease_lost`.
+   */
+  readonly renewalsStopping = new Set<string>()
+  /** The holder whose committed transaction wrote each intent's order row (tenant/key), in commit order. */
+  readonly orders = new Map<string, string[]>()
   /** The status each holder's `unrecorded` event named. */
   readonly unrecordedStatus = new Map<string, string>()
   /** Each holder's lease as the store server granted it (true time), and its process as it was then. */
@@ -127,6 +140,11 @@ export class History {
     return derived
   }
 
+  /** Whether `holder` (scope/key#token) runs in a transaction: its key is one of those served that way. */
+  transactionalHolder(holder: string): boolean {
+    return throughTransaction(holder.slice(holder.lastIndexOf('/') + 1, holder.lastIndexOf('#')))
+  }
+
   /** The first token before `token` the store granted this record to (an earlier attempt), if any. */
   earlierGrant(scope: string, key: string, token: number): number | undefined {
     for (let earlier = 1; earlier < token; earlier++) if (this.leases.has(holderId(scope, key, earlier))) return earlier
@@ -137,6 +155,37 @@ export class History {
     this.world.log(() => `VIOLATION ${text}`)
     if (this.violations.length < 20) this.violations.push(`t=${this.world.now.toFixed(1)}ms ${text}`)
   }
+}
+
+/**
+ * The keys that end in 5 are served in a store transaction (the HTTP engine's `transactional: true`, sim/app.ts):
+ * their charge is an order row in the store's own database, keyed by nothing, which commits with the record.
+ */
+export const throughTransaction = (key: string) => /^key-\d*5$/.test(key)
+
+/** The driver's query timeout on a transaction's connection (the ledger times none of a transaction's calls). */
+export const TX_QUERY_TIMEOUT_MS = STORE_TIMEOUT_MS
+
+/** A write a transaction makes: a step or a completion of a record (fenced by token), or an order row of the app's. */
+export type TxWrite =
+  | { kind: 'step'; holder: string; scope: string; key: string; token: number; name: string; result: string | null }
+  | { kind: 'complete'; holder: string; scope: string; key: string; token: number; outcome: Outcome; ttlMs: number }
+  | { kind: 'order'; holder: string; intent: string }
+
+/** A transaction on the store server (its database holds the ledger's table and the app's orders). */
+export class SimTx {
+  open = true
+  /** Its connection closed or given up by the client: every further call fails, and the server rolls it back. */
+  gone = false
+  /** Its writes, in order, applied together at commit. */
+  readonly writes: TxWrite[] = []
+  /** The records whose row it has locked. */
+  readonly locks = new Set<string>()
+  savepoint: number | undefined
+  constructor(
+    readonly id: number,
+    readonly proc: Proc,
+  ) {}
 }
 
 export const intentId = (scope: string, key: string) => `${scope}/${key}`
@@ -164,14 +213,143 @@ export class StoreServer {
   /** Each record's steps as the store's answers to `recordStep` left them (a result is never turned back into a marker). */
   readonly #steps = new Map<string, Map<string, string | null>>()
 
+  /** The open transaction holding each record's row lock (PostgreSQL's row lock: an UPDATE in a transaction takes it). */
+  readonly #locks = new Map<string, SimTx>()
+  /** Calls waiting for a record's row lock, woken when the transaction holding it ends. */
+  readonly #lockWaiters = new Map<string, Array<() => void>>()
+  #transactions = 0
+
   constructor(
     readonly inner: SimStore,
     readonly history: History,
     readonly defect: Defect | undefined,
   ) {}
 
+  /** Waits while another transaction than `tx` holds the row lock of record `id`: a write to the row waits for it. */
+  async #unlocked(id: string, tx?: SimTx): Promise<void> {
+    for (let holder = this.#locks.get(id); holder !== undefined && holder !== tx; holder = this.#locks.get(id)) {
+      await new Promise<void>((resolve) => {
+        const waiting = this.#lockWaiters.get(id) ?? []
+        waiting.push(resolve)
+        this.#lockWaiters.set(id, waiting)
+      })
+    }
+  }
+
+  #unlock(tx: SimTx): void {
+    for (const id of tx.locks) {
+      this.#locks.delete(id)
+      const waiting = this.#lockWaiters.get(id)
+      this.#lockWaiters.delete(id)
+      // Each in an event of its own, in the order they came: one statement at a time gets the row.
+      for (const wake of waiting ?? []) this.history.world.at(0, null, wake)
+    }
+    tx.locks.clear()
+  }
+
+  /** BEGIN on a connection of `proc`. */
+  begin(proc: Proc): SimTx {
+    return new SimTx(++this.#transactions, proc)
+  }
+
+  /**
+   * A write inside `tx`. A step or a completion is an UPDATE of the record's row fenced by token, as the SQL
+   * stores run it (src/backends/postgres/statements.ts): it waits for the row lock of any other transaction,
+   * changes nothing when the token is not the record's current one in progress (`false`), and otherwise locks
+   * the row until `tx` ends. An order row is an INSERT into the app's own table, keyed by nothing.
+   */
+  async write(tx: SimTx, write: TxWrite): Promise<boolean> {
+    if (!tx.open) throw new NetworkError(`transaction ${tx.id} was rolled back: its connection closed`)
+    if (write.kind === 'order') {
+      tx.writes.push(write)
+      return true
+    }
+    const id = intentId(write.scope, write.key)
+    await this.#unlocked(id, tx)
+    if (!tx.open) throw new NetworkError(`transaction ${tx.id} was rolled back: its connection closed`)
+    const record = await this.inner.get(write.scope, write.key)
+    if (record === null || record.status !== 'in_progress' || record.token !== write.token) return false
+    this.#locks.set(id, tx)
+    tx.locks.add(id)
+    tx.writes.push(write)
+    return true
+  }
+
+  /** SAVEPOINT, or ROLLBACK TO SAVEPOINT: the writes made since are undone (the row locks stay). */
+  async savepoint(tx: SimTx, command: SavepointCommand): Promise<void> {
+    if (!tx.open) throw new NetworkError(`transaction ${tx.id} was rolled back: its connection closed`)
+    if (command === 'set') tx.savepoint = tx.writes.length
+    else if (tx.savepoint === undefined) this.history.violation(`transaction ${tx.id} rolled back to a savepoint it never set`)
+    else tx.writes.length = tx.savepoint
+  }
+
+  /** ROLLBACK, or the server ending a transaction whose connection closed: nothing of it was kept. */
+  abort(tx: SimTx): void {
+    if (!tx.open) return
+    tx.open = false
+    tx.writes.length = 0
+    this.#unlock(tx)
+  }
+
+  /**
+   * COMMIT: the transaction's writes take effect together, audited. What the ledger commits with a record is
+   * its completion (docs/postgres.md): a transaction that changed a record completes it; order rows commit
+   * only with their record completed (a failure the work returned keeps none of its writes: `failedWrites`
+   * is 'rollback'); and a 5xx answer is never the outcome, a transient failure is rolled back and released.
+   */
+  async commit(tx: SimTx): Promise<void> {
+    if (!tx.open) throw new NetworkError(`transaction ${tx.id} was rolled back: its connection closed`)
+    tx.open = false
+    const { history } = this
+    const completes = tx.writes.filter((w) => w.kind === 'complete')
+    for (const write of tx.writes) {
+      if (write.kind === 'order') {
+        const completion = completes.find((c) => c.holder === write.holder)
+        if (completion?.outcome.status !== 'completed')
+          history.violation(
+            `transaction ${tx.id} of ${write.holder} committed an order row with its record ${completion ? `${completion.outcome.status}` : 'not completed'}`,
+          )
+        continue
+      }
+      if (write.kind === 'step' && !completes.some((c) => c.holder === write.holder))
+        history.violation(`transaction ${tx.id} of ${write.holder} committed its step ${write.name} without completing the record`)
+      if (write.kind === 'complete' && write.outcome.response && write.outcome.response.status >= 500)
+        history.violation(
+          `${write.holder} stored its ${write.outcome.response.status} answer as the outcome (${write.outcome.status}), a transient failure`,
+        )
+    }
+    for (const write of tx.writes) {
+      if (write.kind === 'order') {
+        history.charges.set(write.intent, (history.charges.get(write.intent) ?? 0) + 1)
+        history.orders.set(write.intent, [...(history.orders.get(write.intent) ?? []), write.holder])
+        continue
+      }
+      const { scope, key, token } = write
+      const applied =
+        write.kind === 'step'
+          ? await this.fenced(
+              'recordStep',
+              scope,
+              key,
+              token,
+              async (t) => {
+                const recorded = await this.inner.recordStep(scope, key, t, write.name, write.result)
+                if (recorded) this.stepRecorded(scope, key, write.name, write.result)
+                return recorded
+              },
+              tx,
+            )
+          : await this.fenced('complete', scope, key, token, (t) => this.inner.complete(scope, key, t, write.outcome, write.ttlMs), tx)
+      // The row is locked by this transaction since the write was made: it cannot have changed hands.
+      if (!applied)
+        history.violation(`transaction ${tx.id} of ${write.holder} had its ${write.kind} refused at commit, under its own row lock`)
+    }
+    this.#unlock(tx)
+  }
+
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
     const id = intentId(scope, key)
+    await this.#unlocked(id)
     const before = this.#states.get(id)
     const result = await this.inner.acquire(scope, key, fingerprint, leaseMs)
     if (result.kind === 'acquired') this.#states.set(id, { status: 'in_progress', token: result.token })
@@ -189,6 +367,8 @@ export class StoreServer {
       if (
         lease !== undefined &&
         working &&
+        // Inside a transaction the ledger renews no more once a step locked the row: the lock keeps the record.
+        !history.inTransaction.has(previous) &&
         !history.renewalsSent.has(previous) &&
         lease.proc.state === 'up' &&
         lease.proc.disturbances === lease.disturbances &&
@@ -258,8 +438,22 @@ export class StoreServer {
     steps.set(name, result)
   }
 
-  async fenced<R>(operation: string, scope: string, key: string, token: number, write: (token: number) => Promise<R>): Promise<R> {
+  async fenced<R>(
+    operation: string,
+    scope: string,
+    key: string,
+    token: number,
+    write: (token: number) => Promise<R>,
+    tx?: SimTx,
+  ): Promise<R> {
     const id = intentId(scope, key)
+    const lock = this.#locks.get(id)
+    // The ledger stops renewing before a step locks the row in its transaction (src/core/ledger.ts): a renewal, on
+    // another connection, would wait for that lock until the commit, and the commit for the renewal.
+    if (operation === 'renew' && lock !== undefined && lock.writes.some((w) => w.holder === holderId(scope, key, token)))
+      this.history.violation(`${holderId(scope, key, token)} renewed its lease while its own transaction held the record's row lock`)
+    // A write waits for the row lock of any other transaction that holds it (a commit holds its own).
+    if (lock !== undefined) await this.#unlocked(id, tx)
     const before = this.#states.get(id)
     const current = before !== undefined && before.status === 'in_progress' && before.token === token
     // Defect: complete without its fence (the store takes the write whatever the token).
@@ -288,7 +482,7 @@ export class StoreServer {
 }
 
 /** An app process's connection to the store server, through the simulated network. */
-export class NetworkStore implements IdempotencyStore {
+export class NetworkStore implements TransactionalStore<SimTx> {
   readonly name = 'sim'
   // A remote store: the ledger times each call (on the process's clock) and trusts the server's time.
   readonly serverClock = true
@@ -309,7 +503,11 @@ export class NetworkStore implements IdempotencyStore {
     readonly defect: Defect | undefined,
   ) {}
 
-  #call<R>(label: string, apply: () => Promise<R>): Promise<R> {
+  /** Transactions open on this process's connections: the server rolls them back when the process dies. */
+  readonly #open = new Set<SimTx>()
+
+  /** `reported`: the ledger makes this call through its store calls, and reports the failures it sees. */
+  #call<R>(label: string, apply: () => Promise<R>, reported = true): Promise<R> {
     const { world } = this.proc
     const rng = world.rng
     return new Promise<R>((resolve, reject) => {
@@ -325,7 +523,7 @@ export class NetworkStore implements IdempotencyStore {
         world.at(rng.between(min, max), this.proc, () => {
           const error = new NetworkError(`${label}: connection reset`)
           // Failed well inside the ledger's store timeout, its process undisturbed: the ledger sees this error.
-          if (world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
+          if (reported && world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
             this.history.reports.storeFailed(error, this.proc, label)
           reject(error)
         })
@@ -346,8 +544,9 @@ export class NetworkStore implements IdempotencyStore {
             world.at(rng.between(min, max), this.proc, () => resolve(value))
           },
           (error: unknown) => {
-            // The store answers every well-formed call: a throw is the store's own code failing.
-            this.history.violation(`the store threw on ${label}: ${String(error)}`)
+            // The store answers every well-formed call: a throw is the store's own code failing (a transaction
+            // whose connection closed is the exception: the server rolled it back and says so).
+            if (!(error instanceof NetworkError)) this.history.violation(`the store threw on ${label}: ${String(error)}`)
             world.at(rng.between(min, max), this.proc, () => reject(error))
           },
         )
@@ -394,7 +593,11 @@ export class NetworkStore implements IdempotencyStore {
       return applied
     })
     // Defect renew-errors: a renewal that failed (an error) is taken for a success, so failures never add up to a lost lease.
+    const disturbances = this.proc.disturbances
     const renewed = this.defect === 'renew-errors' ? await call.catch(() => true) : await call
+    // An answer that came past the ledger's store timeout (a renewal may wait for a transaction's row lock) is one
+    // the ledger no longer heard: it took the call for failed.
+    if (this.proc.disturbances === disturbances && this.proc.world.now - sentAtMs >= STORE_TIMEOUT_MS - 1) return renewed
     if (!renewed) this.history.fencedHolders.add(holder)
     // Defect: the ledger is told a refused renewal succeeded, so the holder keeps working.
     const told = this.defect === 'renew' ? true : renewed
@@ -430,9 +633,15 @@ export class NetworkStore implements IdempotencyStore {
       this.history.violation(
         `${holder} retried complete (try ${tries}) ${(this.proc.clock.now() - deadlineMs).toFixed(0)}ms past its run deadline`,
       )
+    const sentAtMs = this.proc.world.now
+    const disturbances = this.proc.disturbances
     return this.#call(`complete ${holder}`, () => {
       if (tries > 1) this.#checkRetryInLease(holder, tries)
       return this.server.fenced('complete', scope, key, token, (t) => this.server.inner.complete(scope, key, t, outcome, ttlMs))
+    }).then((stored) => {
+      if (this.proc.world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
+        this.history.reports.outcomeLearnt.set(holder, { proc: this.proc, type: stored ? 'stored' : 'fenced_out' })
+      return stored
     })
   }
 
@@ -451,6 +660,8 @@ export class NetworkStore implements IdempotencyStore {
   }
 
   release(scope: string, key: string, token: number): Promise<boolean> {
+    const sentAtMs = this.proc.world.now
+    const disturbances = this.proc.disturbances
     if (this.history.finishing.has(holderId(scope, key, token)))
       this.history.violation(`${holderId(scope, key, token)} released its record after handing finish() its final value`)
     return this.#call(`release ${holderId(scope, key, token)}`, () =>
@@ -462,26 +673,23 @@ export class NetworkStore implements IdempotencyStore {
         return released
       }),
     ).then((released) => {
-      // The process learnt that the store released its record: the ledger reports `released`.
-      if (released) this.history.reports.releasedApplied.set(holderId(scope, key, token), this.proc)
+      // The process learnt that the store released its record: the ledger may report `released`; and must, when
+      // it learnt it well inside the ledger's store timeout (a release may wait for a transaction's row lock past it).
+      if (released) {
+        const holder = holderId(scope, key, token)
+        this.history.reports.releasedApplied.set(holder, this.proc)
+        if (this.proc.world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
+          this.history.reports.releasedInTime.add(holder)
+      }
       return released
     })
   }
 
   recordStep(scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
-    // Started markers (a round trip per step) are for a process that reconciles, and every step such a process
-    // records has one in the store first (its own, or an earlier holder's), or was recorded by its reconcile.
     const holder = holderId(scope, key, token)
-    const marker = `${intentId(scope, key)}|${name}`
-    if (!name.startsWith(CAPTURE_PREFIX)) {
-      if (result === null) {
-        if (!this.reconciles)
-          this.history.violation(`${holder} on ${this.proc.id}, which does not reconcile, recorded a started marker for ${name}`)
-        this.history.markers.add(marker)
-      } else if (this.reconciles && !this.history.markers.has(marker) && !this.history.reconciled.get(holder)?.has(name)) {
-        this.history.violation(`${holder} recorded step ${name} with no started marker, though its process reconciles`)
-      }
-    }
+    // Inside a transaction every step is recorded in it (docs/postgres.md): committed with the record, or rolled back with it.
+    if (throughTransaction(key)) this.history.violation(`${holder} recorded step ${name} outside its transaction`)
+    this.#noteStep(holder, scope, key, name, result)
     return this.#call(`recordStep ${holder} ${name}`, () =>
       this.server.fenced('recordStep', scope, key, token, async (t) => {
         const recorded = await this.server.inner.recordStep(scope, key, t, name, result)
@@ -492,6 +700,122 @@ export class NetworkStore implements IdempotencyStore {
       if (!recorded) this.history.stepRefused.add(holder)
       return recorded
     })
+  }
+
+  /**
+   * Started markers (a round trip per step) are for a process that reconciles, and every step such a process
+   * records has one in the store first (its own, or an earlier holder's), or was recorded by its reconcile.
+   */
+  #noteStep(holder: string, scope: string, key: string, name: string, result: string | null): void {
+    const marker = `${intentId(scope, key)}|${name}`
+    if (!name.startsWith(CAPTURE_PREFIX)) {
+      if (result === null) {
+        if (!this.reconciles)
+          this.history.violation(`${holder} on ${this.proc.id}, which does not reconcile, recorded a started marker for ${name}`)
+        this.history.markers.add(marker)
+      } else if (this.reconciles && !this.history.markers.has(marker) && !this.history.reconciled.get(holder)?.has(name)) {
+        this.history.violation(`${holder} recorded step ${name} with no started marker, though its process reconciles`)
+      }
+    }
+  }
+
+  /**
+   * A transaction on a connection of its own: BEGIN, the work, then COMMIT (or ROLLBACK when the work throws).
+   * Its calls cross the same faulty network. One that fails or goes unanswered (the driver's query timeout)
+   * closes the connection, and the server rolls the transaction back: at once when the connection was reset,
+   * a lease later when its packets were lost (the server's keepalive). A paused process keeps its
+   * transaction open, and with it the row locks: a record held that way waits for it.
+   */
+  async transaction<R>(fn: (tx: SimTx) => Promise<R>): Promise<R> {
+    const tx = await this.#inTx(undefined, 'begin', async () => this.server.begin(this.proc))
+    this.#open.add(tx)
+    try {
+      let value: R
+      try {
+        value = await fn(tx)
+      } catch (error) {
+        await this.#inTx(tx, `rollback tx ${tx.id}`, async () => this.server.abort(tx)).catch(() => {})
+        throw error
+      }
+      const completes = tx.writes.filter((w) => w.kind === 'complete')
+      await this.#inTx(tx, `commit tx ${tx.id}`, () => this.server.commit(tx))
+      for (const { holder } of completes) this.history.reports.outcomeLearnt.set(holder, { proc: this.proc, type: 'stored' })
+      return value
+    } finally {
+      this.#open.delete(tx)
+    }
+  }
+
+  /** The process died: the server sees its connections close and rolls their transactions back. */
+  connectionsClosed(): void {
+    const [min, max] = this.faults.latency
+    for (const tx of this.#open) {
+      tx.gone = true
+      this.proc.world.at(this.proc.world.rng.between(min, max), null, () => this.server.abort(tx))
+    }
+    this.#open.clear()
+  }
+
+  #inTx<R>(tx: SimTx | undefined, label: string, apply: () => Promise<R>): Promise<R> {
+    if (tx?.gone) return Promise.reject(new NetworkError(`${label}: the connection is closed`))
+    const { world } = this.proc
+    return new Promise<R>((resolve, reject) => {
+      let settled = false
+      const fail = (error: unknown, rollbackAfterMs: number) => {
+        if (settled) return
+        settled = true
+        if (tx && !tx.gone) {
+          tx.gone = true
+          world.at(rollbackAfterMs, null, () => this.server.abort(tx))
+        }
+        reject(error)
+      }
+      const cancel = world.at(TX_QUERY_TIMEOUT_MS, this.proc, () => fail(new NetworkError(`${label}: query timeout`), LEASE_MS))
+      this.#call(label, apply, false).then(
+        (value) => {
+          if (settled) return
+          settled = true
+          cancel()
+          resolve(value)
+        },
+        (error: unknown) => {
+          cancel()
+          fail(error, 0)
+        },
+      )
+    })
+  }
+
+  completeInTransaction(tx: SimTx, scope: string, key: string, token: number, outcome: Outcome, ttlMs: number): Promise<boolean> {
+    const holder = holderId(scope, key, token)
+    return this.#inTx(tx, `complete ${holder} in tx ${tx.id}`, () =>
+      this.server.write(tx, { kind: 'complete', holder, scope, key, token, outcome, ttlMs }),
+    ).then((written) => {
+      if (!written) this.history.reports.outcomeLearnt.set(holder, { proc: this.proc, type: 'fenced_out' })
+      return written
+    })
+  }
+
+  recordStepInTransaction(tx: SimTx, scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
+    const holder = holderId(scope, key, token)
+    this.history.inTransaction.add(holder)
+    this.#noteStep(holder, scope, key, name, result)
+    return this.#inTx(tx, `recordStep ${holder} ${name} in tx ${tx.id}`, () =>
+      this.server.write(tx, { kind: 'step', holder, scope, key, token, name, result }),
+    ).then((recorded) => {
+      if (!recorded) this.history.stepRefused.add(holder)
+      return recorded
+    })
+  }
+
+  savepointInTransaction(tx: SimTx, command: SavepointCommand): Promise<void> {
+    return this.#inTx(tx, `savepoint ${command} tx ${tx.id}`, () => this.server.savepoint(tx, command))
+  }
+
+  /** The app's own write in `tx`: an order row for `intent` (tenant/key), keyed by nothing. Its id is the transaction's. */
+  async insertOrder(tx: SimTx, intent: string, holder: string): Promise<number> {
+    await this.#inTx(tx, `insert order ${intent} in tx ${tx.id}`, () => this.server.write(tx, { kind: 'order', holder, intent }))
+    return tx.id
   }
 
   get(scope: string, key: string): Promise<StoredRecord | null> {

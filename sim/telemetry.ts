@@ -82,6 +82,14 @@ export class ReportAudit {
   readonly handlerDone = new Set<string>()
   /** Holders whose process learnt that the store applied their release, and that process. */
   readonly releasedApplied = new Map<string, Proc>()
+  /** Those that learnt it inside the ledger's store timeout, their process undisturbed meanwhile. */
+  readonly releasedInTime = new Set<string>()
+  /**
+   * Holders whose process learnt, inside the ledger's store timeout and undisturbed, what the store did with
+   * their outcome: stored (a `complete`, or the commit of the transaction that completed the record), or refused
+   * (a stale token). The ledger reports each: `stored` or `fenced_out`.
+   */
+  readonly outcomeLearnt = new Map<string, { proc: Proc; type: 'stored' | 'fenced_out' }>()
   /** Store calls that failed, as the ledger saw them (inside its store timeout), each with its process and call. */
   readonly #storeFailures = new Map<unknown, { proc: Proc; label: string }>()
 
@@ -111,7 +119,11 @@ export class ReportAudit {
 
   /** A renewal the store refused reached the holder's process. */
   refused(holder: string): void {
-    if (!this.handlerDone.has(holder)) this.refusedWhileWorking.add(holder)
+    const { history } = this
+    // A transactional run's handler starts once its transaction has begun: a BEGIN that failed ends the run first.
+    const transactional = history.transactionalHolder(holder)
+    if (transactional && !history.holderAmounts.has(holder)) return
+    if (!this.handlerDone.has(holder) && !history.renewalsStopping.has(holder)) this.refusedWhileWorking.add(holder)
   }
 
   /**
@@ -170,7 +182,18 @@ export class ReportAudit {
         history.violation(`a failed store call (${label} on ${proc.id}) was reported as a store_error of ${event.operation}`)
     }
     for (const [holder, proc] of this.releasedApplied) {
-      if (proc.state !== 'crashed' && !released.has(holder)) history.violation(`${holder}'s release was applied and never reported`)
+      if (proc.state !== 'crashed' && this.releasedInTime.has(holder) && !released.has(holder))
+        history.violation(`${holder}'s release was applied and never reported`)
+    }
+    const outcomes = new Set<string>()
+    for (const event of this.heard)
+      if (event.type === 'stored' || event.type === 'fenced_out')
+        outcomes.add(`${holderId(event.scope, event.key, event.token)} ${event.type}`)
+    for (const [holder, { proc, type }] of this.outcomeLearnt) {
+      if (proc.state !== 'crashed' && !outcomes.has(`${holder} ${type}`))
+        history.violation(
+          `${holder}'s process learnt its outcome was ${type === 'stored' ? 'stored' : 'refused'}, and no ${type} was reported`,
+        )
     }
     for (const event of this.heard) {
       if (event.type !== 'stored') continue
