@@ -11,6 +11,7 @@
 import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { createIdempotentFetch } from '../src/client/idempotent-fetch.js'
 import type { Clock } from '../src/core/clock.js'
+import type { ListFilter, StoredRecord } from '../src/core/store.js'
 import type { HttpRequestLike } from '../src/http/types.js'
 import {
   App,
@@ -383,10 +384,53 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       history.violation(`the retention job purged ${purged} records in a batch of ${limit}, where ${ended} had ended`)
     return purged
   }
+  /**
+   * An operator's view (`idemkey list`, the operator page), audited beside the retention job: every record the
+   * store was asked to hold is listed, as its answers left it (in progress or settled), oldest first; and a
+   * filtered list (a tenant's scope, a status, a creation bound, a limit) is exactly the records of the whole
+   * list that match it, in the same order, up to the limit.
+   */
+  const operator = async () => {
+    const all = await server.inner.list({ limit: 100_000 })
+    const listed = new Map(all.map((r) => [intentId(r.scope, r.key), r]))
+    for (const [id, state] of server.states) {
+      const record = listed.get(id)
+      if (record === undefined) history.violation(`the store's list left out ${id}`)
+      else if ((record.status === 'in_progress') !== (state.status === 'in_progress') || record.token !== state.token)
+        history.violation(`the store's list shows ${id} ${record.status} #${record.token}, its record is ${state.status} #${state.token}`)
+    }
+    if (listed.size !== server.states.size)
+      history.violation(`the store's list holds ${listed.size} records, ${server.states.size} were made`)
+    for (let i = 1; i < all.length; i++)
+      if ((all[i - 1] as StoredRecord).createdAtMs > (all[i] as StoredRecord).createdAtMs)
+        history.violation(
+          `the store's list is not oldest first at ${intentId((all[i] as StoredRecord).scope, (all[i] as StoredRecord).key)}`,
+        )
+    const middle = all[Math.floor(all.length / 2)]?.createdAtMs
+    const filter: ListFilter = {
+      ...gcRng.pick([{}, { scope: `${SCOPE_PREFIX}acme` }, { scope: `${SCOPE_PREFIX}globex` }, { scope: 'nobody' }]),
+      ...gcRng.pick([{}, { status: 'in_progress' as const }, { status: 'completed' as const }, { status: 'failed' as const }]),
+      ...(middle !== undefined && gcRng.chance(0.3) ? { createdBeforeMs: middle } : {}),
+      limit: gcRng.pick([1, 3, 100_000]),
+    }
+    const expected = all
+      .filter(
+        (r) =>
+          (filter.scope === undefined || r.scope === filter.scope) &&
+          (filter.status === undefined || r.status === filter.status) &&
+          (filter.createdBeforeMs === undefined || r.createdAtMs <= filter.createdBeforeMs),
+      )
+      .slice(0, filter.limit)
+      .map((r) => intentId(r.scope, r.key))
+    const got = (await server.inner.list(filter)).map((r) => intentId(r.scope, r.key))
+    if (got.join(' ') !== expected.join(' '))
+      history.violation(`the store listed [${got.join(', ')}] for ${JSON.stringify(filter)}, where [${expected.join(', ')}] match`)
+  }
   // Its own stream of choices, so that how often it runs leaves the rest of the schedule as it is.
   const gcRng = new Rng(options.seed ^ 0x5bd1e995)
   const retention = () => {
-    void purge(gcRng.pick([1, 2, 1_000])).then(() => {
+    void purge(gcRng.pick([1, 2, 1_000])).then(async () => {
+      await operator()
       if (!finished()) world.at(gcRng.between(2_000, 8_000), null, retention)
     })
   }

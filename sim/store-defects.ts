@@ -8,11 +8,11 @@
 import type { MemoryStore } from '../src/backends/memory/memory-store.js'
 import type { AcquireResult, IdempotencyStore } from '../src/core/store.js'
 
-export const STORE_DEFECTS = ['early-takeover', 'scope-blind', 'foreign-replay'] as const
+export const STORE_DEFECTS = ['early-takeover', 'scope-blind', 'foreign-replay', 'no-notify'] as const
 export type StoreDefect = (typeof STORE_DEFECTS)[number]
 
-/** What the store server runs: a store that records steps. */
-export type SimStore = IdempotencyStore & Required<Pick<IdempotencyStore, 'recordStep'>>
+/** What the store server runs: a store that records steps and notifies its watchers. */
+export type SimStore = IdempotencyStore & Required<Pick<IdempotencyStore, 'recordStep' | 'watch'>>
 
 /** How far the store's clock reads ahead of true time, set only while a defective acquire runs. */
 export interface StoreClockAhead {
@@ -42,9 +42,11 @@ export function defectiveStore(inner: MemoryStore, defect: StoreDefect, ahead: S
       return record && record.status !== 'in_progress' ? { kind: 'replay', record } : result
     })
   }
+  // no-notify: a store whose watch subscribes nobody (a LISTEN on the wrong channel): waiting requests only poll.
+  if (defect === 'no-notify') return { ...bound(inner), watch: () => () => {} }
   // scope-blind: every call on a record goes to one scope.
   const store: SimStore = bound(inner)
-  for (const method of ['acquire', 'renew', 'complete', 'release', 'recordStep', 'get', 'evict'] as const) {
+  for (const method of ['acquire', 'renew', 'complete', 'release', 'recordStep', 'get', 'evict', 'watch'] as const) {
     const real = inner[method] as (...args: unknown[]) => unknown
     Object.assign(store, { [method]: (_scope: string, ...rest: unknown[]) => real.call(inner, ONE_SCOPE, ...rest) })
   }
@@ -65,6 +67,7 @@ function bound(inner: MemoryStore): SimStore {
     list: inner.list.bind(inner),
     purgeExpired: inner.purgeExpired.bind(inner),
     evict: inner.evict.bind(inner),
+    watch: inner.watch.bind(inner),
     close: inner.close.bind(inner),
   }
 }

@@ -218,12 +218,19 @@ export class StoreServer {
   /** Calls waiting for a record's row lock, woken when the transaction holding it ends. */
   readonly #lockWaiters = new Map<string, Array<() => void>>()
   #transactions = 0
+  /** Each record's watchers (a waiting request's subscription): how often the store called each, and whether it ended. */
+  readonly #watchers = new Map<string, Set<{ proc: Proc; calls: number; closed: boolean }>>()
 
   constructor(
     readonly inner: SimStore,
     readonly history: History,
     readonly defect: Defect | undefined,
   ) {}
+
+  /** Each record the store was asked to hold (scope/key), with its status and token as the store's answers left them. */
+  get states(): ReadonlyMap<string, { status: 'in_progress' | 'completed or failed'; token: number }> {
+    return this.#states
+  }
 
   /** Waits while another transaction than `tx` holds the row lock of record `id`: a write to the row waits for it. */
   async #unlocked(id: string, tx?: SimTx): Promise<void> {
@@ -245,6 +252,29 @@ export class StoreServer {
       for (const wake of waiting ?? []) this.history.world.at(0, null, wake)
     }
     tx.locks.clear()
+  }
+
+  /**
+   * A subscription of `proc` to changes of one record, audited: the store calls it whenever it completes or
+   * releases the record (checked in {@link fenced}), and never once it was ended.
+   */
+  watch(proc: Proc, scope: string, key: string, onChange: () => void): () => void {
+    const id = intentId(scope, key)
+    const watcher = { proc, calls: 0, closed: false }
+    const watchers = this.#watchers.get(id) ?? new Set()
+    watchers.add(watcher)
+    this.#watchers.set(id, watchers)
+    const unsubscribe = this.inner.watch(scope, key, () => {
+      if (watcher.closed) this.history.violation(`the store notified a watcher of ${id} on ${proc.id} that had unsubscribed`)
+      watcher.calls++
+      onChange()
+    })
+    return () => {
+      watcher.closed = true
+      watchers.delete(watcher)
+      if (watchers.size === 0) this.#watchers.delete(id)
+      unsubscribe()
+    }
   }
 
   /** BEGIN on a connection of `proc`. */
@@ -454,6 +484,9 @@ export class StoreServer {
       this.history.violation(`${holderId(scope, key, token)} renewed its lease while its own transaction held the record's row lock`)
     // A write waits for the row lock of any other transaction that holds it (a commit holds its own).
     if (lock !== undefined) await this.#unlocked(id, tx)
+    // Who watches the record now, and how often the store had called each: a completion or a release notifies all.
+    const watchers = this.#watchers.get(id)
+    const calls = watchers && new Map([...watchers].map((w) => [w, w.calls]))
     const before = this.#states.get(id)
     const current = before !== undefined && before.status === 'in_progress' && before.token === token
     // Defect: complete without its fence (the store takes the write whatever the token).
@@ -462,6 +495,12 @@ export class StoreServer {
     if (typeof result !== 'boolean')
       this.history.violation(`the store answered ${operation} of ${holderId(scope, key, token)} with ${String(result)}`)
     if (result === true && operation === 'complete' && before) this.#states.set(id, { status: 'completed or failed', token: before.token })
+    if (result === true && calls && (operation === 'complete' || operation === 'release'))
+      for (const [watcher, count] of calls)
+        if (!watcher.closed && watcher.calls === count)
+          this.history.violation(
+            `the store applied ${operation} of ${holderId(scope, key, token)} and did not notify its watcher on ${watcher.proc.id}`,
+          )
     if (result === true && (operation === 'complete' || operation === 'recordStep')) {
       const amount = this.history.holderAmounts.get(holderId(scope, key, token))
       if (amount !== undefined) this.history.traces.add(`${intentId(scope, key)}|${amount}`)
@@ -744,6 +783,20 @@ export class NetworkStore implements TransactionalStore<SimTx> {
     } finally {
       this.#open.delete(tx)
     }
+  }
+
+  /**
+   * Subscribes to changes of one record, as LISTEN/NOTIFY or a Redis channel does (the ledger's waiting requests
+   * use it, and poll as well): each notification crosses the network, late, and is lost while the process is cut
+   * off from the store.
+   */
+  watch(scope: string, key: string, onChange: () => void): () => void {
+    const { world } = this.proc
+    return this.server.watch(this.proc, scope, key, () => {
+      if (this.cut === 'lost' || this.cut === 'reset') return
+      const [min, max] = this.faults.latency
+      world.at(world.rng.between(min, max), this.proc, onChange)
+    })
   }
 
   /** The process died: the server sees its connections close and rolls their transactions back. */
