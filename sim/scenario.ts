@@ -398,6 +398,9 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
       if (record === undefined) history.violation(`the store's list left out ${id}`)
       else if ((record.status === 'in_progress') !== (state.status === 'in_progress') || record.token !== state.token)
         history.violation(`the store's list shows ${id} ${record.status} #${record.token}, its record is ${state.status} #${state.token}`)
+      // Tokens count up by one from 1 with each grant, so a record granted n times (none expired in a run) shows n attempts.
+      else if (record.attempts !== state.token)
+        history.violation(`the store's list shows ${id} with ${record.attempts} attempts, granted ${state.token} times`)
     }
     if (listed.size !== server.states.size)
       history.violation(`the store's list holds ${listed.size} records, ${server.states.size} were made`)
@@ -514,6 +517,19 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     if ((record.lockedUntilMs ?? 0) > world.now)
       history.violation(`${record.scope}/${record.key} still in progress past its holders (locked until ${record.lockedUntilMs})`)
   }
+  // The operator evicts a few records (`idemkey evict`), once the fleet is done: each is gone at once (`get`, `list`),
+  // a second evict finds nothing, and neither does one of a record that never was.
+  const records = await server.inner.list({ limit: 100_000 })
+  for (let i = 0; i < 3 && records.length > 0; i++) {
+    const { scope, key } = records.splice(gcRng.int(records.length), 1)[0] as StoredRecord
+    const id = intentId(scope, key)
+    if (!(await server.inner.evict(scope, key))) history.violation(`the store's evict of ${id} found nothing`)
+    if ((await server.inner.get(scope, key)) !== null) history.violation(`${id} is still read after its evict`)
+    if ((await server.inner.list({ scope, limit: 100_000 })).some((r) => r.key === key))
+      history.violation(`${id} is still listed after its evict`)
+    if (await server.inner.evict(scope, key)) history.violation(`the store evicted ${id} twice`)
+  }
+  if (await server.inner.evict(`${SCOPE_PREFIX}acme`, 'never-sent')) history.violation(`the store evicted a record that never was`)
   // A day on, every record's retention has ended: the retention job, in batches, leaves the store empty.
   const firedBeforeRetention = world.fired
   await world.run(() => world.fired - firedBeforeRetention > maxEvents, world.now + RETENTION_MS)

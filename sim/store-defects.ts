@@ -8,7 +8,7 @@
 import type { MemoryStore } from '../src/backends/memory/memory-store.js'
 import type { AcquireResult, IdempotencyStore } from '../src/core/store.js'
 
-export const STORE_DEFECTS = ['early-takeover', 'scope-blind', 'foreign-replay', 'no-notify'] as const
+export const STORE_DEFECTS = ['early-takeover', 'scope-blind', 'foreign-replay', 'no-notify', 'evict-lingers'] as const
 export type StoreDefect = (typeof STORE_DEFECTS)[number]
 
 /** What the store server runs: a store that records steps and notifies its watchers. */
@@ -44,6 +44,8 @@ export function defectiveStore(inner: MemoryStore, defect: StoreDefect, ahead: S
   }
   // no-notify: a store whose watch subscribes nobody (a LISTEN on the wrong channel): waiting requests only poll.
   if (defect === 'no-notify') return { ...bound(inner), watch: () => () => {} }
+  // evict-lingers: an evict that says it removed the record and leaves it (a cache in front not invalidated).
+  if (defect === 'evict-lingers') return { ...bound(inner), evict: async (scope, key) => (await inner.get(scope, key)) !== null }
   // scope-blind: every call on a record goes to one scope.
   const store: SimStore = bound(inner)
   for (const method of ['acquire', 'renew', 'complete', 'release', 'recordStep', 'get', 'evict', 'watch'] as const) {

@@ -98,6 +98,9 @@ describe('the deterministic simulator', () => {
     // A survivor class of npm run mutate:sim in the memory store (its watch and notifications): the simulated
     // stores had no watch, so waiting requests only polled, until the network store subscribed (issue 57).
     ['no-notify', 1, /did not notify its watcher on/],
+    // Survivors of npm run mutate:sim in the memory store's operator commands (list, evict, the attempts count):
+    // the fleet never listed nor evicted, until an operator did beside it (issue 57).
+    ['evict-lingers', 1, /is still read after its evict/],
   ] as const)('catches the defect "%s" (seed %i)', async (defect, seed, violation) => {
     const result = await runScenario({ seed, defect })
     expect(result.violations.join('\n')).toMatch(violation)
