@@ -106,6 +106,8 @@ export class History {
   readonly traces = new Set<string>()
   /** How many times each holder has sent `complete` so far. */
   readonly completeTries = new Map<string, number>()
+  /** When each holder's last `complete` failed with a reset its process saw (true time). */
+  readonly completeFailed = new Map<string, number>()
   /** Steps running now, by record (scope/key): the holder running each, so two at once are seen. */
   readonly running = new Map<string, Map<string, string>>()
   /**
@@ -672,16 +674,56 @@ export class NetworkStore implements TransactionalStore<SimTx> {
       this.history.violation(
         `${holder} retried complete (try ${tries}) ${(this.proc.clock.now() - deadlineMs).toFixed(0)}ms past its run deadline`,
       )
+    if (tries > 1) this.#checkBackoff(holder, tries)
     const sentAtMs = this.proc.world.now
     const disturbances = this.proc.disturbances
     return this.#call(`complete ${holder}`, () => {
       if (tries > 1) this.#checkRetryInLease(holder, tries)
       return this.server.fenced('complete', scope, key, token, (t) => this.server.inner.complete(scope, key, t, outcome, ttlMs))
-    }).then((stored) => {
-      if (this.proc.world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
-        this.history.reports.outcomeLearnt.set(holder, { proc: this.proc, type: stored ? 'stored' : 'fenced_out' })
-      return stored
-    })
+    }).then(
+      (stored) => {
+        if (this.proc.world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
+          this.history.reports.outcomeLearnt.set(holder, { proc: this.proc, type: stored ? 'stored' : 'fenced_out' })
+        return stored
+      },
+      (error: unknown) => {
+        if (this.proc.world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
+          this.history.completeFailed.set(holder, this.proc.world.now)
+        throw error
+      },
+    )
+  }
+
+  /**
+   * The ledger retries a `complete` that failed after a backoff that doubles from 50 ms up to 1 s
+   * (src/core/store-calls.ts), shortened only to give up in time (a tenth of a lease before it ends): a retry
+   * sooner hammers a store in an outage, one later wastes the lease. Checked after a failure its process saw
+   * at once (a reset; a timeout's moment is the ledger's own), the process undisturbed since.
+   */
+  #checkBackoff(holder: string, tries: number): void {
+    const failed = this.history.completeFailed.get(holder)
+    this.history.completeFailed.delete(holder)
+    // Undisturbed since the lease was granted: a clock that jumped meanwhile moved the lease's end as the ledger reads it.
+    const lease = this.history.leases.get(holder)
+    if (failed === undefined || lease === undefined || lease.disturbances !== this.proc.disturbances) return
+    const { world } = this.proc
+    const waitedMs = world.now - failed
+    const backoffMs = Math.min(50 * 2 ** (tries - 2), 1_000)
+    if (waitedMs > backoffMs + 2)
+      this.history.violation(
+        `${holder} retried complete (try ${tries}) ${waitedMs.toFixed(0)}ms after it failed, past its backoff of ${backoffMs}ms`,
+      )
+    // The lease's end as the holder knows it (its last grant, or its run deadline), less the tenth it keeps back.
+    const grant = this.history.lastGrant.get(holder)
+    const deadlineMs = this.history.deadlines.get(holder)
+    const endsAtMs = Math.min(
+      grant?.endsAtMs ?? Number.POSITIVE_INFINITY,
+      deadlineMs === undefined ? Number.POSITIVE_INFINITY : deadlineMs - (this.proc.clock.now() - world.now),
+    )
+    if (waitedMs < backoffMs - 2 && endsAtMs - LEASE_MS / 10 - failed > backoffMs + 50)
+      this.history.violation(
+        `${holder} retried complete (try ${tries}) ${waitedMs.toFixed(0)}ms after it failed, before its backoff of ${backoffMs}ms`,
+      )
   }
 
   /**
