@@ -6,7 +6,7 @@
 
 import { Held } from '../src/core/held.js'
 import { Ledger } from '../src/core/ledger.js'
-import type { Begun, RunResult } from '../src/core/ledger-types.js'
+import type { Begun, LedgerEvent, RunResult } from '../src/core/ledger-types.js'
 import { Renewal } from '../src/core/renewal.js'
 import type { Reconcile } from '../src/core/steps.js'
 import { StepLog } from '../src/core/steps.js'
@@ -150,7 +150,6 @@ export class App {
       const holder = holderId(ctx.scope, ctx.key, ctx.token)
       if (throughTransaction(ctx.key) !== (tx !== undefined))
         history.violation(`${holder} ran ${tx ? 'in' : 'outside'} a transaction, which its way in does not`)
-      if (tx) history.inTransaction.add(holder)
       history.holderAmounts.set(holder, input.amount)
       const deadlineMs = deadlines.get(req)
       if (deadlineMs !== undefined) history.deadlines.set(holder, deadlineMs)
@@ -718,13 +717,15 @@ export function untoldEnd(): () => void {
 }
 
 /**
- * Defect lost-unreported: the ledger's real `StoreCalls.emit` (src/core/store-calls.ts) drops `lease_lost`, so a
- * holder refused its renewal loses its record without the event operators alert on.
+ * Defects lost-unreported and stored-unreported: the ledger's real `StoreCalls.emit` (src/core/store-calls.ts)
+ * drops every event of `type`, as an emission behind a wrong `listens()` would: `lease_lost`, so a holder refused
+ * its renewal loses its record without the event operators alert on; or `stored`, so an outcome is stored and
+ * never reported to the listener or the telemetry. Undone by the function returned.
  */
-export function leaseLossUnreported(): () => void {
+export function eventDropped(type: LedgerEvent['type']): () => void {
   const emit = StoreCalls.prototype.emit
   StoreCalls.prototype.emit = function (this: StoreCalls, event, plan) {
-    if (event.type !== 'lease_lost') emit.call(this, event, plan)
+    if (event.type !== type) emit.call(this, event, plan)
   }
   return () => {
     StoreCalls.prototype.emit = emit
@@ -771,21 +772,6 @@ export function stepsOutsideTransaction(): () => void {
   StepLog.prototype.useRecorder = () => {}
   return () => {
     StepLog.prototype.useRecorder = useRecorder
-  }
-}
-
-/**
- * Defect stored-unreported: the ledger's real store calls (src/core/store-calls.ts) drop the `stored` event, as
- * an emission behind a wrong `listens()` would: an outcome stored and never reported to the listener or the
- * telemetry, so an operator's count of stored outcomes falls short. Undone by the function returned.
- */
-export function storedUnreported(): () => void {
-  const emit = StoreCalls.prototype.emit
-  StoreCalls.prototype.emit = function (this: StoreCalls, event, plan) {
-    if (event.type !== 'stored') emit.call(this, event, plan)
-  }
-  return () => {
-    StoreCalls.prototype.emit = emit
   }
 }
 

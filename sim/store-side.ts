@@ -80,12 +80,7 @@ export class History {
   /** Holders whose process learnt that the store refused to record one of their steps (a stale token). */
   readonly stepRefused = new Set<string>()
   /**
-   * Holders that run in a store transaction (the HTTP engine's `transactional: true`, sim/app.ts): the ledger
-   * stops renewing at their first step, whose row lock keeps the record theirs until the transaction ends.
-   */
-  readonly inTransaction = new Set<string>()
-  /**
-   * Those of them that have begun a step: the ledger stops their renewals before it records the step (or its
+   * Holders in a store transaction (`transactionalHolder`) that have begun a step: the ledger stops their renewals before it records the step (or its
    * started marker) in the transaction, whose row lock keeps the record from then on. A renewal refused while it
    * stops is answered by the step's own fence (FENCED_OUT), not reported as `lease_lost`.
    */
@@ -142,7 +137,11 @@ export class History {
     return derived
   }
 
-  /** Whether `holder` (scope/key#token) runs in a transaction: its key is one of those served that way. */
+  /**
+   * Whether `holder` (scope/key#token) runs in a store transaction (the HTTP engine's `transactional: true`,
+   * sim/app.ts): its key is one of those served that way. The ledger stops renewing at its first step, whose
+   * row lock keeps the record its own until the transaction ends.
+   */
   transactionalHolder(holder: string): boolean {
     return throughTransaction(holder.slice(holder.lastIndexOf('/') + 1, holder.lastIndexOf('#')))
   }
@@ -381,7 +380,7 @@ export class StoreServer {
 
   async acquire(scope: string, key: string, fingerprint: string, leaseMs: number): Promise<AcquireResult> {
     const id = intentId(scope, key)
-    await this.#unlocked(id)
+    if (this.#locks.has(id)) await this.#unlocked(id)
     const before = this.#states.get(id)
     const result = await this.inner.acquire(scope, key, fingerprint, leaseMs)
     if (result.kind === 'acquired') this.#states.set(id, { status: 'in_progress', token: result.token })
@@ -400,7 +399,7 @@ export class StoreServer {
         lease !== undefined &&
         working &&
         // Inside a transaction the ledger renews no more once a step locked the row: the lock keeps the record.
-        !history.inTransaction.has(previous) &&
+        !history.transactionalHolder(previous) &&
         !history.renewalsSent.has(previous) &&
         lease.proc.state === 'up' &&
         lease.proc.disturbances === lease.disturbances &&
@@ -547,6 +546,15 @@ export class NetworkStore implements TransactionalStore<SimTx> {
   /** Transactions open on this process's connections: the server rolls them back when the process dies. */
   readonly #open = new Set<SimTx>()
 
+  /**
+   * Whether an answer that reaches the process now, to a call sent at `sentAtMs` (true time) with the process
+   * then `disturbances` times disturbed, reaches the ledger too: well inside its store timeout, the process
+   * undisturbed meanwhile (past the timeout the ledger took the call for failed).
+   */
+  #heardInTime(sentAtMs: number, disturbances: number): boolean {
+    return this.proc.world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances
+  }
+
   /** `reported`: the ledger makes this call through its store calls, and reports the failures it sees. */
   #call<R>(label: string, apply: () => Promise<R>, reported = true): Promise<R> {
     const { world } = this.proc
@@ -564,8 +572,7 @@ export class NetworkStore implements TransactionalStore<SimTx> {
         world.at(rng.between(min, max), this.proc, () => {
           const error = new NetworkError(`${label}: connection reset`)
           // Failed well inside the ledger's store timeout, its process undisturbed: the ledger sees this error.
-          if (reported && world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
-            this.history.reports.storeFailed(error, this.proc, label)
+          if (reported && this.#heardInTime(sentAtMs, disturbances)) this.history.reports.storeFailed(error, this.proc, label)
           reject(error)
         })
         return
@@ -638,7 +645,7 @@ export class NetworkStore implements TransactionalStore<SimTx> {
     const renewed = this.defect === 'renew-errors' ? await call.catch(() => true) : await call
     // An answer that came past the ledger's store timeout (a renewal may wait for a transaction's row lock) is one
     // the ledger no longer heard: it took the call for failed.
-    if (this.proc.disturbances === disturbances && this.proc.world.now - sentAtMs >= STORE_TIMEOUT_MS - 1) return renewed
+    if (this.proc.disturbances === disturbances && !this.#heardInTime(sentAtMs, disturbances)) return renewed
     if (!renewed) this.history.fencedHolders.add(holder)
     // Defect: the ledger is told a refused renewal succeeded, so the holder keeps working.
     const told = this.defect === 'renew' ? true : renewed
@@ -682,13 +689,12 @@ export class NetworkStore implements TransactionalStore<SimTx> {
       return this.server.fenced('complete', scope, key, token, (t) => this.server.inner.complete(scope, key, t, outcome, ttlMs))
     }).then(
       (stored) => {
-        if (this.proc.world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
+        if (this.#heardInTime(sentAtMs, disturbances))
           this.history.reports.outcomeLearnt.set(holder, { proc: this.proc, type: stored ? 'stored' : 'fenced_out' })
         return stored
       },
       (error: unknown) => {
-        if (this.proc.world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
-          this.history.completeFailed.set(holder, this.proc.world.now)
+        if (this.#heardInTime(sentAtMs, disturbances)) this.history.completeFailed.set(holder, this.proc.world.now)
         throw error
       },
     )
@@ -759,8 +765,7 @@ export class NetworkStore implements TransactionalStore<SimTx> {
       if (released) {
         const holder = holderId(scope, key, token)
         this.history.reports.releasedApplied.set(holder, this.proc)
-        if (this.proc.world.now - sentAtMs < STORE_TIMEOUT_MS - 1 && this.proc.disturbances === disturbances)
-          this.history.reports.releasedInTime.add(holder)
+        if (this.#heardInTime(sentAtMs, disturbances)) this.history.reports.releasedInTime.add(holder)
       }
       return released
     })
@@ -893,7 +898,6 @@ export class NetworkStore implements TransactionalStore<SimTx> {
 
   recordStepInTransaction(tx: SimTx, scope: string, key: string, token: number, name: string, result: string | null): Promise<boolean> {
     const holder = holderId(scope, key, token)
-    this.history.inTransaction.add(holder)
     this.#noteStep(holder, scope, key, name, result)
     return this.#inTx(tx, `recordStep ${holder} ${name} in tx ${tx.id}`, () =>
       this.server.write(tx, { kind: 'step', holder, scope, key, token, name, result }),
