@@ -103,17 +103,13 @@ async function stopProxy(proxy: ChildProxy): Promise<void> {
 }
 
 /**
- * The peak-RSS growth allowed under the attacks below: 100 MiB (the 64 MiB buffer budget and the
- * runtime's own slack) plus what the Node.js line itself adds for the same work. Measured on the 2-core
- * CI machine (baseline -> peak of the stalled-uploads and 4 x 256 MiB cases):
- *   Node 22.23: +75 / +58 MiB    Node 24.21: +98..+106 / +106..+117 MiB (3 runs)    Node 26.10: +115 / +96 MiB
- * On 24 and 26 the growth rises with the number of concurrent connections (200 stalled: +91, 800: +130;
- * 2 streams: +90, 8 streams: +157 on 24) but not with the bytes moved (1 GiB streamed, 400 MiB offered
- * as uploads): the proxy still holds no body whole. The allowance is the line's measured excess, not
- * a blanket loosening; a new line gets its own row after being measured the same way.
- * 2026-11-29, another host of the same kind: Node 24.21 +141..+150 MiB for the 4 x 256 MiB case, and the
- * same +147 for the commit whose CI had measured +106..+117 (01564d9): the host moved it, not the code.
- * Still far below one body held whole (+256 MiB).
+ * The peak-RSS growth allowed under the stalled uploads below: 100 MiB (the 64 MiB buffer budget and
+ * the runtime's own slack) plus what the Node.js line itself adds for the same work. Measured on the
+ * 2-core CI machine (baseline -> peak): Node 22.23 +75, Node 24.21 +98..+106, Node 26.10 +115 MiB; on
+ * 24 and 26 the growth rises with the number of concurrent connections (200 stalled: +91, 800: +130)
+ * but not with the bytes offered (400 MiB): the proxy still holds no body whole. The allowance is the
+ * line's measured excess, not a blanket loosening; a new line gets its own row after being measured.
+ * (The streamed responses are bounded differently, by what holding a body would cost: see that test.)
  */
 const LINE_ALLOWANCE_MiB: Record<number, number> = { 22: 0, 24: 60, 26: 60 }
 const RSS_GROWTH_BOUND_MiB = 100 + (LINE_ALLOWANCE_MiB[Number(process.versions.node.split('.')[0])] ?? 40)
@@ -288,19 +284,30 @@ describe('idemkey proxy (built CLI) under resource attacks: peak RSS from /proc/
     await stopProxy(proxy)
   })
 
-  it("4 covered 256 MiB responses stream through whole, peak RSS stays under baseline + 100 MiB (+ the line's measured allowance), and a retry replays without running again", async () => {
+  it('4 covered 256 MiB responses stream through whole with peak RSS under one body held whole, 4 x 512 MiB raise that peak by less than 64 MiB, and a retry replays without running again', async () => {
     const proxy = await startProxy(['--upstream', `http://127.0.0.1:${upstream.port}`])
+    const pid = proxy.child.pid as number
     const baseline = await baselineMiB(proxy)
-    const keys = Array.from({ length: 4 }, () => `big-${randomUUID()}`)
-    const results = await Promise.all(keys.map((key, i) => download(proxy.port, `/big?mb=256&length=${i % 2}`, key)))
-    const peak = memoryMiB(proxy.child.pid as number, 'VmHWM')
+    const streamFour = async (mb: number) => {
+      const keys = Array.from({ length: 4 }, () => `big-${randomUUID()}`)
+      const results = await Promise.all(keys.map((key, i) => download(proxy.port, `/big?mb=${mb}&length=${i % 2}`, key)))
+      expect(results.map((r) => [r.status, r.bytes])).toEqual(keys.map(() => [200, mb * MiB]))
+      return { keys, peak: memoryMiB(pid, 'VmHWM') }
+    }
+    const first = await streamFour(256)
+    const second = await streamFour(512)
     console.info(
-      `4 x 256 MiB responses: baseline ${baseline.toFixed(1)} MiB, peak ${peak.toFixed(1)} MiB (+${(peak - baseline).toFixed(1)})`,
+      `4 x 256 MiB responses: baseline ${baseline.toFixed(1)} MiB, peak ${first.peak.toFixed(1)} MiB (+${(first.peak - baseline).toFixed(1)}); then 4 x 512 MiB: peak ${second.peak.toFixed(1)} MiB (+${(second.peak - first.peak).toFixed(1)} more)`,
     )
 
-    expect(results.map((r) => [r.status, r.bytes])).toEqual(keys.map(() => [200, 256 * MiB]))
-    expect(peak - baseline).toBeLessThan(RSS_GROWTH_BOUND_MiB)
-    for (const [i, key] of keys.entries()) {
+    // What the growth is: garbage the collector lets pile up while four streams run, a plateau reached
+    // by about 256 MiB each (measured on this 2-core host, Node 24, 4 streams of 16/64/256/512 MiB:
+    // +41/+85/+126/+126 and +42/+97/+128/+149; CI once +166 for 256). It does not grow with the bytes:
+    // doubling every body adds tens of MiB where holding them would add 1 GiB. One body held whole
+    // would alone add 256 MiB, four of them 1 GiB.
+    expect(first.peak - baseline).toBeLessThan(256)
+    expect(second.peak - first.peak).toBeLessThan(64)
+    for (const [i, key] of first.keys.entries()) {
       const replay = await download(proxy.port, `/big?mb=256&length=${i % 2}`, key)
       expect(replay.status).toBe(200)
       expect(replay.headers['idempotent-replayed']).toBe('true')
