@@ -319,7 +319,10 @@ export class App {
         )
       const charge = await run('charge', async () => {
         await network(rng.between(1, 30))
-        if (rng.chance(0.03)) throw new NetworkError('bank unavailable') // transient: released, retried
+        if (rng.chance(0.03)) {
+          history.transientEnd.set(holder, proc)
+          throw new NetworkError('bank unavailable') // transient: released, retried
+        }
         // The bank is shared by the tenants: its key is the tenant's account and the key derived from the request's.
         // In a transaction the charge is an order row in the store's database instead, keyed by nothing.
         const id = tx
@@ -331,7 +334,10 @@ export class App {
       if (tx && input.amount % 7 === 0) return { status: 402, headers: {}, body: encoder.encode('{"error":"declined"}') }
       // Now and then the mail provider is down and the handler answers 503 itself (not a throw): a transient
       // answer, which the engine releases for a retry and never stores (checked at the store's complete).
-      if (rng.chance(0.03)) return { status: 503, headers: { 'retry-after': '0' }, body: encoder.encode('mail provider unavailable') }
+      if (rng.chance(0.03)) {
+        history.transientEnd.set(holder, proc)
+        return { status: 503, headers: { 'retry-after': '0' }, body: encoder.encode('mail provider unavailable') }
+      }
       await run('email', async () => {
         await network(rng.between(1, 20))
         return true
@@ -729,6 +735,35 @@ export function eventDropped(type: LedgerEvent['type']): () => void {
   }
   return () => {
     StoreCalls.prototype.emit = emit
+  }
+}
+
+/**
+ * Defect phantom-fence: the ledger's real `StoreCalls.emit` (src/core/store-calls.ts) reports a release as a
+ * fence, `fenced_out` where the store refused nothing, as a transactional run that takes every rollback for
+ * a stale token would (`reason === 'fenced_out'` made always true): operators then hunt zombies that never
+ * were. Undone by the function returned.
+ */
+export function phantomFence(): () => void {
+  const emit = StoreCalls.prototype.emit
+  StoreCalls.prototype.emit = function (this: StoreCalls, event, plan) {
+    emit.call(this, event.type === 'released' ? { ...event, type: 'fenced_out' } : event, plan)
+  }
+  return () => {
+    StoreCalls.prototype.emit = emit
+  }
+}
+
+/**
+ * Defect unreleased: the ledger's real `StoreCalls.release` (src/core/store-calls.ts) asks the store nothing, as
+ * its body emptied (a surviving mutant) would: a transient failure keeps its record until the lease ends, and
+ * every retry of it meanwhile is answered 409 in progress. Undone by the function returned.
+ */
+export function unreleased(): () => void {
+  const release = StoreCalls.prototype.release
+  StoreCalls.prototype.release = async () => {}
+  return () => {
+    StoreCalls.prototype.release = release
   }
 }
 

@@ -20,12 +20,14 @@ import {
   freshCaptures,
   headerRecord,
   noRenewal,
+  phantomFence,
   SimResponse,
   settleTwice,
   stepsOutsideTransaction,
   throughBegin,
   throughRun,
   transientStored,
+  unreleased,
   unstorableReleased,
   untoldEnd,
 } from './app.js'
@@ -66,6 +68,8 @@ export const DEFECTS = [
   'settle-twice',
   'tx-steps-outside',
   'stored-unreported',
+  'phantom-fence',
+  'unreleased',
   ...STORE_DEFECTS,
 ] as const
 export type Defect = (typeof DEFECTS)[number]
@@ -104,6 +108,8 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
     'settle-twice': settleTwice,
     'tx-steps-outside': stepsOutsideTransaction,
     'stored-unreported': () => eventDropped('stored'),
+    'phantom-fence': phantomFence,
+    unreleased,
   }
   const undo = options.defect ? inject[options.defect]?.() : undefined
   try {

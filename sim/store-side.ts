@@ -85,6 +85,13 @@ export class History {
    * stops is answered by the step's own fence (FENCED_OUT), not reported as `lease_lost`.
    */
   readonly renewalsStopping = new Set<string>()
+  /**
+   * Holders whose handler ended with a transient failure (it threw, or answered 5xx itself), with their process:
+   * the ledger releases each, so that a retry runs at once rather than after the lease (SPEC: transient
+   * failures released). `releaseAsked` holds those whose process called the store's release.
+   */
+  readonly transientEnd = new Map<string, Proc>()
+  readonly releaseAsked = new Set<string>()
   /** The holder whose committed transaction wrote each intent's order row (tenant/key), in commit order. */
   readonly orders = new Map<string, string[]>()
   /** The status each holder's `unrecorded` event named. */
@@ -689,6 +696,7 @@ export class NetworkStore implements TransactionalStore<SimTx> {
       return this.server.fenced('complete', scope, key, token, (t) => this.server.inner.complete(scope, key, t, outcome, ttlMs))
     }).then(
       (stored) => {
+        if (!stored) this.history.reports.refusedComplete.add(holder)
         if (this.#heardInTime(sentAtMs, disturbances))
           this.history.reports.outcomeLearnt.set(holder, { proc: this.proc, type: stored ? 'stored' : 'fenced_out' })
         return stored
@@ -747,6 +755,7 @@ export class NetworkStore implements TransactionalStore<SimTx> {
   }
 
   release(scope: string, key: string, token: number): Promise<boolean> {
+    this.history.releaseAsked.add(holderId(scope, key, token))
     const sentAtMs = this.proc.world.now
     const disturbances = this.proc.disturbances
     if (this.history.finishing.has(holderId(scope, key, token)))
@@ -891,7 +900,10 @@ export class NetworkStore implements TransactionalStore<SimTx> {
     return this.#inTx(tx, `complete ${holder} in tx ${tx.id}`, () =>
       this.server.write(tx, { kind: 'complete', holder, scope, key, token, outcome, ttlMs }),
     ).then((written) => {
-      if (!written) this.history.reports.outcomeLearnt.set(holder, { proc: this.proc, type: 'fenced_out' })
+      if (!written) {
+        this.history.reports.refusedComplete.add(holder)
+        this.history.reports.outcomeLearnt.set(holder, { proc: this.proc, type: 'fenced_out' })
+      }
       return written
     })
   }

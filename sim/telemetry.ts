@@ -90,6 +90,8 @@ export class ReportAudit {
    * (a stale token). The ledger reports each: `stored` or `fenced_out`.
    */
   readonly outcomeLearnt = new Map<string, { proc: Proc; type: 'stored' | 'fenced_out' }>()
+  /** Holders whose process heard the store refuse their outcome (a stale token), in time or not: only they may be reported `fenced_out`. */
+  readonly refusedComplete = new Set<string>()
   /** Store calls that failed, as the ledger saw them (inside its store timeout), each with its process and call. */
   readonly #storeFailures = new Map<unknown, { proc: Proc; label: string }>()
 
@@ -154,6 +156,12 @@ export class ReportAudit {
       if (token !== undefined && run.kind !== undefined && run.kind !== 'executed')
         history.violation(`a run of ${id} acquired #${token} and ended ${run.kind}`)
     }
+    for (const [holder, proc] of history.transientEnd) {
+      if (proc.state !== 'crashed' && !history.releaseAsked.has(holder))
+        history.violation(
+          `${holder} failed transiently and its process never asked the store to release the record (a retry waits for the lease)`,
+        )
+    }
     for (const holder of this.refusedWhileWorking) {
       if (!this.leaseLost.has(holder)) history.violation(`${holder} was refused its renewal while working and no lease_lost was reported`)
     }
@@ -189,6 +197,12 @@ export class ReportAudit {
     for (const event of this.heard)
       if (event.type === 'stored' || event.type === 'fenced_out')
         outcomes.add(`${holderId(event.scope, event.key, event.token)} ${event.type}`)
+    for (const event of this.heard) {
+      if (event.type === 'fenced_out' && !this.refusedComplete.has(holderId(event.scope, event.key, event.token)))
+        history.violation(
+          `${holderId(event.scope, event.key, event.token)} was reported fenced_out, and the store refused none of its outcomes`,
+        )
+    }
     for (const [holder, { proc, type }] of this.outcomeLearnt) {
       if (proc.state !== 'crashed' && !outcomes.has(`${holder} ${type}`))
         history.violation(

@@ -95,6 +95,12 @@ describe('the deterministic simulator', () => {
     // learnt of had to be reported (issue 57).
     ['tx-steps-outside', 1, /recorded step \S+ outside its transaction/],
     ['stored-unreported', 1, /learnt its outcome was stored, and no stored was reported/],
+    // A survivor of npm run mutate:sim in ledger.ts (a transactional rollback taken for a fence): no invariant
+    // asked that a fenced_out be one the store gave (issue 57).
+    ['phantom-fence', 1, /was reported fenced_out, and the store refused none of its outcomes/],
+    // A survivor of npm run mutate:sim in store-calls.ts (release's body emptied): a record kept to the end of its
+    // lease only slows the retries, which no invariant bounded (issue 57).
+    ['unreleased', 1, /failed transiently and its process never asked the store to release the record/],
     // A survivor class of npm run mutate:sim in the memory store (its watch and notifications): the simulated
     // stores had no watch, so waiting requests only polled, until the network store subscribed (issue 57).
     ['no-notify', 1, /did not notify its watcher on/],
