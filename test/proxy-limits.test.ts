@@ -284,7 +284,7 @@ describe('idemkey proxy (built CLI) under resource attacks: peak RSS from /proc/
     await stopProxy(proxy)
   })
 
-  it('4 covered 256 MiB responses stream through whole with peak RSS under one body held whole, 4 x 512 MiB raise that peak by less than 64 MiB, and a retry replays without running again', async () => {
+  it('4 covered 256 MiB responses stream through whole with peak RSS under one body held whole, 4 x 512 MiB raise that peak by less than 128 MiB, and a retry replays without running again', async () => {
     const proxy = await startProxy(['--upstream', `http://127.0.0.1:${upstream.port}`])
     const pid = proxy.child.pid as number
     const baseline = await baselineMiB(proxy)
@@ -303,10 +303,10 @@ describe('idemkey proxy (built CLI) under resource attacks: peak RSS from /proc/
     // What the growth is: garbage the collector lets pile up while four streams run, a plateau reached
     // by about 256 MiB each (measured on this 2-core host, Node 24, 4 streams of 16/64/256/512 MiB:
     // +41/+85/+126/+126 and +42/+97/+128/+149; CI once +166 for 256). It does not grow with the bytes:
-    // doubling every body adds tens of MiB where holding them would add 1 GiB. One body held whole
-    // would alone add 256 MiB, four of them 1 GiB.
+    // doubling every body adds tens of MiB (+15 here, +44 in a CI run under load) where holding them would
+    // add 2 GiB. One body held whole would alone add 256 MiB, four of them 1 GiB.
     expect(first.peak - baseline).toBeLessThan(256)
-    expect(second.peak - first.peak).toBeLessThan(64)
+    expect(second.peak - first.peak).toBeLessThan(128)
     for (const [i, key] of first.keys.entries()) {
       const replay = await download(proxy.port, `/big?mb=256&length=${i % 2}`, key)
       expect(replay.status).toBe(200)
