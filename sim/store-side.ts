@@ -755,16 +755,16 @@ export class NetworkStore implements TransactionalStore<SimTx> {
   }
 
   release(scope: string, key: string, token: number): Promise<boolean> {
-    this.history.releaseAsked.add(holderId(scope, key, token))
+    const holder = holderId(scope, key, token)
+    this.history.releaseAsked.add(holder)
     const sentAtMs = this.proc.world.now
     const disturbances = this.proc.disturbances
-    if (this.history.finishing.has(holderId(scope, key, token)))
-      this.history.violation(`${holderId(scope, key, token)} released its record after handing finish() its final value`)
-    return this.#call(`release ${holderId(scope, key, token)}`, () =>
+    if (this.history.finishing.has(holder)) this.history.violation(`${holder} released its record after handing finish() its final value`)
+    return this.#call(`release ${holder}`, () =>
       this.server.fenced('release', scope, key, token, async (t) => {
         const released = await this.server.inner.release(scope, key, t)
         // Released, the lease ends now: another holder may take the record at once.
-        const lease = this.history.leases.get(holderId(scope, key, token))
+        const lease = this.history.leases.get(holder)
         if (released && lease) lease.endsAtMs = this.proc.world.now
         return released
       }),
@@ -772,7 +772,6 @@ export class NetworkStore implements TransactionalStore<SimTx> {
       // The process learnt that the store released its record: the ledger may report `released`; and must, when
       // it learnt it well inside the ledger's store timeout (a release may wait for a transaction's row lock past it).
       if (released) {
-        const holder = holderId(scope, key, token)
         this.history.reports.releasedApplied.set(holder, this.proc)
         if (this.#heardInTime(sentAtMs, disturbances)) this.history.reports.releasedInTime.add(holder)
       }

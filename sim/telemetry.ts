@@ -194,14 +194,12 @@ export class ReportAudit {
         history.violation(`${holder}'s release was applied and never reported`)
     }
     const outcomes = new Set<string>()
-    for (const event of this.heard)
-      if (event.type === 'stored' || event.type === 'fenced_out')
-        outcomes.add(`${holderId(event.scope, event.key, event.token)} ${event.type}`)
     for (const event of this.heard) {
-      if (event.type === 'fenced_out' && !this.refusedComplete.has(holderId(event.scope, event.key, event.token)))
-        history.violation(
-          `${holderId(event.scope, event.key, event.token)} was reported fenced_out, and the store refused none of its outcomes`,
-        )
+      if (event.type !== 'stored' && event.type !== 'fenced_out') continue
+      const holder = holderId(event.scope, event.key, event.token)
+      outcomes.add(`${holder} ${event.type}`)
+      if (event.type === 'fenced_out' && !this.refusedComplete.has(holder))
+        history.violation(`${holder} was reported fenced_out, and the store refused none of its outcomes`)
     }
     for (const [holder, { proc, type }] of this.outcomeLearnt) {
       if (proc.state !== 'crashed' && !outcomes.has(`${holder} ${type}`))
