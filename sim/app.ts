@@ -729,13 +729,7 @@ export function untoldEnd(): () => void {
  * never reported to the listener or the telemetry. Undone by the function returned.
  */
 export function eventDropped(type: LedgerEvent['type']): () => void {
-  const emit = StoreCalls.prototype.emit
-  StoreCalls.prototype.emit = function (this: StoreCalls, event, plan) {
-    if (event.type !== type) emit.call(this, event, plan)
-  }
-  return () => {
-    StoreCalls.prototype.emit = emit
-  }
+  return eventsRewritten((event) => (event.type === type ? undefined : event))
 }
 
 /**
@@ -745,9 +739,15 @@ export function eventDropped(type: LedgerEvent['type']): () => void {
  * were. Undone by the function returned.
  */
 export function phantomFence(): () => void {
+  return eventsRewritten((event) => (event.type === 'released' ? { ...event, type: 'fenced_out' } : event))
+}
+
+/** Patches the real `StoreCalls.emit` to emit `rewrite(event)` instead of each event (nothing when undefined); undone by the function returned. */
+function eventsRewritten(rewrite: (event: LedgerEvent) => LedgerEvent | undefined): () => void {
   const emit = StoreCalls.prototype.emit
   StoreCalls.prototype.emit = function (this: StoreCalls, event, plan) {
-    emit.call(this, event.type === 'released' ? { ...event, type: 'fenced_out' } : event, plan)
+    const emitted = rewrite(event)
+    if (emitted) emit.call(this, emitted, plan)
   }
   return () => {
     StoreCalls.prototype.emit = emit

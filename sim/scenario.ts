@@ -410,11 +410,9 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
     }
     if (listed.size !== server.states.size)
       history.violation(`the store's list holds ${listed.size} records, ${server.states.size} were made`)
-    for (let i = 1; i < all.length; i++)
-      if ((all[i - 1] as StoredRecord).createdAtMs > (all[i] as StoredRecord).createdAtMs)
-        history.violation(
-          `the store's list is not oldest first at ${intentId((all[i] as StoredRecord).scope, (all[i] as StoredRecord).key)}`,
-        )
+    for (const [i, record] of all.entries())
+      if (i > 0 && (all[i - 1] as StoredRecord).createdAtMs > record.createdAtMs)
+        history.violation(`the store's list is not oldest first at ${intentId(record.scope, record.key)}`)
     const middle = all[Math.floor(all.length / 2)]?.createdAtMs
     const filter: ListFilter = {
       ...gcRng.pick([{}, { scope: `${SCOPE_PREFIX}acme` }, { scope: `${SCOPE_PREFIX}globex` }, { scope: 'nobody' }]),
