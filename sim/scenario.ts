@@ -31,6 +31,7 @@ import {
   unstorableReleased,
   untoldEnd,
 } from './app.js'
+import { Misuse } from './misuse.js'
 import { defectiveStore, STORE_DEFECTS, type StoreClockAhead, type StoreDefect } from './store-defects.js'
 import {
   Bank,
@@ -50,6 +51,8 @@ import { Proc, Rng, type Settle, World } from './world.js'
 
 /** Longer than every record's retention (a completed one's TTL, an hour; an abandoned attempt's, a day). */
 const RETENTION_MS = 25 * 3_600_000
+/** Misuse cases a seed (sim/misuse.ts): over mutate:sim's 250 seeds, every wrong input of each family many times over. */
+const MISUSE_CASES = 4
 
 /** Deliberate defects the simulator must catch (docs/testing.md); none in a normal run. */
 export const DEFECTS = [
@@ -557,6 +560,9 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
   }
   const kept = await server.inner.list({ includeExpired: true, limit: 100_000 })
   if (kept.length > 0) history.violation(`the retention job left ${kept.length} records whose retention had ended`)
+  // The callers that get the API wrong, and the store at the exact edges of its time (sim/misuse.ts): a few cases a
+  // seed, from a stream of choices of their own.
+  await new Misuse(options.seed, (text) => history.violation(text)).run(MISUSE_CASES)
   return {
     seed: options.seed,
     requests: history.requests,
