@@ -24,6 +24,7 @@ import type { Duration } from '../src/core/duration.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { IntentContext, LedgerEvent, LedgerOptions, LedgerTelemetry, RunOptions } from '../src/core/ledger-types.js'
 import type { IdempotencyStore, StoredRecord } from '../src/core/store.js'
+import { Waiter } from '../src/core/waiter.js'
 import { IdempotencyError } from '../src/errors.js'
 import { Rng } from './world.js'
 
@@ -111,14 +112,55 @@ const canonical = (payload: Record<string, unknown>) =>
     .join(',')}}`
 const sha256 = (data: string | Uint8Array) => createHash('sha256').update(data).digest('hex')
 
+/**
+ * Deliberate defects these cases must catch (test/sim.test.ts):
+ * - `lease-edge`: the store decides an acquire one millisecond late (a lease and a retention end a tick late);
+ * - `retry-hint`: an in-progress answer tells the caller to come back at the lease's end, not in a second or two;
+ * - `overwait`: a duplicate sleeps at least the poll cap between tries, past the wait it was given;
+ * - `vague-errors`: a refusal that keeps its code and loses what it said (which option, which step).
+ */
+export const MISUSE_DEFECTS = ['lease-edge', 'retry-hint', 'overwait', 'vague-errors'] as const
+export type MisuseDefect = (typeof MISUSE_DEFECTS)[number]
+
+/** Patches the real code for one of {@link MISUSE_DEFECTS} (but `lease-edge`, which the store case applies); returns the undo. */
+export function misuseDefect(defect: MisuseDefect): () => void {
+  const run = Ledger.prototype.run
+  const wait = Waiter.prototype.wait
+  if (defect === 'retry-hint') {
+    Ledger.prototype.run = async function (this: Ledger, ...args: Parameters<typeof run>) {
+      const result = await run.apply(this, args)
+      return result.kind === 'in_progress' ? { ...result, retryAfterMs: Math.max(1_000, result.lockedUntilMs - this.clock.now()) } : result
+    } as typeof run
+  }
+  if (defect === 'vague-errors') {
+    Ledger.prototype.run = function (this: Ledger, ...args: Parameters<typeof run>) {
+      return run.apply(this, args).catch((error: unknown) => {
+        throw error instanceof IdempotencyError ? new IdempotencyError(error.code, 'The request is not valid.') : error
+      })
+    } as typeof run
+  }
+  if (defect === 'overwait') {
+    Waiter.prototype.wait = function (this: Waiter, clock: Clock, ms: number) {
+      return wait.call(this, clock, Math.max(ms, 250))
+    }
+  }
+  return () => {
+    Ledger.prototype.run = run
+    Waiter.prototype.wait = wait
+  }
+}
+
 export class Misuse {
   readonly #rng: Rng
   readonly #violation: (text: string) => void
   #cases = 0
 
-  constructor(seed: number, violation: (text: string) => void) {
+  readonly #defect: MisuseDefect | undefined
+
+  constructor(seed: number, violation: (text: string) => void, defect?: string) {
     this.#rng = new Rng(seed ^ 0x2545f491)
     this.#violation = violation
+    this.#defect = MISUSE_DEFECTS.find((d) => d === defect)
   }
 
   /** Runs `count` cases, each of a family drawn at random. */
@@ -598,6 +640,18 @@ export class Misuse {
     if (badClock) return this.#refused(what, made, 'INVALID_OPTION', ['new MemoryStore()', 'clock'])
     const store = this.#taken(what, made) as MemoryStore
     if (!store) return
+    if (this.#defect === 'lease-edge') {
+      // Defect: a store that reads its clock one millisecond late when it decides an acquire (a lease ends a tick late).
+      const real = store.acquire.bind(store)
+      store.acquire = (...args) => {
+        clock.t -= 1
+        try {
+          return real(...args)
+        } finally {
+          clock.t += 1
+        }
+      }
+    }
     const retentionMs = retention?.[1] ?? DEFAULT_RETENTION_MS
     const [scope, key] = ['acme', `edge-${++this.#cases}`]
     const [mine, other] = [sha256(`a${key}`), sha256(`b${key}`)]

@@ -31,7 +31,7 @@ import {
   unstorableReleased,
   untoldEnd,
 } from './app.js'
-import { Misuse } from './misuse.js'
+import { MISUSE_DEFECTS, Misuse, misuseDefect } from './misuse.js'
 import { defectiveStore, STORE_DEFECTS, type StoreClockAhead, type StoreDefect } from './store-defects.js'
 import {
   Bank,
@@ -74,6 +74,7 @@ export const DEFECTS = [
   'phantom-fence',
   'unreleased',
   ...STORE_DEFECTS,
+  ...MISUSE_DEFECTS,
 ] as const
 export type Defect = (typeof DEFECTS)[number]
 
@@ -113,6 +114,9 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
     'stored-unreported': () => eventDropped('stored'),
     'phantom-fence': phantomFence,
     unreleased,
+    'retry-hint': () => misuseDefect('retry-hint'),
+    overwait: () => misuseDefect('overwait'),
+    'vague-errors': () => misuseDefect('vague-errors'),
   }
   const undo = options.defect ? inject[options.defect]?.() : undefined
   try {
@@ -562,7 +566,7 @@ async function simulate(options: ScenarioOptions): Promise<ScenarioResult> {
   if (kept.length > 0) history.violation(`the retention job left ${kept.length} records whose retention had ended`)
   // The callers that get the API wrong, and the store at the exact edges of its time (sim/misuse.ts): a few cases a
   // seed, from a stream of choices of their own.
-  await new Misuse(options.seed, (text) => history.violation(text)).run(MISUSE_CASES)
+  await new Misuse(options.seed, (text) => history.violation(text), defect).run(MISUSE_CASES)
   return {
     seed: options.seed,
     requests: history.requests,

@@ -107,6 +107,13 @@ describe('the deterministic simulator', () => {
     // Survivors of npm run mutate:sim in the memory store's operator commands (list, evict, the attempts count):
     // the fleet never listed nor evicted, until an operator did beside it (issue 57).
     ['evict-lingers', 1, /is still read after its evict/],
+    // The callers that get the API wrong and the store's exact edges (sim/misuse.ts): the 131 argument and option
+    // checks, the wait's polls, the Retry-After arithmetic and the one-tick edges of the memory store were the bulk
+    // of what npm run mutate:sim missed; each of these passed every seed before those cases (issue 57).
+    ['lease-edge', 3, /misuse: the store, (\d+ms into a \d+ms (lease|retention)|at the end of)/],
+    ['retry-hint', 2, /misuse: a duplicate of a held .* is \["in_progress",\d+,\d+\], expected/],
+    ['overwait', 2, /misuse: a duplicate of a held .*: its sleeps is/],
+    ['vague-errors', 1, /misuse: .* was refused without naming/],
   ] as const)('catches the defect "%s" (seed %i)', async (defect, seed, violation) => {
     const result = await runScenario({ seed, defect })
     expect(result.violations.join('\n')).toMatch(violation)
