@@ -21,11 +21,13 @@ import { createHash } from 'node:crypto'
 import { MemoryStore } from '../src/backends/memory/memory-store.js'
 import { type Clock, systemClock } from '../src/core/clock.js'
 import type { Duration } from '../src/core/duration.js'
+import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { IntentContext, LedgerEvent, LedgerOptions, LedgerTelemetry, RunOptions } from '../src/core/ledger-types.js'
 import type { IdempotencyStore, StoredRecord } from '../src/core/store.js'
 import { Waiter } from '../src/core/waiter.js'
 import { IdempotencyError } from '../src/errors.js'
+import { requestFingerprint } from '../src/http/stored.js'
 import { Rng } from './world.js'
 
 /** The documented defaults (docs/ledger.md): a lease of 30 s, outcomes replayed for 24 h, a duplicate waiting 10 s. */
@@ -165,7 +167,16 @@ export class Misuse {
 
   /** Runs `count` cases, each of a family drawn at random. */
   async run(count: number): Promise<void> {
-    const families = [this.#deploy, this.#intent, this.#duplicate, this.#steps, this.#transaction, this.#storeEdges] as const
+    const families = [
+      this.#deploy,
+      this.#intent,
+      this.#duplicate,
+      this.#steps,
+      this.#transaction,
+      this.#storeEdges,
+      this.#fingerprints,
+      this.#failingStore,
+    ] as const
     for (let i = 0; i < count; i++) {
       const family = this.#rng.pick(families)
       try {
@@ -496,6 +507,145 @@ export class Misuse {
         events.map((e) => e.type),
       )
     if (begun.kind === 'acquired') await begun.finish(value)
+  }
+
+  /**
+   * A store that fails (docs/ledger.md, "When the store fails"): a connection reset (retried), a missing schema or a
+   * refusal of its own (not retried), slow or at once, on the acquire, the outcome's complete or a release. The
+   * caller gets the store's error, named by the store and the operation; every store error is reported
+   * (`store_error`, with how long the failed call took), a refusal of the store's own is not; an outcome whose
+   * complete failed is retried after 50 ms, doubling to 1 s, until a tenth of the lease (at most 1 s) before its
+   * end, then given up as `unrecorded` with the number of tries; a release that failed leaves the record to its
+   * lease.
+   */
+  async #failingStore(): Promise<void> {
+    const rng = this.#rng
+    const { clock, memory, calls, leases, key } = this.#fresh()
+    const operation = rng.pick(['acquire', 'complete', 'complete', 'release'] as const)
+    const kind = rng.pick(['reset', 'reset', 'schema', 'its own'] as const)
+    const failures = rng.pick([1, 2, 3, 1_000])
+    const slowMs = rng.pick([0, 1, 37, 400])
+    const leaseMs = 500 + rng.int(9_500)
+    const workMs = rng.pick([0, rng.int(leaseMs)])
+    let failed = 0
+    const counting = counted(memory, calls, leases)
+    const store = new Proxy(counting, {
+      get: (target, prop) => {
+        const value = Reflect.get(target, prop) as unknown
+        if (prop !== operation) return value
+        return (...args: unknown[]) => {
+          if (failed >= failures) return (value as (...a: unknown[]) => unknown)(...args)
+          failed++
+          clock.t += slowMs
+          return Promise.reject(
+            kind === 'reset'
+              ? new Error('read ECONNRESET')
+              : new IdempotencyError(kind === 'schema' ? 'STORE_SCHEMA' : 'INVALID_ARGUMENT', `the store refused ${String(prop)}`),
+          )
+        }
+      },
+    })
+    const events: LedgerEvent[] = []
+    const ledger = new Ledger({
+      store,
+      clock,
+      storeTimeoutClock: clock,
+      lease: leaseMs,
+      ttl: '1h',
+      wait: 0,
+      onEvent: (e) => events.push(e),
+    })
+    const t0 = clock.t
+    const what = `a run on a store whose ${operation} fails ${failures === 1_000 ? 'every time' : `${failures} time(s)`} (${kind}, after ${slowMs}ms), work of ${workMs}ms in a ${leaseMs}ms lease`
+    const settled = await settle(() =>
+      ledger.run({ scope: 'acme', key }, () => {
+        clock.t += workMs
+        if (operation === 'release') throw new Error('bank unavailable')
+        return 'paid'
+      }),
+    )
+    const reported = kind !== 'its own'
+    const errorEvents = (n: number) => Array.from({ length: reported ? n : 0 }, () => `store_error:${operation}:${slowMs}`)
+    const seen = events.map((e) =>
+      e.type === 'store_error'
+        ? `store_error:${e.operation}:${e.durationMs}`
+        : e.type === 'unrecorded'
+          ? `unrecorded:${e.attempts}`
+          : e.type,
+    )
+    if (operation === 'acquire') {
+      const code = kind === 'reset' ? 'STORE_UNAVAILABLE' : kind === 'schema' ? 'STORE_SCHEMA' : 'INVALID_ARGUMENT'
+      this.#refused(what, settled, code, kind === 'reset' ? ['memory', 'acquire', 'ECONNRESET'] : ['acquire'])
+      this.#expect(`${what}: its events`, seen, errorEvents(1))
+      return
+    }
+    if (operation === 'release') {
+      if (settled.ok || (settled.error as Error).message !== 'bank unavailable')
+        this.#violation(`misuse: ${what} must fail with the work's own error, and ${describe(settled)}`)
+      this.#expect(`${what}: its events`, seen, ['acquired', ...errorEvents(1)])
+      const record = await memory.get('acme', key)
+      this.#expect(`${what}: its record`, [record?.status, record?.lockedUntilMs], ['in_progress', t0 + leaseMs])
+      return
+    }
+    // The complete's tries, as docs/ledger.md has them.
+    const giveUpAtMs = t0 + leaseMs - Math.min(1_000, Math.floor(leaseMs / 10))
+    const sleeps: number[] = []
+    let outcome = 'completed'
+    let tries = 0
+    for (let t = t0 + workMs, backoff = 50; ; backoff = Math.min(backoff * 2, 1_000)) {
+      tries++
+      if (tries > failures) break
+      t += slowMs
+      const leftMs = giveUpAtMs - t
+      if (kind !== 'reset' || leftMs <= 0) {
+        outcome = 'unrecorded'
+        break
+      }
+      sleeps.push(Math.min(backoff, leftMs))
+      t += Math.min(backoff, leftMs)
+    }
+    const result = this.#taken(what, settled) as { kind: string; outcome: string } | undefined
+    if (!result) return
+    this.#expect(`${what}: its result`, [result.kind, result.outcome], ['executed', outcome])
+    this.#expect(`${what}: its waits between tries`, clock.sleeps, sleeps)
+    this.#expect(`${what}: its events`, seen, [
+      'acquired',
+      ...errorEvents(outcome === 'completed' ? tries - 1 : tries),
+      outcome === 'completed' ? 'stored' : `unrecorded:${tries}`,
+    ])
+  }
+
+  /**
+   * Fingerprints stay what they were: a record written by the last version must match the same request sent again
+   * by this one (a rolling deploy's retries), so the bytes hashed are fixed (docs/http.md, "Fingerprints"): the
+   * method, the path with its query, and the body, canonical JSON (`json`), or as it came (`bytes`). Computed here
+   * with node:crypto over the bytes spelt out, beside the engine's and the ledger's own.
+   */
+  async #fingerprints(): Promise<void> {
+    const rng = this.#rng
+    const method = rng.pick(['POST', 'put', 'PATCH'])
+    const url = rng.pick(['/charges', '/orders/7?expand=items', '/ünï'])
+    const n = rng.int(1_000)
+    const text = rng.pick([`amount=${n}`, `☕ ${n}`, '', `{"b":${n},"a":"x"}`])
+    const body = new TextEncoder().encode(text)
+    const json = rng.chance(0.5) && text.startsWith('{')
+    const req = { method, url, headers: { 'content-type': json ? 'application/json' : 'text/plain' }, body: async () => body }
+    const head = `${method.toUpperCase()} ${url}\n`
+    const expected = json
+      ? sha256(`${head}json\n{"a":"x","b":${n}}`)
+      : createHash('sha256').update(head).update('bytes\n').update(body).digest('hex')
+    this.#expect(
+      `the fingerprint of ${method} ${url} (${req.headers['content-type']}) ${JSON.stringify(text)}`,
+      requestFingerprint(req, body),
+      expected,
+    )
+    // The ledger's: a payload's canonical JSON, or its bytes as they are.
+    const payload = rng.chance(0.5) ? body : { b: n, a: 'x' }
+    this.#expect(
+      `fingerprintOf(${payload instanceof Uint8Array ? `the bytes of ${JSON.stringify(text)}` : JSON.stringify(payload)})`,
+      fingerprintOf(payload),
+      payload instanceof Uint8Array ? sha256(body) : sha256(`{"a":"x","b":${n}}`),
+    )
   }
 
   /** A handler's steps (docs/steps.md): a wrong name, a wrong function, a value JSON cannot keep, too many or too big; or the edge of each. */
