@@ -25,6 +25,7 @@ import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { IntentContext, LedgerEvent, LedgerOptions, LedgerTelemetry, RunOptions } from '../src/core/ledger-types.js'
 import type { IdempotencyStore, StoredRecord } from '../src/core/store.js'
+import { StoreCalls } from '../src/core/store-calls.js'
 import { Waiter } from '../src/core/waiter.js'
 import { IdempotencyError } from '../src/errors.js'
 import { requestFingerprint } from '../src/http/stored.js'
@@ -119,15 +120,17 @@ const sha256 = (data: string | Uint8Array) => createHash('sha256').update(data).
  * - `lease-edge`: the store decides an acquire one millisecond late (a lease and a retention end a tick late);
  * - `retry-hint`: an in-progress answer tells the caller to come back at the lease's end, not in a second or two;
  * - `overwait`: a duplicate sleeps at least the poll cap between tries, past the wait it was given;
- * - `vague-errors`: a refusal that keeps its code and loses what it said (which option, which step).
+ * - `vague-errors`: a refusal that keeps its code and loses what it said (which option, which step);
+ * - `all-unavailable`: every error of a store call taken for an outage (a missing schema retried for the lease).
  */
-export const MISUSE_DEFECTS = ['lease-edge', 'retry-hint', 'overwait', 'vague-errors'] as const
+export const MISUSE_DEFECTS = ['lease-edge', 'retry-hint', 'overwait', 'vague-errors', 'all-unavailable'] as const
 export type MisuseDefect = (typeof MISUSE_DEFECTS)[number]
 
 /** Patches the real code for one of {@link MISUSE_DEFECTS} (but `lease-edge`, which the store case applies); returns the undo. */
 export function misuseDefect(defect: MisuseDefect): () => void {
   const run = Ledger.prototype.run
   const wait = Waiter.prototype.wait
+  const call = StoreCalls.prototype.call
   if (defect === 'retry-hint') {
     Ledger.prototype.run = async function (this: Ledger, ...args: Parameters<typeof run>) {
       const result = await run.apply(this, args)
@@ -146,9 +149,19 @@ export function misuseDefect(defect: MisuseDefect): () => void {
       return wait.call(this, clock, Math.max(ms, 250))
     }
   }
+  if (defect === 'all-unavailable') {
+    StoreCalls.prototype.call = function <R>(this: StoreCalls, ...args: Parameters<StoreCalls['call']>) {
+      return (call.apply(this, args) as Promise<R>).catch((error: unknown) => {
+        throw error instanceof IdempotencyError && error.code !== 'STORE_UNAVAILABLE'
+          ? new IdempotencyError('STORE_UNAVAILABLE', error.message, { cause: error })
+          : error
+      })
+    }
+  }
   return () => {
     Ledger.prototype.run = run
     Waiter.prototype.wait = wait
+    StoreCalls.prototype.call = call
   }
 }
 

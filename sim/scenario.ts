@@ -117,6 +117,7 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
     'retry-hint': () => misuseDefect('retry-hint'),
     overwait: () => misuseDefect('overwait'),
     'vague-errors': () => misuseDefect('vague-errors'),
+    'all-unavailable': () => misuseDefect('all-unavailable'),
   }
   const undo = options.defect ? inject[options.defect]?.() : undefined
   try {
