@@ -19,7 +19,7 @@
  */
 import { createHash } from 'node:crypto'
 import { MemoryStore } from '../src/backends/memory/memory-store.js'
-import { type Clock, systemClock } from '../src/core/clock.js'
+import { type Clock, ManualClock, systemClock } from '../src/core/clock.js'
 import type { Duration } from '../src/core/duration.js'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
@@ -85,7 +85,7 @@ function counted<S extends IdempotencyStore>(inner: S, calls: string[], leases: 
       const value = Reflect.get(target, prop, target) as unknown
       if (typeof value !== 'function') return value
       return (...args: unknown[]) => {
-        calls.push(String(prop))
+        if (prop !== 'renew') calls.push(String(prop))
         if (prop === 'acquire') leases.push(args[3] as number)
         return (value as (...a: unknown[]) => unknown).apply(target, args)
       }
@@ -189,6 +189,7 @@ export class Misuse {
       this.#storeEdges,
       this.#fingerprints,
       this.#failingStore,
+      this.#renewals,
     ] as const
     for (let i = 0; i < count; i++) {
       const family = this.#rng.pick(families)
@@ -626,6 +627,72 @@ export class Misuse {
       ...errorEvents(outcome === 'completed' ? tries - 1 : tries),
       outcome === 'completed' ? 'stored' : `unrecorded:${tries}`,
     ])
+  }
+
+  /**
+   * A holder's renewals (docs/ledger.md, "Leases"), every third of its lease, on a store that grants them or fails
+   * them all (a reset), with a run deadline or none, each at an exact millisecond: a renewal that failed keeps the
+   * lease while less than a lease has passed since the last one granted, and loses it (`lease_lost`, the signal
+   * aborted) the moment a whole lease has; no renewal is asked for from the run deadline on, where the lease ends;
+   * a renewal asks for the lease, cut to the deadline.
+   */
+  async #renewals(): Promise<void> {
+    const rng = this.#rng
+    const clock = new ManualClock(1_800_000_000_000 + rng.int(1_000_000))
+    const memory = new MemoryStore({ clock })
+    const calls: string[] = []
+    const every = 100 + rng.int(900)
+    const leaseMs = 3 * every + rng.int(3)
+    const failing = rng.chance(0.5)
+    const t0 = clock.now()
+    const deadlineAt = rng.pick([undefined, 1, 2, 3, 4].map((n) => (n === undefined ? undefined : n * every + rng.pick([0, 0, -1, 1]))))
+    const counting = counted(memory, calls, [])
+    const store = new Proxy(counting, {
+      get: (target, prop) => {
+        const value = Reflect.get(target, prop) as (...a: unknown[]) => unknown
+        if (prop !== 'renew') return value
+        return (...args: unknown[]) => {
+          calls.push(`renew:${args[3]}`)
+          return failing ? Promise.reject(new Error('read ECONNRESET')) : value(...args)
+        }
+      },
+    })
+    const events: LedgerEvent[] = []
+    const ledger = new Ledger({ store, clock, storeTimeoutClock: clock, lease: leaseMs, onEvent: (e) => events.push(e) })
+    const what = `a holder of a ${leaseMs}ms lease on a store that ${failing ? 'fails' : 'grants'} its renewals${deadlineAt === undefined ? '' : `, with a run deadline ${deadlineAt}ms on`}`
+    const begun = await ledger.begin(
+      { scope: 'acme', key: `renew-${++this.#cases}` },
+      deadlineAt === undefined ? {} : { deadlineMs: t0 + deadlineAt },
+    )
+    if (begun.kind !== 'acquired') return this.#violation(`misuse: ${what} was not granted its record: ${begun.kind}`)
+    // The model: a renewal every third of the lease, from the grant.
+    const renewals: string[] = []
+    let lostAt: number | undefined
+    let renewedAt = 0
+    for (let at = every; lostAt === undefined && at <= 5 * every; at += every) {
+      if (deadlineAt !== undefined && at >= deadlineAt) lostAt = at
+      else {
+        renewals.push(`renew:${deadlineAt === undefined ? leaseMs : Math.max(1, Math.min(leaseMs, deadlineAt - at))}`)
+        if (!failing) renewedAt = at
+        else if (at - renewedAt >= leaseMs) lostAt = at
+      }
+    }
+    let abortedAt: number | undefined
+    begun.context.signal.addEventListener('abort', () => {
+      abortedAt = clock.now() - t0
+    })
+    for (let step = 0; step < 5; step++) {
+      clock.advance(every)
+      for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve))
+    }
+    const lost = events.find((e) => e.type === 'lease_lost')
+    this.#expect(
+      `${what}: its renewals`,
+      calls.filter((c) => c.startsWith('renew')),
+      renewals,
+    )
+    this.#expect(`${what}: when it lost its lease, and its signal was aborted`, [lost?.durationMs, abortedAt], [lostAt, lostAt])
+    await begun.fail(new Error('done'))
   }
 
   /**
