@@ -24,6 +24,7 @@ import type { Duration } from '../src/core/duration.js'
 import { fingerprintOf } from '../src/core/fingerprint.js'
 import { Ledger } from '../src/core/ledger.js'
 import type { IntentContext, LedgerEvent, LedgerOptions, LedgerTelemetry, RunOptions } from '../src/core/ledger-types.js'
+import type { Reconcile } from '../src/core/steps.js'
 import type { IdempotencyStore, StoredRecord } from '../src/core/store.js'
 import { StoreCalls } from '../src/core/store-calls.js'
 import { Waiter } from '../src/core/waiter.js'
@@ -341,6 +342,11 @@ export class Misuse {
     const record = await memory.get(scope, key)
     this.#expect(`${what}: the kept outcome's retention`, record && record.expiresAtMs - record.updatedAtMs, expected.ttl)
     if (options.telemetry) this.#expect(`${what}: the run its telemetry was told of`, runs, [[scope, key, 'memory']])
+    // Closing the ledger closes its store, and says when it has.
+    const closing = ledger.close()
+    if (!(closing instanceof Promise)) this.#violation(`misuse: ${what}: close() returned ${String(closing)}, not a promise`)
+    await closing
+    if (!calls.includes('close')) this.#violation(`misuse: ${what}: close() did not close its store`)
     if (options.onEvent)
       this.#expect(
         `${what}: the events its listener heard`,
@@ -360,7 +366,19 @@ export class Misuse {
     const { clock, memory, calls, leases, key: fresh } = this.#fresh()
     const leaseMs = 500 + rng.int(4_500)
     const ledger = this.#ledger(counted(memory, calls, leases), clock, leaseMs)
-    const wrong = rng.pick([undefined, undefined, 'key', 'scope', 'both', 'fingerprint', 'lease', 'ttl', 'wait', 'deadline'] as const)
+    const wrong = rng.pick([
+      undefined,
+      undefined,
+      'key',
+      'scope',
+      'both',
+      'fingerprint',
+      'lease',
+      'ttl',
+      'wait',
+      'deadline',
+      'intent',
+    ] as const)
     const intent: Record<string, unknown> = {}
     const options: Record<string, unknown> = {}
     // The key: a fresh one, or an edge of the rule (255 printable ASCII characters); or a wrong one.
@@ -402,14 +420,16 @@ export class Misuse {
     if (rng.chance(0.3)) options.resourceId = (value: { id: string }) => value.id
     const how = rng.pick(['run', 'begin'] as const)
     const what = `ledger.${how}(${json(intent)?.slice(0, 100)}, ${json(options)})`
-    const value = { id: `order-${this.#cases}` }
-    const go = (i: Record<string, unknown>) =>
+    // The work's value; undefined (a work that returns nothing) is kept as null.
+    const value = options.resourceId || rng.chance(0.8) ? { id: `order-${this.#cases}` } : undefined
+    const kept = value ?? null
+    const go = (i: Record<string, unknown> | null | undefined) =>
       how === 'run'
         ? ledger.run(i as never, () => value, options as RunOptions<typeof value>)
         : ledger
             .begin(i as never, options as RunOptions<typeof value>)
             .then((begun) => (begun.kind === 'acquired' ? begun.finish(value) : begun))
-    const settled = await settle(() => go(intent))
+    const settled = await settle(() => go(wrong === 'intent' ? rng.pick([undefined, null]) : intent))
     if (wrong !== undefined) {
       const [code, names] = {
         key: ['KEY_INVALID', ['key']],
@@ -420,6 +440,7 @@ export class Misuse {
         ttl: ['INVALID_OPTION', ['ttl']],
         wait: ['INVALID_OPTION', ['wait']],
         deadline: ['INVALID_OPTION', ['deadlineMs']],
+        intent: ['KEY_INVALID', ['key']],
       }[wrong] as [string, string[]]
       this.#refused(what, settled, code, names, calls)
       return
@@ -427,6 +448,7 @@ export class Misuse {
     const result = this.#taken(what, settled) as { kind: string; value?: unknown } | undefined
     if (!result) return
     this.#expect(`${what}: its result`, [result.kind, result.value], ['executed', value])
+    // Kept as JSON: its type said, its bytes the value's (null for nothing).
     this.#expect(`${what}: the lease its acquire asked for`, leases, [expectedLease])
     const scope = (intent.scope as string | undefined) ?? 'default'
     const record = (await memory.get(scope, intent.key as string)) as StoredRecord | null
@@ -436,7 +458,12 @@ export class Misuse {
     }
     this.#expect(`${what}: its record's fingerprint`, record.fingerprint, fingerprint)
     this.#expect(`${what}: its record's retention`, record.expiresAtMs - record.updatedAtMs, expectedTtl)
-    this.#expect(`${what}: its record's resourceId`, record.resourceId, options.resourceId ? value.id : null)
+    this.#expect(`${what}: its record's resourceId`, record.resourceId, options.resourceId ? value?.id : null)
+    this.#expect(
+      `${what}: its kept answer`,
+      [record.response?.status, record.response?.headers, new TextDecoder().decode(record.response?.body)],
+      [200, { 'content-type': 'application/json' }, JSON.stringify(kept)],
+    )
     // The same intent again is a replay of that value; the key with another request is refused (a mismatch).
     calls.length = 0
     // Within the outcome's retention (a ttl may be as short as 10 ms).
@@ -448,7 +475,7 @@ export class Misuse {
       this.#expect(
         `${what}, ${again ? 'again' : 'reused with another request'}`,
         again ? [replayed.kind, replayed.value] : [replayed.kind, replayed.scope, replayed.key],
-        again ? ['replayed', value] : ['mismatch', scope, intent.key],
+        again ? ['replayed', kept] : ['mismatch', scope, intent.key],
       )
   }
 
@@ -584,8 +611,10 @@ export class Misuse {
       e.type === 'store_error'
         ? `store_error:${e.operation}:${e.durationMs}`
         : e.type === 'unrecorded'
-          ? `unrecorded:${e.attempts}`
-          : e.type,
+          ? `unrecorded:${e.attempts}:${e.durationMs}`
+          : e.type === 'stored'
+            ? `stored:${e.durationMs}`
+            : e.type,
     )
     if (operation === 'acquire') {
       const code = kind === 'reset' ? 'STORE_UNAVAILABLE' : kind === 'schema' ? 'STORE_SCHEMA' : 'INVALID_ARGUMENT'
@@ -606,7 +635,8 @@ export class Misuse {
     const sleeps: number[] = []
     let outcome = 'completed'
     let tries = 0
-    for (let t = t0 + workMs, backoff = 50; ; backoff = Math.min(backoff * 2, 1_000)) {
+    let t = t0 + workMs
+    for (let backoff = 50; ; backoff = Math.min(backoff * 2, 1_000)) {
       tries++
       if (tries > failures) break
       t += slowMs
@@ -625,7 +655,7 @@ export class Misuse {
     this.#expect(`${what}: its events`, seen, [
       'acquired',
       ...errorEvents(outcome === 'completed' ? tries - 1 : tries),
-      outcome === 'completed' ? 'stored' : `unrecorded:${tries}`,
+      outcome === 'completed' ? `stored:${t - t0}` : `unrecorded:${tries}:${t - t0}`,
     ])
   }
 
@@ -732,16 +762,24 @@ export class Misuse {
   async #steps(): Promise<void> {
     const rng = this.#rng
     const { clock, memory, calls, leases, key } = this.#fresh()
-    const wrong = rng.pick(['name', 'fn', 'twice', 'unencodable', 'size', 'count', 'no-steps', undefined] as const)
+    const wrong = rng.pick(['name', 'fn', 'twice', 'unencodable', 'size', 'count', 'no-steps', 'fenced', 'reconcile', undefined] as const)
     const markers = rng.chance(0.5)
-    const ledger = this.#ledger(counted(memory, calls, leases, wrong === 'no-steps' ? 'recordStep' : undefined), clock, 2_000)
+    const base = counted(memory, calls, leases, wrong === 'no-steps' ? 'recordStep' : undefined)
+    // fenced: a store that took the record over meanwhile refuses the step (its token is no longer current).
+    const store =
+      wrong === 'fenced' ? new Proxy(base, { get: (t, p) => (p === 'recordStep' ? async () => false : Reflect.get(t, p)) }) : base
+    const ledger = this.#ledger(store, clock, 2_000)
+    if (wrong === 'reconcile') return this.#reconcileGoneWrong(ledger, memory, clock, key)
     const valid = (length: number) => Array.from({ length }, () => rng.pick([...STEP_NAME_CHARS])).join('')
     let refusal: [string, string[]] | undefined
     const name = valid(1 + rng.int(64))
+    // A step that returns nothing keeps null.
     let work = async (ctx: IntentContext): Promise<unknown> => [
       await ctx.step(name, () => ({ ok: name })),
       await ctx.capture(valid(64), () => 'kept'),
+      await ctx.step('nothing', () => undefined),
     ]
+    let expected: unknown = [{ ok: name }, 'kept', null]
     if (wrong === 'name') {
       const bad = rng.pick<unknown>(['', valid(65), 'with space', 'ünï', 'a/b', '$now:1', 'q"uote', 7, null])
       const via = rng.pick(['step', 'capture'] as const)
@@ -757,13 +795,16 @@ export class Misuse {
       const cyclic: Record<string, unknown> = {}
       cyclic.self = cyclic
       const [bad, names] = rng.pick<[unknown, string[]]>([
-        [10n, ['JSON']],
-        [cyclic, ['JSON']],
+        [10n, ['cannot encode']],
+        [cyclic, ['cannot encode']],
         [() => 1, ['function']],
         [Symbol('s'), ['function']],
       ])
       refusal = ['INVALID_ARGUMENT', [`Step "${name}"`, ...names]]
       work = (ctx) => ctx.step(name, () => bad)
+    } else if (wrong === 'fenced') {
+      refusal = ['FENCED_OUT', [`Step "${name}"`, `acme/${key}`]]
+      work = (ctx) => ctx.step(name, () => 1)
     } else if (wrong === 'no-steps') {
       const via = rng.pick(['step', 'capture', 'now', 'uuid', 'random'] as const)
       refusal = ['INVALID_OPTION', [`ctx.${via === 'step' ? 'step' : 'capture'}`, 'memory']]
@@ -777,6 +818,7 @@ export class Misuse {
       const text = wide ? 'é'.repeat((bytes - 2) / 2) : 'a'.repeat(bytes - 2)
       if (wrong === 'size') refusal = ['INVALID_ARGUMENT', [`Step "${name}"`, `${bytes} bytes`]]
       work = (ctx) => ctx.step(name, () => text)
+      expected = text
     } else if (wrong === 'count' || (wrong === undefined && over)) {
       const steps = MAX_STEPS + (wrong === 'count' ? 1 : 0)
       // The last one's name is none of the others' (s1, c1, $now:1, …).
@@ -786,12 +828,20 @@ export class Misuse {
           await rng.pick([() => ctx.step(`s${i}`, () => i), () => ctx.capture(`c${i}`, () => i), () => ctx.now()])()
         return ctx.step('last', () => 'last')
       }
+      expected = 'last'
     }
     const what = `a handler whose steps ${wrong ? `are wrong (${wrong})` : 'keep to the rules'}${markers ? ', with started markers' : ''}`
     const runOptions = markers ? { reconcile: () => {} } : {}
     const settled = await settle(() => ledger.run({ scope: 'acme', key }, (ctx) => work(ctx), runOptions))
     if (refusal) {
       this.#refused(what, settled, ...refusal)
+      // A value JSON cannot encode is refused with JSON's own error as the cause.
+      if (
+        wrong === 'unencodable' &&
+        refusal[1].includes('cannot encode') &&
+        !((settled as { error?: Error }).error?.cause instanceof TypeError)
+      )
+        this.#violation(`misuse: ${what}: the refusal does not carry JSON's own error as its cause`)
       // A mistake in the work is a transient failure: the record is released, for a fixed deploy to run.
       const record = await memory.get('acme', key)
       if (record?.status !== 'in_progress' || record.lockedUntilMs !== clock.now())
@@ -800,8 +850,45 @@ export class Misuse {
     }
     const result = this.#taken(what, settled) as { kind: string; value: unknown } | undefined
     if (!result) return
+    if (expected !== undefined) this.#expect(`${what}: its value`, result.value, expected)
     const replayed = (await ledger.run({ scope: 'acme', key }, () => 'ran again', runOptions)) as { kind: string; value?: unknown }
     this.#expect(`${what}, again`, [replayed.kind, replayed.value], ['replayed', result.value])
+  }
+
+  /**
+   * A takeover's `reconcile` gone wrong (docs/steps.md, "Reconciling"): it throws, or records a step under a wrong
+   * name. The run (or `begin`) fails with that error and the record is released, as a failed work's is.
+   */
+  async #reconcileGoneWrong(ledger: Ledger, memory: MemoryStore, clock: StillClock, key: string): Promise<void> {
+    const rng = this.#rng
+    // A first attempt starts a step and fails in it: its started marker stays, pending, for the next attempt.
+    await settle(() =>
+      ledger.run(
+        { scope: 'acme', key },
+        (ctx) =>
+          ctx.step('charge', () => {
+            throw new Error('bank timeout')
+          }),
+        { reconcile: () => {} },
+      ),
+    )
+    const bad = rng.pick<unknown>(['', 'with space', 'x'.repeat(65), 7])
+    const throws = rng.chance(0.5)
+    const via = rng.pick(['run', 'begin'] as const)
+    const reconcile: Reconcile = throws
+      ? () => {
+          throw new Error('reconcile bug')
+        }
+      : (_pending, rctx) => rctx.recordStep(bad as string, 'ch_1')
+    const what = `a takeover through ${via} whose reconcile ${throws ? 'throws' : `records the step ${JSON.stringify(bad)}`}`
+    const settled = await settle(() =>
+      via === 'run' ? ledger.run({ scope: 'acme', key }, () => 'ran', { reconcile }) : ledger.begin({ scope: 'acme', key }, { reconcile }),
+    )
+    if (!throws) this.#refused(what, settled, 'INVALID_ARGUMENT', ['ctx.recordStep', JSON.stringify(bad)])
+    else if (settled.ok || (settled.error as Error).message !== 'reconcile bug')
+      this.#violation(`misuse: ${what} must fail with its error, and ${describe(settled)}`)
+    const record = await memory.get('acme', key)
+    this.#expect(`${what}: its record`, [record?.status, record?.token, record?.lockedUntilMs], ['in_progress', 2, clock.now()])
   }
 
   /** `runInTransaction` on a store that runs none, with a wrong `failedWrites`, without savepoints; or right. */
@@ -825,20 +912,28 @@ export class Misuse {
     const failed = rng.chance(0.5)
     const what = `runInTransaction on ${none ? 'a store without transactions' : `a store ${savepoint ? 'with' : 'without'} savepoints`}, failedWrites ${json(failedWrites)}`
     const settled = await settle(() =>
-      ledger.runInTransaction({ scope: 'acme', key }, async (ctx) => ({ ok: await ctx.step('write', () => key) }), {
-        failedWrites: failedWrites as never,
-        classify: () => (failed ? 'failed' : 'completed'),
-        resourceId: (value) => value.ok,
-      }),
+      ledger.runInTransaction(
+        { scope: 'acme', key },
+        async (ctx) => ({ ok: await ctx.step('write', () => key), none: await ctx.step('nothing', () => undefined) }),
+        {
+          failedWrites: failedWrites as never,
+          classify: () => (failed ? 'failed' : 'completed'),
+          resourceId: (value) => value.ok,
+        },
+      ),
     )
     if (none) return this.#refused(what, settled, 'INVALID_OPTION', ['runInTransaction', 'memory'], calls)
     if (failedWrites !== undefined && failedWrites !== 'rollback' && failedWrites !== 'commit')
       return this.#refused(what, settled, 'INVALID_OPTION', ['failedWrites', JSON.stringify(failedWrites)], calls)
     if (!savepoint && failedWrites !== 'commit')
       return this.#refused(what, settled, 'INVALID_OPTION', ['memory', 'savepointInTransaction', "failedWrites: 'commit'"], calls)
-    const result = this.#taken(what, settled) as { kind: string; outcome: string } | undefined
+    const result = this.#taken(what, settled) as { kind: string; outcome: string; value: unknown } | undefined
     if (!result) return
-    this.#expect(`${what}: its result`, [result.kind, result.outcome], ['executed', failed ? 'failed' : 'completed'])
+    this.#expect(
+      `${what}: its result`,
+      [result.kind, result.outcome, result.value],
+      ['executed', failed ? 'failed' : 'completed', { ok: key, none: null }],
+    )
     // The savepoint is set around the work and rolled back to for a final failure, unless its writes are to commit.
     const rollback = failedWrites !== 'commit'
     this.#expect(`${what}: its savepoints`, savepoints, rollback ? (failed ? ['set', 'rollback'] : ['set']) : [])

@@ -110,11 +110,11 @@ describe('the deterministic simulator', () => {
     // The callers that get the API wrong and the store's exact edges (sim/misuse.ts): the 131 argument and option
     // checks, the wait's polls, the Retry-After arithmetic and the one-tick edges of the memory store were the bulk
     // of what npm run mutate:sim missed; each of these passed every seed before those cases (issue 57).
-    ['lease-edge', 1, /misuse: the store, (\d+ms into a \d+ms (lease|retention)|at the end of)/],
-    ['retry-hint', 2, /misuse: a duplicate of a held .* is \["in_progress",\d+,\d+\], expected/],
-    ['overwait', 2, /misuse: a duplicate of a held .*: its sleeps is/],
-    ['vague-errors', 4, /misuse: .* was refused without naming/],
-    ['all-unavailable', 1, /misuse: a run on a store whose complete fails .*\(schema/],
+    ['lease-edge', 4, /misuse: the store, (\d+ms into a \d+ms (lease|retention)|at the end of)/],
+    ['retry-hint', 1, /misuse: a duplicate of a held .* is \["in_progress",\d+,\d+\], expected/],
+    ['overwait', 1, /misuse: a duplicate of a held .*: its sleeps is/],
+    ['vague-errors', 2, /misuse: .* was refused without naming/],
+    ['all-unavailable', 2, /misuse: a run on a store whose complete fails .*\(schema/],
   ] as const)('catches the defect "%s" (seed %i)', async (defect, seed, violation) => {
     const result = await runScenario({ seed, defect })
     expect(result.violations.join('\n')).toMatch(violation)
