@@ -548,6 +548,10 @@ export class Misuse {
         events.map((e) => e.type),
       )
     if (begun.kind === 'acquired') await begun.finish(value)
+    // Once the holder has finished, the duplicate is its replay, and its own listener hears so.
+    const heard: string[] = []
+    const replay = await ledger.run(other as never, () => value, { onEvent: (e) => heard.push(e.type) })
+    this.#expect(`${dupWhat}, once the holder finished`, [replay.kind, heard], ['replayed', ['replayed']])
   }
 
   /**
@@ -762,7 +766,19 @@ export class Misuse {
   async #steps(): Promise<void> {
     const rng = this.#rng
     const { clock, memory, calls, leases, key } = this.#fresh()
-    const wrong = rng.pick(['name', 'fn', 'twice', 'unencodable', 'size', 'count', 'no-steps', 'fenced', 'reconcile', undefined] as const)
+    const wrong = rng.pick([
+      'name',
+      'fn',
+      'twice',
+      'unencodable',
+      'size',
+      'count',
+      'no-steps',
+      'fenced',
+      'reconcile',
+      'captures',
+      undefined,
+    ] as const)
     const markers = rng.chance(0.5)
     const base = counted(memory, calls, leases, wrong === 'no-steps' ? 'recordStep' : undefined)
     // fenced: a store that took the record over meanwhile refuses the step (its token is no longer current).
@@ -770,6 +786,7 @@ export class Misuse {
       wrong === 'fenced' ? new Proxy(base, { get: (t, p) => (p === 'recordStep' ? async () => false : Reflect.get(t, p)) }) : base
     const ledger = this.#ledger(store, clock, 2_000)
     if (wrong === 'reconcile') return this.#reconcileGoneWrong(ledger, memory, clock, key)
+    if (wrong === 'captures') return this.#capturesKept(ledger, memory, key)
     const valid = (length: number) => Array.from({ length }, () => rng.pick([...STEP_NAME_CHARS])).join('')
     let refusal: [string, string[]] | undefined
     const name = valid(1 + rng.int(64))
@@ -853,6 +870,25 @@ export class Misuse {
     if (expected !== undefined) this.#expect(`${what}: its value`, result.value, expected)
     const replayed = (await ledger.run({ scope: 'acme', key }, () => 'ran again', runOptions)) as { kind: string; value?: unknown }
     this.#expect(`${what}, again`, [replayed.kind, replayed.value], ['replayed', result.value])
+  }
+
+  /**
+   * Captured values are kept under the names the last version gave them (`$now:1`, `$uuid:1`, …, counted from 1 in
+   * each attempt, docs/steps.md), so a takeover by the next version replays them instead of capturing anew.
+   */
+  async #capturesKept(ledger: Ledger, memory: MemoryStore, key: string): Promise<void> {
+    const rng = this.#rng
+    const takes = Array.from({ length: 2 + rng.int(4) }, () => rng.pick(['now', 'uuid', 'random'] as const))
+    await settle(() =>
+      ledger.run({ scope: 'acme', key }, async (ctx) => {
+        for (const take of takes) await ctx[take]()
+        throw new Error('bank unavailable')
+      }),
+    )
+    const counts = { now: 0, uuid: 0, random: 0 }
+    const expected = takes.map((take) => `$${take}:${++counts[take]}`).sort()
+    const taken = (await memory.acquire('acme', key, sha256('null'), 1_000)) as { steps?: { name: string }[] }
+    this.#expect(`the names of the values ${takes.join(', ')} captured`, (taken.steps ?? []).map((step) => step.name).sort(), expected)
   }
 
   /**
