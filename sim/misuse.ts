@@ -30,6 +30,7 @@ import { StoreCalls } from '../src/core/store-calls.js'
 import { Waiter } from '../src/core/waiter.js'
 import { IdempotencyError } from '../src/errors.js'
 import { requestFingerprint } from '../src/http/stored.js'
+import { keyHash } from '../src/observability/recorder.js'
 import { Rng } from './world.js'
 
 /** The documented defaults (docs/ledger.md): a lease of 30 s, outcomes replayed for 24 h, a duplicate waiting 10 s. */
@@ -277,6 +278,7 @@ export class Misuse {
     const options: Record<string, unknown> = { store }
     const events: LedgerEvent[] = []
     const runs: unknown[][] = []
+    const ends: string[] = []
     const expected = { lease: DEFAULT_LEASE_MS, ttl: DEFAULT_TTL_MS, wait: DEFAULT_WAIT_MS }
     if (wrong === 'store') options.store = rng.pick([undefined, {}, { acquire: 'yes' }, null])
     if (wrong === 'onEvent') options.onEvent = rng.pick(['log', 1, {}])
@@ -300,7 +302,7 @@ export class Misuse {
             storeCall: (_op: string, call: () => Promise<unknown>) => call(),
             work: (fn: () => unknown) => fn(),
             event() {},
-            end() {},
+            end: (kind: unknown) => void ends.push(String(kind)),
           }
         },
       }
@@ -342,6 +344,9 @@ export class Misuse {
     const record = await memory.get(scope, key)
     this.#expect(`${what}: the kept outcome's retention`, record && record.expiresAtMs - record.updatedAtMs, expected.ttl)
     if (options.telemetry) this.#expect(`${what}: the run its telemetry was told of`, runs, [[scope, key, 'memory']])
+    // A run whose value cannot be kept (a BigInt) fails, and its telemetry hears its end once, as every run's.
+    await settle(() => ledger.run({ scope, key: `${key}-big` }, () => 10n))
+    if (options.telemetry) this.#expect(`${what}: the ends its telemetry heard`, ends, ['executed', 'undefined'])
     // Closing the ledger closes its store, and says when it has.
     const closing = ledger.close()
     if (!(closing instanceof Promise)) this.#violation(`misuse: ${what}: close() returned ${String(closing)}, not a promise`)
@@ -351,7 +356,8 @@ export class Misuse {
       this.#expect(
         `${what}: the events its listener heard`,
         events.map((e) => `${e.type}:${'token' in e ? e.token : ''}`),
-        ['acquired:1', 'stored:1'],
+        // The value that cannot be kept is reported unrecorded at once (the record stays held to its lease's end).
+        ['acquired:1', 'stored:1', 'acquired:1', 'unrecorded:1'],
       )
   }
 
@@ -499,8 +505,24 @@ export class Misuse {
           }),
         }
       : undefined
+    // The watches the duplicate opens on the record, and closes.
+    const watching = { open: 0 }
+    const counting = counted(memory, calls, leases)
+    const store = new Proxy(counting, {
+      get: (target, prop) =>
+        prop !== 'watch'
+          ? Reflect.get(target, prop)
+          : (scope: string, key: string, onChange: () => void) => {
+              watching.open++
+              const unsubscribe = memory.watch(scope, key, onChange)
+              return () => {
+                watching.open--
+                unsubscribe()
+              }
+            },
+    })
     const ledger = new Ledger({
-      store: counted(memory, calls, leases),
+      store,
       clock,
       storeTimeoutClock: clock,
       lease: leaseMs,
@@ -541,6 +563,14 @@ export class Misuse {
       [events.map((e) => e.type).join(' '), last?.waitedMs, last?.durationMs],
       [[...polls.map(() => 'waiting'), 'in_progress'].join(' '), waitMs, waitMs],
     )
+    // Each waiting event says how long the duplicate had waited when it tried.
+    this.#expect(
+      `${dupWhat}: when it said it was waiting`,
+      events.filter((e) => e.type === 'waiting').map((e) => e.durationMs),
+      polls.map((_, i) => polls.slice(0, i).reduce((a, b) => a + b, 0)),
+    )
+    // And it stopped watching the record once it was answered.
+    if (watching.open !== 0) this.#violation(`misuse: ${dupWhat}: it left ${watching.open} watch(es) of the record open`)
     if (telemetry)
       this.#expect(
         `${dupWhat}: what its telemetry heard`,
@@ -753,6 +783,8 @@ export class Misuse {
       requestFingerprint(req, body),
       expected,
     )
+    // Telemetry's hashed key (the operator page and spans name a record by it): the first 16 hex digits of scope\nkey.
+    this.#expect(`the key hash of ${url}`, keyHash('acme', url), sha256(`acme\n${url}`).slice(0, 16))
     // The ledger's: a payload's canonical JSON, or its bytes as they are.
     const payload = rng.chance(0.5) ? body : { b: n, a: 'x' }
     this.#expect(
@@ -897,14 +929,18 @@ export class Misuse {
    */
   async #reconcileGoneWrong(ledger: Ledger, memory: MemoryStore, clock: StillClock, key: string): Promise<void> {
     const rng = this.#rng
-    // A first attempt starts a step and fails in it: its started marker stays, pending, for the next attempt.
+    // A first attempt starts a step and fails in it: its started marker stays, pending, for the next attempt. Or it
+    // fails before any step, and leaves nothing to reconcile: the takeover's reconcile is not called.
+    const pending = rng.chance(0.7)
     await settle(() =>
       ledger.run(
         { scope: 'acme', key },
         (ctx) =>
-          ctx.step('charge', () => {
-            throw new Error('bank timeout')
-          }),
+          pending
+            ? ctx.step('charge', () => {
+                throw new Error('bank timeout')
+              })
+            : Promise.reject(new Error('bank timeout')),
         { reconcile: () => {} },
       ),
     )
@@ -920,6 +956,11 @@ export class Misuse {
     const settled = await settle(() =>
       via === 'run' ? ledger.run({ scope: 'acme', key }, () => 'ran', { reconcile }) : ledger.begin({ scope: 'acme', key }, { reconcile }),
     )
+    if (!pending) {
+      const taken = this.#taken(`${what}, with nothing to reconcile`, settled) as { kind: string } | undefined
+      if (taken) this.#expect(`${what}, with nothing to reconcile`, taken.kind, via === 'run' ? 'executed' : 'acquired')
+      return
+    }
     if (!throws) this.#refused(what, settled, 'INVALID_ARGUMENT', ['ctx.recordStep', JSON.stringify(bad)])
     else if (settled.ok || (settled.error as Error).message !== 'reconcile bug')
       this.#violation(`misuse: ${what} must fail with its error, and ${describe(settled)}`)
@@ -934,12 +975,23 @@ export class Misuse {
     const savepoints: string[] = []
     const plain = counted(memory, calls, leases)
     const savepoint = rng.chance(0.5)
+    const inTx = rng.chance(0.5)
+    const withResource = rng.chance(0.5)
     // A store that runs transactions (its writes commit at once, as a driver in autocommit would): no
     // recordStepInTransaction, so steps go to the store as they would outside one.
     const extra: Record<string, unknown> = {
       transaction: (fn: (tx: object) => Promise<unknown>) => fn({}),
       completeInTransaction: (_tx: object, ...args: Parameters<MemoryStore['complete']>) => plain.complete(...args),
       ...(savepoint ? { savepointInTransaction: async (_tx: object, command: string) => void savepoints.push(command) } : {}),
+      // Steps in the transaction, when the store records them there (they commit with it).
+      ...(inTx
+        ? {
+            recordStepInTransaction: (_tx: object, ...args: Parameters<MemoryStore['recordStep']>) => {
+              calls.push('recordStepInTransaction')
+              return memory.recordStep(...args)
+            },
+          }
+        : {}),
     }
     const transactional = new Proxy(plain, { get: (target, prop) => (prop in extra ? extra[prop as string] : Reflect.get(target, prop)) })
     const none = rng.chance(0.2)
@@ -954,7 +1006,7 @@ export class Misuse {
         {
           failedWrites: failedWrites as never,
           classify: () => (failed ? 'failed' : 'completed'),
-          resourceId: (value) => value.ok,
+          ...(withResource ? { resourceId: (value: { ok: string }) => value.ok } : {}),
         },
       ),
     )
@@ -974,7 +1026,12 @@ export class Misuse {
     const rollback = failedWrites !== 'commit'
     this.#expect(`${what}: its savepoints`, savepoints, rollback ? (failed ? ['set', 'rollback'] : ['set']) : [])
     const record = await memory.get('acme', key)
-    this.#expect(`${what}: its record`, [record?.status, record?.resourceId], [failed ? 'failed' : 'completed', key])
+    this.#expect(`${what}: its record`, [record?.status, record?.resourceId], [failed ? 'failed' : 'completed', withResource ? key : null])
+    this.#expect(
+      `${what}: its steps recorded in the transaction`,
+      calls.filter((c) => c === 'recordStepInTransaction').length,
+      inTx ? 2 : 0,
+    )
   }
 
   /**
