@@ -95,6 +95,30 @@ function counted<S extends IdempotencyStore>(inner: S, calls: string[], leases: 
   })
 }
 
+/** `store` with some of its methods replaced by `overrides`; every other property read through as it is. */
+function overriding<S extends object>(store: S, overrides: Record<string, unknown>): S {
+  return new Proxy(store, {
+    get: (target, prop) => (typeof prop === 'string' && Object.hasOwn(overrides, prop) ? overrides[prop] : Reflect.get(target, prop)),
+  })
+}
+
+/** A telemetry that passes each store call and the work through, and notes each run it is told of, its events and its end. */
+function recordingTelemetry(): { telemetry: LedgerTelemetry; runs: unknown[][]; events: string[]; ends: string[] } {
+  const heard = { runs: [] as unknown[][], events: [] as string[], ends: [] as string[] }
+  const telemetry: LedgerTelemetry = {
+    startRun: (...args) => {
+      heard.runs.push(args)
+      return {
+        storeCall: (_operation, call) => call(),
+        work: (fn) => fn(),
+        event: (event) => void heard.events.push(event.type),
+        end: (kind) => void heard.ends.push(String(kind)),
+      }
+    },
+  }
+  return { telemetry, ...heard }
+}
+
 /** What a call came to: its value, or what it threw (synchronously or by rejecting). */
 type Settled = { ok: true; value: unknown } | { ok: false; error: unknown }
 async function settle(call: () => unknown): Promise<Settled> {
@@ -277,8 +301,7 @@ export class Misuse {
     ] as const)
     const options: Record<string, unknown> = { store }
     const events: LedgerEvent[] = []
-    const runs: unknown[][] = []
-    const ends: string[] = []
+    const recorded = recordingTelemetry()
     const expected = { lease: DEFAULT_LEASE_MS, ttl: DEFAULT_TTL_MS, wait: DEFAULT_WAIT_MS }
     if (wrong === 'store') options.store = rng.pick([undefined, {}, { acquire: 'yes' }, null])
     if (wrong === 'onEvent') options.onEvent = rng.pick(['log', 1, {}])
@@ -294,18 +317,7 @@ export class Misuse {
       else if (name === 'storeTimeoutClock' || rng.chance(0.7)) options[name] = clock
     }
     if (wrong === 'telemetry') options.telemetry = rng.pick([{}, 'otel', { startRun: 1 }])
-    else if (rng.chance(0.4))
-      options.telemetry = {
-        startRun: (...args: unknown[]) => {
-          runs.push(args)
-          return {
-            storeCall: (_op: string, call: () => Promise<unknown>) => call(),
-            work: (fn: () => unknown) => fn(),
-            event() {},
-            end: (kind: unknown) => void ends.push(String(kind)),
-          }
-        },
-      }
+    else if (rng.chance(0.4)) options.telemetry = recorded.telemetry
     for (const name of ['lease', 'ttl', 'wait', 'storeTimeout'] as const) {
       if (wrong === name) options[name] = this.#badDuration(name === 'wait')
       else if (rng.chance(0.5)) {
@@ -343,10 +355,10 @@ export class Misuse {
     this.#expect(`${what}: the lease its acquire asked for`, leases, [expected.lease])
     const record = await memory.get(scope, key)
     this.#expect(`${what}: the kept outcome's retention`, record && record.expiresAtMs - record.updatedAtMs, expected.ttl)
-    if (options.telemetry) this.#expect(`${what}: the run its telemetry was told of`, runs, [[scope, key, 'memory']])
+    if (options.telemetry) this.#expect(`${what}: the run its telemetry was told of`, recorded.runs, [[scope, key, 'memory']])
     // A run whose value cannot be kept (a BigInt) fails, and its telemetry hears its end once, as every run's.
     await settle(() => ledger.run({ scope, key: `${key}-big` }, () => 10n))
-    if (options.telemetry) this.#expect(`${what}: the ends its telemetry heard`, ends, ['executed', 'undefined'])
+    if (options.telemetry) this.#expect(`${what}: the ends its telemetry heard`, recorded.ends, ['executed', 'undefined'])
     // Closing the ledger closes its store, and says when it has.
     const closing = ledger.close()
     if (!(closing instanceof Promise)) this.#violation(`misuse: ${what}: close() returned ${String(closing)}, not a promise`)
@@ -493,33 +505,21 @@ export class Misuse {
     const rng = this.#rng
     const { clock, memory, calls, leases, key: fresh } = this.#fresh()
     const leaseMs = 500 + rng.int(4_500)
-    const runs: string[] = []
     // With telemetry, the run's own listener hears each event after it (docs/telemetry.md).
-    const telemetry: LedgerTelemetry | undefined = rng.chance(0.5)
-      ? {
-          startRun: () => ({
-            storeCall: (_op, call) => call(),
-            work: (fn) => fn(),
-            event: (e: LedgerEvent) => void runs.push(e.type),
-            end() {},
-          }),
-        }
-      : undefined
+    const recorded = rng.chance(0.5) ? recordingTelemetry() : undefined
+    const telemetry = recorded?.telemetry
     // The watches the duplicate opens on the record, and closes.
     const watching = { open: 0 }
     const counting = counted(memory, calls, leases)
-    const store = new Proxy(counting, {
-      get: (target, prop) =>
-        prop !== 'watch'
-          ? Reflect.get(target, prop)
-          : (scope: string, key: string, onChange: () => void) => {
-              watching.open++
-              const unsubscribe = memory.watch(scope, key, onChange)
-              return () => {
-                watching.open--
-                unsubscribe()
-              }
-            },
+    const store = overriding(counting, {
+      watch: (scope: string, key: string, onChange: () => void) => {
+        watching.open++
+        const unsubscribe = memory.watch(scope, key, onChange)
+        return () => {
+          watching.open--
+          unsubscribe()
+        }
+      },
     })
     const ledger = new Ledger({
       store,
@@ -574,7 +574,7 @@ export class Misuse {
     if (telemetry)
       this.#expect(
         `${dupWhat}: what its telemetry heard`,
-        runs.slice(-events.length),
+        recorded?.events.slice(-events.length),
         events.map((e) => e.type),
       )
     if (begun.kind === 'acquired') await begun.finish(value)
@@ -604,20 +604,16 @@ export class Misuse {
     const workMs = rng.pick([0, rng.int(leaseMs)])
     let failed = 0
     const counting = counted(memory, calls, leases)
-    const store = new Proxy(counting, {
-      get: (target, prop) => {
-        const value = Reflect.get(target, prop) as unknown
-        if (prop !== operation) return value
-        return (...args: unknown[]) => {
-          if (failed >= failures) return (value as (...a: unknown[]) => unknown)(...args)
-          failed++
-          clock.t += slowMs
-          return Promise.reject(
-            kind === 'reset'
-              ? new Error('read ECONNRESET')
-              : new IdempotencyError(kind === 'schema' ? 'STORE_SCHEMA' : 'INVALID_ARGUMENT', `the store refused ${String(prop)}`),
-          )
-        }
+    const store = overriding(counting, {
+      [operation]: (...args: unknown[]) => {
+        if (failed >= failures) return (counting[operation] as (...a: unknown[]) => unknown)(...args)
+        failed++
+        clock.t += slowMs
+        return Promise.reject(
+          kind === 'reset'
+            ? new Error('read ECONNRESET')
+            : new IdempotencyError(kind === 'schema' ? 'STORE_SCHEMA' : 'INVALID_ARGUMENT', `the store refused ${operation}`),
+        )
       },
     })
     const events: LedgerEvent[] = []
@@ -711,14 +707,10 @@ export class Misuse {
     const t0 = clock.now()
     const deadlineAt = rng.pick([undefined, 1, 2, 3, 4].map((n) => (n === undefined ? undefined : n * every + rng.pick([0, 0, -1, 1]))))
     const counting = counted(memory, calls, [])
-    const store = new Proxy(counting, {
-      get: (target, prop) => {
-        const value = Reflect.get(target, prop) as (...a: unknown[]) => unknown
-        if (prop !== 'renew') return value
-        return (...args: unknown[]) => {
-          calls.push(`renew:${args[3]}`)
-          return failing ? Promise.reject(new Error('read ECONNRESET')) : value(...args)
-        }
+    const store = overriding(counting, {
+      renew: (...args: Parameters<MemoryStore['renew']>) => {
+        calls.push(`renew:${args[3]}`)
+        return failing ? Promise.reject(new Error('read ECONNRESET')) : counting.renew(...args)
       },
     })
     const events: LedgerEvent[] = []
@@ -814,8 +806,7 @@ export class Misuse {
     const markers = rng.chance(0.5)
     const base = counted(memory, calls, leases, wrong === 'no-steps' ? 'recordStep' : undefined)
     // fenced: a store that took the record over meanwhile refuses the step (its token is no longer current).
-    const store =
-      wrong === 'fenced' ? new Proxy(base, { get: (t, p) => (p === 'recordStep' ? async () => false : Reflect.get(t, p)) }) : base
+    const store = wrong === 'fenced' ? overriding(base, { recordStep: async () => false }) : base
     const ledger = this.#ledger(store, clock, 2_000)
     if (wrong === 'reconcile') return this.#reconcileGoneWrong(ledger, memory, clock, key)
     if (wrong === 'captures') return this.#capturesKept(ledger, memory, key)
@@ -979,7 +970,7 @@ export class Misuse {
     const withResource = rng.chance(0.5)
     // A store that runs transactions (its writes commit at once, as a driver in autocommit would): no
     // recordStepInTransaction, so steps go to the store as they would outside one.
-    const extra: Record<string, unknown> = {
+    const extra = {
       transaction: (fn: (tx: object) => Promise<unknown>) => fn({}),
       completeInTransaction: (_tx: object, ...args: Parameters<MemoryStore['complete']>) => plain.complete(...args),
       ...(savepoint ? { savepointInTransaction: async (_tx: object, command: string) => void savepoints.push(command) } : {}),
@@ -993,19 +984,21 @@ export class Misuse {
           }
         : {}),
     }
-    const transactional = new Proxy(plain, { get: (target, prop) => (prop in extra ? extra[prop as string] : Reflect.get(target, prop)) })
+    const transactional = overriding(plain, extra)
     const none = rng.chance(0.2)
     const ledger = this.#ledger(none ? plain : transactional, clock, 2_000)
     const failedWrites = rng.pick<unknown>([undefined, 'rollback', 'commit', 'Commit', 'keep', 1, null])
-    const failed = rng.chance(0.5)
-    const what = `runInTransaction on ${none ? 'a store without transactions' : `a store ${savepoint ? 'with' : 'without'} savepoints`}, failedWrites ${json(failedWrites)}`
+    // What the work's value is classified as: a transient failure rolls the transaction back and releases the record.
+    const classified = rng.pick(['completed', 'failed', 'transient'] as const)
+    const failed = classified === 'failed'
+    const what = `runInTransaction, its value ${classified}, on ${none ? 'a store without transactions' : `a store ${savepoint ? 'with' : 'without'} savepoints`}, failedWrites ${json(failedWrites)}`
     const settled = await settle(() =>
       ledger.runInTransaction(
         { scope: 'acme', key },
         async (ctx) => ({ ok: await ctx.step('write', () => key), none: await ctx.step('nothing', () => undefined) }),
         {
           failedWrites: failedWrites as never,
-          classify: () => (failed ? 'failed' : 'completed'),
+          classify: () => classified,
           ...(withResource ? { resourceId: (value: { ok: string }) => value.ok } : {}),
         },
       ),
@@ -1017,16 +1010,23 @@ export class Misuse {
       return this.#refused(what, settled, 'INVALID_OPTION', ['memory', 'savepointInTransaction', "failedWrites: 'commit'"], calls)
     const result = this.#taken(what, settled) as { kind: string; outcome: string; value: unknown } | undefined
     if (!result) return
+    const transient = classified === 'transient'
     this.#expect(
       `${what}: its result`,
       [result.kind, result.outcome, result.value],
-      ['executed', failed ? 'failed' : 'completed', { ok: key, none: null }],
+      ['executed', transient ? 'released' : classified, { ok: key, none: null }],
     )
     // The savepoint is set around the work and rolled back to for a final failure, unless its writes are to commit.
     const rollback = failedWrites !== 'commit'
     this.#expect(`${what}: its savepoints`, savepoints, rollback ? (failed ? ['set', 'rollback'] : ['set']) : [])
     const record = await memory.get('acme', key)
-    this.#expect(`${what}: its record`, [record?.status, record?.resourceId], [failed ? 'failed' : 'completed', withResource ? key : null])
+    // A transient failure keeps nothing: the record is released, in progress under its token, its lease over now.
+    this.#expect(
+      `${what}: its record`,
+      [record?.status, record?.resourceId, transient ? record?.lockedUntilMs : undefined],
+      transient ? ['in_progress', null, clock.now()] : [classified, withResource ? key : null, undefined],
+    )
+    this.#expect(`${what}: its releases`, calls.filter((c) => c === 'release').length, transient ? 1 : 0)
     this.#expect(
       `${what}: its steps recorded in the transaction`,
       calls.filter((c) => c === 'recordStepInTransaction').length,
