@@ -147,9 +147,11 @@ const sha256 = (data: string | Uint8Array) => createHash('sha256').update(data).
  * - `retry-hint`: an in-progress answer tells the caller to come back at the lease's end, not in a second or two;
  * - `overwait`: a duplicate sleeps at least the poll cap between tries, past the wait it was given;
  * - `vague-errors`: a refusal that keeps its code and loses what it said (which option, which step);
- * - `all-unavailable`: every error of a store call taken for an outage (a missing schema retried for the lease).
+ * - `all-unavailable`: every error of a store call taken for an outage (a missing schema retried for the lease);
+ * - `transient-thrown`: a transactional run whose value is a transient failure throws the rollback at its caller
+ *   instead of answering it `released` (the record is released all the same).
  */
-export const MISUSE_DEFECTS = ['lease-edge', 'retry-hint', 'overwait', 'vague-errors', 'all-unavailable'] as const
+export const MISUSE_DEFECTS = ['lease-edge', 'retry-hint', 'overwait', 'vague-errors', 'all-unavailable', 'transient-thrown'] as const
 export type MisuseDefect = (typeof MISUSE_DEFECTS)[number]
 
 /** Patches the real code for one of {@link MISUSE_DEFECTS} (but `lease-edge`, which the store case applies); returns the undo. */
@@ -157,6 +159,7 @@ export function misuseDefect(defect: MisuseDefect): () => void {
   const run = Ledger.prototype.run
   const wait = Waiter.prototype.wait
   const call = StoreCalls.prototype.call
+  const runInTransaction = Ledger.prototype.runInTransaction
   if (defect === 'retry-hint') {
     Ledger.prototype.run = async function (this: Ledger, ...args: Parameters<typeof run>) {
       const result = await run.apply(this, args)
@@ -184,7 +187,15 @@ export function misuseDefect(defect: MisuseDefect): () => void {
       })
     }
   }
+  if (defect === 'transient-thrown') {
+    Ledger.prototype.runInTransaction = async function (this: Ledger, ...args: Parameters<typeof runInTransaction>) {
+      const result = await runInTransaction.apply(this, args)
+      if (result.kind === 'executed' && result.outcome === 'released') throw new Error('the transaction was rolled back')
+      return result
+    } as typeof runInTransaction
+  }
   return () => {
+    Ledger.prototype.runInTransaction = runInTransaction
     Ledger.prototype.run = run
     Waiter.prototype.wait = wait
     StoreCalls.prototype.call = call

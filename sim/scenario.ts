@@ -118,6 +118,7 @@ export async function runScenario(options: ScenarioOptions): Promise<ScenarioRes
     overwait: () => misuseDefect('overwait'),
     'vague-errors': () => misuseDefect('vague-errors'),
     'all-unavailable': () => misuseDefect('all-unavailable'),
+    'transient-thrown': () => misuseDefect('transient-thrown'),
   }
   const undo = options.defect ? inject[options.defect]?.() : undefined
   try {
