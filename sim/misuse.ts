@@ -104,19 +104,21 @@ function overriding<S extends object>(store: S, overrides: Record<string, unknow
 
 /** A telemetry that passes each store call and the work through, and notes each run it is told of, its events and its end. */
 function recordingTelemetry(): { telemetry: LedgerTelemetry; runs: unknown[][]; events: string[]; ends: string[] } {
-  const heard = { runs: [] as unknown[][], events: [] as string[], ends: [] as string[] }
+  const runs: unknown[][] = []
+  const events: string[] = []
+  const ends: string[] = []
   const telemetry: LedgerTelemetry = {
     startRun: (...args) => {
-      heard.runs.push(args)
+      runs.push(args)
       return {
         storeCall: (_operation, call) => call(),
         work: (fn) => fn(),
-        event: (event) => void heard.events.push(event.type),
-        end: (kind) => void heard.ends.push(String(kind)),
+        event: (event) => void events.push(event.type),
+        end: (kind) => void ends.push(String(kind)),
       }
     },
   }
-  return { telemetry, ...heard }
+  return { telemetry, runs, events, ends }
 }
 
 /** What a call came to: its value, or what it threw (synchronously or by rejecting). */
@@ -477,7 +479,6 @@ export class Misuse {
     const result = this.#taken(what, settled) as { kind: string; value?: unknown } | undefined
     if (!result) return
     this.#expect(`${what}: its result`, [result.kind, result.value], ['executed', value])
-    // Kept as JSON: its type said, its bytes the value's (null for nothing).
     this.#expect(`${what}: the lease its acquire asked for`, leases, [expectedLease])
     const scope = (intent.scope as string | undefined) ?? 'default'
     const record = (await memory.get(scope, intent.key as string)) as StoredRecord | null
@@ -488,6 +489,7 @@ export class Misuse {
     this.#expect(`${what}: its record's fingerprint`, record.fingerprint, fingerprint)
     this.#expect(`${what}: its record's retention`, record.expiresAtMs - record.updatedAtMs, expectedTtl)
     this.#expect(`${what}: its record's resourceId`, record.resourceId, options.resourceId ? value?.id : null)
+    // Kept as JSON: its type said, its bytes the value's (null for nothing).
     this.#expect(
       `${what}: its kept answer`,
       [record.response?.status, record.response?.headers, new TextDecoder().decode(record.response?.body)],
@@ -979,8 +981,8 @@ export class Misuse {
     const savepoint = rng.chance(0.5)
     const inTx = rng.chance(0.5)
     const withResource = rng.chance(0.5)
-    // A store that runs transactions (its writes commit at once, as a driver in autocommit would): no
-    // recordStepInTransaction, so steps go to the store as they would outside one.
+    // A store that runs transactions (its writes commit at once, as a driver in autocommit would), with or without
+    // savepoints, and with or without recordStepInTransaction (without it, steps go to the store as outside one).
     const extra = {
       transaction: (fn: (tx: object) => Promise<unknown>) => fn({}),
       completeInTransaction: (_tx: object, ...args: Parameters<MemoryStore['complete']>) => plain.complete(...args),
